@@ -1,0 +1,41 @@
+# The two commands of the README: `make test` and `make reproduce`. Both create .venv on first
+# use and install the package with everything it needs (torch pinned to the local CPU wheel).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.mrl-installed
+PROFILE ?= default
+
+.PHONY: install test unit nbval reproduce smoke bench lab clean-models
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q torch==2.13.0
+	$(VENV)/bin/pip install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: unit nbval
+
+unit: $(STAMP)
+	$(PY) -m pytest -q tests
+
+nbval: $(STAMP)
+	$(PY) -m pytest -q --nbval-lax --nbval-current-env notebooks/smoke
+
+reproduce: $(STAMP)
+	$(PY) -m mrl.reproduce --profile $(PROFILE)
+
+smoke: $(STAMP)
+	$(PY) -m mrl.reproduce --profile smoke
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_grpo_step.py
+
+lab: $(STAMP)
+	$(VENV)/bin/pip install -q -e ".[lab]" && $(VENV)/bin/jupyter lab notebooks/
+
+clean-models:
+	rm -rf data/models

@@ -1,0 +1,72 @@
+"""Tables and figures built from run records (pandas, seaborn, matplotlib)."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from mrl.evaluation import skill_accuracy  # noqa: E402
+
+EXAMPLE = "37+48=85"
+
+
+def zoo_table(zoo: dict, task) -> pd.DataFrame:
+    """One row per family: architecture, tokenizer, size, how it splits an example, warm-up loss."""
+    rows = []
+    for name, policy in zoo.items():
+        tok = policy.tokenizer
+        rows.append({"policy": name, "arch": policy.family.arch, "tokenizer": policy.family.tokenizer,
+                     "vocab": len(tok), "params": policy.n_params,
+                     "split of " + EXAMPLE: " ".join(tok.convert_ids_to_tokens(tok.encode(EXAMPLE, add_special_tokens=False))),
+                     "warm-up mix": ", ".join(f"{k} {v:.2f}" for k, v in policy.family.warmup_mix.items()),
+                     "final warm-up loss": sum(policy.record["warmup_loss"][-20:]) / 20})
+    return pd.DataFrame(rows)
+
+
+def warmup_accuracy(zoo: dict, task, max_new_tokens: int = 6) -> pd.DataFrame:
+    """Long table: policy, split (held-out, pool), skill, greedy accuracy."""
+    return pd.DataFrame([{"policy": name, **row} for name, policy in zoo.items()
+                         for row in skill_accuracy(policy.model, policy.tokenizer, task, max_new_tokens)])
+
+
+def skill_matrix(accuracy: pd.DataFrame, split: str = "held-out") -> pd.DataFrame:
+    """Wide table: one row per policy, one column per skill, for one split."""
+    wide = accuracy[accuracy.split == split].pivot(index="policy", columns="skill", values="accuracy")
+    return wide.reset_index().rename_axis(columns=None)
+
+
+def warmup_figure(accuracy: pd.DataFrame, zoo: dict):
+    """Left: warm-up loss per family; right: greedy accuracy per skill and family (held-out)."""
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name, policy in zoo.items():
+        ax_loss.plot(policy.record["warmup_loss"], label=f"{name} ({policy.family.arch}/{policy.family.tokenizer})",
+                     lw=1)
+    ax_loss.set(yscale="log", xlabel="warm-up step", ylabel="completion cross-entropy", title="Supervised warm-up")
+    ax_loss.legend(frameon=False)
+    sns.barplot(data=accuracy[accuracy.split == "held-out"], x="skill", y="accuracy", hue="policy", ax=ax_acc)
+    ax_acc.set(ylim=(0, 1), title="Greedy accuracy on held-out prompts", ylabel="accuracy")
+    fig.tight_layout()
+    return fig
+
+
+def learning_curves_figure(evals: pd.DataFrame, title: str = "Independent GRPO"):
+    """Per-skill greedy accuracy vs rollouts; one panel per policy, pool (solid) and held-out (dashed)."""
+    grid = sns.relplot(data=evals, x="rollouts", y="accuracy", hue="skill", style="split", col="policy",
+                       kind="line", marker="o", height=3.2, aspect=1.1, facet_kws={"sharey": True},
+                       style_order=["pool", "held-out"])
+    grid.set(ylim=(-0.02, 1.02))
+    grid.figure.suptitle(title, y=1.03)
+    return grid.figure
+
+
+def baseline_table(evals: pd.DataFrame) -> pd.DataFrame:
+    """Per policy, split and skill: accuracy at step 0 and at the last step, and the change."""
+    first, last = evals.step.min(), evals.step.max()
+    start = evals[evals.step == first].set_index(["policy", "split", "skill"]).accuracy
+    end = evals[evals.step == last].set_index(["policy", "split", "skill"]).accuracy
+    table = pd.DataFrame({"start": start, "end": end})
+    table["change"] = table.end - table.start
+    return table.reset_index()

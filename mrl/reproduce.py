@@ -1,0 +1,71 @@
+"""Run every notebook of a profile with papermill and regenerate paper_tables/ and figures/.
+
+    python -m mrl.reproduce --profile default        # this CPU: all tables and figures
+    python -m mrl.reproduce --profile smoke          # CI budget; executed copies go to notebooks/smoke/
+
+Executed smoke notebooks are committed (nbval re-runs them in `make test`); executed copies of
+other profiles go to results/notebooks/<profile>/ (git-ignored). A timing record of the whole
+run is written to results/reproduce-<profile>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from mrl.profiles import PROFILES
+from mrl.results import git_sha, repo_root
+
+NOTEBOOKS = ["00_zoo.ipynb", "10_grpo_baseline.ipynb"]
+
+
+def executed_dir(profile: str) -> Path:
+    root = repo_root()
+    return root / "notebooks" / "smoke" if profile == "smoke" else root / "results" / "notebooks" / profile
+
+
+def run_notebook(name: str, profile: str, parameters: dict | None = None, log_output: bool = False) -> float:
+    """Execute one notebook with papermill; returns its wall time in seconds."""
+    import papermill
+
+    source = repo_root() / "notebooks" / name
+    target = executed_dir(profile) / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    papermill.execute_notebook(str(source), str(target), parameters={"profile": profile, **(parameters or {})},
+                               cwd=str(target.parent), kernel_name="python3", progress_bar=False,
+                               log_output=log_output)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", choices=PROFILES, default="default")
+    parser.add_argument("--only", nargs="*", default=None, help="notebook name prefixes to run, e.g. 00 10")
+    parser.add_argument("--log-output", action="store_true", help="stream notebook output to this terminal")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    selected = [n for n in NOTEBOOKS if args.only is None or any(n.startswith(p) for p in args.only)]
+    record = {"profile": args.profile, "git_sha": git_sha(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "notebooks": {}}
+    total = time.perf_counter()
+    for name in selected:
+        print(f"[mrl.reproduce] {args.profile}: running {name} ...", flush=True)
+        seconds = run_notebook(name, args.profile, log_output=args.log_output)
+        record["notebooks"][name] = round(seconds, 1)
+        print(f"[mrl.reproduce] {name} done in {seconds:.0f} s", flush=True)
+    record["total_seconds"] = round(time.perf_counter() - total, 1)
+    out = repo_root() / "results" / f"reproduce-{args.profile}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2))
+    print(f"[mrl.reproduce] {args.profile} finished in {record['total_seconds']:.0f} s; record in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Where results go and what they record: run folders, tables (md/csv/tex) and figures (png/pdf).
+
+Every run folder records the config, the seed, the git SHA (and whether the tree was dirty) and
+the library versions. The default and paper profiles write tables to `paper_tables/` and figures
+to `figures/` (committed); the smoke profile writes them under `results/smoke/` (git-ignored).
+"""
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from mrl.config import to_dict
+
+
+def repo_root() -> Path:
+    """The mrl checkout: the nearest ancestor of the working directory holding pyproject.toml and mrl/."""
+    for folder in (Path.cwd(), *Path.cwd().parents):
+        if (folder / "pyproject.toml").exists() and (folder / "mrl").is_dir():
+            return folder
+    return Path(__file__).resolve().parents[1]
+
+
+def git_sha(root: Path | None = None) -> str:
+    """HEAD's SHA, with '-dirty' when tracked files changed; 'unknown' outside git."""
+    root = root or repo_root()
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def output_dirs(profile: str) -> tuple[Path, Path]:
+    """(tables folder, figures folder) of a profile."""
+    root = repo_root()
+    if profile == "smoke":
+        return root / "results" / "smoke" / "paper_tables", root / "results" / "smoke" / "figures"
+    return root / "paper_tables", root / "figures"
+
+
+def start_run(notebook: str, profile: str, config, seed: int, extra: dict | None = None) -> Path:
+    """Create results/<notebook>/<profile>-seed<seed>/ with config.yaml and meta.json; returns it."""
+    import torch
+    import transformers
+    import trl
+
+    folder = repo_root() / "results" / notebook / f"{profile}-seed{seed}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+    meta = {"notebook": notebook, "profile": profile, "seed": seed, "git_sha": git_sha(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
+            "torch_threads": torch.get_num_threads(), **(extra or {})}
+    (folder / "meta.json").write_text(json.dumps(meta, indent=2))
+    return folder
+
+
+def write_table(df, name: str, folder: Path, caption: str = "", float_format: str = "{:.3f}") -> dict[str, Path]:
+    """Write a DataFrame as name.md, name.csv and name.tex in `folder`; returns the paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {ext: folder / f"{name}.{ext}" for ext in ("md", "csv", "tex")}
+    df.to_csv(paths["csv"], index=False)
+    formatted = df.copy()
+    for column in formatted.columns:
+        if formatted[column].dtype.kind == "f":
+            formatted[column] = formatted[column].map(lambda v: "" if v != v else float_format.format(v))
+    header = f"{caption}\n\n" if caption else ""
+    paths["md"].write_text(header + formatted.to_markdown(index=False) + "\n")
+    paths["tex"].write_text(formatted.to_latex(index=False, caption=caption or None, label=f"tab:{name}"))
+    return paths
+
+
+def save_figure(fig, name: str, folder: Path) -> dict[str, Path]:
+    """Save a matplotlib figure as name.png (150 dpi) and name.pdf, without timestamps in the files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {ext: folder / f"{name}.{ext}" for ext in ("png", "pdf")}
+    fig.savefig(paths["png"], dpi=150, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(paths["pdf"], bbox_inches="tight", metadata={"CreationDate": None, "Producer": None, "Creator": None})
+    return paths

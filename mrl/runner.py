@@ -1,0 +1,62 @@
+"""Training loops over zoo policies. For now: independent GRPO on each policy, inline.
+
+Seeding (nanochat style): the prompts of step s come from Random(f"{seed}/{s}"), shared by all
+policies; the sampling generator of policy n at step s is seeded from (seed, step, n), so a
+resumed run draws the same samples and one policy's draws never depend on another's.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import random
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+from mrl.config import GrpoConfig
+from mrl.evaluation import skill_accuracy
+from mrl.policy import PolicyWorker
+
+
+def derived_seed(*parts) -> int:
+    """A 63-bit seed from any parts, stable across runs and platforms."""
+    return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:8], "little") >> 1
+
+
+def step_prompts(task, seed: int, step: int, n: int):
+    """The RL prompts of one step (the same for every policy)."""
+    return task.rl_prompts(random.Random(derived_seed("prompts", seed, step)), n)
+
+
+def step_generator(seed: int, step: int, policy: str) -> torch.Generator:
+    """The sampling generator of one policy at one step."""
+    return torch.Generator().manual_seed(derived_seed("sample", seed, step, policy))
+
+
+def train_grpo(policy, task, cfg: GrpoConfig, progress: bool = True) -> tuple[list[dict], list[dict]]:
+    """Independent GRPO on one zoo policy (its model is trained in place).
+
+    Returns (step rows: step, rollouts, reward, loss, grad_norm, active sequences, seconds;
+    eval rows: step, rollouts, split, skill, accuracy), evaluated greedily every `eval_every` steps.
+    """
+    ref = copy.deepcopy(policy.model).eval() if cfg.beta else None
+    worker = PolicyWorker(policy.name, policy.model, policy.tokenizer, cfg, ref_model=ref)
+    rollouts_per_step = cfg.prompts_per_step * cfg.group_size
+    steps, evals = [], []
+
+    def evaluate(step):
+        for row in skill_accuracy(policy.model, policy.tokenizer, task, cfg.max_new_tokens):
+            evals.append({"policy": policy.name, "step": step, "rollouts": step * rollouts_per_step, **row})
+
+    evaluate(0)
+    for step in tqdm(range(1, cfg.steps + 1), desc=f"grpo {policy.name}", disable=not progress, mininterval=5):
+        start = time.perf_counter()
+        result = worker.grpo_step(step_prompts(task, cfg.seed, step, cfg.prompts_per_step), task.verify,
+                                  step_generator(cfg.seed, step, policy.name))
+        steps.append({"policy": policy.name, "step": step, "rollouts": step * rollouts_per_step,
+                      "reward": result.rewards.mean().item(), "loss": result.loss, "grad_norm": result.grad_norm,
+                      "active_sequences": result.active_sequences, "seconds": time.perf_counter() - start})
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            evaluate(step)
+    return steps, evals

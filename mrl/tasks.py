@@ -1,0 +1,165 @@
+"""Verifiable tasks: the complementary-skill arithmetic families (SPEC section 3) and GSM8K/MATH.
+
+`arith-ops` (an algorithm gap): S1 addition `37+48=`, S2 subtraction `91-56=`, S3 multiplication
+by one digit `7*13=`. `arith-forms` (a format gap over addition): S1 `37+48=`, S2 `add 37 and 48:`,
+S3 `37 plus 48 =`. Completions are the integer, then EOS. Splits are seeded: held-out test
+problems never occur in training, RL-pool or leak sets.
+
+The verifier parses an integer with a strict regular expression; text is never evaluated.
+"""
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from mrl.config import SKILLS, TaskConfig
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt with its verifiable answer."""
+
+    prompt: str
+    answer: str
+    skill: str
+    pid: str
+
+
+ARITH_OPS_TEMPLATES = {"S1": "{a}+{b}=", "S2": "{a}-{b}=", "S3": "{b}*{a}="}
+ARITH_FORMS_TEMPLATES = {"S1": "{a}+{b}=", "S2": "add {a} and {b}:", "S3": "{a} plus {b} ="}
+INTEGER_ANSWER = re.compile(r"^-?[0-9]{1,12}$")
+
+
+def parse_integer(text: str) -> int | None:
+    """The integer a completion states, or None. Strict: optional sign and digits only, no eval."""
+    text = text.strip()
+    return int(text) if INTEGER_ANSWER.match(text) else None
+
+
+def verify_integer(completion_text: str, answer: str) -> float:
+    """1.0 when the completion states exactly the answer's integer, else 0.0."""
+    value = parse_integer(completion_text)
+    return float(value is not None and value == int(answer))
+
+
+def _arith_ops_problems(skill: str, max_operand: int) -> list[tuple[int, int, int]]:
+    """All (a, b, answer) triples of a skill: S2 keeps b <= a, S3 multiplies by one digit."""
+    rng = range(max_operand + 1)
+    if skill == "S1":
+        return [(a, b, a + b) for a in rng for b in rng]
+    if skill == "S2":
+        return [(a, b, a - b) for a in rng for b in rng if b <= a]
+    return [(a, b, a * b) for a in rng for b in range(10)]
+
+
+class ArithTask:
+    """Seeded splits of an arithmetic task family.
+
+    train[skill]: problems for warm-up and fresh RL prompts; test[skill]: held-out problems;
+    pool[skill]: the fixed RL pool (a subset of train); leak[skill]: the fixed subset of train
+    from which a warm-up leak of that skill is drawn.
+    """
+
+    def __init__(self, config: TaskConfig):
+        if config.name not in ("arith-ops", "arith-forms"):
+            raise ValueError(f"ArithTask handles arith-ops and arith-forms, not {config.name!r}")
+        self.config = config
+        rng = random.Random(config.seed)
+        if config.name == "arith-ops":
+            self.templates = ARITH_OPS_TEMPLATES
+            triples = {s: _arith_ops_problems(s, config.max_operand) for s in SKILLS}
+            test_keys = {s: set(rng.sample(range(len(triples[s])), config.test_per_skill)) for s in SKILLS}
+            split = {s: ([t for i, t in enumerate(triples[s]) if i not in test_keys[s]],
+                         [t for i, t in enumerate(triples[s]) if i in test_keys[s]]) for s in SKILLS}
+        else:
+            # one shared algorithm: a pair held out is held out in every form
+            self.templates = ARITH_FORMS_TEMPLATES
+            pairs = _arith_ops_problems("S1", config.max_operand)
+            held = set(rng.sample(range(len(pairs)), config.test_per_skill))
+            train_pairs = [t for i, t in enumerate(pairs) if i not in held]
+            test_pairs = [t for i, t in enumerate(pairs) if i in held]
+            split = {s: (train_pairs, test_pairs) for s in SKILLS}
+        self.train = {s: self._problems(s, split[s][0], "train") for s in SKILLS}
+        self.test = {s: self._problems(s, split[s][1], "test") for s in SKILLS}
+        self.pool = {s: rng.sample(self.train[s], min(config.pool_per_skill, len(self.train[s])))
+                     for s in SKILLS} if config.pool_per_skill else {}
+        self.leak = {s: rng.sample(self.train[s], min(config.leak_n, len(self.train[s]))) for s in SKILLS}
+        # S3's two halves give each family a partial, different share of the shared skill
+        order = rng.sample(self.train["S3"], len(self.train["S3"]))
+        self.halves = {"S3.half0": order[: len(order) // 2], "S3.half1": order[len(order) // 2:]}
+
+    def _problems(self, skill: str, triples: list, split: str) -> list[Problem]:
+        return [Problem(self.templates[skill].format(a=a, b=b), str(c), skill, f"{split}/{skill}/{a}/{b}")
+                for a, b, c in triples]
+
+    def source(self, key: str) -> list[Problem]:
+        """Problems behind a warm-up mixture key: S1, S3.half0, leak:S2, ..."""
+        if key.startswith("leak:"):
+            return self.leak[key[len("leak:"):]]
+        if key in self.halves:
+            return self.halves[key]
+        return self.train[key]
+
+    @cached_property
+    def corpus(self) -> list[str]:
+        """Every training prompt+answer of every skill: the tokenizers' training text."""
+        return [p.prompt + p.answer for s in SKILLS for p in self.train[s]]
+
+    def rl_prompts(self, step_rng: random.Random, n: int) -> list[Problem]:
+        """n RL prompts with uniformly random skills: from the fixed pool, or fresh train prompts."""
+        source = self.pool if self.config.pool_per_skill else self.train
+        return [step_rng.choice(source[step_rng.choice(SKILLS)]) for _ in range(n)]
+
+    def verify(self, completion_text: str, problem: Problem) -> float:
+        return verify_integer(completion_text, problem.answer)
+
+
+# ---------------------------------------------------------------------------------------------
+# GSM8K / MATH: the paper profile's path, through `datasets` and math-verify
+# ---------------------------------------------------------------------------------------------
+
+GSM8K_FINAL = re.compile(r"####\s*(.+?)\s*$")
+
+
+def load_gsm8k(data_files: str | Path | None = None, split: str = "train"):
+    """GSM8K-schema rows (question, answer '... #### 42') as a `datasets.Dataset`.
+
+    data_files: a local JSON/JSONL file; None loads `openai/gsm8k` from the hub (paper profile).
+    Adds `prompt` and `final_answer` columns; a row without '####' raises ValueError naming the row.
+    """
+    import datasets
+
+    if data_files is None:
+        ds = datasets.load_dataset("openai/gsm8k", "main", split=split)
+    else:
+        ds = datasets.load_dataset("json", data_files=str(data_files), split="train")
+    missing = {"question", "answer"} - set(ds.column_names)
+    if missing:
+        raise ValueError(f"GSM8K data lacks column(s) {sorted(missing)}; it has {ds.column_names}")
+
+    def add_fields(row, idx):
+        match = GSM8K_FINAL.search(row["answer"])
+        if match is None:
+            raise ValueError(f"GSM8K row {idx}: answer has no '#### <final answer>' line: {row['answer'][-80:]!r}")
+        return {"prompt": f"Question: {row['question']}\nAnswer:", "final_answer": match.group(1).replace(",", "")}
+
+    return ds.map(add_fields, with_indices=True)
+
+
+def math_verify_reward(completion_text: str, final_answer: str) -> float:
+    """1.0 when math-verify judges the completion's final answer equal to the gold answer."""
+    from math_verify import parse, verify
+
+    gold = parse(f"${final_answer}$")
+    predicted = parse(completion_text)
+    if not gold or not predicted:
+        return 0.0
+    return float(verify(gold, predicted))
+
+
+def make_task(config: TaskConfig) -> ArithTask:
+    """The arithmetic task of a config (gsm8k is loaded with `load_gsm8k`)."""
+    return ArithTask(config)

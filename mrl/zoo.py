@@ -1,0 +1,231 @@
+"""The tiny heterogeneous model zoo: real transformers checkpoints with locally trained tokenizers.
+
+Each family is an architecture (gpt2, llama, qwen2) built from config, a tokenizer trained with
+`tokenizers` on the task corpus of all skills (byte-level BPE, Unigram, WordPiece) and saved as a
+`PreTrainedTokenizerFast`, and a supervised warm-up on the family's skill mixture (SPEC 3). Built
+once into `data/models/<task>/<family>-<hash>/` and rebuilt whenever its config changes.
+"""
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tqdm.auto import tqdm
+from transformers import (AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrainedTokenizerFast, Qwen2Config)
+
+from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig, config_hash, to_dict
+from mrl.policy import completion_logprobs
+from mrl.tasks import ArithTask
+
+SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]  # ids 0, 1, 2 in every family
+DEFAULT_ROOT = Path("data/models")
+
+
+def train_tokenizer(kind: str, corpus: list[str], vocab_size: int, max_length: int) -> PreTrainedTokenizerFast:
+    """Train a tokenizer of `kind` on `corpus`; pad/eos/unk are ids 0/1/2, left padding.
+
+    bpe: GPT-2 byte-level BPE (merges frequent 2-digit numbers); unigram: SentencePiece-style
+    Unigram over punctuation/space/single-digit pieces (char-level on numbers); wordpiece: BERT
+    WordPiece with '##' continuations (drops spaces: its decode is lossy by design).
+    """
+    if kind == "bpe":
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=[],
+                                      show_progress=False)
+    elif kind == "unigram":
+        tok = Tokenizer(models.Unigram())
+        tok.normalizer = normalizers.NFKC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Punctuation(), pre_tokenizers.Split(" ", "isolated"),
+            pre_tokenizers.Digits(individual_digits=True)])
+        tok.decoder = decoders.Fuse()
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, unk_token="<unk>",
+                                          show_progress=False)
+    elif kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token="<unk>", continuing_subword_prefix="##"))
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                            continuing_subword_prefix="##", show_progress=False)
+    else:
+        raise ValueError(f"tokenizer kind {kind!r} is not allowed; expected one of ['bpe', 'unigram', 'wordpiece']")
+    tok.train_from_iterator(corpus, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>",
+                                   padding_side="left", model_max_length=max_length)
+
+
+def check_composition(tokenizer, problems) -> None:
+    """enc(prompt) + enc(answer) == enc(prompt + answer): the RL completion is what the warm-up taught."""
+    for p in problems:
+        joint = tokenizer.encode(p.prompt + p.answer, add_special_tokens=False)
+        split = tokenizer.encode(p.prompt, add_special_tokens=False) + tokenizer.encode(p.answer, add_special_tokens=False)
+        if joint != split:
+            raise ValueError(f"tokenizer does not compose prompt and answer for {p.prompt + p.answer!r}: "
+                             f"{tokenizer.convert_ids_to_tokens(joint)} vs {tokenizer.convert_ids_to_tokens(split)}")
+
+
+def build_model(family: FamilyConfig, vocab_size: int, max_positions: int, seed: int):
+    """A randomly initialised causal LM of the family's architecture, dropout 0."""
+    torch.manual_seed(seed)
+    ids = dict(pad_token_id=0, eos_token_id=1, bos_token_id=1)
+    if family.arch == "gpt2":
+        config = GPT2Config(vocab_size=vocab_size, n_positions=max_positions, n_embd=family.d_model,
+                            n_layer=family.n_layers, n_head=family.n_heads, n_inner=family.d_ff, resid_pdrop=0.0,
+                            embd_pdrop=0.0, attn_pdrop=0.0, **ids)
+    else:
+        cls = LlamaConfig if family.arch == "llama" else Qwen2Config
+        config = cls(vocab_size=vocab_size, hidden_size=family.d_model, intermediate_size=family.d_ff,
+                     num_hidden_layers=family.n_layers, num_attention_heads=family.n_heads,
+                     num_key_value_heads=family.n_kv_heads, max_position_embeddings=max_positions,
+                     tie_word_embeddings=True, attention_dropout=0.0, **ids)
+    return AutoModelForCausalLM.from_config(config)
+
+
+def _encode_sources(tokenizer, task: ArithTask, keys) -> dict[str, list[tuple[list[int], list[int]]]]:
+    eos = tokenizer.eos_token_id
+    out = {}
+    for key in keys:
+        problems = task.source(key)
+        prompts = tokenizer([p.prompt for p in problems], add_special_tokens=False)["input_ids"]
+        answers = tokenizer([p.answer for p in problems], add_special_tokens=False)["input_ids"]
+        out[key] = [(q, a + [eos]) for q, a in zip(prompts, answers)]
+    return out
+
+
+def _collate(examples: list[tuple[list[int], list[int]]], pad_id: int):
+    """Left-pad prompts and right-pad answers: (B, P) prompt ids/mask and (B, T) answer ids/mask."""
+    p_len = max(len(q) for q, _ in examples)
+    t_len = max(len(a) for _, a in examples)
+    prompt = torch.full((len(examples), p_len), pad_id)
+    prompt_mask = torch.zeros(len(examples), p_len, dtype=torch.long)
+    answer = torch.full((len(examples), t_len), pad_id)
+    answer_mask = torch.zeros(len(examples), t_len, dtype=torch.long)
+    for i, (q, a) in enumerate(examples):
+        prompt[i, p_len - len(q):] = torch.tensor(q)
+        prompt_mask[i, p_len - len(q):] = 1
+        answer[i, : len(a)] = torch.tensor(a)
+        answer_mask[i, : len(a)] = 1
+    return prompt, prompt_mask, answer, answer_mask
+
+
+def warm_up(model, tokenizer, task: ArithTask, family: FamilyConfig, cfg: WarmupConfig, progress: bool = True,
+            position: int = 0) -> list[float]:
+    """Supervised warm-up: completion-only cross-entropy on the family's skill mixture.
+
+    Each step draws `batch_size` examples: the mixture key by its weight, then a problem of that
+    key uniformly. AdamW, linear warm-up then cosine decay, gradient clipping. Returns the loss curve.
+    """
+    rng = random.Random(cfg.seed)
+    keys, weights = zip(*sorted(family.warmup_mix.items()))
+    sources = _encode_sources(tokenizer, task, keys)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+
+    def lr_at(step):
+        if step < cfg.lr_warmup_steps:
+            return (step + 1) / cfg.lr_warmup_steps
+        frac = (step - cfg.lr_warmup_steps) / max(1, cfg.steps - cfg.lr_warmup_steps)
+        return 0.5 * (1 + math.cos(math.pi * frac))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    model.train()
+    losses = []
+    bar = tqdm(range(cfg.steps), desc=f"warm-up {family.name}", disable=not progress, position=position,
+               mininterval=5, leave=True)
+    for _ in bar:
+        batch = [rng.choice(sources[k]) for k in rng.choices(keys, weights, k=cfg.batch_size)]
+        prompt, prompt_mask, answer, answer_mask = _collate(batch, tokenizer.pad_token_id)
+        logp = completion_logprobs(model, prompt, prompt_mask, answer, answer_mask)
+        loss = -(logp * answer_mask).sum() / answer_mask.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+    model.eval()
+    return losses
+
+
+@dataclass
+class Policy:
+    """A built zoo member: its family config, model, tokenizer and warm-up record."""
+
+    family: FamilyConfig
+    model: object
+    tokenizer: PreTrainedTokenizerFast
+    path: Path
+    record: dict
+
+    @property
+    def name(self) -> str:
+        return self.family.name
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def family_dir(root: Path, task_cfg: TaskConfig, family: FamilyConfig, zoo_cfg: ZooConfig) -> Path:
+    """Cache folder of one family: its name plus a hash of everything its weights depend on."""
+    key = {"task": to_dict(task_cfg), "family": to_dict(family), "warmup": to_dict(zoo_cfg.warmup),
+           "max_positions": zoo_cfg.max_positions}
+    return Path(root) / task_cfg.name / f"{family.name}-{config_hash(key)}"
+
+
+def load_policy(path: str | Path, family: FamilyConfig | None = None) -> Policy:
+    """Load a saved zoo member (a plain transformers checkpoint folder plus zoo.json)."""
+    path = Path(path)
+    record = json.loads((path / "zoo.json").read_text())
+    family = family or FamilyConfig(**record["family"])
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(path)
+    model.eval()
+    return Policy(family, model, tokenizer, path, record)
+
+
+def _build_family(args) -> str:
+    task_cfg, family, zoo_cfg, out, threads, progress, position = args
+    torch.set_num_threads(threads)
+    task = ArithTask(task_cfg)
+    tokenizer = train_tokenizer(family.tokenizer, task.corpus, family.vocab_size, zoo_cfg.max_positions)
+    check_composition(tokenizer, [p for s in task.test for p in task.test[s][:50]])
+    model = build_model(family, len(tokenizer), zoo_cfg.max_positions, zoo_cfg.warmup.seed)
+    losses = warm_up(model, tokenizer, task, family, zoo_cfg.warmup, progress, position)
+    tmp = Path(str(out) + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    record = {"family": to_dict(family), "task": to_dict(task_cfg), "warmup": to_dict(zoo_cfg.warmup),
+              "max_positions": zoo_cfg.max_positions, "warmup_loss": losses,
+              "n_params": sum(p.numel() for p in model.parameters()), "vocab_size": len(tokenizer)}
+    (tmp / "zoo.json").write_text(json.dumps(record))
+    tmp.rename(out)  # atomic: a half-built family is never mistaken for a built one
+    return str(out)
+
+
+def build_zoo(task_cfg: TaskConfig, zoo_cfg: ZooConfig, root: str | Path = DEFAULT_ROOT,
+              progress: bool = True) -> dict[str, Policy]:
+    """Build (or load from the cache) every family of the zoo; returns {name: Policy}.
+
+    Missing families are built in `zoo_cfg.workers` spawned processes with one torch thread each
+    (deterministic for a fixed seed); cached ones are loaded.
+    """
+    dirs = {f.name: family_dir(Path(root), task_cfg, f, zoo_cfg) for f in zoo_cfg.families}
+    todo = [f for f in zoo_cfg.families if not dirs[f.name].exists()]
+    jobs = [(task_cfg, f, zoo_cfg, dirs[f.name], 1, progress, i) for i, f in enumerate(todo)]
+    if jobs and zoo_cfg.workers > 1 and len(jobs) > 1:
+        with multiprocessing.get_context("spawn").Pool(min(zoo_cfg.workers, len(jobs))) as pool:
+            pool.map(_build_family, jobs, chunksize=1)
+    else:
+        for job in jobs:
+            _build_family(job)
+    return {f.name: load_policy(dirs[f.name], f) for f in zoo_cfg.families}

@@ -1,0 +1,170 @@
+"""Write the source notebooks of notebooks/ from the cell lists below (run after editing them).
+
+The .ipynb files are the source of truth for users; this script only keeps their metadata
+(kernelspec, language_info, the papermill `parameters` tag) consistent when cells change.
+"""
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+          "language_info": {"name": "python"}}
+
+
+def notebook(cells):
+    nb = new_notebook(metadata=KERNEL)
+    for kind, source in cells:
+        if kind == "md":
+            nb.cells.append(new_markdown_cell(source.strip()))
+        else:
+            cell = new_code_cell(source.strip())
+            if kind == "parameters":
+                cell.metadata["tags"] = ["parameters"]
+            nb.cells.append(cell)
+    return nb
+
+
+ZOO = [
+    ("md", """
+# 00 · The tiny heterogeneous zoo and its complementary skills
+
+**Claim.** A short supervised warm-up gives each family a *complementary* skill profile on the
+`arith-ops` task (SPEC section 3): A (GPT-2 + byte-level BPE) is strong on addition S1, B
+(Llama + Unigram, character-level on digits) on subtraction S2, both are partial on the shared
+multiplication S3 (each was taught a different half of its training problems), and each sees only a
+small leak (rho = 3% from 150 fixed problems) of the peer's skill. C (Qwen2 + WordPiece) is the
+third family for n = 3 runs: taught S3 with leaks of S1 and S2.
+
+This is the substrate, not a result of the papers: the MRL paper uses real models (the `paper`
+profile), and the tiny zoo is our CPU stand-in, built from config with locally trained tokenizers.
+Every family is a real `transformers` checkpoint under `data/models/` (git-ignored, rebuilt when
+its config changes).
+"""),
+    ("parameters", """
+profile = "default"  # smoke | default
+progress = True      # tqdm bars during the warm-up
+"""),
+    ("code", """
+import os
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import torch
+from mrl.profiles import load_profile
+from mrl.reports import skill_matrix, warmup_accuracy, warmup_figure, zoo_table
+from mrl.results import output_dirs, save_figure, start_run, write_table
+from mrl.tasks import make_task
+from mrl.zoo import build_zoo
+
+config = load_profile(profile)
+torch.set_num_threads(config.threads)
+tables_dir, figures_dir = output_dirs(profile)
+run_dir = start_run("00_zoo", profile, config, seed=config.zoo.warmup.seed)
+task = make_task(config.task)
+zoo = build_zoo(config.task, config.zoo, progress=progress)
+"""),
+    ("md", "## The families: architecture, tokenizer, size, and how each splits the same text"),
+    ("code", """
+families = zoo_table(zoo, task)
+write_table(families, "zoo", tables_dir, caption="The model zoo (built from config, tokenizers trained locally).")
+families
+"""),
+    ("md", "## Greedy accuracy per skill after the warm-up (held-out prompts and the RL pool)"),
+    ("code", """
+accuracy = warmup_accuracy(zoo, task, config.grpo.max_new_tokens)
+accuracy.to_csv(run_dir / "warmup_accuracy.csv", index=False)
+held_out, pool = skill_matrix(accuracy, "held-out"), skill_matrix(accuracy, "pool")
+write_table(held_out, "warmup", tables_dir,
+            caption="Greedy accuracy per skill after the warm-up, held-out prompts (S1 add, S2 sub, S3 mul).")
+write_table(pool, "warmup_pool", tables_dir, caption="Greedy accuracy per skill after the warm-up, RL pool prompts.")
+fig = warmup_figure(accuracy, zoo)
+save_figure(fig, "warmup", figures_dir)
+"""),
+    ("md", """
+## Summary
+
+The complementary structure holds when each policy's strong skill is far above its peer's
+accuracy on the same skill, and its weak skill is the peer's strong one. Rounded to 2 decimals
+(nbval checks this cell on the smoke profile).
+"""),
+    ("code", """
+# NBVAL_CHECK_OUTPUT
+print(held_out.set_index("policy").round(2).to_string())
+"""),
+]
+
+BASELINE = [
+    ("md", """
+# 10 · Independent GRPO on each family (the reference every probe is compared with)
+
+**Claim.** Plain GRPO, with no sharing, raises a policy's accuracy on a skill only where the
+policy already succeeds sometimes: a group in which every sample fails has zero advantage and
+gives no gradient. On the fixed RL pool (SPEC section 3, 50 prompts per skill), each policy's
+weak skill therefore moves little, while partially mastered skills improve.
+
+The GRPO loss is `mrl.grpo.policy_loss`, proven equal to TRL's `GRPOTrainer._compute_loss` in
+`tests/test_grpo_trl_equality.py`. Sampling: full softmax at temperature 1, G completions per
+prompt, KV-cached; one on-policy Adam step per batch (lr 1e-4).
+"""),
+    ("parameters", """
+profile = "default"  # smoke | default
+seed = 0             # RL seed (prompt order and sampling)
+progress = True
+"""),
+    ("code", """
+import os
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import dataclasses
+import pandas as pd
+import torch
+from mrl.profiles import load_profile
+from mrl.reports import baseline_table, learning_curves_figure
+from mrl.results import output_dirs, save_figure, start_run, write_table
+from mrl.runner import train_grpo
+from mrl.tasks import make_task
+from mrl.zoo import build_zoo
+
+config = load_profile(profile)
+config.grpo = dataclasses.replace(config.grpo, seed=seed)
+torch.set_num_threads(config.threads)
+tables_dir, figures_dir = output_dirs(profile)
+run_dir = start_run("10_grpo_baseline", profile, config, seed=seed)
+task = make_task(config.task)
+zoo = build_zoo(config.task, config.zoo, progress=progress)
+"""),
+    ("code", """
+step_rows, eval_rows = [], []
+for name, policy in zoo.items():
+    steps, evals = train_grpo(policy, task, config.grpo, progress=progress)
+    step_rows += steps
+    eval_rows += evals
+steps, evals = pd.DataFrame(step_rows), pd.DataFrame(eval_rows)
+steps.to_csv(run_dir / "steps.csv", index=False)
+evals.to_csv(run_dir / "evals.csv", index=False)
+"""),
+    ("md", "## Learning curves: per-skill greedy accuracy vs rollouts"),
+    ("code", """
+fig = learning_curves_figure(evals, title=f"Independent GRPO ({config.task.name}, seed {seed})")
+save_figure(fig, "grpo_baseline_curves", figures_dir)
+"""),
+    ("code", """
+table = baseline_table(evals)
+write_table(table, "grpo_baseline", tables_dir,
+            caption=f"Independent GRPO: greedy accuracy at step 0 and after {config.grpo.steps} steps (seed {seed}).")
+table.pivot_table(index=["policy", "skill"], columns="split", values=["start", "end"]).round(3)
+"""),
+    ("md", "## Compute: seconds per GRPO step and sequences forwarded per step"),
+    ("code", """
+steps.groupby("policy")[["seconds", "active_sequences", "reward"]].mean().round(3)
+"""),
+    ("md", "## Summary (rounded; nbval checks this cell on the smoke profile)"),
+    ("code", """
+# NBVAL_CHECK_OUTPUT
+print(table.set_index(["policy", "split", "skill"]).round(2).to_string())
+"""),
+]
+
+if __name__ == "__main__":
+    folder = Path(__file__).resolve().parents[1] / "notebooks"
+    for name, cells in (("00_zoo.ipynb", ZOO), ("10_grpo_baseline.ipynb", BASELINE)):
+        nbformat.write(notebook(cells), folder / name)
+        print("wrote", folder / name)
