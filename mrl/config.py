@@ -144,9 +144,17 @@ class WarmupConfig:
                  "lr_warmup_steps", self.lr_warmup_steps, f"an integer in [0, steps={self.steps}]")
 
 
+def default_families() -> list[FamilyConfig]:
+    """The default pair: A (GPT-2 + byte-level BPE, strong on S1) and B (Llama + Unigram, strong on S2)."""
+    return [FamilyConfig(name="A", arch="gpt2", tokenizer="bpe", vocab_size=48, d_ff=512,
+                         warmup_mix={"S1": 0.62, "S3.half0": 0.35, "leak:S2": 0.03}),
+            FamilyConfig(name="B", arch="llama", tokenizer="unigram", vocab_size=40,
+                         warmup_mix={"S2": 0.62, "S3.half1": 0.35, "leak:S1": 0.03})]
+
+
 @dataclass
 class ZooConfig:
-    families: list = field(default_factory=list)
+    families: list = field(default_factory=default_families)
     """the policies' families (FamilyConfig each); at least one"""
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     """supervised warm-up settings shared by every family"""

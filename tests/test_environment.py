@@ -1,0 +1,17 @@
+"""environment.yml (conda) and pyproject.toml list the same dependencies with the same pins."""
+import tomllib
+
+import yaml
+
+from mrl.results import repo_root
+
+
+def test_environment_yml_matches_pyproject():
+    root = repo_root()
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    declared = set(project["dependencies"]) | set(project["optional-dependencies"]["test"])
+    env = yaml.safe_load((root / "environment.yml").read_text())
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    listed = {line for line in pip_section if not line.startswith("-e")}
+    assert listed == declared, {"only in environment.yml": listed - declared, "only in pyproject": declared - listed}
+    assert "torch==2.13.0" in declared  # a loose torch pulls a CUDA build of several GB
