@@ -1,0 +1,68 @@
+"""The zoo: tokenizers that split numbers differently, checkpoints that round-trip, a cache that rebuilds on change."""
+import json
+
+import torch
+
+from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig
+from mrl.tasks import ArithTask
+from mrl.zoo import build_zoo, check_composition, family_dir, train_tokenizer
+
+SMALL = dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=64)
+
+
+def test_tokenizers_differ_in_how_they_split_numbers(arith_task):
+    splits, number_tokens = {}, {}
+    numbers = "+".join(str(n) for n in range(10, 100))
+    for kind, vocab in (("bpe", 48), ("unigram", 40), ("wordpiece", 60)):
+        tok = train_tokenizer(kind, arith_task.corpus, vocab, 48)
+        number_tokens[kind] = len(tok.encode(numbers, add_special_tokens=False))
+        check_composition(tok, [p for s in arith_task.test for p in arith_task.test[s]])
+        assert tok.pad_token_id == 0 and tok.eos_token_id == 1 and tok.unk_token_id == 2
+        assert tok.padding_side == "left"
+        splits[kind] = tok.convert_ids_to_tokens(tok.encode("37+48=85", add_special_tokens=False))
+    assert number_tokens["bpe"] < number_tokens["unigram"] == 2 * 90 + 89  # BPE merges 2-digit numbers
+    assert splits["unigram"][:3] == ["3", "7", "+"]        # Unigram on digits is character-level
+    assert any(t.startswith("##") for t in splits["wordpiece"])  # WordPiece continuations
+    assert len({tuple(s) for s in splits.values()}) == 3
+
+
+def test_build_cache_and_roundtrip(tmp_path):
+    task_cfg = TaskConfig(test_per_skill=20, pool_per_skill=5)
+    zoo_cfg = ZooConfig(families=[FamilyConfig(name="A", arch="gpt2", tokenizer="bpe", **SMALL),
+                                  FamilyConfig(name="B", arch="llama", tokenizer="unigram", vocab_size=40, **SMALL,
+                                               warmup_mix={"S2": 1.0})],
+                        warmup=WarmupConfig(steps=30, batch_size=32, lr_warmup_steps=5), workers=1)
+    zoo = build_zoo(task_cfg, zoo_cfg, root=tmp_path, progress=False)
+    for name, policy in zoo.items():
+        losses = policy.record["warmup_loss"]
+        assert len(losses) == 30 and sum(losses[-5:]) < sum(losses[:5])  # the warm-up learns
+        assert (policy.path / "config.json").exists() and (policy.path / "tokenizer.json").exists()
+    # a second build loads from the cache: same weights, nothing retrained
+    stamp = (zoo["A"].path / "zoo.json").stat().st_mtime_ns
+    again = build_zoo(task_cfg, zoo_cfg, root=tmp_path, progress=False)
+    assert (again["A"].path / "zoo.json").stat().st_mtime_ns == stamp
+    ids = torch.tensor([[3, 4, 5]])
+    torch.testing.assert_close(again["A"].model(ids).logits, zoo["A"].model(ids).logits)
+    # a changed family config gets its own folder; the other family stays cached
+    changed = ZooConfig(families=[zoo_cfg.families[0], FamilyConfig(**{**zoo_cfg.families[1].__dict__, "d_ff": 96})],
+                        warmup=zoo_cfg.warmup, workers=1)
+    assert family_dir(tmp_path, task_cfg, changed.families[0], changed) == zoo["A"].path
+    assert family_dir(tmp_path, task_cfg, changed.families[1], changed) != zoo["B"].path
+    assert json.loads((zoo["B"].path / "zoo.json").read_text())["family"]["d_ff"] == 64
+
+
+def test_parallel_build_equals_inline_build(tmp_path):
+    """Warm-up in spawned worker processes (1 thread each) is deterministic: same weights as inline."""
+    task_cfg = TaskConfig(test_per_skill=20, pool_per_skill=5)
+    families = [FamilyConfig(name=n, arch=a, tokenizer="bpe", **SMALL) for n, a in (("A", "gpt2"), ("B", "qwen2"))]
+    warmup = WarmupConfig(steps=10, batch_size=16, lr_warmup_steps=2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        inline = build_zoo(task_cfg, ZooConfig(families=families, warmup=warmup, workers=1), tmp_path / "i", False)
+    finally:
+        torch.set_num_threads(threads)
+    spawned = build_zoo(task_cfg, ZooConfig(families=families, warmup=warmup, workers=2), tmp_path / "p", False)
+    for name in ("A", "B"):
+        for p, q in zip(inline[name].model.parameters(), spawned[name].model.parameters()):
+            assert torch.equal(p, q)
