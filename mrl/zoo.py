@@ -18,6 +18,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from tqdm.auto import tqdm
 from transformers import (AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrainedTokenizerFast, Qwen2Config)
+from transformers.utils import logging as hf_logging
 
 from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig, config_hash, to_dict
 from mrl.policy import completion_logprobs
@@ -187,14 +188,24 @@ def load_policy(path: str | Path, family: FamilyConfig | None = None) -> Policy:
     record = json.loads((path / "zoo.json").read_text())
     family = family or FamilyConfig(**record["family"])
     tokenizer = PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
+    hf_logging.disable_progress_bar()
     model = AutoModelForCausalLM.from_pretrained(path)
     model.eval()
     return Policy(family, model, tokenizer, path, record)
 
 
 def _build_family(args) -> str:
-    task_cfg, family, zoo_cfg, out, threads, progress, position = args
-    torch.set_num_threads(threads)
+    """Train the tokenizer, build and warm up one family with `threads` torch threads, save atomically."""
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(args[4])
+    try:
+        return _build_family_with_threads(*args)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _build_family_with_threads(task_cfg, family, zoo_cfg, out, threads, progress, position) -> str:
+    hf_logging.disable_progress_bar()
     task = ArithTask(task_cfg)
     tokenizer = train_tokenizer(family.tokenizer, task.corpus, family.vocab_size, zoo_cfg.max_positions)
     check_composition(tokenizer, [p for s in task.test for p in task.test[s][:50]])
@@ -206,7 +217,8 @@ def _build_family(args) -> str:
     tokenizer.save_pretrained(tmp)
     record = {"family": to_dict(family), "task": to_dict(task_cfg), "warmup": to_dict(zoo_cfg.warmup),
               "max_positions": zoo_cfg.max_positions, "warmup_loss": losses,
-              "n_params": sum(p.numel() for p in model.parameters()), "vocab_size": len(tokenizer)}
+              "n_params": sum(p.numel() for p in model.parameters()), "vocab_size": len(tokenizer),
+              "torch_threads": threads}
     (tmp / "zoo.json").write_text(json.dumps(record))
     tmp.rename(out)  # atomic: a half-built family is never mistaken for a built one
     return str(out)
@@ -220,12 +232,23 @@ def build_zoo(task_cfg: TaskConfig, zoo_cfg: ZooConfig, root: str | Path = DEFAU
     (deterministic for a fixed seed); cached ones are loaded.
     """
     dirs = {f.name: family_dir(Path(root), task_cfg, f, zoo_cfg) for f in zoo_cfg.families}
-    todo = [f for f in zoo_cfg.families if not dirs[f.name].exists()]
-    jobs = [(task_cfg, f, zoo_cfg, dirs[f.name], 1, progress, i) for i, f in enumerate(todo)]
-    if jobs and zoo_cfg.workers > 1 and len(jobs) > 1:
+    threads = warmup_threads(len(zoo_cfg.families), zoo_cfg.workers)
+    jobs = [(task_cfg, f, zoo_cfg, dirs[f.name], threads[i], progress, i % zoo_cfg.workers)
+            for i, f in enumerate(zoo_cfg.families) if not dirs[f.name].exists()]
+    if zoo_cfg.workers > 1 and len(jobs) > 1:
         with multiprocessing.get_context("spawn").Pool(min(zoo_cfg.workers, len(jobs))) as pool:
             pool.map(_build_family, jobs, chunksize=1)
     else:
         for job in jobs:
             _build_family(job)
     return {f.name: load_policy(dirs[f.name], f) for f in zoo_cfg.families}
+
+
+def warmup_threads(n_families: int, workers: int) -> list[int]:
+    """Torch threads of each family's warm-up: 1 in full waves of `workers`, the spare cores to a short last wave.
+
+    Depends on the config only (not on which families are cached), so a family's weights never
+    depend on what else happened to be built with it.
+    """
+    last_wave = n_families % workers
+    return [1 if i < n_families - last_wave else max(1, workers // last_wave) for i in range(n_families)]

@@ -56,12 +56,7 @@ def test_parallel_build_equals_inline_build(tmp_path):
     task_cfg = TaskConfig(test_per_skill=20, pool_per_skill=5)
     families = [FamilyConfig(name=n, arch=a, tokenizer="bpe", **SMALL) for n, a in (("A", "gpt2"), ("B", "qwen2"))]
     warmup = WarmupConfig(steps=10, batch_size=16, lr_warmup_steps=2)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        inline = build_zoo(task_cfg, ZooConfig(families=families, warmup=warmup, workers=1), tmp_path / "i", False)
-    finally:
-        torch.set_num_threads(threads)
+    inline = build_zoo(task_cfg, ZooConfig(families=families, warmup=warmup, workers=1), tmp_path / "i", False)
     spawned = build_zoo(task_cfg, ZooConfig(families=families, warmup=warmup, workers=2), tmp_path / "p", False)
     for name in ("A", "B"):
         for p, q in zip(inline[name].model.parameters(), spawned[name].model.parameters()):

@@ -1,0 +1,112 @@
+"""One GRPO step of mrl against one trl.GRPOTrainer step on the same model, in the same run.
+
+Batch: 4 prompts x 8 completions, completion length up to 16, the same GPT-2 zoo architecture
+(random init, so both samplers draw from the same distribution and most completions run to the
+length limit), Adam at the same learning rate, a coin-flip reward on both sides so that every
+group has signal (mrl's skip of zero-advantage rows then saves nearly nothing). Prints per-step
+medians, mean completion lengths and the ratio mrl/TRL.
+
+    .venv/bin/python benchmarks/bench_grpo_step.py [--steps 20] [--threads 2]
+"""
+import argparse
+import os
+import random
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from mrl.config import FamilyConfig, GrpoConfig, TaskConfig  # noqa: E402
+from mrl.policy import PolicyWorker  # noqa: E402
+from mrl.tasks import ArithTask  # noqa: E402
+from mrl.zoo import build_model, train_tokenizer  # noqa: E402
+
+PROMPTS, G, LENGTH = 4, 8, 16
+
+
+class StepTimer(TrainerCallback):
+    def __init__(self):
+        self.times, self._start = [], None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.times.append(time.perf_counter() - self._start)
+
+
+def coin_reward(seed):
+    rng = random.Random(seed)
+    return lambda *args, **kwargs: float(rng.random() < 0.5)
+
+
+def bench_trl(model_dir, tokenizer, problems, steps, out):
+    rng = random.Random(1)
+
+    def reward(completions, **kwargs):
+        return [float(rng.random() < 0.5) for _ in completions]
+
+    lengths = []
+
+    def length(completion_ids, **kwargs):
+        lengths.extend(len(c) for c in completion_ids)
+        return [0.0] * len(completion_ids)
+
+    args = GRPOConfig(output_dir=out, use_cpu=True, bf16=False, report_to="none", activation_checkpointing=False,
+                      per_device_train_batch_size=PROMPTS * G, num_generations=G, max_completion_length=LENGTH,
+                      loss_type="grpo", beta=0.0, learning_rate=1e-4, max_steps=steps, logging_steps=1000,
+                      save_strategy="no", disable_tqdm=True, seed=0, temperature=1.0, lr_scheduler_type="constant",
+                      warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0)
+    dataset = Dataset.from_list([{"prompt": p.prompt} for p in problems])
+    timer = StepTimer()
+    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), processing_class=tokenizer,
+                          reward_funcs=[reward, length], reward_weights=[1.0, 0.0], args=args,
+                          train_dataset=dataset, callbacks=[timer])
+    trainer.train()
+    return timer.times, statistics.mean(lengths)
+
+
+def bench_mrl(model_dir, tokenizer, problems, steps):
+    cfg = GrpoConfig(prompts_per_step=PROMPTS, group_size=G, max_new_tokens=LENGTH, lr=1e-4, loss_type="grpo")
+    worker = PolicyWorker("A", AutoModelForCausalLM.from_pretrained(model_dir), tokenizer, cfg)
+    verify = coin_reward(1)
+    times, lengths = [], []
+    for step in range(steps):
+        batch = problems[(step * PROMPTS) % len(problems):][:PROMPTS]
+        start = time.perf_counter()
+        result = worker.grpo_step(batch, verify, torch.Generator().manual_seed(step))
+        times.append(time.perf_counter() - start)
+        lengths.append(result.active_sequences)
+    return times, lengths
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    task = ArithTask(TaskConfig())
+    tokenizer = train_tokenizer("bpe", task.corpus, 48, 64)
+    problems = task.train["S1"][:400]
+    with tempfile.TemporaryDirectory() as tmp:
+        build_model(FamilyConfig(arch="gpt2", d_ff=512), len(tokenizer), 64, seed=0).save_pretrained(tmp)
+        trl_times, trl_length = bench_trl(tmp, tokenizer, problems, args.steps + 2, os.path.join(tmp, "trl"))
+        mrl_times, mrl_active = bench_mrl(tmp, tokenizer, problems, args.steps + 2)
+    trl_median = statistics.median(trl_times[2:])
+    mrl_median = statistics.median(mrl_times[2:])
+    print(f"GRPO step, {PROMPTS} prompts x {G} completions, completion length <= {LENGTH}, "
+          f"{args.threads} threads, median of {args.steps} steps after 2 warm-up steps")
+    print(f"  trl.GRPOTrainer : {trl_median * 1000:8.1f} ms/step  (mean completion length {trl_length:.1f})")
+    print(f"  mrl PolicyWorker: {mrl_median * 1000:8.1f} ms/step  (sequences forwarded per step "
+          f"{statistics.mean(mrl_active):.1f} of {PROMPTS * G})")
+    print(f"  ratio mrl/TRL   : {mrl_median / trl_median:.3f}")
+
+
+if __name__ == "__main__":
+    main()
