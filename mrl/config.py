@@ -98,7 +98,7 @@ class FamilyConfig:
     """key/value heads (llama, qwen2: grouped-query attention); ignored by gpt2"""
     d_ff: int = 384
     """MLP width"""
-    warmup_mix: dict = field(default_factory=lambda: {"S1": 0.62, "S3.half0": 0.35, "leak:S2": 0.03})
+    warmup_mix: dict = field(default_factory=lambda: {"S1": 0.75, "S3.half0": 0.22, "leak:S2": 0.03})
     """supervised warm-up mixture: keys S1|S2|S3, optional .half0|.half1, prefix leak: for the fixed leak subset; weights sum to 1"""
 
     def __post_init__(self):
@@ -147,9 +147,9 @@ class WarmupConfig:
 def default_families() -> list[FamilyConfig]:
     """The default pair: A (GPT-2 + byte-level BPE, strong on S1) and B (Llama + Unigram, strong on S2)."""
     return [FamilyConfig(name="A", arch="gpt2", tokenizer="bpe", vocab_size=48, d_ff=512,
-                         warmup_mix={"S1": 0.62, "S3.half0": 0.35, "leak:S2": 0.03}),
+                         warmup_mix={"S1": 0.75, "S3.half0": 0.22, "leak:S2": 0.03}),
             FamilyConfig(name="B", arch="llama", tokenizer="unigram", vocab_size=40,
-                         warmup_mix={"S2": 0.62, "S3.half1": 0.35, "leak:S1": 0.03})]
+                         warmup_mix={"S2": 0.75, "S3.half1": 0.22, "leak:S1": 0.03})]
 
 
 @dataclass
@@ -241,14 +241,17 @@ class RunConfig:
     grpo: GrpoConfig = field(default_factory=GrpoConfig)
     """GRPO training of each policy"""
     threads: int = 1
-    """torch threads per policy worker"""
+    """torch threads per policy worker (1 keeps CPU runs bit-reproducible)"""
+    workers: int = 2
+    """policy workers run in parallel processes (1 = inline)"""
 
     def __post_init__(self):
         for name, cls in (("task", TaskConfig), ("zoo", ZooConfig), ("grpo", GrpoConfig)):
             if isinstance(getattr(self, name), dict):
                 setattr(self, name, _build(cls, getattr(self, name), f"RunConfig.{name}"))
-        _require(isinstance(self.threads, int) and self.threads >= 1, "RunConfig", "threads", self.threads,
-                 "an integer >= 1")
+        for name in ("threads", "workers"):
+            _require(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, "RunConfig", name,
+                     getattr(self, name), "an integer >= 1")
 
 
 C = TypeVar("C")

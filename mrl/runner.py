@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import multiprocessing
 import random
 import time
 
@@ -17,6 +18,8 @@ from tqdm.auto import tqdm
 from mrl.config import GrpoConfig
 from mrl.evaluation import skill_accuracy
 from mrl.policy import PolicyWorker
+from mrl.tasks import make_task
+from mrl.zoo import load_policy
 
 
 def derived_seed(*parts) -> int:
@@ -60,3 +63,30 @@ def train_grpo(policy, task, cfg: GrpoConfig, progress: bool = True) -> tuple[li
         if step % cfg.eval_every == 0 or step == cfg.steps:
             evaluate(step)
     return steps, evals
+
+
+def _train_one(args) -> tuple[list[dict], list[dict]]:
+    path, family, task_cfg, cfg, threads, progress = args
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return train_grpo(load_policy(path, family), make_task(task_cfg), cfg, progress)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def train_grpo_zoo(zoo: dict, task_cfg, cfg: GrpoConfig, workers: int = 1, threads: int = 1,
+                   progress: bool = True) -> tuple[list[dict], list[dict]]:
+    """Independent GRPO on every zoo policy, each from its saved warm-up checkpoint.
+
+    Policies run in `workers` spawned processes (or inline when workers = 1) with `threads` torch
+    threads each; results are identical either way for a fixed seed. Returns the concatenated
+    (step rows, eval rows) of `train_grpo`, in zoo order.
+    """
+    jobs = [(policy.path, policy.family, task_cfg, cfg, threads, progress) for policy in zoo.values()]
+    if workers > 1 and len(jobs) > 1:
+        with multiprocessing.get_context("spawn").Pool(min(workers, len(jobs))) as pool:
+            results = pool.map(_train_one, jobs, chunksize=1)
+    else:
+        results = [_train_one(job) for job in jobs]
+    return [row for steps, _ in results for row in steps], [row for _, evals in results for row in evals]

@@ -22,10 +22,10 @@ from transformers.utils import logging as hf_logging
 
 from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig, config_hash, to_dict
 from mrl.policy import completion_logprobs
+from mrl.results import repo_root
 from mrl.tasks import ArithTask
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]  # ids 0, 1, 2 in every family
-DEFAULT_ROOT = Path("data/models")
 
 
 def train_tokenizer(kind: str, corpus: list[str], vocab_size: int, max_length: int) -> PreTrainedTokenizerFast:
@@ -224,16 +224,18 @@ def _build_family_with_threads(task_cfg, family, zoo_cfg, out, threads, progress
     return str(out)
 
 
-def build_zoo(task_cfg: TaskConfig, zoo_cfg: ZooConfig, root: str | Path = DEFAULT_ROOT,
+def build_zoo(task_cfg: TaskConfig, zoo_cfg: ZooConfig, root: str | Path | None = None,
               progress: bool = True) -> dict[str, Policy]:
     """Build (or load from the cache) every family of the zoo; returns {name: Policy}.
 
+    root: the cache folder, by default data/models/ of the checkout (whatever the working directory).
     Missing families are built in `zoo_cfg.workers` spawned processes with one torch thread each
     (deterministic for a fixed seed); cached ones are loaded.
     """
-    dirs = {f.name: family_dir(Path(root), task_cfg, f, zoo_cfg) for f in zoo_cfg.families}
-    threads = warmup_threads(len(zoo_cfg.families), zoo_cfg.workers)
-    jobs = [(task_cfg, f, zoo_cfg, dirs[f.name], threads[i], progress, i % zoo_cfg.workers)
+    root = Path(root) if root is not None else repo_root() / "data" / "models"
+    dirs = {f.name: family_dir(root, task_cfg, f, zoo_cfg) for f in zoo_cfg.families}
+    # one torch thread per warm-up: with two, CPU backward kernels were not bit-reproducible here
+    jobs = [(task_cfg, f, zoo_cfg, dirs[f.name], 1, progress, i % zoo_cfg.workers)
             for i, f in enumerate(zoo_cfg.families) if not dirs[f.name].exists()]
     if zoo_cfg.workers > 1 and len(jobs) > 1:
         with multiprocessing.get_context("spawn").Pool(min(zoo_cfg.workers, len(jobs))) as pool:
@@ -243,12 +245,3 @@ def build_zoo(task_cfg: TaskConfig, zoo_cfg: ZooConfig, root: str | Path = DEFAU
             _build_family(job)
     return {f.name: load_policy(dirs[f.name], f) for f in zoo_cfg.families}
 
-
-def warmup_threads(n_families: int, workers: int) -> list[int]:
-    """Torch threads of each family's warm-up: 1 in full waves of `workers`, the spare cores to a short last wave.
-
-    Depends on the config only (not on which families are cached), so a family's weights never
-    depend on what else happened to be built with it.
-    """
-    last_wave = n_families % workers
-    return [1 if i < n_families - last_wave else max(1, workers // last_wave) for i in range(n_families)]

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from mrl.config import FamilyConfig, GrpoConfig, TaskConfig, WarmupConfig, ZooConfig
-from mrl.runner import train_grpo
+from mrl.runner import train_grpo, train_grpo_zoo
 from mrl.tasks import ArithTask
 from mrl.zoo import build_zoo, load_policy
 
@@ -12,18 +12,21 @@ GRPO = GrpoConfig(steps=80, prompts_per_step=8, group_size=8, lr=3e-4, eval_ever
 
 
 @pytest.fixture(scope="module")
-def warm_policy_dir(tmp_path_factory):
+def warm_paths(tmp_path_factory):
     family = FamilyConfig(name="A", arch="gpt2", tokenizer="bpe", d_model=64, n_layers=2, n_heads=2, d_ff=128,
                           warmup_mix={"S1": 0.34, "S2": 0.33, "S3": 0.33})
-    zoo_cfg = ZooConfig(families=[family], warmup=WarmupConfig(steps=150, batch_size=64, lr_warmup_steps=10),
-                        workers=1)
-    return build_zoo(TASK, zoo_cfg, root=tmp_path_factory.mktemp("zoo"), progress=False)["A"].path
+    peer = FamilyConfig(name="B", arch="llama", tokenizer="unigram", vocab_size=40, d_model=64, n_layers=2,
+                        n_heads=2, n_kv_heads=1, d_ff=128, warmup_mix={"S2": 1.0})
+    zoo_cfg = ZooConfig(families=[family, peer],
+                        warmup=WarmupConfig(steps=150, batch_size=64, lr_warmup_steps=10), workers=2)
+    zoo = build_zoo(TASK, zoo_cfg, root=tmp_path_factory.mktemp("zoo"), progress=False)
+    return {name: policy.path for name, policy in zoo.items()}
 
 
 @pytest.mark.slow
-def test_grpo_raises_reward_on_a_small_pool(warm_policy_dir):
+def test_grpo_raises_reward_on_a_small_pool(warm_paths):
     task = ArithTask(TASK)
-    policy = load_policy(warm_policy_dir)
+    policy = load_policy(warm_paths)
     before = [p.detach().clone() for p in policy.model.parameters()]
     steps, evals = train_grpo(policy, task, GRPO, progress=False)
     reward = [s["reward"] for s in steps]
@@ -34,11 +37,23 @@ def test_grpo_raises_reward_on_a_small_pool(warm_policy_dir):
 
 
 @pytest.mark.slow
-def test_inline_grpo_is_deterministic(warm_policy_dir):
+def test_inline_grpo_is_deterministic(warm_paths):
     task = ArithTask(TASK)
     runs = []
     for _ in range(2):
-        steps, evals = train_grpo(load_policy(warm_policy_dir), task, GrpoConfig(**{**GRPO.__dict__, "steps": 8}),
+        steps, evals = train_grpo(load_policy(warm_paths), task, GrpoConfig(**{**GRPO.__dict__, "steps": 8}),
                                   progress=False)
         runs.append(([(s["reward"], s["loss"], s["grad_norm"]) for s in steps], evals))
     assert runs[0] == runs[1]
+
+
+@pytest.mark.slow
+def test_process_workers_give_the_inline_results(warm_paths):
+    """Independent GRPO of two families in two spawned processes equals the inline run, row for row."""
+    zoo = {name: load_policy(path) for name, path in warm_paths.items()}
+    cfg = GrpoConfig(**{**GRPO.__dict__, "steps": 6, "eval_every": 3})
+    inline = train_grpo_zoo(zoo, TASK, cfg, workers=1)
+    spawned = train_grpo_zoo(zoo, TASK, cfg, workers=2)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+    assert strip(inline[0]) == strip(spawned[0]) and inline[1] == spawned[1]
+    assert {r["policy"] for r in inline[0]} == {"A", "B"}

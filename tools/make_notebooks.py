@@ -33,7 +33,7 @@ ZOO = [
 `arith-ops` task (SPEC section 3): A (GPT-2 + byte-level BPE) is strong on addition S1, B
 (Llama + Unigram, character-level on digits) on subtraction S2, both are partial on the shared
 multiplication S3 (each was taught a different half of its training problems), and each sees only a
-small leak (rho = 3% from 150 fixed problems) of the peer's skill. C (Qwen2 + WordPiece) is the
+small leak (rho = 3% from 150 fixed problems; 75% own skill, 22% own half of S3) of the peer's skill. C (Qwen2 + WordPiece) is the
 third family for n = 3 runs: taught S3 with leaks of S1 and S2.
 
 This is the substrate, not a result of the papers: the MRL paper uses real models (the `paper`
@@ -119,7 +119,7 @@ import torch
 from mrl.profiles import load_profile
 from mrl.reports import baseline_table, learning_curves_figure
 from mrl.results import output_dirs, save_figure, start_run, write_table
-from mrl.runner import train_grpo
+from mrl.runner import train_grpo_zoo
 from mrl.tasks import make_task
 from mrl.zoo import build_zoo
 
@@ -132,11 +132,8 @@ task = make_task(config.task)
 zoo = build_zoo(config.task, config.zoo, progress=progress)
 """),
     ("code", """
-step_rows, eval_rows = [], []
-for name, policy in zoo.items():
-    steps, evals = train_grpo(policy, task, config.grpo, progress=progress)
-    step_rows += steps
-    eval_rows += evals
+step_rows, eval_rows = train_grpo_zoo(zoo, config.task, config.grpo, workers=config.workers,
+                                      threads=config.threads, progress=progress)
 steps, evals = pd.DataFrame(step_rows), pd.DataFrame(eval_rows)
 steps.to_csv(run_dir / "steps.csv", index=False)
 evals.to_csv(run_dir / "evals.csv", index=False)
