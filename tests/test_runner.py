@@ -26,7 +26,7 @@ def warm_paths(tmp_path_factory):
 @pytest.mark.slow
 def test_grpo_raises_reward_on_a_small_pool(warm_paths):
     task = ArithTask(TASK)
-    policy = load_policy(warm_paths)
+    policy = load_policy(warm_paths["A"])
     before = [p.detach().clone() for p in policy.model.parameters()]
     steps, evals = train_grpo(policy, task, GRPO, progress=False)
     reward = [s["reward"] for s in steps]
@@ -41,7 +41,7 @@ def test_inline_grpo_is_deterministic(warm_paths):
     task = ArithTask(TASK)
     runs = []
     for _ in range(2):
-        steps, evals = train_grpo(load_policy(warm_paths), task, GrpoConfig(**{**GRPO.__dict__, "steps": 8}),
+        steps, evals = train_grpo(load_policy(warm_paths["A"]), task, GrpoConfig(**{**GRPO.__dict__, "steps": 8}),
                                   progress=False)
         runs.append(([(s["reward"], s["loss"], s["grad_norm"]) for s in steps], evals))
     assert runs[0] == runs[1]
