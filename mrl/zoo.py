@@ -59,6 +59,12 @@ def train_tokenizer(kind: str, corpus: list[str], vocab_size: int, max_length: i
     else:
         raise ValueError(f"tokenizer kind {kind!r} is not allowed; expected one of ['bpe', 'unigram', 'wordpiece']")
     tok.train_from_iterator(corpus, trainer=trainer)
+    if kind == "wordpiece":
+        # the WordPiece trainer assigns ids in a run-dependent order (same tokens, shuffled ids);
+        # renumber canonically so a rebuilt zoo is bit-identical
+        learnt = sorted(set(tok.get_vocab()) - set(SPECIAL_TOKENS), key=lambda t: (t.startswith("##"), len(t), t))
+        vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + learnt)}
+        tok.model = models.WordPiece(vocab=vocab, unk_token="<unk>", continuing_subword_prefix="##")
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>",
                                    padding_side="left", model_max_length=max_length)
 

@@ -61,3 +61,10 @@ def test_parallel_build_equals_inline_build(tmp_path):
     for name in ("A", "B"):
         for p, q in zip(inline[name].model.parameters(), spawned[name].model.parameters()):
             assert torch.equal(p, q)
+
+
+def test_tokenizer_training_is_reproducible(arith_task):
+    """Same corpus, same vocabulary and ids (the WordPiece trainer alone shuffles ids; we renumber)."""
+    for kind, vocab in (("bpe", 48), ("unigram", 40), ("wordpiece", 60)):
+        runs = [train_tokenizer(kind, arith_task.corpus, vocab, 48).get_vocab() for _ in range(3)]
+        assert runs[0] == runs[1] == runs[2], kind
