@@ -61,11 +61,11 @@ def bench_trl(model_dir, tokenizer, problems, steps, out):
                       per_device_train_batch_size=PROMPTS * G, num_generations=G, max_completion_length=LENGTH,
                       loss_type="grpo", beta=0.0, learning_rate=1e-4, max_steps=steps, logging_steps=1000,
                       save_strategy="no", disable_tqdm=True, seed=0, temperature=1.0, lr_scheduler_type="constant",
-                      warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0)
+                      warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, reward_weights=[1.0, 0.0])
     dataset = Dataset.from_list([{"prompt": p.prompt} for p in problems])
     timer = StepTimer()
     trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), processing_class=tokenizer,
-                          reward_funcs=[reward, length], reward_weights=[1.0, 0.0], args=args,
+                          reward_funcs=[reward, length], args=args,
                           train_dataset=dataset, callbacks=[timer])
     trainer.train()
     return timer.times, statistics.mean(lengths)

@@ -34,14 +34,16 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
     (B, T) with 1 up to and including the first EOS, and the sampling log-probs (B, T) (0 where masked).
     min_new_tokens suppresses EOS for the first tokens (benchmarks with a fixed length).
     """
-    batch = prompt_ids.size(0)
-    attention = prompt_mask.clone()
-    out = model(input_ids=prompt_ids, attention_mask=attention, position_ids=positions(attention), use_cache=True,
-                logits_to_keep=1)
+    batch, prompt_len = prompt_ids.shape
+    attention = torch.cat([prompt_mask, torch.ones(batch, max_new_tokens, dtype=prompt_mask.dtype)], dim=1)
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions(prompt_mask),
+                use_cache=True, logits_to_keep=1)
     cache, logits = out.past_key_values, out.logits[:, -1]
-    next_position = attention.sum(-1, keepdim=True)
+    next_position = prompt_mask.sum(-1, keepdim=True)
+    ids = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long)
+    logps = torch.zeros(batch, max_new_tokens)
     alive = torch.ones(batch, dtype=torch.bool)
-    ids, masks, logps = [], [], []
+    length = max_new_tokens
     for t in range(max_new_tokens):
         logits = logits.float()
         if t < min_new_tokens:
@@ -51,20 +53,20 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
             token = log_probs.argmax(-1)
         else:
             token = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
-        token_logp = log_probs.gather(-1, token.unsqueeze(-1)).squeeze(-1)
-        token = torch.where(alive, token, torch.full_like(token, pad_id))
-        ids.append(token)
-        masks.append(alive.clone())
-        logps.append(torch.where(alive, token_logp, torch.zeros_like(token_logp)))
+        ids[:, t] = torch.where(alive, token, pad_id)
+        logps[:, t] = torch.where(alive, log_probs.gather(-1, token.unsqueeze(-1)).squeeze(-1), 0.0)
         alive = alive & (token != eos_id)
         if not alive.any() or t == max_new_tokens - 1:
+            length = t + 1
             break
-        attention = torch.cat([attention, torch.ones(batch, 1, dtype=attention.dtype)], dim=-1)
-        out = model(input_ids=token.unsqueeze(-1), attention_mask=attention, position_ids=next_position,
-                    past_key_values=cache, use_cache=True)
+        out = model(input_ids=token.unsqueeze(-1), attention_mask=attention[:, : prompt_len + t + 1],
+                    position_ids=next_position, past_key_values=cache, use_cache=True)
         cache, logits = out.past_key_values, out.logits[:, -1]
         next_position = next_position + 1
-    return torch.stack(ids, 1), torch.stack(masks, 1).long(), torch.stack(logps, 1)
+    # the mask covers every token up to and including the first EOS
+    ended_before = torch.cumsum((ids[:, :length] == eos_id).long(), dim=1) - (ids[:, :length] == eos_id).long()
+    mask = ended_before == 0
+    return ids[:, :length], mask.long(), logps[:, :length]
 
 
 def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 from hypothesis import given
@@ -55,11 +56,17 @@ def test_parse_integer_never_evaluates(text):
 
 
 @given(st.text(max_size=20))
-def test_verifier_only_accepts_the_exact_integer(text):
+def test_verifier_accepts_only_text_that_is_the_integer(text):
     reward = verify_integer(text, "85")
     assert reward in (0.0, 1.0)
-    assert reward == float(text.strip() in {"85", "085", "0085", "00085"} or
-                           (parse_integer(text) == 85))
+    if reward:
+        assert re.fullmatch(r"\s*0*85\s*", text), text
+
+
+@given(st.integers(min_value=-10**6, max_value=10**6))
+def test_verifier_on_integers(n):
+    assert verify_integer(str(n), "85") == float(n == 85)
+    assert verify_integer(f"{n}+0", "85") == 0.0
 
 
 def test_gsm8k_loader_and_math_verify_reward(tmp_path):
