@@ -27,6 +27,8 @@ from functools import lru_cache
 import numpy as np
 
 BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+# tokens the WordPiece decoder's cleanup glues to the previous word (tokenizers' `cleanup` rules)
+WORDPIECE_GLUED = {".", "?", "!", ",", "'", "n't", "'m", "'s", "'ve", "'re"}
 
 
 class ThlError(ValueError):
@@ -57,6 +59,7 @@ class PieceRules:
     byte_fallback: bool
     wordpiece_prefix: str | None
     metaspace: str | None
+    wordpiece_cleanup: bool = False
 
 
 def _decoder_types(decoder: dict | None) -> list[dict]:
@@ -76,16 +79,17 @@ def _rules_for(spec_json: str) -> PieceRules:
     metaspace = next((d.get("replacement", "▁") for d in decoders if d["type"] == "Metaspace"), None)
     if metaspace is None and any(d["type"] == "Replace" and d.get("content") == " " for d in decoders):
         metaspace = next(d["pattern"]["String"] for d in decoders if d["type"] == "Replace")
-    return PieceRules("ByteLevel" in types, "ByteFallback" in types, wordpiece, metaspace)
+    cleanup = any(d["type"] == "WordPiece" and d.get("cleanup", True) for d in decoders)
+    return PieceRules("ByteLevel" in types, "ByteFallback" in types, wordpiece, metaspace, cleanup)
 
 
 def piece_rules(tokenizer) -> PieceRules:
-    """The byte rules of a fast (tokenizers-backed) tokenizer."""
+    """The byte rules of a fast (tokenizers-backed) tokenizer, read from its decoder alone."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise ThlError(f"{type(tokenizer).__name__} has no tokenizers backend; THL needs a fast tokenizer")
-    spec = json.loads(backend.to_str())
-    return _rules_for(json.dumps({"decoder": spec.get("decoder")}, sort_keys=True))
+    decoder = backend.decoder
+    return _rules_for(json.dumps({"decoder": json.loads(decoder.__getstate__()) if decoder else None}))
 
 
 def token_pieces(tokenizer, ids: list[int]) -> list[bytes]:
@@ -113,8 +117,10 @@ def token_pieces(tokenizer, ids: list[int]) -> list[bytes]:
         elif rules.wordpiece_prefix is not None:
             if token.startswith(rules.wordpiece_prefix):
                 piece = token[len(rules.wordpiece_prefix):].encode()
+            elif first or (rules.wordpiece_cleanup and token in WORDPIECE_GLUED):
+                piece = token.encode()
             else:
-                piece = (token if first else " " + token).encode()
+                piece = (" " + token).encode()
         elif rules.metaspace is not None:
             piece = token.replace(rules.metaspace, " ").encode()
         else:
@@ -199,16 +205,32 @@ class Alignment:
         raise ValueError(f"how={how!r} is not allowed; expected one of ['sum', 'broadcast', 'any', 'all']")
 
 
-def _boundaries(pieces: list[bytes]) -> np.ndarray:
-    """(n + 1,) cumulative byte offsets of the pieces."""
-    return np.concatenate([[0], np.cumsum([len(p) for p in pieces])]).astype(np.int64)
+def _boundary_keys(pieces: list[bytes], radix: int) -> np.ndarray:
+    """(n + 1,) boundary keys: byte offset * radix + zero-byte tokens since the last byte-carrying one.
+
+    Two tokenizations share a boundary when they share a key, so zero-byte tokens (a bare Metaspace
+    '▁', a sampled EOS) align with their counterparts instead of merging with the next token.
+    """
+    keys, offset, run = [0], 0, 0
+    for p in pieces:
+        offset, run = (offset + len(p), 0) if p else (offset, run + 1)
+        keys.append(offset * radix + run)
+    return np.asarray(keys, dtype=np.int64)
 
 
-def _group_tokens(offsets: np.ndarray, cuts: np.ndarray) -> np.ndarray:
-    """Group index of each token: the cut segment containing its start byte (zero-byte tokens at the
-    very end join the last group)."""
-    starts = offsets[:-1]
-    return np.clip(np.searchsorted(cuts, starts, side="right") - 1, 0, max(len(cuts) - 2, 0))
+def _group_tokens(keys: np.ndarray, cuts: np.ndarray, n_groups: int) -> np.ndarray:
+    """Group index of each token: the cut segment containing its start key (trailing zero-byte
+    tokens join the last group)."""
+    return np.clip(np.searchsorted(cuts, keys[:-1], side="right") - 1, 0, max(n_groups - 1, 0))
+
+
+def _utf8(text: str) -> bytes:
+    if not isinstance(text, str):
+        raise ThlError(f"text must be a str, got {type(text).__name__}")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ThlError(f"text is not valid UTF-8: {err}") from None
 
 
 def decode_text(tokenizer, ids: list[int]) -> str:
@@ -225,18 +247,16 @@ def align(text: str | None, src_tokenizer, dst_tokenizer, src_ids: list[int] | N
     Raises ThlError for ids outside the source vocabulary or text that is not valid UTF-8, and, with
     strict=True, when a side cannot reproduce the text byte for byte (else one coarse group).
     """
+    if text is not None:
+        _utf8(text)
     if src_ids is None:
         if text is None:
             raise ThlError("align needs a text or source ids")
         src_ids = src_tokenizer.encode(text, add_special_tokens=False)
     src_ids = [int(i) for i in src_ids]
     src_pieces = token_pieces(src_tokenizer, src_ids)
-    decoded = decode_text(src_tokenizer, src_ids)
-    text = decoded if text is None else text
-    try:
-        text_bytes = text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise ThlError(f"text is not valid UTF-8: {err}") from None
+    text = decode_text(src_tokenizer, src_ids) if text is None else text
+    text_bytes = _utf8(text)
     dst_ids = dst_tokenizer.encode(text, add_special_tokens=False)
     dst_pieces = token_pieces(dst_tokenizer, dst_ids)
     src_fit, dst_fit = _fit_pieces(src_pieces, text_bytes), _fit_pieces(dst_pieces, text_bytes)
@@ -248,19 +268,19 @@ def align(text: str | None, src_tokenizer, dst_tokenizer, src_ids: list[int] | N
         groups = [Group(0, n_src, 0, n_dst, 0, len(text_bytes))] if (n_src or n_dst) else []
         return Alignment(text, src_ids, dst_ids, groups, False, np.zeros(n_src, dtype=np.int64),
                          np.zeros(n_dst, dtype=np.int64))
-    src_off, dst_off = _boundaries(src_fit), _boundaries(dst_fit)
-    cuts = np.intersect1d(src_off, dst_off)  # sorted; holds 0 and the total length
-    if len(text_bytes) == 0:
-        cuts = np.array([0, 0])
-    src_group, dst_group = _group_tokens(src_off, cuts), _group_tokens(dst_off, cuts)
-    n_groups = len(cuts) - 1
+    radix = n_src + n_dst + 1
+    src_keys, dst_keys = _boundary_keys(src_fit, radix), _boundary_keys(dst_fit, radix)
+    cuts = np.intersect1d(src_keys, dst_keys)  # sorted; always holds key 0
+    n_groups = max(len(cuts) - 1, 1)
+    src_group, dst_group = _group_tokens(src_keys, cuts, n_groups), _group_tokens(dst_keys, cuts, n_groups)
+    edges = np.append(cuts, max(src_keys[-1], dst_keys[-1])) // radix  # byte offset of each cut
     groups = []
     for g in range(n_groups):
         s = np.flatnonzero(src_group == g)
         d = np.flatnonzero(dst_group == g)
         groups.append(Group(int(s[0]) if len(s) else 0, int(s[-1]) + 1 if len(s) else 0,
                             int(d[0]) if len(d) else 0, int(d[-1]) + 1 if len(d) else 0,
-                            int(cuts[g]), int(cuts[g + 1])))
+                            int(edges[g]), int(edges[g + 1])))
     if not n_src and not n_dst:
         groups, n_groups = [], 0
     return Alignment(text, src_ids, dst_ids, groups, True, src_group, dst_group)
@@ -320,7 +340,8 @@ def residual(texts: list[str | None], src_tokenizer, dst_tokenizer, src_ids: lis
         if not text_bytes:
             report.empty += 1
         canonical = src_tokenizer.encode(alignment.text, add_special_tokens=False)
-        counts["nc"] += [i for i in alignment.src_ids if i not in src_tokenizer.all_special_ids] != canonical
+        markers = set(src_tokenizer.all_special_ids) - {src_tokenizer.unk_token_id}  # EOS, pad: no text
+        counts["nc"] += [i for i in alignment.src_ids if i not in markers] != canonical
         counts["rt"] += decode_text(dst_tokenizer, alignment.dst_ids) != alignment.text
         counts["inexact"] += not alignment.exact
         for g in alignment.groups:

