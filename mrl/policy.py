@@ -172,3 +172,19 @@ class PolicyWorker:
         loss, grad_norm, n_active, stats = self.update(prompt_ids, prompt_mask, completion_ids, completion_mask,
                                                        advantages)
         return StepResult(rewards, loss, grad_norm, n_active, stats)
+
+
+def sample_records(model, tokenizer, prompts: list[str], generator: torch.Generator, max_new_tokens: int,
+                   temperature: float = 1.0) -> list[dict]:
+    """One sampled completion per prompt as an exchange record: ids (EOS included), text, per-token log-probs."""
+    ids, mask = encode_prompts(tokenizer, prompts)
+    completion_ids, completion_mask, logps = sample_completions(
+        model, ids, mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id, generator=generator, temperature=temperature)
+    records = []
+    for row_ids, row_mask, row_logp in zip(completion_ids.tolist(), completion_mask.tolist(), logps.tolist()):
+        n = sum(row_mask)
+        records.append({"ids": row_ids[:n], "logps": row_logp[:n],
+                        "text": tokenizer.decode(row_ids[:n], skip_special_tokens=True,
+                                                 clean_up_tokenization_spaces=False)})
+    return records

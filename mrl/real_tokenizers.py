@@ -54,6 +54,8 @@ def _convert(name: str, target: Path) -> None:
     else:
         tok = PreTrainedTokenizerFast(tokenizer_file=str(source / "model" / "tokenizer.json"), unk_token="[UNK]",
                                       pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+        tok.backend_tokenizer.no_padding()  # the sentence-embedding file pads and truncates to 128
+        tok.backend_tokenizer.no_truncation()
     (staging / "tokenizer.model").unlink(missing_ok=True)
     tok.save_pretrained(staging)
     staging.rename(target)
@@ -71,3 +73,11 @@ def load_real_tokenizer(name: str, cache: str | Path | None = None) -> PreTraine
     if not target.exists():
         _convert(name, target)
     return PreTrainedTokenizerFast.from_pretrained(target, padding_side="left")
+
+
+def mixed_script_texts() -> list[str]:
+    """A fixed mixed-script sample (Latin with diacritics, CJK, Cyrillic, Greek, Arabic, Devanagari,
+    emoji with ZWJ, combining marks, whitespace runs, tabs, code): each line, and every three lines
+    joined by newlines."""
+    lines = (Path(__file__).parent / "data" / "mixed_script.txt").read_text(encoding="utf-8").splitlines()
+    return lines + ["\n".join(lines[i:i + 3]) for i in range(0, len(lines), 3)]

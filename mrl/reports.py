@@ -70,3 +70,40 @@ def baseline_table(evals: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame({"start": start, "end": end})
     table["change"] = table.end - table.start
     return table.reset_index()
+
+
+def thl_residual_table(tokenizers: dict, corpora: dict[str, dict[str, dict]]) -> pd.DataFrame:
+    """THL residual cost for every ordered pair of tokenizers on every corpus.
+
+    corpora: {corpus name: {source tokenizer name: {"texts": [...], "ids": [[...]] or None,
+    "logps": [[...]] or None, "max_tokens": receiver budget or None}}}; a source missing from a
+    corpus uses the corpus's "*" entry (texts encoded canonically by the source).
+    Returns one row per (corpus, source, receiver).
+    """
+    from mrl.thl import residual
+
+    rows = []
+    for corpus, by_source in corpora.items():
+        for src_name, src in tokenizers.items():
+            batch = by_source.get(src_name, by_source.get("*"))
+            for dst_name, dst in tokenizers.items():
+                report = residual(batch["texts"], src, dst, src_ids=batch.get("ids"), src_logps=batch.get("logps"),
+                                  max_tokens=batch.get("max_tokens"))
+                rows.append({"corpus": corpus, "source": src_name, "receiver": dst_name, **report.as_row()})
+    return pd.DataFrame(rows)
+
+
+def thl_heatmaps(table: pd.DataFrame, metrics=("inexact_rate", "coarseness", "round_trip_failure_rate")):
+    """One heatmap (source x receiver) per corpus and metric."""
+    corpora = list(dict.fromkeys(table.corpus))
+    fig, axes = plt.subplots(len(corpora), len(metrics), figsize=(4.6 * len(metrics), 4.0 * len(corpora)),
+                             squeeze=False)
+    order = list(dict.fromkeys(table.source))
+    for i, corpus in enumerate(corpora):
+        for j, metric in enumerate(metrics):
+            grid = table[table.corpus == corpus].pivot(index="source", columns="receiver", values=metric)
+            sns.heatmap(grid.loc[order, order], annot=True, fmt=".2f", vmin=0, vmax=1, cmap="viridis", cbar=False,
+                        ax=axes[i, j], annot_kws={"size": 7})
+            axes[i, j].set_title(f"{metric} ({corpus})", fontsize=9)
+    fig.tight_layout()
+    return fig

@@ -19,7 +19,7 @@ from pathlib import Path
 from mrl.profiles import PROFILES
 from mrl.results import git_sha, repo_root
 
-NOTEBOOKS = ["00_zoo.ipynb", "10_grpo_baseline.ipynb"]
+NOTEBOOKS = ["00_zoo.ipynb", "10_grpo_baseline.ipynb", "20_thl.ipynb"]
 
 
 def executed_dir(profile: str) -> Path:
@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         record["notebooks"][name] = round(seconds, 1)
         print(f"[mrl.reproduce] {name} done in {seconds:.0f} s", flush=True)
     record["total_seconds"] = round(time.perf_counter() - total, 1)
-    out = repo_root() / "results" / f"reproduce-{args.profile}.json"
+    suffix = "" if args.only is None else "-only-" + "-".join(args.only)
+    out = repo_root() / "results" / f"reproduce-{args.profile}{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2))
     print(f"[mrl.reproduce] {args.profile} finished in {record['total_seconds']:.0f} s; record in {out}")

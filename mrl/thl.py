@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import json
 import re
+import weakref
+from itertools import accumulate
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
+from tokenizers import Tokenizer
 
 BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 # tokens the WordPiece decoder's cleanup glues to the previous word (tokenizers' `cleanup` rules)
@@ -92,39 +95,77 @@ def piece_rules(tokenizer) -> PieceRules:
     return _rules_for(json.dumps({"decoder": json.loads(decoder.__getstate__()) if decoder else None}))
 
 
-def token_pieces(tokenizer, ids: list[int]) -> list[bytes]:
-    """The UTF-8 bytes each token contributes to the decoded text; special tokens contribute none.
+class _TokenizerView:
+    """What THL needs of one tokenizer, computed once: vocabulary size, special ids, byte rules and
+    a cache id -> (bytes, whether a WordPiece word start takes a space when not first)."""
 
-    Raises ThlError for ids outside the vocabulary.
-    """
-    vocab_size = len(tokenizer)
-    bad = [i for i in ids if not isinstance(i, (int, np.integer)) or i < 0 or i >= vocab_size]
-    if bad:
-        raise ThlError(f"token ids {bad[:5]} are outside the vocabulary of size {vocab_size}")
-    rules = piece_rules(tokenizer)
-    special = set(tokenizer.all_special_ids)
-    tokens = tokenizer.convert_ids_to_tokens(list(ids))
-    pieces, first = [], True
-    byte_decoder = _byte_decoder()
-    for i, token in zip(ids, tokens):
-        if i in special or token is None:
-            pieces.append(b"")
-            continue
-        if rules.byte_level and all(c in byte_decoder for c in token):
-            piece = bytes(byte_decoder[c] for c in token)
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.vocab_size = len(tokenizer)
+        self.special = frozenset(tokenizer.all_special_ids)
+        self.rules = piece_rules(tokenizer)
+        self.cache: dict[int, tuple[bytes, bool]] = {}
+        backend = tokenizer.backend_tokenizer
+        if backend.padding is not None or backend.truncation is not None:
+            # encode exactly the text: a private copy without the file's padding/truncation settings
+            backend = Tokenizer.from_str(backend.to_str())
+            backend.no_padding()
+            backend.no_truncation()
+        self.backend = backend
+
+    def piece(self, token_id: int) -> tuple[bytes, bool]:
+        cached = self.cache.get(token_id)
+        if cached is not None:
+            return cached
+        rules, token = self.rules, self.tokenizer.convert_ids_to_tokens(token_id)
+        spaced = False
+        if token_id in self.special or token is None:
+            piece = b""
+        elif rules.byte_level and all(c in _byte_decoder() for c in token):
+            piece = bytes(_byte_decoder()[c] for c in token)
         elif rules.byte_fallback and BYTE_FALLBACK.match(token):
             piece = bytes([int(BYTE_FALLBACK.match(token).group(1), 16)])
         elif rules.wordpiece_prefix is not None:
             if token.startswith(rules.wordpiece_prefix):
                 piece = token[len(rules.wordpiece_prefix):].encode()
-            elif first or (rules.wordpiece_cleanup and token in WORDPIECE_GLUED):
-                piece = token.encode()
             else:
-                piece = (" " + token).encode()
+                piece = token.encode()
+                spaced = not (rules.wordpiece_cleanup and token in WORDPIECE_GLUED)
         elif rules.metaspace is not None:
             piece = token.replace(rules.metaspace, " ").encode()
         else:
             piece = token.encode()
+        self.cache[token_id] = (piece, spaced)
+        return piece, spaced
+
+
+_VIEWS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _view(tokenizer) -> _TokenizerView:
+    view = _VIEWS.get(tokenizer)
+    if view is None:
+        view = _VIEWS[tokenizer] = _TokenizerView(tokenizer)
+    return view
+
+
+def token_pieces(tokenizer, ids: list[int]) -> list[bytes]:
+    """The UTF-8 bytes each token contributes to the decoded text; special tokens contribute none.
+
+    Raises ThlError for ids outside the vocabulary.
+    """
+    view = _view(tokenizer)
+    if ids and (min(ids) < 0 or max(ids) >= view.vocab_size):
+        bad = [i for i in ids if i < 0 or i >= view.vocab_size]
+        raise ThlError(f"token ids {bad[:5]} are outside the vocabulary of size {view.vocab_size}")
+    cache = view.cache
+    entries = [cache[i] if i in cache else view.piece(i) for i in ids]
+    if not view.rules.wordpiece_prefix:
+        return [piece for piece, _ in entries]
+    pieces, first = [], True
+    for piece, spaced in entries:
+        if spaced and not first:
+            piece = b" " + piece
         first = first and not piece
         pieces.append(piece)
     return pieces
@@ -161,7 +202,8 @@ class Alignment:
     text: str
     src_ids: list[int]
     dst_ids: list[int]
-    groups: list[Group]
+    table: np.ndarray = field(repr=False)
+    """(n_groups, 6) int64: src_start, src_end, dst_start, dst_end, byte_start, byte_end per group"""
     exact: bool
     """False when one side's pieces could not reproduce the text: one coarse group holds everything"""
     src_group: np.ndarray = field(repr=False)
@@ -171,7 +213,11 @@ class Alignment:
 
     @property
     def n_groups(self) -> int:
-        return len(self.groups)
+        return len(self.table)
+
+    @cached_property
+    def groups(self) -> list[Group]:
+        return [Group(*map(int, row)) for row in self.table]
 
     def project(self, src_values, how: str = "sum") -> np.ndarray:
         """Map per-source-token values (n_src,) (or a scalar for `broadcast`) to receiver tokens (n_dst,).
@@ -186,42 +232,42 @@ class Alignment:
         values = np.asarray(src_values)
         if values.shape != (len(self.src_ids),):
             raise ValueError(f"src_values must have shape ({len(self.src_ids)},), got {values.shape}")
-        if how == "sum":
-            totals = np.zeros(self.n_groups)
-            np.add.at(totals, self.src_group, values.astype(np.float64))
-            out = np.zeros(n_dst)
-            placed = [k for k, g in enumerate(self.groups) if g.dst_end > g.dst_start]
-            out[[self.groups[k].dst_end - 1 for k in placed]] = totals[placed]
-            return out
-        if how == "broadcast":
-            totals = np.bincount(self.src_group, weights=values.astype(np.float64), minlength=self.n_groups)
-            counts = np.bincount(self.src_group, minlength=self.n_groups)
-            return (totals / np.maximum(counts, 1))[self.dst_group]
+        if how not in ("sum", "broadcast", "any", "all"):
+            raise ValueError(f"how={how!r} is not allowed; expected one of ['sum', 'broadcast', 'any', 'all']")
+        counts = self.table[:, 1] - self.table[:, 0]
         if how in ("any", "all"):
-            flags = values.astype(bool)
-            per_group = np.array([(flags[g.src_start:g.src_end].any() if how == "any"
-                                   else flags[g.src_start:g.src_end].all()) for g in self.groups], dtype=bool)
-            return per_group[self.dst_group] if n_dst else np.zeros(0, dtype=bool)
-        raise ValueError(f"how={how!r} is not allowed; expected one of ['sum', 'broadcast', 'any', 'all']")
+            hits = np.bincount(self.src_group, weights=values.astype(bool), minlength=self.n_groups)
+            per_group = hits > 0 if how == "any" else hits == counts
+            return per_group[self.dst_group]
+        totals = np.bincount(self.src_group, weights=values.astype(np.float64), minlength=self.n_groups)
+        if how == "broadcast":
+            return (totals / np.maximum(counts, 1))[self.dst_group]
+        out = np.zeros(n_dst)
+        placed = self.table[:, 3] > self.table[:, 2]
+        out[self.table[placed, 3] - 1] = totals[placed]
+        return out
 
 
-def _boundary_keys(pieces: list[bytes], radix: int) -> np.ndarray:
-    """(n + 1,) boundary keys: byte offset * radix + zero-byte tokens since the last byte-carrying one.
+def _boundary_keys(pieces: list[bytes], radix: int) -> list[int]:
+    """(n + 1) boundary keys: byte offset * radix + zero-byte tokens since the last byte-carrying one.
 
     Two tokenizations share a boundary when they share a key, so zero-byte tokens (a bare Metaspace
     '▁', a sampled EOS) align with their counterparts instead of merging with the next token.
     """
+    lengths = [len(p) for p in pieces]
+    if all(lengths):
+        return [offset * radix for offset in accumulate(lengths, initial=0)]
     keys, offset, run = [0], 0, 0
-    for p in pieces:
-        offset, run = (offset + len(p), 0) if p else (offset, run + 1)
+    for length in lengths:
+        offset, run = (offset + length, 0) if length else (offset, run + 1)
         keys.append(offset * radix + run)
-    return np.asarray(keys, dtype=np.int64)
+    return keys
 
 
 def _group_tokens(keys: np.ndarray, cuts: np.ndarray, n_groups: int) -> np.ndarray:
-    """Group index of each token: the cut segment containing its start key (trailing zero-byte
-    tokens join the last group)."""
-    return np.clip(np.searchsorted(cuts, keys[:-1], side="right") - 1, 0, max(n_groups - 1, 0))
+    """(n,) group index of each token: the cut segment [cuts[g], cuts[g+1]) holding its start key
+    (trailing zero-byte tokens join the last group)."""
+    return np.minimum(cuts.searchsorted(keys[:-1], "right") - 1, max(n_groups - 1, 0))
 
 
 def _utf8(text: str) -> bytes:
@@ -234,56 +280,102 @@ def _utf8(text: str) -> bytes:
 
 
 def decode_text(tokenizer, ids: list[int]) -> str:
-    """The text of sampled ids, as THL sees it."""
-    return tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    """The text of sampled ids, as THL sees it (special tokens skipped, no clean-up of spaces)."""
+    return _view(tokenizer).backend.decode(list(ids), skip_special_tokens=True)
 
 
-def align(text: str | None, src_tokenizer, dst_tokenizer, src_ids: list[int] | None = None, *,
-          strict: bool = False) -> Alignment:
-    """Align a text's source tokenization with the receiver's by UTF-8 byte spans.
+def _encode(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Receiver (or canonical source) encodings without special tokens, in one batched call."""
+    return [e.ids for e in _view(tokenizer).backend.encode_batch(texts, add_special_tokens=False)]
 
-    text: the completion text (None: decoded from src_ids). src_ids: the sampled source ids (None:
-    the source's canonical encoding of text). The receiver encodes the text without special tokens.
-    Raises ThlError for ids outside the source vocabulary or text that is not valid UTF-8, and, with
-    strict=True, when a side cannot reproduce the text byte for byte (else one coarse group).
-    """
-    if text is not None:
-        _utf8(text)
-    if src_ids is None:
-        if text is None:
-            raise ThlError("align needs a text or source ids")
-        src_ids = src_tokenizer.encode(text, add_special_tokens=False)
-    src_ids = [int(i) for i in src_ids]
-    src_pieces = token_pieces(src_tokenizer, src_ids)
-    text = decode_text(src_tokenizer, src_ids) if text is None else text
+
+def _align_encoded(text: str, src_ids: list[int], src_pieces: list[bytes], dst_ids: list[int], dst_tokenizer,
+                   strict: bool) -> Alignment:
+    """Group two encodings of one text by common byte boundaries (see `align`)."""
     text_bytes = _utf8(text)
-    dst_ids = dst_tokenizer.encode(text, add_special_tokens=False)
-    dst_pieces = token_pieces(dst_tokenizer, dst_ids)
-    src_fit, dst_fit = _fit_pieces(src_pieces, text_bytes), _fit_pieces(dst_pieces, text_bytes)
+    src_fit = _fit_pieces(src_pieces, text_bytes)
+    dst_fit = _fit_pieces(token_pieces(dst_tokenizer, dst_ids), text_bytes)
     n_src, n_dst = len(src_ids), len(dst_ids)
     if src_fit is None or dst_fit is None:
         if strict:
             side = "source" if src_fit is None else "receiver"
             raise ThlError(f"the {side} tokenization does not reproduce the text byte for byte: {text[:60]!r}")
-        groups = [Group(0, n_src, 0, n_dst, 0, len(text_bytes))] if (n_src or n_dst) else []
-        return Alignment(text, src_ids, dst_ids, groups, False, np.zeros(n_src, dtype=np.int64),
+        table = np.array([[0, n_src, 0, n_dst, 0, len(text_bytes)]] if (n_src or n_dst) else [], dtype=np.int64)
+        return Alignment(text, src_ids, dst_ids, table.reshape(-1, 6), False, np.zeros(n_src, dtype=np.int64),
                          np.zeros(n_dst, dtype=np.int64))
     radix = n_src + n_dst + 1
-    src_keys, dst_keys = _boundary_keys(src_fit, radix), _boundary_keys(dst_fit, radix)
-    cuts = np.intersect1d(src_keys, dst_keys)  # sorted; always holds key 0
-    n_groups = max(len(cuts) - 1, 1)
+    src_keys = np.array(_boundary_keys(src_fit, radix), dtype=np.int64)  # strictly increasing
+    dst_keys = np.array(_boundary_keys(dst_fit, radix), dtype=np.int64)
+    cuts = np.intersect1d(src_keys, dst_keys, assume_unique=True)  # always holds key 0
+    n_groups = max(len(cuts) - 1, 1) if (n_src or n_dst) else 0
     src_group, dst_group = _group_tokens(src_keys, cuts, n_groups), _group_tokens(dst_keys, cuts, n_groups)
-    edges = np.append(cuts, max(src_keys[-1], dst_keys[-1])) // radix  # byte offset of each cut
-    groups = []
-    for g in range(n_groups):
-        s = np.flatnonzero(src_group == g)
-        d = np.flatnonzero(dst_group == g)
-        groups.append(Group(int(s[0]) if len(s) else 0, int(s[-1]) + 1 if len(s) else 0,
-                            int(d[0]) if len(d) else 0, int(d[-1]) + 1 if len(d) else 0,
-                            int(edges[g]), int(edges[g + 1])))
-    if not n_src and not n_dst:
-        groups, n_groups = [], 0
-    return Alignment(text, src_ids, dst_ids, groups, True, src_group, dst_group)
+    edges = np.append(cuts[:n_groups], max(src_keys[-1], dst_keys[-1])) // radix  # byte offset of each cut
+    index = np.arange(n_groups)
+    table = np.stack([src_group.searchsorted(index, "left"), src_group.searchsorted(index, "right"),
+                      dst_group.searchsorted(index, "left"), dst_group.searchsorted(index, "right"),
+                      edges[:-1], edges[1:]], axis=1)
+    return Alignment(text, src_ids, dst_ids, table, True, src_group, dst_group)
+
+
+def align_batch(texts: list[str | None], src_tokenizer, dst_tokenizer, src_ids: list | None = None, *,
+                strict: bool = False, carry_eos: bool = True) -> list[Alignment | ThlError]:
+    """`align` over a batch with batched encoding; a sequence that cannot be aligned yields its
+    ThlError in place of an Alignment (the batch goes on)."""
+    n = len(texts)
+    src_ids = [None] * n if src_ids is None else list(src_ids)
+    prepared: list = [None] * n
+    for k in range(n):
+        try:
+            prepared[k] = _prepare(texts[k], src_ids[k], src_tokenizer)
+        except ThlError as err:
+            prepared[k] = err
+    valid = [k for k in range(n) if not isinstance(prepared[k], ThlError)]
+    dst_eos = dst_tokenizer.eos_token_id
+    dst_encodings = _encode(dst_tokenizer, [prepared[k][0] for k in valid])
+    results: list = list(prepared)
+    src_eos = src_tokenizer.eos_token_id
+    for k, dst_ids in zip(valid, dst_encodings):
+        text, ids, pieces = prepared[k]
+        if carry_eos and ids and ids[-1] == src_eos and dst_eos is not None:
+            dst_ids = dst_ids + [dst_eos]
+        try:
+            results[k] = _align_encoded(text, ids, pieces, dst_ids, dst_tokenizer, strict)
+        except ThlError as err:
+            if strict:
+                raise
+            results[k] = err
+    return results
+
+
+def _prepare(text: str | None, src_ids, src_tokenizer) -> tuple[str, list[int], list[bytes]]:
+    """(text, source ids, their byte pieces) of one sequence: the text decoded from the ids, or the
+    ids encoded from the text; raises ThlError for ids outside the vocabulary or invalid UTF-8."""
+    if text is not None:
+        _utf8(text)
+    if src_ids is None:
+        if text is None:
+            raise ThlError("align needs a text or source ids")
+        src_ids = _encode(src_tokenizer, [text])[0]
+    src_ids = [int(i) for i in src_ids]
+    pieces = token_pieces(src_tokenizer, src_ids)  # also validates the ids against the source vocabulary
+    return (decode_text(src_tokenizer, src_ids) if text is None else text), src_ids, pieces
+
+
+def align(text: str | None, src_tokenizer, dst_tokenizer, src_ids: list[int] | None = None, *,
+          strict: bool = False, carry_eos: bool = True) -> Alignment:
+    """Align a text's source tokenization with the receiver's by UTF-8 byte spans.
+
+    text: the completion text (None: decoded from src_ids). src_ids: the sampled source ids (None:
+    the source's canonical encoding of text). The receiver encodes the text without special tokens
+    and, when the source ids end with the source's EOS and carry_eos, ends with its own EOS (the two
+    EOS tokens then form their own 1:1 group).
+    Raises ThlError for ids outside the source vocabulary or text that is not valid UTF-8, and, with
+    strict=True, when a side cannot reproduce the text byte for byte (else one coarse group).
+    """
+    result = align_batch([text], src_tokenizer, dst_tokenizer, [src_ids], strict=strict, carry_eos=carry_eos)[0]
+    if isinstance(result, ThlError):
+        raise result
+    return result
 
 
 @dataclass

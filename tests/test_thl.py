@@ -137,19 +137,30 @@ def test_bad_input_is_a_typed_error_and_counted(tokenizers):
 
 def test_empty_completion_gives_no_groups(tokenizers):
     eos = tokenizers["bpe"].eos_token_id
-    alignment = align(None, tokenizers["bpe"], tokenizers["unigram"], src_ids=[eos])
+    alignment = align(None, tokenizers["bpe"], tokenizers["unigram"], src_ids=[eos], carry_eos=False)
     assert alignment.text == "" and alignment.dst_ids == []
     assert alignment.project(np.array([-0.5]), "sum").shape == (0,)
+    assert align(None, tokenizers["bpe"], tokenizers["unigram"], src_ids=[eos]).dst_ids == [eos]
     assert residual([None], tokenizers["bpe"], tokenizers["unigram"], src_ids=[[eos]]).empty == 1
 
 
-def test_special_tokens_carry_their_value_into_the_last_group(tokenizers):
-    """A sampled EOS has no bytes; its log-prob joins the last group, so the sequence total survives."""
-    src = tokenizers["bpe"]
+def test_eos_maps_to_the_receivers_eos(tokenizers):
+    """A sampled EOS has no bytes: it aligns 1:1 with the receiver's EOS, and carries its log-prob there."""
+    src, dst = tokenizers["bpe"], tokenizers["wordpiece"]
     ids = src.encode("85", add_special_tokens=False) + [src.eos_token_id]
-    alignment = align(None, src, tokenizers["wordpiece"], src_ids=ids)
+    alignment = align(None, src, dst, src_ids=ids)
+    assert alignment.dst_ids[-1] == dst.eos_token_id
+    last = alignment.groups[-1]
+    assert (last.src_end - last.src_start, last.dst_end - last.dst_start) == (1, 1)
     values = dyadic(len(ids), 3)
-    assert alignment.project(values, "sum").sum() == values.sum()
+    projected = alignment.project(values, "sum")
+    assert projected.sum() == values.sum() and projected[-1] == values[-1]
+    # without carry_eos the EOS value joins the last text group: the total still survives
+    plain = align(None, src, dst, src_ids=ids, carry_eos=False)
+    assert dst.eos_token_id not in plain.dst_ids and plain.project(values, "sum").sum() == values.sum()
+    # a tokenizer aligned with its own sampled ids (EOS included) is 1:1 everywhere
+    self_alignment = align(None, src, src, src_ids=ids)
+    assert self_alignment.dst_ids == ids and all(g.src_end - g.src_start == 1 for g in self_alignment.groups)
 
 
 @pytest.mark.parametrize("src,dst", [("bpe", "unigram"), ("cl100k", "bert-wordpiece"), ("mistral-sp", "cl100k"),
