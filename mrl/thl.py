@@ -421,26 +421,23 @@ def residual(texts: list[str | None], src_tokenizer, dst_tokenizer, src_ids: lis
     report = ThlReport(n=n)
     counts = dict(rt=0, nc=0, inexact=0, coarse=0, dst_tokens=0, g=0, gs=0, gd=0, lost=0, bytes=0)
     gaps = []
-    for k, text in enumerate(texts):
-        ids = None if src_ids is None else src_ids[k]
-        try:
-            alignment = align(text, src_tokenizer, dst_tokenizer, ids)
-        except ThlError:
-            report.invalid += 1
-            continue
+    alignments = align_batch(texts, src_tokenizer, dst_tokenizer, src_ids)
+    valid = [(k, a) for k, a in enumerate(alignments) if not isinstance(a, ThlError)]
+    report.invalid = n - len(valid)
+    canonical_ids = _encode(src_tokenizer, [a.text for _, a in valid])
+    markers = set(src_tokenizer.all_special_ids) - {src_tokenizer.unk_token_id}  # EOS, pad: no text
+    for (k, alignment), canonical in zip(valid, canonical_ids):
         text_bytes = alignment.text.encode()
         if not text_bytes:
             report.empty += 1
-        canonical = src_tokenizer.encode(alignment.text, add_special_tokens=False)
-        markers = set(src_tokenizer.all_special_ids) - {src_tokenizer.unk_token_id}  # EOS, pad: no text
         counts["nc"] += [i for i in alignment.src_ids if i not in markers] != canonical
         counts["rt"] += decode_text(dst_tokenizer, alignment.dst_ids) != alignment.text
         counts["inexact"] += not alignment.exact
-        for g in alignment.groups:
-            size_src, size_dst = g.src_end - g.src_start, g.dst_end - g.dst_start
-            counts["coarse"] += size_dst if (size_src, size_dst) != (1, 1) else 0
-            counts["gs"] += size_src
-            counts["gd"] += size_dst
+        size_src = alignment.table[:, 1] - alignment.table[:, 0]
+        size_dst = alignment.table[:, 3] - alignment.table[:, 2]
+        counts["coarse"] += int(size_dst[(size_src != 1) | (size_dst != 1)].sum())
+        counts["gs"] += int(size_src.sum())
+        counts["gd"] += int(size_dst.sum())
         counts["g"] += alignment.n_groups
         counts["dst_tokens"] += len(alignment.dst_ids)
         counts["bytes"] += len(text_bytes)
@@ -450,11 +447,10 @@ def residual(texts: list[str | None], src_tokenizer, dst_tokenizer, src_ids: lis
         if src_logps is not None and alignment.dst_ids and alignment.src_ids:
             total = float(np.sum(src_logps[k]))
             gaps.append(abs(total * (1 / len(alignment.dst_ids) - 1 / len(alignment.src_ids))))
-    valid = n - report.invalid
     if valid:
-        report.round_trip_failure_rate = counts["rt"] / valid
-        report.non_canonical_rate = counts["nc"] / valid
-        report.inexact_rate = counts["inexact"] / valid
+        report.round_trip_failure_rate = counts["rt"] / len(valid)
+        report.non_canonical_rate = counts["nc"] / len(valid)
+        report.inexact_rate = counts["inexact"] / len(valid)
     if counts["dst_tokens"]:
         report.coarseness = counts["coarse"] / counts["dst_tokens"]
     if counts["g"]:
