@@ -12,9 +12,9 @@ KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3", "languag
           "language_info": {"name": "python"}}
 
 
-def notebook(cells):
+def notebook(cells, stem):
     nb = new_notebook(metadata=KERNEL)
-    for kind, source in cells:
+    for index, (kind, source) in enumerate(cells):
         if kind == "md":
             nb.cells.append(new_markdown_cell(source.strip()))
         else:
@@ -22,6 +22,7 @@ def notebook(cells):
             if kind == "parameters":
                 cell.metadata["tags"] = ["parameters"]
             nb.cells.append(cell)
+        nb.cells[-1].id = f"{stem}-{index:02d}"  # stable ids keep diffs of executed copies small
     return nb
 
 
@@ -249,5 +250,5 @@ print(summary.round(2).to_string())
 if __name__ == "__main__":
     folder = Path(__file__).resolve().parents[1] / "notebooks"
     for name, cells in (("00_zoo.ipynb", ZOO), ("10_grpo_baseline.ipynb", BASELINE), ("20_thl.ipynb", THL)):
-        nbformat.write(notebook(cells), folder / name)
+        nbformat.write(notebook(cells, name.split("_")[0]), folder / name)
         print("wrote", folder / name)
