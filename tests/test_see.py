@@ -1,0 +1,159 @@
+"""SEE: valid records pass, every kind of malformed record is rejected with InvalidExperience and
+counted, staleness is enforced, a forged success never reaches the receiver, logs replay."""
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mrl.see import Exchange, GroupStats, InvalidExperience, Limits, PolicySpec, Rollout, Success, replay
+
+POLICIES = {"A": PolicySpec(vocab_size=48, tokenizer_id="A:bpe"), "B": PolicySpec(vocab_size=17, tokenizer_id="B:unigram")}
+
+
+def rollout(**overrides):
+    values = dict(run_id="r0", policy_id="A", version=3, prompt_id="train/S1/37/48", prompt="37+48=", completion="85",
+                  token_ids=[12, 9, 1], logps=[-0.1, -0.2, -0.05], reward=1.0, finish_reason="eos",
+                  tokenizer_id="A:bpe")
+    return Rollout(**{**values, **overrides})
+
+
+def stats(**overrides):
+    values = dict(policy_id="B", version=3, prompt_id="train/S1/37/48", n=8, reward_sum=2.0, reward_sq_sum=2.0,
+                  capability=0.25)
+    return GroupStats(**{**values, **overrides})
+
+
+def exchange():
+    ex = Exchange(POLICIES)
+    ex.advance(5)
+    return ex
+
+
+def test_valid_records_are_stored_and_collected_by_peers_only():
+    ex = exchange()
+    ex.publish(rollout())
+    ex.publish(stats())
+    ex.publish(Success("A", 4, "train/S1/37/48", "85", "arith"))
+    assert ex.counters["accepted/rollout"] == 1 and ex.counters["rejected"] == 0
+    assert ex.collect("B", "rollout", ["train/S1/37/48"])["train/S1/37/48"] == [rollout()]
+    assert ex.collect("A", "rollout", ["train/S1/37/48"])["train/S1/37/48"] == []  # own records excluded
+    assert ex.collect("A", "group_stats", ["train/S1/37/48"])["train/S1/37/48"][0].mean == 0.25
+
+
+BAD_ROLLOUTS = {
+    "non_finite": [dict(reward=math.nan), dict(reward=math.inf), dict(logps=[-0.1, math.nan, -0.1])],
+    "range": [dict(reward=2.0), dict(reward=-0.5), dict(logps=[-0.1, 0.3, -0.1]), dict(finish_reason="stop"),
+              dict(version=-1)],
+    "type": [dict(reward="1"), dict(version=3.0), dict(token_ids="12 9 1"), dict(completion=85), dict(reward=True),
+             dict(logps=[-0.1, "x", -0.1]), dict(policy_id=None)],
+    "utf8": [dict(completion="8\ud8005")],
+    "length": [dict(completion="9" * 5000), dict(token_ids=[3] * 2000, logps=[-0.1] * 2000)],
+    "unknown_policy": [dict(policy_id="Z")],
+    "out_of_vocab": [dict(token_ids=[12, 48, 1]), dict(token_ids=[-1, 9, 1]), dict(token_ids=[12, 9.0, 1])],
+    "future_version": [dict(version=6)],
+    "tokenizer": [dict(tokenizer_id="B:unigram")],
+    "shape": [dict(logps=[-0.1])],
+}
+
+
+@pytest.mark.parametrize("reason,overrides", [(r, o) for r, cases in BAD_ROLLOUTS.items() for o in cases])
+def test_malformed_rollouts_are_rejected_and_counted(reason, overrides):
+    ex = exchange()
+    with pytest.raises(InvalidExperience) as err:
+        ex.publish(rollout(**overrides))
+    assert err.value.reason == reason, str(err.value)
+    assert ex.counters[f"rejected/{reason}"] == 1 and ex.counters["rejected"] == 1
+    assert ex.collect("B", "rollout", ["train/S1/37/48"])["train/S1/37/48"] == []
+    ex.publish(rollout())  # the exchange goes on
+    assert ex.counters["accepted/rollout"] == 1
+
+
+@pytest.mark.parametrize("overrides", [dict(n=0), dict(reward_sum=9.0), dict(reward_sq_sum=-1.0),
+                                       dict(reward_sum=4.0, reward_sq_sum=1.0), dict(capability=1.5),
+                                       dict(capability=math.nan), dict(reward_sum=math.inf), dict(n=8.0)])
+def test_malformed_group_stats_are_rejected(overrides):
+    ex = exchange()
+    with pytest.raises(InvalidExperience):
+        ex.publish(stats(**overrides))
+    assert ex.counters["rejected"] == 1
+
+
+def test_error_message_names_the_field():
+    with pytest.raises(InvalidExperience, match=r"Rollout.reward = nan is not finite"):
+        exchange().publish(rollout(reward=math.nan))
+    with pytest.raises(InvalidExperience, match=r"policy_id = 'Z' is not registered; known: \['A', 'B'\]"):
+        exchange().publish(rollout(policy_id="Z"))
+
+
+field_values = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
+                         st.text(max_size=30), st.lists(st.integers(-100, 200), max_size=8),
+                         st.lists(st.floats(allow_nan=True), max_size=8))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(field=st.sampled_from(["run_id", "policy_id", "version", "prompt_id", "prompt", "completion", "token_ids",
+                              "logps", "reward", "finish_reason", "tokenizer_id"]), value=field_values)
+def test_fuzzed_rollouts_never_crash_and_never_store_bad_records(field, value):
+    """Any single corrupted field: either the record is still valid, or publish rejects it with a counted reason."""
+    ex = exchange()
+    record = rollout(**{field: value})
+    try:
+        ex.publish(record)
+    except InvalidExperience:
+        assert ex.counters["rejected"] == 1
+        assert ex.collect("B", "rollout", [record.prompt_id if isinstance(record.prompt_id, str) else ""]) \
+            .get(record.prompt_id if isinstance(record.prompt_id, str) else "", []) == []
+        return
+    # accepted: it must really be well-formed
+    assert record.policy_id in POLICIES and 0 <= record.version <= ex.clock
+    assert all(isinstance(i, int) and 0 <= i < 48 for i in record.token_ids)
+    assert all(math.isfinite(v) and v <= 0 for v in record.logps) and len(record.logps) == len(record.token_ids)
+    assert math.isfinite(record.reward) and 0 <= record.reward <= 1
+
+
+def test_staleness_bound_drops_and_counts():
+    ex = Exchange(POLICIES)
+    ex.publish(rollout(version=0))
+    ex.advance(3)
+    ex.publish(rollout(version=3, completion="86", reward=0.0))
+    fresh = ex.collect("B", "rollout", ["train/S1/37/48"], max_staleness=2)["train/S1/37/48"]
+    assert [r.version for r in fresh] == [3] and ex.counters["stale/rollout"] == 1
+    assert len(ex.collect("B", "rollout", ["train/S1/37/48"], max_staleness=3)["train/S1/37/48"]) == 2
+    with pytest.raises(ValueError, match="cannot go back"):
+        ex.advance(2)
+
+
+def test_forged_success_is_re_verified_away():
+    ex = exchange()
+    ex.publish(Success("A", 5, "train/S1/37/48", "85", "arith"))
+    ex.publish(Success("A", 5, "train/S1/37/48", "86", "arith"))  # well-formed but wrong: a forgery
+    verify = lambda success: success.completion == "85"  # noqa: E731  (the receiver's own verifier)
+    kept = ex.collect("B", "success", ["train/S1/37/48"], verify=verify)["train/S1/37/48"]
+    assert [s.completion for s in kept] == ["85"] and ex.counters["forged"] == 1
+    with pytest.raises(ValueError, match="verifier"):
+        ex.collect("B", "success", ["train/S1/37/48"])
+
+
+def test_parquet_log_replays_every_accepted_record(tmp_path):
+    ex = Exchange(POLICIES, log_dir=tmp_path)
+    ex.publish(rollout(version=0))
+    ex.publish(stats(version=0))
+    ex.publish_many([rollout(version=0, reward=math.nan)])  # rejected, not logged
+    ex.flush(0)
+    ex.advance(1)
+    ex.publish(Success("B", 1, "p1", "7", "arith"))
+    ex.flush(1)
+    replayed = list(replay(tmp_path))
+    assert [(step, type(r).__name__) for step, r in replayed] == [(0, "GroupStats"), (0, "Rollout"), (1, "Success")]
+    assert replayed[1][1] == rollout(version=0) and replayed[0][1] == stats(version=0)
+
+
+def test_state_dict_round_trip():
+    ex = exchange()
+    ex.publish(rollout())
+    ex.publish_many([rollout(reward=math.inf)])
+    restored = Exchange(POLICIES)
+    restored.load_state_dict(ex.state_dict())
+    assert restored.clock == 5 and restored.counters == ex.counters
+    assert restored.collect("B", "rollout", ["train/S1/37/48"]) == ex.collect("B", "rollout", ["train/S1/37/48"])
