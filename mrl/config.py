@@ -232,6 +232,36 @@ class GrpoConfig:
         _require(self.beta >= 0, c, "beta", self.beta, "a number >= 0")
 
 
+BACKENDS = ("inline", "process", "ray")
+FAILURE_POLICIES = ("fail", "continue")
+
+
+@dataclass
+class ConcurrentConfig:
+    backend: str = "inline"
+    """MWRA backend: inline (deterministic), process (one process per policy), ray"""
+    probe: str = "none"
+    """sharing probe by name (none: independent policies that still publish their experience)"""
+    step_timeout: float = 600.0
+    """seconds a worker may take for one phase before it is declared failed"""
+    failure_policy: str = "fail"
+    """on a failed worker: fail (raise, keeping the last complete checkpoint) or continue without it"""
+    checkpoint_every: int = 0
+    """write a checkpoint every this many steps (0: never)"""
+    max_staleness: int = 0
+    """peer experience older than this many steps is dropped by SEE"""
+
+    def __post_init__(self):
+        c = "ConcurrentConfig"
+        _choice(c, "backend", self.backend, BACKENDS)
+        _choice(c, "probe", self.probe, ("none",))
+        _choice(c, "failure_policy", self.failure_policy, FAILURE_POLICIES)
+        _positive(c, "step_timeout", self.step_timeout)
+        for name in ("checkpoint_every", "max_staleness"):
+            _require(isinstance(getattr(self, name), int) and getattr(self, name) >= 0, c, name,
+                     getattr(self, name), "an integer >= 0")
+
+
 @dataclass
 class RunConfig:
     task: TaskConfig = field(default_factory=TaskConfig)

@@ -1,15 +1,11 @@
-"""Training loops over zoo policies. For now: independent GRPO on each policy, inline.
+"""Training loops over zoo policies: independent GRPO (`train_grpo`, `train_grpo_zoo`).
 
-Seeding (nanochat style): the prompts of step s come from Random(f"{seed}/{s}"), shared by all
-policies; the sampling generator of policy n at step s is seeded from (seed, step, n), so a
-resumed run draws the same samples and one policy's draws never depend on another's.
+Seeds come from `mrl.seeding`: prompts per step shared by all policies, sampling per (step, policy).
 """
 from __future__ import annotations
 
 import copy
-import hashlib
 import multiprocessing
-import random
 import time
 
 import torch
@@ -18,23 +14,9 @@ from tqdm.auto import tqdm
 from mrl.config import GrpoConfig
 from mrl.evaluation import skill_accuracy
 from mrl.policy import PolicyWorker
+from mrl.seeding import step_generator, step_prompts
 from mrl.tasks import make_task
 from mrl.zoo import load_policy
-
-
-def derived_seed(*parts) -> int:
-    """A 63-bit seed from any parts, stable across runs and platforms."""
-    return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:8], "little") >> 1
-
-
-def step_prompts(task, seed: int, step: int, n: int):
-    """The RL prompts of one step (the same for every policy)."""
-    return task.rl_prompts(random.Random(derived_seed("prompts", seed, step)), n)
-
-
-def step_generator(seed: int, step: int, policy: str) -> torch.Generator:
-    """The sampling generator of one policy at one step."""
-    return torch.Generator().manual_seed(derived_seed("sample", seed, step, policy))
 
 
 def train_grpo(policy, task, cfg: GrpoConfig, progress: bool = True) -> tuple[list[dict], list[dict]]:

@@ -1,0 +1,153 @@
+"""Concurrent training of n policies on one MWRA backend, sharing experience through SEE.
+
+Each step: the exchange clock advances; every worker samples and scores the step's prompts
+(`rollout`, a barrier); their records are published (malformed ones are rejected and counted);
+the probe collects what each learner may use; every worker updates (`update`, a barrier).
+Greedy evaluation every `eval_every` steps. Checkpoints every `checkpoint_every` steps hold every
+policy's weights and optimizer state, the exchange (clock, counters, records) and all metrics so
+far, written atomically (a temporary folder renamed into place); `resume=True` continues from
+the latest complete one and ends with the metrics of an uninterrupted run.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from mrl.actor import PolicyActor
+from mrl.config import ConcurrentConfig, GrpoConfig, TaskConfig
+from mrl.mwra import WorkerFailed, WorkerSpec, make_backend
+from mrl.see import Exchange, PolicySpec
+from mrl.seeding import step_prompts
+from mrl.tasks import make_task
+
+STEP_DIR = "step-{:06d}"
+
+
+@dataclass
+class RunRecord:
+    """Everything a concurrent run produced."""
+
+    steps: list = field(default_factory=list)
+    evals: list = field(default_factory=list)
+    events: list = field(default_factory=list)
+    timeline: list = field(default_factory=list)
+    counters: dict = field(default_factory=dict)
+    workers: list = field(default_factory=list)
+
+
+def latest_checkpoint(folder: str | Path) -> Path | None:
+    """The newest complete checkpoint folder (a half-written one is never named step-*)."""
+    done = sorted(p for p in Path(folder).glob("step-*") if (p / "state.pt").exists())
+    return done[-1] if done else None
+
+
+def save_checkpoint(folder: str | Path, step: int, backend, exchange: Exchange, record: RunRecord) -> Path:
+    states, failures = backend.call({w: ("state_dict", ()) for w in backend.workers})
+    if failures:
+        name, reason = next(iter(failures.items()))
+        raise WorkerFailed(name, f"while checkpointing: {reason}")
+    target = Path(folder) / STEP_DIR.format(step)
+    staging = Path(folder) / (STEP_DIR.format(step) + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    torch.save({"step": step, "workers": states, "exchange": exchange.state_dict(),
+                "record": {k: v for k, v in record.__dict__.items() if k != "timeline"}}, staging / "state.pt")
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(staging, target)
+    return target
+
+
+def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg: GrpoConfig,
+                   cfg: ConcurrentConfig, checkpoint_dir: str | Path | None = None, resume: bool = False,
+                   threads: int = 1, progress: bool = True, run_id: str = "run",
+                   actor_cls: type = PolicyActor) -> RunRecord:
+    """Train the policies at `policy_paths` ({name: zoo folder}) together for grpo_cfg.steps steps.
+
+    actor_cls: the worker class (a PolicyActor subclass, e.g. one that injects faults in tests).
+    """
+    if len(policy_paths) < 2:
+        raise ValueError(f"a concurrent run needs at least 2 policies, got {list(policy_paths)}")
+    if cfg.checkpoint_every and checkpoint_dir is None:
+        raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
+    task = make_task(task_cfg)
+    specs = [WorkerSpec(name, actor_cls, (name, str(path), task_cfg, grpo_cfg, threads, run_id))
+             for name, path in policy_paths.items()]
+    backend = make_backend(cfg.backend, specs)
+    record, first_step = RunRecord(workers=list(policy_paths)), 1
+    policies = backend.call({w: ("policy_spec", ()) for w in backend.workers})[0]
+    exchange = Exchange({name: PolicySpec(**spec) for name, spec in policies.items()})
+    try:
+        checkpoint = latest_checkpoint(checkpoint_dir) if (resume and checkpoint_dir) else None
+        if checkpoint is not None:
+            state = torch.load(checkpoint / "state.pt", weights_only=False)
+            for name in list(backend.workers):
+                if name not in state["workers"]:
+                    backend.drop(name)  # it had been dropped before the checkpoint
+            _, failures = backend.call({w: ("load_state_dict", (state["workers"][w],)) for w in backend.workers})
+            _raise_first(failures)
+            exchange.load_state_dict(state["exchange"])
+            record = RunRecord(**state["record"])
+            first_step = state["step"] + 1
+            record.events.append({"step": state["step"], "event": f"resumed from {checkpoint.name}"})
+        if first_step == 1:
+            _evaluate(backend, 0, record, grpo_cfg, cfg)
+        for step in tqdm(range(first_step, grpo_cfg.steps + 1), desc=f"{cfg.backend} x{len(specs)}",
+                         disable=not progress, mininterval=5):
+            exchange.advance(step)
+            problems = step_prompts(task, grpo_cfg.seed, step, grpo_cfg.prompts_per_step)
+            rollouts = _phase(backend, {w: ("rollout", (step, problems)) for w in backend.workers}, step, record,
+                              cfg)
+            for name in sorted(rollouts):  # a fixed order, whatever order the workers answered in
+                exchange.publish_many(rollouts[name]["records"])
+            updates = _phase(backend, {w: ("update", (step, None)) for w in sorted(rollouts)}, step, record, cfg)
+            for name in sorted(updates):
+                result = updates[name]
+                record.steps.append({"policy": name, "step": step, "reward": rollouts[name]["reward"],
+                                     "loss": result["loss"], "grad_norm": result["grad_norm"],
+                                     "active_sequences": result["active_sequences"],
+                                     "rollout_seconds": rollouts[name]["seconds"],
+                                     "update_seconds": result["seconds"]})
+            if cfg.max_staleness is not None:
+                exchange.drop_older_than(step - cfg.max_staleness)
+            if step % grpo_cfg.eval_every == 0 or step == grpo_cfg.steps:
+                _evaluate(backend, step, record, grpo_cfg, cfg)
+            record.counters = dict(exchange.counters)
+            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                save_checkpoint(checkpoint_dir, step, backend, exchange, record)
+        record.counters = dict(exchange.counters)
+        return record
+    finally:
+        record.timeline = list(backend.timeline)
+        backend.close()
+
+
+def _raise_first(failures: dict) -> None:
+    if failures:
+        name, reason = next(iter(failures.items()))
+        raise WorkerFailed(name, reason)
+
+
+def _phase(backend, calls: dict, step: int, record: RunRecord, cfg: ConcurrentConfig) -> dict:
+    """One barrier: results of the workers that answered; failures handled by the failure policy."""
+    results, failures = backend.call(calls, timeout=cfg.step_timeout)
+    if failures:
+        if cfg.failure_policy == "fail":
+            _raise_first(failures)
+        for name, reason in failures.items():
+            backend.drop(name)
+            record.events.append({"step": step, "event": f"dropped {name}: {reason.splitlines()[0]}"})
+        if not backend.workers:
+            raise WorkerFailed(next(iter(failures)), "no worker is left")
+    return results
+
+
+def _evaluate(backend, step: int, record: RunRecord, grpo_cfg: GrpoConfig, cfg: ConcurrentConfig) -> None:
+    results = _phase(backend, {w: ("evaluate", (step,)) for w in backend.workers}, step, record, cfg)
+    rollouts = step * grpo_cfg.prompts_per_step * grpo_cfg.group_size
+    for name in sorted(results):
+        record.evals += [{**row, "rollouts": rollouts} for row in results[name]]

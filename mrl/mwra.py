@@ -1,0 +1,223 @@
+"""MWRA, Multi-Worker Resource Allocation (SPEC section 7): one worker per policy, one API, three backends.
+
+- `inline`: actors in this process, called one after another (deterministic: tests, nbval).
+- `process`: one spawned OS process per actor, commands over a pipe (the fast CPU default).
+- `ray`: one Ray actor per policy with num_cpus / num_gpus (local `ray.init` or a cluster address).
+
+`Backend.call({worker: (method, args)}, timeout)` runs one phase on every worker and returns
+({worker: result}, {worker: failure reason}). It is a barrier with a deadline: a worker that dies
+(its process sentinel fires, or Ray reports the actor lost), raises, or misses the deadline is
+reported by name, so no call can hang. The runner's failure policy decides what follows (`fail`:
+raise `WorkerFailed`, the last complete checkpoint stays on disk; `continue`: `drop` the worker). Every call records (worker, phase, start, end) in
+`timeline` for the utilisation report.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+
+BACKENDS = ("inline", "process", "ray")
+
+
+class WorkerFailed(RuntimeError):
+    """A worker died, raised, or missed a barrier deadline."""
+
+    def __init__(self, worker: str, reason: str):
+        super().__init__(f"worker {worker!r} failed: {reason}")
+        self.worker, self.reason = worker, reason
+
+
+def plan_threads(costs: dict[str, float], total_threads: int) -> dict[str, int]:
+    """Threads per worker in proportion to its per-step cost (declared or measured), at least one each.
+
+    With fewer threads than workers every worker gets one (the OS time-shares them).
+    """
+    if not costs:
+        return {}
+    if total_threads <= len(costs):
+        return {name: 1 for name in costs}
+    spare = total_threads - len(costs)
+    total_cost = sum(costs.values()) or 1.0
+    shares = {name: 1 + int(spare * cost / total_cost) for name, cost in costs.items()}
+    leftover = total_threads - sum(shares.values())
+    for name in sorted(costs, key=costs.get, reverse=True)[:leftover]:
+        shares[name] += 1
+    return shares
+
+
+@dataclass
+class WorkerSpec:
+    """How to build one worker: a class and its constructor arguments, plus its resources."""
+
+    name: str
+    cls: type
+    args: tuple
+    num_cpus: float = 1
+    num_gpus: float = 0
+
+
+@dataclass
+class Backend:
+    """Common bookkeeping of the backends: the live workers and the timeline of calls."""
+
+    specs: list
+    timeline: list = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def workers(self) -> list[str]:
+        return [s.name for s in self.specs]
+
+    def _record(self, worker: str, phase: str, start: float, end: float) -> None:
+        self.timeline.append({"worker": worker, "phase": phase, "start": start - self.started,
+                              "end": end - self.started})
+
+    def drop(self, worker: str) -> None:
+        self.specs = [s for s in self.specs if s.name != worker]
+
+    def close(self) -> None:
+        pass
+
+
+class InlineBackend(Backend):
+    """Actors in this process; calls run one after another (a timeout cannot pre-empt them)."""
+
+    def __init__(self, specs: list[WorkerSpec]):
+        super().__init__(specs)
+        self.actors = {s.name: s.cls(*s.args) for s in specs}
+
+    def call(self, calls: dict, timeout: float | None = None) -> tuple[dict, dict]:
+        results, failures = {}, {}
+        for name, (method, args) in calls.items():
+            start = time.perf_counter()
+            try:
+                results[name] = getattr(self.actors[name], method)(*args)
+            except Exception as err:  # noqa: BLE001 - a worker's error becomes a named failure
+                failures[name] = f"{method} raised {type(err).__name__}: {err}"
+                continue
+            self._record(name, method, start, time.perf_counter())
+        return results, failures
+
+    def drop(self, worker: str) -> None:
+        super().drop(worker)
+        self.actors.pop(worker, None)
+
+
+def _serve(conn, cls, args) -> None:
+    """Worker process main loop: build the actor, then answer (method, args) until 'close'."""
+    try:
+        actor = cls(*args)
+        conn.send(("ok", None))
+    except Exception:  # noqa: BLE001
+        conn.send(("error", traceback.format_exc()))
+        return
+    while True:
+        try:
+            method, call_args = conn.recv()
+        except EOFError:
+            return
+        if method == "close":
+            return
+        start = time.perf_counter()
+        try:
+            conn.send(("ok", (getattr(actor, method)(*call_args), start, time.perf_counter())))
+        except Exception:  # noqa: BLE001
+            conn.send(("error", traceback.format_exc()))
+
+
+class ProcessBackend(Backend):
+    """One spawned process per actor; a dead process is seen at once through its sentinel."""
+
+    def __init__(self, specs: list[WorkerSpec], start_timeout: float = 300.0):
+        super().__init__(specs)
+        context = multiprocessing.get_context("spawn")
+        self.conns, self.processes = {}, {}
+        for spec in specs:
+            parent, child = context.Pipe()
+            process = context.Process(target=_serve, args=(child, spec.cls, spec.args), name=f"mrl-{spec.name}",
+                                      daemon=True)
+            process.start()
+            child.close()
+            self.conns[spec.name], self.processes[spec.name] = parent, process
+        _, failures = self._gather({s.name: None for s in specs}, start_timeout, "start")
+        if failures:
+            self.close()
+            name, reason = next(iter(failures.items()))
+            raise WorkerFailed(name, reason)
+
+    def pid(self, worker: str) -> int:
+        return self.processes[worker].pid
+
+    def call(self, calls: dict, timeout: float | None = None) -> tuple[dict, dict]:
+        failures = {}
+        for name, (method, args) in calls.items():
+            try:
+                self.conns[name].send((method, args))
+            except (BrokenPipeError, OSError) as err:
+                failures[name] = f"cannot send {method}: {err}"
+        pending = {name: method for name, (method, _) in calls.items() if name not in failures}
+        results, late = self._gather(pending, timeout, None)
+        return results, failures | late
+
+    def _gather(self, pending: dict, timeout: float | None, phase: str | None) -> tuple[dict, dict]:
+        """Wait for every pending worker's answer, its death, or the deadline: (results, failures)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        results, failures = {}, {}
+        while pending:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            waitables = {self.conns[n]: n for n in pending} | {self.processes[n].sentinel: n for n in pending}
+            ready = wait(list(waitables), timeout=remaining)
+            if not ready:
+                failures |= {n: f"no answer to {m or phase} within {timeout:.1f} s" for n, m in pending.items()}
+                break
+            for handle in ready:
+                name = waitables[handle]
+                if name not in pending:
+                    continue
+                conn, method = self.conns[name], pending.pop(name)
+                try:
+                    status, payload = conn.recv() if conn.poll() else ("dead", None)
+                except (EOFError, OSError):
+                    status, payload = "dead", None
+                if status == "dead":
+                    failures[name] = f"its process died (exit code {self.processes[name].exitcode})"
+                elif status == "error":
+                    failures[name] = f"{method or phase} raised:\n{payload}"
+                elif payload is not None:
+                    value, start, end = payload
+                    self.timeline.append({"worker": name, "phase": method, "start": start - self.started,
+                                          "end": end - self.started})
+                    results[name] = value
+        return results, failures
+
+    def drop(self, worker: str) -> None:
+        super().drop(worker)
+        process = self.processes.pop(worker, None)
+        if process is not None and process.is_alive():
+            process.kill()
+        self.conns.pop(worker, None)
+
+    def close(self) -> None:
+        for name, conn in self.conns.items():
+            try:
+                conn.send(("close", ()))
+            except (BrokenPipeError, OSError):
+                pass
+        for process in self.processes.values():
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+
+
+def make_backend(kind: str, specs: list[WorkerSpec], **kwargs) -> Backend:
+    """A backend by name: inline, process or ray."""
+    if kind == "inline":
+        return InlineBackend(specs)
+    if kind == "process":
+        return ProcessBackend(specs, **kwargs)
+    if kind == "ray":
+        raise NotImplementedError("the ray backend is not built yet (issue 4 in progress); use inline or process")
+    raise ValueError(f"backend={kind!r} is not allowed; expected one of {list(BACKENDS)}")

@@ -1,0 +1,134 @@
+"""Concurrent runs of n = 3 policies: backends agree, a SIGKILLed run resumes to the same metrics,
+a dead worker is detected within the timeout and handled by the failure policy."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from mrl.actor import PolicyActor
+from mrl.concurrent import latest_checkpoint, run_concurrent
+from mrl.config import ConcurrentConfig, FamilyConfig, GrpoConfig, TaskConfig, WarmupConfig, ZooConfig
+from mrl.mwra import WorkerFailed
+from mrl.zoo import build_zoo
+
+TASK = TaskConfig(max_operand=9, test_per_skill=10, pool_per_skill=5, leak_n=10)
+GRPO = GrpoConfig(steps=6, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
+SMALL = dict(d_model=64, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=128)
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    mix = {"S1": 0.34, "S2": 0.33, "S3": 0.33}
+    families = [FamilyConfig(name="A", arch="gpt2", tokenizer="bpe", **SMALL, warmup_mix=mix),
+                FamilyConfig(name="B", arch="llama", tokenizer="unigram", vocab_size=40, **SMALL, warmup_mix=mix),
+                FamilyConfig(name="C", arch="qwen2", tokenizer="wordpiece", vocab_size=60, **SMALL, warmup_mix=mix)]
+    zoo = build_zoo(TASK, ZooConfig(families=families, warmup=WarmupConfig(steps=150, batch_size=64, lr_warmup_steps=10),
+                                    workers=2), root=tmp_path_factory.mktemp("zoo"), progress=False)
+    return {name: str(policy.path) for name, policy in zoo.items()}
+
+
+def metrics(record):
+    return ([{k: v for k, v in row.items() if not k.endswith("seconds")} for row in record.steps], record.evals)
+
+
+@pytest.mark.slow
+def test_inline_run_of_three_policies_publishes_experience(paths):
+    record = run_concurrent(paths, TASK, GRPO, ConcurrentConfig(), progress=False)
+    assert {row["policy"] for row in record.steps} == {"A", "B", "C"} and len(record.steps) == 3 * GRPO.steps
+    assert record.counters["accepted/rollout"] == 3 * GRPO.steps * GRPO.prompts_per_step * GRPO.group_size
+    assert record.counters["accepted/group_stats"] == 3 * GRPO.steps * GRPO.prompts_per_step
+    assert record.counters.get("rejected", 0) == 0
+    assert sum(row["active_sequences"] for row in record.steps) > 0  # real updates happened
+    assert record.counters["accepted/success"] > 0
+    assert {(row["policy"], row["step"]) for row in record.evals if row["skill"] == "S1"} == \
+        {(p, s) for p in "ABC" for s in (0, 3, 6)}
+    assert {row["worker"] for row in record.timeline} == {"A", "B", "C"}
+
+
+@pytest.mark.slow
+def test_process_backend_equals_inline(paths):
+    inline = run_concurrent(paths, TASK, GRPO, ConcurrentConfig(backend="inline"), progress=False)
+    spawned = run_concurrent(paths, TASK, GRPO, ConcurrentConfig(backend="process", step_timeout=120),
+                             progress=False)
+    assert metrics(inline) == metrics(spawned)
+
+
+RUN = """
+import sys
+from mrl.concurrent import run_concurrent
+from mrl.config import ConcurrentConfig, GrpoConfig, TaskConfig
+paths = {paths!r}
+record = run_concurrent(paths, TaskConfig(**{task!r}), GrpoConfig(**{grpo!r}),
+                        ConcurrentConfig(checkpoint_every=2), checkpoint_dir=sys.argv[1], resume=True, progress=False)
+"""
+
+
+@pytest.mark.slow
+def test_sigkilled_run_resumes_to_the_uninterrupted_metrics(paths, tmp_path):
+    grpo = GrpoConfig(**{**GRPO.__dict__, "steps": 40, "eval_every": 10})
+    script = tmp_path / "run.py"
+    script.write_text(RUN.format(paths=paths, task=TASK.__dict__, grpo=grpo.__dict__))
+    ckpt = tmp_path / "ckpt"
+    process = subprocess.Popen([sys.executable, str(script), str(ckpt)])
+    deadline = time.monotonic() + 300
+    while latest_checkpoint(ckpt) is None or latest_checkpoint(ckpt).name < "step-000004":
+        assert process.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    killed_at = latest_checkpoint(ckpt).name
+    assert killed_at < "step-000040"
+    resumed = run_concurrent(paths, TASK, grpo, ConcurrentConfig(checkpoint_every=2), checkpoint_dir=ckpt,
+                             resume=True, progress=False)
+    assert any(e["event"].startswith("resumed from") for e in resumed.events)
+    uninterrupted = run_concurrent(paths, TASK, grpo, ConcurrentConfig(), progress=False)
+    assert metrics(resumed) == metrics(uninterrupted)
+
+
+class CrashingActor(PolicyActor):
+    """Worker B dies (SIGKILL of its own process) in the rollout of step 3."""
+
+    def rollout(self, step, problems):
+        if self.name == "B" and step == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().rollout(step, problems)
+
+
+@pytest.mark.slow
+def test_killed_worker_fails_the_run_by_name_and_keeps_the_checkpoint(paths, tmp_path):
+    cfg = ConcurrentConfig(backend="process", step_timeout=60, failure_policy="fail", checkpoint_every=2)
+    start = time.monotonic()
+    with pytest.raises(WorkerFailed, match="worker 'B' failed: its process died"):
+        run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, progress=False, actor_cls=CrashingActor)
+    assert time.monotonic() - start < 60
+    assert latest_checkpoint(tmp_path).name == "step-000002"
+
+
+@pytest.mark.slow
+def test_killed_worker_is_dropped_with_continue(paths):
+    cfg = ConcurrentConfig(backend="process", step_timeout=60, failure_policy="continue")
+    record = run_concurrent(paths, TASK, GRPO, cfg, progress=False, actor_cls=CrashingActor)
+    steps_of = {p: [r["step"] for r in record.steps if r["policy"] == p] for p in "ABC"}
+    assert steps_of["A"] == steps_of["C"] == list(range(1, GRPO.steps + 1))
+    assert steps_of["B"] == [1, 2]
+    assert any("dropped B" in e["event"] for e in record.events)
+
+
+class HangingActor(PolicyActor):
+    def update(self, step, peer_records=None):
+        if self.name == "C" and step == 2:
+            time.sleep(3600)
+        return super().update(step, peer_records)
+
+
+@pytest.mark.slow
+def test_hung_worker_misses_the_deadline(paths):
+    cfg = ConcurrentConfig(backend="process", step_timeout=5, failure_policy="fail")
+    start = time.monotonic()
+    with pytest.raises(WorkerFailed, match="worker 'C' failed: no answer to update within 5.0 s"):
+        run_concurrent(paths, TASK, GRPO, cfg, progress=False, actor_cls=HangingActor)
+    assert time.monotonic() - start < 60
