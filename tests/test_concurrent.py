@@ -132,3 +132,16 @@ def test_hung_worker_misses_the_deadline(paths):
     with pytest.raises(WorkerFailed, match="worker 'C' failed: no answer to update within 5.0 s"):
         run_concurrent(paths, TASK, GRPO, cfg, progress=False, actor_cls=HangingActor)
     assert time.monotonic() - start < 60
+
+
+@pytest.mark.slow
+def test_ray_backend_equals_inline_and_detects_a_dead_actor(paths):
+    pytest.importorskip("ray")
+    inline = run_concurrent(paths, TASK, GRPO, ConcurrentConfig(backend="inline"), progress=False)
+    on_ray = run_concurrent(paths, TASK, GRPO, ConcurrentConfig(backend="ray", step_timeout=120), progress=False)
+    assert metrics(inline) == metrics(on_ray)
+    start = time.monotonic()
+    with pytest.raises(WorkerFailed, match="worker 'B' failed: its actor died"):
+        run_concurrent(paths, TASK, GRPO, ConcurrentConfig(backend="ray", step_timeout=60), progress=False,
+                       actor_cls=CrashingActor)
+    assert time.monotonic() - start < 120

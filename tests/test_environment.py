@@ -12,6 +12,7 @@ def test_environment_yml_matches_pyproject():
     extras = project["optional-dependencies"]
     declared = set(project["dependencies"]) | set(extras["test"])
     assert set(extras["thl"]) <= set(extras["test"])  # the THL tests use the real tokenizers
+    assert set(extras["ray"]) <= set(extras["test"])  # the MWRA tests run the ray backend
     env = yaml.safe_load((root / "environment.yml").read_text())
     pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     listed = {line for line in pip_section if not line.startswith("-e")}
