@@ -10,8 +10,10 @@ the latest complete one and ends with the metrics of an uninterrupted run.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from tqdm.auto import tqdm
 
 from mrl.actor import PolicyActor
 from mrl.config import ConcurrentConfig, GrpoConfig, TaskConfig
-from mrl.mwra import WorkerFailed, WorkerSpec, make_backend
+from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads
 from mrl.see import Exchange, PolicySpec
 from mrl.seeding import step_prompts
 from mrl.tasks import make_task
@@ -36,6 +38,10 @@ class RunRecord:
     evals: list = field(default_factory=list)
     events: list = field(default_factory=list)
     timeline: list = field(default_factory=list)
+    startup_seconds: float = 0.0
+    """backend start-up (processes spawned, Ray initialised, actors built) before the first step"""
+    wall_seconds: float = 0.0
+    """the training loop, from the first step to the last"""
     counters: dict = field(default_factory=dict)
     workers: list = field(default_factory=list)
 
@@ -56,7 +62,8 @@ def save_checkpoint(folder: str | Path, step: int, backend, exchange: Exchange, 
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     torch.save({"step": step, "workers": states, "exchange": exchange.state_dict(),
-                "record": {k: v for k, v in record.__dict__.items() if k != "timeline"}}, staging / "state.pt")
+                "record": {k: v for k, v in record.__dict__.items()
+                           if k not in ("timeline", "startup_seconds", "wall_seconds")}}, staging / "state.pt")
     shutil.rmtree(target, ignore_errors=True)
     os.replace(staging, target)
     return target
@@ -64,10 +71,12 @@ def save_checkpoint(folder: str | Path, step: int, backend, exchange: Exchange, 
 
 def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg: GrpoConfig,
                    cfg: ConcurrentConfig, checkpoint_dir: str | Path | None = None, resume: bool = False,
-                   threads: int = 1, progress: bool = True, run_id: str = "run",
+                   threads: int | None = 1, progress: bool = True, run_id: str = "run",
                    actor_cls: type = PolicyActor) -> RunRecord:
     """Train the policies at `policy_paths` ({name: zoo folder}) together for grpo_cfg.steps steps.
 
+    threads: torch threads per worker (1 keeps runs bit-reproducible); None plans them with
+    `mwra.plan_threads` from each policy's declared cost (its parameter count) over this machine's cores.
     actor_cls: the worker class (a PolicyActor subclass, e.g. one that injects faults in tests).
     """
     if len(policy_paths) < 2:
@@ -75,9 +84,16 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     if cfg.checkpoint_every and checkpoint_dir is None:
         raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
     task = make_task(task_cfg)
-    specs = [WorkerSpec(name, actor_cls, (name, str(path), task_cfg, grpo_cfg, threads, run_id))
-             for name, path in policy_paths.items()]
+    if threads is None:
+        costs = {name: json.loads((Path(path) / "zoo.json").read_text())["n_params"] for name, path in policy_paths.items()}
+        plan = plan_threads(costs, os.cpu_count() or 1)
+    else:
+        plan = {name: threads for name in policy_paths}
+    specs = [WorkerSpec(name, actor_cls, (name, str(path), task_cfg, grpo_cfg, plan[name], run_id),
+                        num_cpus=plan[name]) for name, path in policy_paths.items()]
+    begin = time.perf_counter()
     backend = make_backend(cfg.backend, specs)
+    startup = time.perf_counter() - begin
     record, first_step = RunRecord(workers=list(policy_paths)), 1
     policies = backend.call({w: ("policy_spec", ()) for w in backend.workers})[0]
     exchange = Exchange({name: PolicySpec(**spec) for name, spec in policies.items()})
@@ -96,6 +112,7 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
             record.events.append({"step": state["step"], "event": f"resumed from {checkpoint.name}"})
         if first_step == 1:
             _evaluate(backend, 0, record, grpo_cfg, cfg)
+        loop_start = time.perf_counter()
         for step in tqdm(range(first_step, grpo_cfg.steps + 1), desc=f"{cfg.backend} x{len(specs)}",
                          disable=not progress, mininterval=5):
             exchange.advance(step)
@@ -120,6 +137,8 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
             if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                 save_checkpoint(checkpoint_dir, step, backend, exchange, record)
         record.counters = dict(exchange.counters)
+        record.wall_seconds = time.perf_counter() - loop_start
+        record.startup_seconds = startup
         return record
     finally:
         record.timeline = list(backend.timeline)

@@ -107,3 +107,46 @@ def thl_heatmaps(table: pd.DataFrame, metrics=("inexact_rate", "coarseness", "ro
             axes[i, j].set_title(f"{metric} ({corpus})", fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def mwra_compute_table(runs: dict[str, dict]) -> pd.DataFrame:
+    """Per backend and worker: mean step time, utilisation (busy / wall) and wait fraction.
+
+    runs: {backend: {"timeline": [{worker, phase, start, end}], "wall": seconds of the training loop,
+    "startup": seconds before the first step}}. A worker's step time is its rollout + update time.
+    """
+    rows = []
+    for backend, run in runs.items():
+        timeline = pd.DataFrame(run["timeline"])
+        training = timeline[timeline.phase.isin(["rollout", "update"])]
+        for worker, group in training.groupby("worker"):
+            busy = (group.end - group.start).sum()
+            steps = (group.phase == "update").sum()
+            rows.append({"backend": backend, "worker": worker, "steps": int(steps),
+                         "step seconds": busy / max(steps, 1), "utilisation": busy / run["wall"],
+                         "wait fraction": 1 - busy / run["wall"], "wall seconds": run["wall"],
+                         "startup seconds": run["startup"]})
+    return pd.DataFrame(rows)
+
+
+def mwra_timeline_figure(runs: dict[str, dict], max_seconds: float | None = None):
+    """Busy intervals (rollout, update, evaluate) per worker, one panel per backend."""
+    colours = {"rollout": "tab:blue", "update": "tab:orange", "evaluate": "tab:green"}
+    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.0 + 0.9 * len(runs) * 2), squeeze=False)
+    for ax, (backend, run) in zip(axes[:, 0], runs.items()):
+        timeline = pd.DataFrame(run["timeline"])
+        workers = sorted(timeline.worker.unique())
+        for row, worker in enumerate(workers):
+            for phase, group in timeline[timeline.worker == worker].groupby("phase"):
+                if phase in colours:
+                    ax.broken_barh(list(zip(group.start, group.end - group.start)), (row - 0.4, 0.8),
+                                   color=colours[phase], label=phase if row == 0 else None)
+        ax.set_yticks(range(len(workers)), workers)
+        ax.set_title(f"{backend}: wall {run['wall']:.1f} s (+ {run['startup']:.1f} s start-up)", fontsize=9)
+        if max_seconds:
+            ax.set_xlim(0, max_seconds)
+    axes[-1, 0].set_xlabel("seconds since the backend started")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right", frameon=False, ncol=3)
+    fig.tight_layout()
+    return fig

@@ -78,7 +78,7 @@ write_table(held_out, "warmup", tables_dir,
             caption="Greedy accuracy per skill after the warm-up, held-out prompts (S1 add, S2 sub, S3 mul).")
 write_table(pool, "warmup_pool", tables_dir, caption="Greedy accuracy per skill after the warm-up, RL pool prompts.")
 fig = warmup_figure(accuracy, zoo)
-save_figure(fig, "warmup", figures_dir)
+save_figure(fig, "warmup", figures_dir);
 """),
     ("md", """
 ## Summary
@@ -142,7 +142,7 @@ evals.to_csv(run_dir / "evals.csv", index=False)
     ("md", "## Learning curves: per-skill greedy accuracy vs rollouts"),
     ("code", """
 fig = learning_curves_figure(evals, title=f"Independent GRPO ({config.task.name}, seed {seed})")
-save_figure(fig, "grpo_baseline_curves", figures_dir)
+save_figure(fig, "grpo_baseline_curves", figures_dir);
 """),
     ("code", """
 table = baseline_table(evals)
@@ -225,7 +225,7 @@ table.to_csv(run_dir / "thl_residuals.csv", index=False)
 write_table(table, "thl_residuals", tables_dir,
             caption="THL residual cost per ordered tokenizer pair (source -> receiver) and corpus.")
 fig = thl_heatmaps(table)
-save_figure(fig, "thl_residuals", figures_dir)
+save_figure(fig, "thl_residuals", figures_dir);
 """),
     ("md", """
 ## Reading the heatmaps
@@ -247,8 +247,81 @@ print(summary.round(2).to_string())
 """),
 ]
 
+MWRA = [
+    ("md", """
+# 30 · MWRA: several policies trained concurrently, on three backends
+
+**Claim (SPEC section 7).** One worker per policy; the same runner drives them inline (sequential,
+deterministic), in one OS process each (the CPU default), or as Ray actors (the scale-out path), and
+the three give the same metrics for the same seed. Each step is two barriers with deadlines
+(rollout, then update); the policies publish their experience to SEE in between. This notebook
+measures what each backend costs on this machine: per-worker step time, utilisation and wait
+fraction, start-up apart, and draws the timeline of busy intervals.
+
+The sharing probe here is `none` (independent GRPO that still publishes its experience); the
+probes come with the next notebooks.
+"""),
+    ("parameters", """
+profile = "default"   # smoke | default
+steps = None          # RL steps per backend (None: 20 on default, 4 on smoke)
+backends = ["inline", "process", "ray"]
+progress = True
+"""),
+    ("code", """
+import os
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import dataclasses
+import pandas as pd
+import torch
+from mrl.concurrent import run_concurrent
+from mrl.config import ConcurrentConfig
+from mrl.profiles import load_profile
+from mrl.reports import mwra_compute_table, mwra_timeline_figure
+from mrl.results import output_dirs, save_figure, start_run, write_table
+from mrl.zoo import build_zoo
+
+config = load_profile(profile)
+steps = steps or (4 if profile == "smoke" else 20)
+grpo = dataclasses.replace(config.grpo, steps=steps, eval_every=steps)
+tables_dir, figures_dir = output_dirs(profile)
+run_dir = start_run("30_mwra", profile, config, seed=grpo.seed, extra={"steps": steps, "backends": backends})
+zoo = build_zoo(config.task, config.zoo, progress=progress)
+paths = {name: str(zoo[name].path) for name in ("A", "B")}
+"""),
+    ("code", """
+records = {}
+for backend in backends:
+    records[backend] = run_concurrent(paths, config.task, grpo, ConcurrentConfig(backend=backend, step_timeout=300),
+                                      threads=config.threads, progress=progress)
+runs = {b: {"timeline": r.timeline, "wall": r.wall_seconds, "startup": r.startup_seconds} for b, r in records.items()}
+pd.DataFrame([r for b, rec in records.items() for r in rec.timeline]).to_csv(run_dir / "timeline.csv", index=False)
+"""),
+    ("md", "## Compute: step time, utilisation and wait fraction per worker"),
+    ("code", """
+compute = mwra_compute_table(runs)
+write_table(compute, "mwra_compute", tables_dir,
+            caption=f"MWRA compute, {len(paths)} policies x {steps} steps ({config.grpo.prompts_per_step} prompts x "
+                    f"{config.grpo.group_size} samples), {config.threads} torch thread(s) per worker.")
+compute.round(3)
+"""),
+    ("code", """
+fig = mwra_timeline_figure(runs)
+save_figure(fig, "mwra_timeline", figures_dir);
+"""),
+    ("md", "## Summary: the backends agree (rounded; nbval checks this cell on the smoke profile)"),
+    ("code", """
+# NBVAL_CHECK_OUTPUT
+def learning(record):
+    return [(r["policy"], r["step"], round(r["reward"], 4), round(r["loss"], 4)) for r in record.steps]
+reference = learning(records[backends[0]])
+print({backend: learning(record) == reference for backend, record in records.items()})
+print({k: v for k, v in sorted(records[backends[0]].counters.items())})
+"""),
+]
+
 if __name__ == "__main__":
     folder = Path(__file__).resolve().parents[1] / "notebooks"
-    for name, cells in (("00_zoo.ipynb", ZOO), ("10_grpo_baseline.ipynb", BASELINE), ("20_thl.ipynb", THL)):
+    for name, cells in (("00_zoo.ipynb", ZOO), ("10_grpo_baseline.ipynb", BASELINE), ("20_thl.ipynb", THL),
+                        ("30_mwra.ipynb", MWRA)):
         nbformat.write(notebook(cells, name.split("_")[0]), folder / name)
         print("wrote", folder / name)
