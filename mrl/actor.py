@@ -79,6 +79,12 @@ class PolicyActor:
         return {"loss": loss, "grad_norm": grad_norm, "active_sequences": n_active,
                 "seconds": time.perf_counter() - start}
 
+    def step(self, step: int, problems: list, evaluate: bool = False) -> dict:
+        """Rollout and update in one call (the async clock's unit of work); optionally evaluate after."""
+        rollout = self.rollout(step, problems)
+        update = self.update(step, None)
+        return {"rollout": rollout, "update": update, "evals": self.evaluate(step) if evaluate else None}
+
     def evaluate(self, step: int) -> list[dict]:
         return [{"policy": self.name, "step": step, **row}
                 for row in skill_accuracy(self.policy.model, self.policy.tokenizer, self.task, self.cfg.max_new_tokens)]

@@ -113,7 +113,9 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
         if first_step == 1:
             _evaluate(backend, 0, record, grpo_cfg, cfg)
         loop_start = time.perf_counter()
-        for step in tqdm(range(first_step, grpo_cfg.steps + 1), desc=f"{cfg.backend} x{len(specs)}",
+        if cfg.mode == "async":
+            _run_async(backend, task, grpo_cfg, cfg, exchange, record, first_step, checkpoint_dir, progress)
+        for step in [] if cfg.mode == "async" else tqdm(range(first_step, grpo_cfg.steps + 1), desc=f"{cfg.backend} x{len(specs)}",
                          disable=not progress, mininterval=5):
             exchange.advance(step)
             problems = step_prompts(task, grpo_cfg.seed, step, grpo_cfg.prompts_per_step)
@@ -143,6 +145,75 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     finally:
         record.timeline = list(backend.timeline)
         backend.close()
+
+
+def _run_async(backend, task, grpo_cfg: GrpoConfig, cfg: ConcurrentConfig, exchange: Exchange, record: RunRecord,
+               first_step: int, checkpoint_dir, progress: bool) -> None:
+    """Bounded-staleness clock: a worker starts step s once s <= (slowest worker's next step) + staleness.
+
+    Checkpoint steps are barriers (every worker finishes them before anyone goes on), so a
+    checkpoint is a consistent cut. `record.events` logs each dispatch's lead over the slowest.
+    """
+    next_step = {w: first_step for w in backend.workers}
+    running: set = set()
+    bar = tqdm(total=(grpo_cfg.steps - first_step + 1) * len(next_step), desc=f"{cfg.backend} async",
+               disable=not progress, mininterval=5)
+    pending_rows: dict[tuple[int, str], dict] = {}
+    while True:
+        live = [w for w in backend.workers if w in next_step]
+        if not live:
+            break
+        slowest = min(next_step[w] for w in live)
+        barrier = _next_checkpoint(slowest, cfg.checkpoint_every)
+        for w in live:
+            s = next_step[w]
+            if w in running or s > grpo_cfg.steps or s > slowest + cfg.staleness or (barrier and s > barrier):
+                continue
+            exchange.advance(max(exchange.clock, s))
+            problems = step_prompts(task, grpo_cfg.seed, s, grpo_cfg.prompts_per_step)
+            evaluate = s % grpo_cfg.eval_every == 0 or s == grpo_cfg.steps
+            backend.submit(w, "step", (s, problems, evaluate))
+            running.add(w)
+            record.events.append({"step": s, "event": f"dispatch {w}", "lead": s - slowest})
+        if not running:
+            break
+        name, result, failure = backend.wait_any(timeout=cfg.step_timeout)
+        running.discard(name)
+        if failure is not None:
+            if cfg.failure_policy == "fail":
+                raise WorkerFailed(name, failure)
+            backend.drop(name)
+            next_step.pop(name, None)
+            record.events.append({"step": exchange.clock, "event": f"dropped {name}: {failure.splitlines()[0]}"})
+            continue
+        s = next_step[name]
+        exchange.publish_many(result["rollout"]["records"])
+        pending_rows[(s, name)] = {"policy": name, "step": s, "reward": result["rollout"]["reward"],
+                                   "loss": result["update"]["loss"], "grad_norm": result["update"]["grad_norm"],
+                                   "active_sequences": result["update"]["active_sequences"],
+                                   "rollout_seconds": result["rollout"]["seconds"],
+                                   "update_seconds": result["update"]["seconds"]}
+        if result["evals"]:
+            rollouts = s * grpo_cfg.prompts_per_step * grpo_cfg.group_size
+            record.evals += [{**row, "rollouts": rollouts} for row in result["evals"]]
+        next_step[name] = s + 1
+        bar.update(1)
+        done = min(next_step[w] for w in next_step) - 1  # every live worker has finished this step
+        for key in sorted(k for k in pending_rows if k[0] <= done):
+            record.steps.append(pending_rows.pop(key))
+        record.counters = dict(exchange.counters)
+        if cfg.checkpoint_every and done and done % cfg.checkpoint_every == 0 and not running \
+                and all(next_step[w] == done + 1 for w in next_step):
+            save_checkpoint(checkpoint_dir, done, backend, exchange, record)
+    for key in sorted(pending_rows):
+        record.steps.append(pending_rows.pop(key))
+    record.evals.sort(key=lambda row: (row["step"], row["policy"]))
+    bar.close()
+
+
+def _next_checkpoint(step: int, every: int) -> int | None:
+    """The first checkpoint step >= step (a barrier for the async clock), or None without checkpoints."""
+    return None if not every else ((step + every - 1) // every) * every
 
 
 def _raise_first(failures: dict) -> None:

@@ -242,6 +242,10 @@ class ConcurrentConfig:
     """MWRA backend: inline (deterministic), process (one process per policy), ray"""
     probe: str = "none"
     """sharing probe by name (none: independent policies that still publish their experience)"""
+    mode: str = "sync"
+    """step clock: sync (a barrier after each phase) or async (a worker runs up to `staleness` steps ahead)"""
+    staleness: int = 1
+    """async only: how many steps a worker may run ahead of the slowest one"""
     step_timeout: float = 600.0
     """seconds a worker may take for one phase before it is declared failed"""
     failure_policy: str = "fail"
@@ -256,6 +260,9 @@ class ConcurrentConfig:
         _choice(c, "backend", self.backend, BACKENDS)
         _choice(c, "probe", self.probe, ("none",))
         _choice(c, "failure_policy", self.failure_policy, FAILURE_POLICIES)
+        _choice(c, "mode", self.mode, ("sync", "async"))
+        _require(isinstance(self.staleness, int) and self.staleness >= 0, c, "staleness", self.staleness,
+                 "an integer >= 0")
         _positive(c, "step_timeout", self.step_timeout)
         for name in ("checkpoint_every", "max_staleness"):
             _require(isinstance(getattr(self, name), int) and getattr(self, name) >= 0, c, name,

@@ -90,6 +90,7 @@ class InlineBackend(Backend):
     def __init__(self, specs: list[WorkerSpec]):
         super().__init__(specs)
         self.actors = {s.name: s.cls(*s.args) for s in specs}
+        self._done = []
 
     def call(self, calls: dict, timeout: float | None = None) -> tuple[dict, dict]:
         results, failures = {}, {}
@@ -102,6 +103,15 @@ class InlineBackend(Backend):
                 continue
             self._record(name, method, start, time.perf_counter())
         return results, failures
+
+    def submit(self, worker: str, method: str, args: tuple) -> None:
+        """Start one call without waiting (inline: it runs now; `wait_any` hands back its outcome)."""
+        results, failures = self.call({worker: (method, args)})
+        self._done.append((worker, results.get(worker), failures.get(worker)))
+
+    def wait_any(self, timeout: float | None = None) -> tuple[str, object, str | None]:
+        """(worker, result, failure reason or None) of the oldest finished call."""
+        return self._done.pop(0)
 
     def drop(self, worker: str) -> None:
         super().drop(worker)
@@ -137,6 +147,7 @@ class ProcessBackend(Backend):
         super().__init__(specs)
         context = multiprocessing.get_context("spawn")
         self.conns, self.processes = {}, {}
+        self._inflight, self._failed_sends = {}, []
         for spec in specs:
             parent, child = context.Pipe()
             process = context.Process(target=_serve, args=(child, spec.cls, spec.args), name=f"mrl-{spec.name}",
@@ -164,6 +175,52 @@ class ProcessBackend(Backend):
         results, late = self._gather(pending, timeout, None)
         return results, failures | late
 
+    def submit(self, worker: str, method: str, args: tuple) -> None:
+        """Send one call without waiting; `wait_any` returns whichever in-flight call ends first."""
+        try:
+            self.conns[worker].send((method, args))
+            self._inflight[worker] = method
+        except (BrokenPipeError, OSError) as err:
+            self._failed_sends.append((worker, None, f"cannot send {method}: {err}"))
+
+    def wait_any(self, timeout: float | None = None) -> tuple[str, object, str | None]:
+        """(worker, result, failure reason or None) of the first in-flight call to end (or miss the deadline)."""
+        if self._failed_sends:
+            return self._failed_sends.pop(0)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            waitables = {self.conns[n]: n for n in self._inflight} | \
+                {self.processes[n].sentinel: n for n in self._inflight}
+            ready = wait(list(waitables), timeout=remaining)
+            if not ready:
+                name = sorted(self._inflight)[0]
+                return name, None, f"no answer to {self._inflight.pop(name)} within {timeout:.1f} s"
+            name = waitables[ready[0]]
+            one = {name: self._inflight.pop(name)}
+            results, failures = self._answers(one)
+            return name, results.get(name), failures.get(name)
+
+    def _answers(self, ready: dict) -> tuple[dict, dict]:
+        """Read the answer (or notice the death) of workers whose pipe or sentinel is ready."""
+        results, failures = {}, {}
+        for name, method in ready.items():
+            conn = self.conns[name]
+            try:
+                status, payload = conn.recv() if conn.poll() else ("dead", None)
+            except (EOFError, OSError):
+                status, payload = "dead", None
+            if status == "dead":
+                failures[name] = f"its process died (exit code {self.processes[name].exitcode})"
+            elif status == "error":
+                failures[name] = f"{method} raised:\n{payload}"
+            elif payload is not None:
+                value, start, end = payload
+                self.timeline.append({"worker": name, "phase": method, "start": start - self.started,
+                                      "end": end - self.started})
+                results[name] = value
+        return results, failures
+
     def _gather(self, pending: dict, timeout: float | None, phase: str | None) -> tuple[dict, dict]:
         """Wait for every pending worker's answer, its death, or the deadline: (results, failures)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -175,24 +232,10 @@ class ProcessBackend(Backend):
             if not ready:
                 failures |= {n: f"no answer to {m or phase} within {timeout:.1f} s" for n, m in pending.items()}
                 break
-            for handle in ready:
-                name = waitables[handle]
-                if name not in pending:
-                    continue
-                conn, method = self.conns[name], pending.pop(name)
-                try:
-                    status, payload = conn.recv() if conn.poll() else ("dead", None)
-                except (EOFError, OSError):
-                    status, payload = "dead", None
-                if status == "dead":
-                    failures[name] = f"its process died (exit code {self.processes[name].exitcode})"
-                elif status == "error":
-                    failures[name] = f"{method or phase} raised:\n{payload}"
-                elif payload is not None:
-                    value, start, end = payload
-                    self.timeline.append({"worker": name, "phase": method, "start": start - self.started,
-                                          "end": end - self.started})
-                    results[name] = value
+            names = {waitables[handle] for handle in ready}
+            answered, failed = self._answers({n: pending.pop(n) or phase for n in names if n in pending})
+            results |= answered
+            failures |= failed
         return results, failures
 
     def drop(self, worker: str) -> None:
@@ -255,7 +298,7 @@ class RayBackend(Backend):
             self.close()
             raise WorkerFailed(specs[0].name, f"Ray could not place {bundles} within {start_timeout:.0f} s")
         host = ray.remote(_RayHost)
-        self.actors = {}
+        self.actors, self._inflight = {}, {}
         for index, spec in enumerate(specs):
             self.actors[spec.name] = host.options(
                 num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_restarts=0, name=None,
@@ -291,6 +334,28 @@ class RayBackend(Backend):
             name, method = refs[ref]
             failures[name] = f"no answer to {method} within {timeout:.1f} s"
         return results, failures
+
+    def submit(self, worker: str, method: str, args: tuple) -> None:
+        """Start one call without waiting; `wait_any` returns whichever in-flight call ends first."""
+        self._inflight[self.actors[worker].run.remote(method, args)] = (worker, method)
+
+    def wait_any(self, timeout: float | None = None) -> tuple[str, object, str | None]:
+        """(worker, result, failure reason or None) of the first in-flight call to end (or miss the deadline)."""
+        ray = self._ray
+        ready, _ = ray.wait(list(self._inflight), num_returns=1, timeout=timeout)
+        if not ready:
+            ref = next(iter(self._inflight))
+            name, method = self._inflight.pop(ref)
+            return name, None, f"no answer to {method} within {timeout:.1f} s"
+        name, method = self._inflight.pop(ready[0])
+        try:
+            value, start, end = ray.get(ready[0])
+        except ray.exceptions.RayActorError:
+            return name, None, "its actor died"
+        except ray.exceptions.RayTaskError as err:
+            return name, None, f"{method} raised:\n{err}"
+        self._record(name, method, start, end)
+        return name, value, None
 
     def drop(self, worker: str) -> None:
         super().drop(worker)

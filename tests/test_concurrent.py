@@ -145,3 +145,20 @@ def test_ray_backend_equals_inline_and_detects_a_dead_actor(paths):
         run_concurrent(paths, TASK, GRPO, ConcurrentConfig(backend="ray", step_timeout=60), progress=False,
                        actor_cls=CrashingActor)
     assert time.monotonic() - start < 120
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["inline", "process"])
+def test_async_clock_bounds_the_lead_and_matches_sync(paths, backend, tmp_path):
+    """With probe none each policy's trajectory is its own: async must give the sync metrics, and no
+    worker ever starts a step more than `staleness` ahead of the slowest."""
+    sync = run_concurrent(paths, TASK, GRPO, ConcurrentConfig(), progress=False)
+    cfg = ConcurrentConfig(backend=backend, mode="async", staleness=1, checkpoint_every=3, step_timeout=120)
+    fast = run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, progress=False)
+    leads = [e["lead"] for e in fast.events if e["event"].startswith("dispatch")]
+    assert len(leads) == 3 * GRPO.steps and max(leads) <= 1
+    key = lambda rows: sorted(rows, key=lambda r: (r["step"], r["policy"]))  # noqa: E731
+    assert key(metrics(fast)[0]) == key(metrics(sync)[0])
+    assert sorted(fast.evals, key=lambda r: (r["step"], r["policy"], r["split"], r["skill"])) == \
+        sorted(sync.evals, key=lambda r: (r["step"], r["policy"], r["split"], r["skill"]))
+    assert latest_checkpoint(tmp_path).name == "step-000006"
