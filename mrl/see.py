@@ -108,9 +108,6 @@ class Limits:
     """largest n in GroupStats"""
 
 
-EXPECTED_TYPES = {str: "str", int: "int", float: "float", list: "list"}
-
-
 def _check_type(record, name: str, value, expected: tuple) -> None:
     ok = isinstance(value, expected) and not (isinstance(value, bool) and bool not in expected)
     if not ok:

@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -162,3 +161,33 @@ def test_async_clock_bounds_the_lead_and_matches_sync(paths, backend, tmp_path):
     assert sorted(fast.evals, key=lambda r: (r["step"], r["policy"], r["split"], r["skill"])) == \
         sorted(sync.evals, key=lambda r: (r["step"], r["policy"], r["split"], r["skill"]))
     assert latest_checkpoint(tmp_path).name == "step-000006"
+
+
+class BadPeerActor(PolicyActor):
+    """Worker C also publishes malformed and forged experience every step."""
+
+    def rollout(self, step, problems):
+        out = super().rollout(step, problems)
+        if self.name == "C":
+            from mrl.see import Rollout, Success
+
+            good = next(r for r in out["records"] if isinstance(r, Rollout))
+            out["records"] += [
+                Rollout(**{**good.__dict__, "reward": float("nan")}),
+                Rollout(**{**good.__dict__, "version": step + 5}),
+                Rollout(**{**good.__dict__, "token_ids": [10**6] * len(good.token_ids)}),
+                Rollout(**{**good.__dict__, "policy_id": "Mallory"}),
+                Success("C", step - 1, problems[0].pid, "not a number", "arith-integer"),  # well-formed forgery
+            ]
+        return out
+
+
+@pytest.mark.slow
+def test_bad_peer_records_are_rejected_and_the_run_goes_on(paths):
+    clean = run_concurrent(paths, TASK, GRPO, ConcurrentConfig(), progress=False)
+    record = run_concurrent(paths, TASK, GRPO, ConcurrentConfig(), progress=False, actor_cls=BadPeerActor)
+    assert record.counters["rejected/non_finite"] == GRPO.steps
+    assert record.counters["rejected/future_version"] == GRPO.steps
+    assert record.counters["rejected/out_of_vocab"] == GRPO.steps
+    assert record.counters["rejected/unknown_policy"] == GRPO.steps
+    assert metrics(record) == metrics(clean)  # nothing malformed reached any policy

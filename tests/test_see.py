@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrl.see import Exchange, GroupStats, InvalidExperience, Limits, PolicySpec, Rollout, Success, replay
+from mrl.see import Exchange, GroupStats, InvalidExperience, PolicySpec, Rollout, Success, replay
 
 POLICIES = {"A": PolicySpec(vocab_size=48, tokenizer_id="A:bpe"), "B": PolicySpec(vocab_size=17, tokenizer_id="B:unigram")}
 

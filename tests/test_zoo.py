@@ -4,7 +4,6 @@ import json
 import torch
 
 from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig
-from mrl.tasks import ArithTask
 from mrl.zoo import build_zoo, check_composition, family_dir, train_tokenizer
 
 SMALL = dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=64)
