@@ -161,7 +161,7 @@ class ZooConfig:
     max_positions: int = 48
     """maximum sequence length of the models"""
     workers: int = 2
-    """warm-up processes run in parallel (1 torch thread each); 1 = in this process"""
+    """warm-up processes run at once (1 torch thread each; more than the cores keeps them all busy); 1 = in this process"""
 
     def __post_init__(self):
         c = "ZooConfig"
