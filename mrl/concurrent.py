@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -48,7 +49,8 @@ class RunRecord:
 
 def latest_checkpoint(folder: str | Path) -> Path | None:
     """The newest complete checkpoint folder (a half-written one is never named step-*)."""
-    done = sorted(p for p in Path(folder).glob("step-*") if (p / "state.pt").exists())
+    done = sorted(p for p in Path(folder).glob("step-*")
+                  if re.fullmatch(r"step-\d{6}", p.name) and (p / "state.pt").exists())  # never a *.tmp
     return done[-1] if done else None
 
 

@@ -191,3 +191,12 @@ def test_bad_peer_records_are_rejected_and_the_run_goes_on(paths):
     assert record.counters["rejected/out_of_vocab"] == GRPO.steps
     assert record.counters["rejected/unknown_policy"] == GRPO.steps
     assert metrics(record) == metrics(clean)  # nothing malformed reached any policy
+
+
+def test_latest_checkpoint_ignores_half_written_folders(tmp_path):
+    (tmp_path / "step-000004").mkdir()
+    (tmp_path / "step-000004" / "state.pt").write_bytes(b"complete")
+    (tmp_path / "step-000006.tmp").mkdir()  # a save interrupted by SIGKILL
+    (tmp_path / "step-000006.tmp" / "state.pt").write_bytes(b"trunc")
+    (tmp_path / "step-000008").mkdir()  # no state.pt yet
+    assert latest_checkpoint(tmp_path).name == "step-000004"
