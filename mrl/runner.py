@@ -8,13 +8,12 @@ import copy
 import multiprocessing
 import time
 
-import torch
 from tqdm.auto import tqdm
 
 from mrl.config import GrpoConfig
 from mrl.evaluation import skill_accuracy
 from mrl.policy import PolicyWorker
-from mrl.seeding import step_generator, step_prompts
+from mrl.seeding import step_generator, step_prompts, torch_threads
 from mrl.tasks import make_task
 from mrl.zoo import load_policy
 
@@ -49,12 +48,8 @@ def train_grpo(policy, task, cfg: GrpoConfig, progress: bool = True) -> tuple[li
 
 def _train_one(args) -> tuple[list[dict], list[dict]]:
     path, family, task_cfg, cfg, threads, progress = args
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         return train_grpo(load_policy(path, family), make_task(task_cfg), cfg, progress)
-    finally:
-        torch.set_num_threads(threads_before)
 
 
 def train_grpo_zoo(zoo: dict, task_cfg, cfg: GrpoConfig, workers: int = 1, threads: int = 1,

@@ -1,4 +1,5 @@
-"""Seeds derived from (seed, step, policy), so that a resumed run draws exactly what it would have.
+"""Seeds derived from (seed, step, policy), so that a resumed run draws exactly what it would have,
+and the torch thread count that keeps CPU runs bit-reproducible.
 
 The prompts of step s come from Random(derived_seed("prompts", seed, s)), shared by all policies;
 the sampling generator of policy n at step s is seeded from (seed, step, n), so one policy's draws
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from contextlib import contextmanager
 
 import torch
 
@@ -25,3 +27,14 @@ def step_prompts(task, seed: int, step: int, n: int):
 def step_generator(seed: int, step: int, policy: str) -> torch.Generator:
     """The sampling generator of one policy at one step."""
     return torch.Generator().manual_seed(derived_seed("sample", seed, step, policy))
+
+
+@contextmanager
+def torch_threads(n: int):
+    """Run a block with `n` torch threads, then restore the caller's count (inline workers share a process)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -23,6 +23,7 @@ from transformers.utils import logging as hf_logging
 from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig, config_hash, to_dict
 from mrl.policy import completion_logprobs
 from mrl.results import repo_root
+from mrl.seeding import torch_threads
 from mrl.tasks import ArithTask
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]  # ids 0, 1, 2 in every family
@@ -202,12 +203,8 @@ def load_policy(path: str | Path, family: FamilyConfig | None = None) -> Policy:
 
 def _build_family(args) -> str:
     """Train the tokenizer, build and warm up one family with `threads` torch threads, save atomically."""
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(args[4])
-    try:
+    with torch_threads(args[4]):
         return _build_family_with_threads(*args)
-    finally:
-        torch.set_num_threads(threads_before)
 
 
 def _build_family_with_threads(task_cfg, family, zoo_cfg, out, threads, progress, position) -> str:
