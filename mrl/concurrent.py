@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from mrl.actor import PolicyActor
 from mrl.config import ConcurrentConfig, GrpoConfig, TaskConfig
-from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads
+from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads, raise_first_failure
 from mrl.see import Exchange, PolicySpec
 from mrl.seeding import step_prompts
 from mrl.tasks import make_task
@@ -56,9 +56,7 @@ def latest_checkpoint(folder: str | Path) -> Path | None:
 
 def save_checkpoint(folder: str | Path, step: int, backend, exchange: Exchange, record: RunRecord) -> Path:
     states, failures = backend.call({w: ("state_dict", ()) for w in backend.workers})
-    if failures:
-        name, reason = next(iter(failures.items()))
-        raise WorkerFailed(name, f"while checkpointing: {reason}")
+    raise_first_failure(failures, "while checkpointing: ")
     target = Path(folder) / STEP_DIR.format(step)
     staging = Path(folder) / (STEP_DIR.format(step) + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
@@ -107,7 +105,7 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
                 if name not in state["workers"]:
                     backend.drop(name)  # it had been dropped before the checkpoint
             _, failures = backend.call({w: ("load_state_dict", (state["workers"][w],)) for w in backend.workers})
-            _raise_first(failures)
+            raise_first_failure(failures)
             exchange.load_state_dict(state["exchange"])
             record = RunRecord(**state["record"])
             first_step = state["step"] + 1
@@ -218,18 +216,12 @@ def _next_checkpoint(step: int, every: int) -> int | None:
     return None if not every else ((step + every - 1) // every) * every
 
 
-def _raise_first(failures: dict) -> None:
-    if failures:
-        name, reason = next(iter(failures.items()))
-        raise WorkerFailed(name, reason)
-
-
 def _phase(backend, calls: dict, step: int, record: RunRecord, cfg: ConcurrentConfig) -> dict:
     """One barrier: results of the workers that answered; failures handled by the failure policy."""
     results, failures = backend.call(calls, timeout=cfg.step_timeout)
     if failures:
         if cfg.failure_policy == "fail":
-            _raise_first(failures)
+            raise_first_failure(failures)
         for name, reason in failures.items():
             backend.drop(name)
             record.events.append({"step": step, "event": f"dropped {name}: {reason.splitlines()[0]}"})

@@ -32,6 +32,13 @@ class WorkerFailed(RuntimeError):
         self.worker, self.reason = worker, reason
 
 
+def raise_first_failure(failures: dict, context: str = "") -> None:
+    """Raise WorkerFailed for the first entry of a {worker: reason} map (nothing if it is empty)."""
+    if failures:
+        name, reason = next(iter(failures.items()))
+        raise WorkerFailed(name, f"{context}{reason}")
+
+
 def plan_threads(costs: dict[str, float], total_threads: int) -> dict[str, int]:
     """Threads per worker in proportion to its per-step cost (declared or measured), at least one each.
 
@@ -158,8 +165,7 @@ class ProcessBackend(Backend):
         _, failures = self._gather({s.name: None for s in specs}, start_timeout, "start")
         if failures:
             self.close()
-            name, reason = next(iter(failures.items()))
-            raise WorkerFailed(name, reason)
+            raise_first_failure(failures)
 
     def pid(self, worker: str) -> int:
         return self.processes[worker].pid
@@ -307,8 +313,7 @@ class RayBackend(Backend):
         _, failures = self.call({s.name: ("ping", ()) for s in specs}, start_timeout)
         if failures:
             self.close()
-            name, reason = next(iter(failures.items()))
-            raise WorkerFailed(name, reason)
+            raise_first_failure(failures)
         self.timeline.clear()
         self.startup_seconds = time.perf_counter() - begin
         self.started = time.perf_counter()
