@@ -11,10 +11,10 @@ from mrl.bandit.closed_form import (chi2, ess_fraction, expected_grpo, expected_
                                     gate_probability, prp_peer_second_moment, ratio_second_moment,
                                     sgt_rescue_second_moment, support_direction, support_gain, true_gradient,
                                     truncated_lognormal_mean, truncated_lognormal_second_moment)
-from mrl.bandit.dynamics import DynamicsConfig, run_dynamics, simulate, summarise
+from mrl.bandit.dynamics import DynamicsConfig, dynamics_methods, run_dynamics, simulate, summarise
 from mrl.bandit.env import PROMPT_TYPES, BanditEnv, EnvConfig, make_env
 from mrl.bandit.estimators import METHODS, Method, Moments, closed_form_mean, monte_carlo, sample_responses, update
-from mrl.bandit.plane import knob_sweeps, trade_off
+from mrl.bandit.plane import closed_form_check, knob_sweeps, trade_off
 
 # The notebook's budgets per profile (60_bandit); the bandit runs in seconds, so smoke only shrinks it.
 SETTINGS = {
@@ -24,7 +24,7 @@ SETTINGS = {
 }
 
 __all__ = ["BanditEnv", "DynamicsConfig", "EnvConfig", "METHODS", "Method", "Moments", "PROMPT_TYPES", "SETTINGS",
-           "chi2", "closed_form_mean", "ess_fraction", "expected_grpo", "expected_prp", "expected_sgt",
+           "chi2", "closed_form_check", "closed_form_mean", "dynamics_methods", "ess_fraction", "expected_grpo", "expected_prp", "expected_sgt",
            "expected_xgrpo", "gate_probability", "knob_sweeps", "make_env", "monte_carlo", "prp_peer_second_moment",
            "ratio_second_moment", "run_dynamics", "sample_responses", "sgt_rescue_second_moment", "simulate",
            "summarise", "support_direction", "support_gain", "trade_off", "true_gradient", "truncated_lognormal_mean",

@@ -89,6 +89,12 @@ def simulate(env_config: EnvConfig, method: Method, config: DynamicsConfig = Dyn
     return frame
 
 
+def dynamics_methods() -> list[Method]:
+    """The methods the dynamics figure compares, each at its default knob."""
+    return [Method("grpo"), Method("xgrpo"), Method("prp", sigma_t=0.5, mu_t=-0.125), Method("prp", clip=2.0),
+            Method("prp_naive"), Method("sgt"), Method("hacpo")]
+
+
 def run_dynamics(methods: list[Method], kappas=(0.5,), seeds=(0, 1, 2), env_config: EnvConfig = EnvConfig(),
                  config: DynamicsConfig = DynamicsConfig(), progress: bool = True) -> pd.DataFrame:
     """simulate() for every method, support overlap and seed (a new environment and sampling seed each)."""

@@ -90,3 +90,28 @@ def trade_off(kappas=(0.25, 0.5, 0.75, 1.0), env_config: EnvConfig = EnvConfig()
     return pd.DataFrame(rows)
 
 
+
+
+def closed_form_check(env_config: EnvConfig = EnvConfig(), group_size: int = 8, reps: int = 2000,
+                      seed: int = 0) -> pd.DataFrame:
+    """Each closed-form mean against its Monte Carlo estimate on one environment's prompts (learner A).
+
+    gap / noise = ||MC mean - closed form|| / sqrt(sum of squared standard errors) over all M x K components:
+    about 1 when the closed form is right (the gap is Monte Carlo noise), far above 1 when it is not. The last
+    row is a control: XGRPO (gamma = 1) sampled, held against GRPO's formula, which it does not follow.
+    """
+    env = make_env(env_config)
+    pi_a, pi_b = env.probs()
+    methods = [Method("grpo"), Method("xgrpo"), Method("prp", clip=2.0, sigma_t=0.5),
+               Method("prp", sigma_t=0.5, mu_t=-0.125), Method("prp_naive"), Method("sgt"), Method("sgt", eta=0.2)]
+    pairs = [(method, method, method.label) for method in methods]
+    pairs.append((Method("xgrpo", gamma=1.0), Method("grpo"), "control: xgrpo (gamma=1) vs grpo's formula"))
+    rows = []
+    for index, (sampled, formula, label) in enumerate(pairs):
+        moments = monte_carlo(sampled, pi_a, pi_b, env.correct, group_size, reps, seed=[seed, index])
+        exact = closed_form_mean(formula, pi_a, pi_b, env.correct, group_size)
+        noise = np.sqrt((moments.stderr ** 2).sum())
+        rows.append({"method": label, "||closed form||": np.linalg.norm(exact),
+                     "||MC - closed form||": np.linalg.norm(moments.mean - exact),
+                     "gap / noise": np.linalg.norm(moments.mean - exact) / noise, "draws": reps})
+    return pd.DataFrame(rows)
