@@ -2,8 +2,9 @@
 
 The same class runs inline, in a spawned process or as a Ray actor. Each step has two phases:
 `rollout` (sample G completions per prompt, score them, return the experience records to share)
-and `update` (the GRPO step, given what the probe collected from peers). Sampling draws from a
-generator derived from (seed, step, policy), so a resumed actor draws exactly what it would have.
+and `update` (the probe's loss over the own groups and what the runner collected from peers, then
+one optimizer step). Sampling draws from a generator derived from (seed, step, policy), and so do the
+probe's own draws, so a resumed actor draws exactly what it would have.
 """
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import time
 
 import torch
 
-from mrl.config import GrpoConfig, TaskConfig
+from transformers import PreTrainedTokenizerFast
+
+from mrl.config import GrpoConfig, ProbeConfig, TaskConfig
 from mrl.evaluation import skill_accuracy
-from mrl.grpo import group_advantages
 from mrl.policy import PolicyWorker, completion_texts, score
+from mrl.probes import LearnerBatch, PeerView, get_probe
 from mrl.see import GroupStats, Rollout, Success
 from mrl.seeding import step_generator
 from mrl.tasks import make_task
@@ -25,9 +28,14 @@ class PolicyActor:
     """One policy in a concurrent run."""
 
     def __init__(self, name: str, policy_path: str, task_cfg: TaskConfig, grpo_cfg: GrpoConfig, threads: int,
-                 run_id: str = "run"):
+                 run_id: str = "run", probe_cfg: ProbeConfig | None = None, peer_paths: dict | None = None):
         torch.set_num_threads(threads)
         self.name, self.run_id, self.cfg = name, run_id, grpo_cfg
+        self.probe_cfg = probe_cfg or ProbeConfig()
+        self.probe = get_probe(self.probe_cfg.name)
+        self.peer_tokenizers = {peer: PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
+                                for peer, path in (peer_paths or {}).items()
+                                if peer != name and "rollout" in self.probe.kinds}
         self.policy = load_policy(policy_path)
         self.task = make_task(task_cfg)
         self.worker = PolicyWorker(name, self.policy.model, self.policy.tokenizer, grpo_cfg)
@@ -68,19 +76,29 @@ class PolicyActor:
         return {"records": records, "reward": rewards.mean().item(), "seconds": time.perf_counter() - start}
 
     def update(self, step: int, peer_records: dict | None = None) -> dict:
-        """The GRPO update on this step's own groups (probe 'none': peer records are not used)."""
+        """The probe's loss on this step's own groups and the peers' records, then one optimizer step.
+
+        peer_records: {kind: {prompt_id: [records]}} as the runner collected them for this policy.
+        """
         start = time.perf_counter()
         problems, prompt_ids, prompt_mask, completion_ids, completion_mask, rewards = self._batch
-        advantages = group_advantages(rewards, self.cfg.group_size, self.cfg.scale)
-        loss, grad_norm, n_active, _ = self.worker.update(prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                                          advantages)
+        batch = LearnerBatch(self.name, problems, self.cfg.group_size, prompt_ids, prompt_mask, completion_ids,
+                             completion_mask, rewards, self.worker, self.task.verify,
+                             step_generator(self.cfg.seed, step, f"{self.name}/probe"))
+        peer_records = peer_records or {}
+        peers = PeerView(rollouts=peer_records.get("rollout", {}), group_stats=peer_records.get("group_stats", {}),
+                         successes=peer_records.get("success", {}), tokenizers=self.peer_tokenizers)
+        output = self.probe.loss(batch, peers, self.probe_cfg)
+        grad_norm = 0.0 if output.loss is None else self.worker.apply(output.loss)
         self.version = step
         self._batch = None
-        return {"loss": loss, "grad_norm": grad_norm, "active_sequences": n_active,
+        return {"loss": 0.0 if output.loss is None else output.loss.item(), "grad_norm": grad_norm,
+                "active_sequences": output.active_sequences, "probe": output.stats,
                 "seconds": time.perf_counter() - start}
 
     def step(self, step: int, problems: list, evaluate: bool = False) -> dict:
-        """Rollout and update in one call (the async clock's unit of work); optionally evaluate after."""
+        """Rollout and update in one call (the async clock's unit of work, probes that share nothing);
+        optionally evaluate after."""
         rollout = self.rollout(step, problems)
         update = self.update(step, None)
         return {"rollout": rollout, "update": update, "evals": self.evaluate(step) if evaluate else None}

@@ -2,7 +2,9 @@
 
 Each step: the exchange clock advances; every worker samples and scores the step's prompts
 (`rollout`, a barrier); their records are published (malformed ones are rejected and counted);
-the probe collects what each learner may use; every worker updates (`update`, a barrier).
+for each learner the runner collects the peers' records of the kinds its probe declares (successes
+re-verified with the learner's verifier, stale records dropped); every worker updates with its
+probe's loss (`update`, a barrier).
 Greedy evaluation every `eval_every` steps. Checkpoints every `checkpoint_every` steps hold every
 policy's weights and optimizer state, the exchange (clock, counters, records) and all metrics so
 far, written atomically (a temporary folder renamed into place); `resume=True` continues from
@@ -22,8 +24,9 @@ import torch
 from tqdm.auto import tqdm
 
 from mrl.actor import PolicyActor
-from mrl.config import ConcurrentConfig, GrpoConfig, TaskConfig
+from mrl.config import ConcurrentConfig, GrpoConfig, ProbeConfig, TaskConfig
 from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads, raise_first_failure
+from mrl.probes import get_probe
 from mrl.see import Exchange, PolicySpec
 from mrl.seeding import step_prompts
 from mrl.tasks import make_task
@@ -72,9 +75,10 @@ def save_checkpoint(folder: str | Path, step: int, backend, exchange: Exchange, 
 def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg: GrpoConfig,
                    cfg: ConcurrentConfig, checkpoint_dir: str | Path | None = None, resume: bool = False,
                    threads: int | None = 1, progress: bool = True, run_id: str = "run",
-                   actor_cls: type = PolicyActor) -> RunRecord:
+                   actor_cls: type = PolicyActor, probe_cfg: ProbeConfig | None = None) -> RunRecord:
     """Train the policies at `policy_paths` ({name: zoo folder}) together for grpo_cfg.steps steps.
 
+    probe_cfg: the sharing probe (default grpo: independent policies that still publish experience).
     threads: torch threads per worker (1 keeps runs bit-reproducible); None plans them with
     `mwra.plan_threads` from each policy's declared cost (its parameter count) over this machine's cores.
     actor_cls: the worker class (a PolicyActor subclass, e.g. one that injects faults in tests).
@@ -83,13 +87,20 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
         raise ValueError(f"a concurrent run needs at least 2 policies, got {list(policy_paths)}")
     if cfg.checkpoint_every and checkpoint_dir is None:
         raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
+    probe_cfg = probe_cfg or ProbeConfig()
+    probe = get_probe(probe_cfg.name)
+    if cfg.mode == "async" and probe.kinds:
+        raise ValueError(f"mode='async' runs probes that share nothing (grpo); probe {probe.name!r} collects "
+                         f"{list(probe.kinds)} from the same step, which needs mode='sync'")
     task = make_task(task_cfg)
     if threads is None:
-        costs = {name: json.loads((Path(path) / "zoo.json").read_text())["n_params"] for name, path in policy_paths.items()}
+        costs = {name: json.loads((Path(path) / "zoo.json").read_text())["n_params"]
+                 for name, path in policy_paths.items()}
         plan = plan_threads(costs, os.cpu_count() or 1)
     else:
         plan = {name: threads for name in policy_paths}
-    specs = [WorkerSpec(name, actor_cls, (name, str(path), task_cfg, grpo_cfg, plan[name], run_id),
+    specs = [WorkerSpec(name, actor_cls, (name, str(path), task_cfg, grpo_cfg, plan[name], run_id, probe_cfg,
+                                          {peer: str(p) for peer, p in policy_paths.items()}),
                         num_cpus=plan[name]) for name, path in policy_paths.items()]
     begin = time.perf_counter()
     backend = make_backend(cfg.backend, specs)
@@ -113,31 +124,8 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
         if first_step == 1:
             _evaluate(backend, 0, record, grpo_cfg, cfg)
         loop_start = time.perf_counter()
-        if cfg.mode == "async":
-            _run_async(backend, task, grpo_cfg, cfg, exchange, record, first_step, checkpoint_dir, progress)
-        for step in [] if cfg.mode == "async" else tqdm(range(first_step, grpo_cfg.steps + 1), desc=f"{cfg.backend} x{len(specs)}",
-                         disable=not progress, mininterval=5):
-            exchange.advance(step)
-            problems = step_prompts(task, grpo_cfg.seed, step, grpo_cfg.prompts_per_step)
-            rollouts = _phase(backend, {w: ("rollout", (step, problems)) for w in backend.workers}, step, record,
-                              cfg)
-            for name in sorted(rollouts):  # a fixed order, whatever order the workers answered in
-                exchange.publish_many(rollouts[name]["records"])
-            updates = _phase(backend, {w: ("update", (step, None)) for w in sorted(rollouts)}, step, record, cfg)
-            for name in sorted(updates):
-                result = updates[name]
-                record.steps.append({"policy": name, "step": step, "reward": rollouts[name]["reward"],
-                                     "loss": result["loss"], "grad_norm": result["grad_norm"],
-                                     "active_sequences": result["active_sequences"],
-                                     "rollout_seconds": rollouts[name]["seconds"],
-                                     "update_seconds": result["seconds"]})
-            if cfg.max_staleness is not None:
-                exchange.drop_older_than(step - cfg.max_staleness)
-            if step % grpo_cfg.eval_every == 0 or step == grpo_cfg.steps:
-                _evaluate(backend, step, record, grpo_cfg, cfg)
-            record.counters = dict(exchange.counters)
-            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                save_checkpoint(checkpoint_dir, step, backend, exchange, record)
+        run_loop = _run_async if cfg.mode == "async" else _run_sync
+        run_loop(backend, task, grpo_cfg, cfg, exchange, record, first_step, checkpoint_dir, progress, probe)
         record.counters = dict(exchange.counters)
         record.wall_seconds = time.perf_counter() - loop_start
         record.startup_seconds = startup
@@ -147,8 +135,50 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
         backend.close()
 
 
+def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: ConcurrentConfig, exchange: Exchange, record: RunRecord,
+              first_step: int, checkpoint_dir, progress: bool, probe) -> None:
+    """Two barriers per step (rollout, update); the peers' records are collected in between."""
+    steps = range(first_step, grpo_cfg.steps + 1)
+    for step in tqdm(steps, desc=f"{cfg.backend} x{len(backend.workers)} {probe.name}", disable=not progress,
+                     mininterval=5):
+        exchange.advance(step)
+        problems = step_prompts(task, grpo_cfg.seed, step, grpo_cfg.prompts_per_step)
+        rollouts = _phase(backend, {w: ("rollout", (step, problems)) for w in backend.workers}, step, record, cfg)
+        for name in sorted(rollouts):  # a fixed order, whatever order the workers answered in
+            exchange.publish_many(rollouts[name]["records"])
+        calls = {w: ("update", (step, collect_for(exchange, probe.kinds, w, problems, task, cfg.max_staleness)))
+                 for w in sorted(rollouts)}
+        updates = _phase(backend, calls, step, record, cfg)
+        for name in sorted(updates):
+            result = updates[name]
+            record.steps.append({"policy": name, "step": step, "reward": rollouts[name]["reward"],
+                                 "loss": result["loss"], "grad_norm": result["grad_norm"],
+                                 "active_sequences": result["active_sequences"],
+                                 "rollout_seconds": rollouts[name]["seconds"],
+                                 "update_seconds": result["seconds"], **result.get("probe", {})})
+        if cfg.max_staleness is not None:
+            exchange.drop_older_than(step - cfg.max_staleness)
+        if step % grpo_cfg.eval_every == 0 or step == grpo_cfg.steps:
+            _evaluate(backend, step, record, grpo_cfg, cfg)
+        record.counters = dict(exchange.counters)
+        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+            save_checkpoint(checkpoint_dir, step, backend, exchange, record)
+
+
+def collect_for(exchange: Exchange, kinds, receiver: str, problems, task, max_staleness: int | None) -> dict:
+    """{kind: {prompt_id: [peer records]}} for one learner; successes must pass the learner's verifier."""
+    by_pid = {p.pid: p for p in problems}
+
+    def verify(success) -> bool:
+        return success.prompt_id in by_pid and task.verify(success.completion, by_pid[success.prompt_id]) > 0
+
+    pids = list(by_pid)
+    return {kind: exchange.collect(receiver, kind, pids, max_staleness, verify if kind == "success" else None)
+            for kind in kinds}
+
+
 def _run_async(backend, task, grpo_cfg: GrpoConfig, cfg: ConcurrentConfig, exchange: Exchange, record: RunRecord,
-               first_step: int, checkpoint_dir, progress: bool) -> None:
+               first_step: int, checkpoint_dir, progress: bool, probe=None) -> None:
     """Bounded-staleness clock: a worker starts step s once s <= (slowest worker's next step) + staleness.
 
     Checkpoint steps are barriers (every worker finishes them before anyone goes on), so a

@@ -240,8 +240,6 @@ FAILURE_POLICIES = ("fail", "continue")
 class ConcurrentConfig:
     backend: str = "inline"
     """MWRA backend: inline (deterministic), process (one process per policy), ray"""
-    probe: str = "none"
-    """sharing probe by name (none: independent policies that still publish their experience)"""
     mode: str = "sync"
     """step clock: sync (a barrier after each phase) or async (a worker runs up to `staleness` steps ahead)"""
     staleness: int = 1
@@ -258,7 +256,6 @@ class ConcurrentConfig:
     def __post_init__(self):
         c = "ConcurrentConfig"
         _choice(c, "backend", self.backend, BACKENDS)
-        _choice(c, "probe", self.probe, ("none",))
         _choice(c, "failure_policy", self.failure_policy, FAILURE_POLICIES)
         _choice(c, "mode", self.mode, ("sync", "async"))
         _require(isinstance(self.staleness, int) and self.staleness >= 0, c, "staleness", self.staleness,
@@ -270,6 +267,38 @@ class ConcurrentConfig:
 
 
 @dataclass
+class ProbeConfig:
+    """The sharing probe of a concurrent run and its knobs (SPEC section 8); a knob another probe uses is ignored.
+
+    The name is checked against the registry of `mrl.probes` when a run starts (the registry, not this
+    file, is where a probe is added)."""
+    name: str = "grpo"
+    """probe by name: grpo (independent), prp, prp_naive, xgrpo, sgt"""
+    level: str = "token"
+    """prp: importance ratio per THL group (token) or per sequence"""
+    clip: float = 2.0
+    """prp: truncation c of the importance weight (inf: none)"""
+    gamma: float = 0.5
+    """xgrpo: peer weight in the baseline b = (1 - gamma) mean(own r) + gamma mean(peer r)"""
+    std: str = "own"
+    """xgrpo: advantage normaliser, the own group's std or the pooled std"""
+    lam: float = 0.1
+    """sgt: weight of the rescue NLL"""
+    tau: float = 0.0
+    """sgt: a prompt is in the rescue set when k_own / G <= tau (0: every own sample failed) and a peer succeeded"""
+
+    def __post_init__(self):
+        c = "ProbeConfig"
+        _require(isinstance(self.name, str) and bool(self.name), c, "name", self.name, "a registered probe name")
+        _choice(c, "level", self.level, LEVELS)
+        _choice(c, "std", self.std, ("own", "pooled"))
+        _require(self.clip > 0, c, "clip", self.clip, "a number > 0 (inf: no truncation)")
+        _require(0 <= self.gamma <= 1, c, "gamma", self.gamma, "a number in [0, 1]")
+        _require(self.lam >= 0, c, "lam", self.lam, "a number >= 0")
+        _require(0 <= self.tau < 1, c, "tau", self.tau, "a number in [0, 1)")
+
+
+@dataclass
 class RunConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     """the task and its splits"""
@@ -277,13 +306,15 @@ class RunConfig:
     """the families and their warm-up"""
     grpo: GrpoConfig = field(default_factory=GrpoConfig)
     """GRPO training of each policy"""
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    """the sharing probe of concurrent runs"""
     threads: int = 1
     """torch threads per policy worker (1 keeps CPU runs bit-reproducible)"""
     workers: int = 2
     """policy workers run in parallel processes (1 = inline)"""
 
     def __post_init__(self):
-        for name, cls in (("task", TaskConfig), ("zoo", ZooConfig), ("grpo", GrpoConfig)):
+        for name, cls in (("task", TaskConfig), ("zoo", ZooConfig), ("grpo", GrpoConfig), ("probe", ProbeConfig)):
             if isinstance(getattr(self, name), dict):
                 setattr(self, name, _build(cls, getattr(self, name), f"RunConfig.{name}"))
         for name in ("threads", "workers"):

@@ -134,7 +134,16 @@ class PolicyWorker:
 
     def update(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor,
                advantages: Tensor) -> tuple[float, float, int, dict]:
-        """One on-policy optimizer step (ratio 1, old_logp = logp.detach(), as TRL with num_iterations=1).
+        """One on-policy optimizer step on the GRPO loss (`own_loss`, then `apply`)."""
+        loss, n_active, stats = self.own_loss(prompt_ids, prompt_mask, completion_ids, completion_mask, advantages)
+        if loss is None:
+            return 0.0, 0.0, 0, {}
+        return loss.item(), self.apply(loss), n_active, stats
+
+    def own_loss(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor,
+                 advantages: Tensor) -> tuple[Tensor | None, int, dict]:
+        """The GRPO loss on the policy's own samples, on-policy (ratio 1, old_logp = logp.detach(), as TRL
+        with num_iterations=1). Returns (loss or None when nothing is active, active sequences, stats).
 
         With beta = 0 and skip_zero_advantage, rows with A = 0 are not forwarded: their loss and
         gradient are exactly 0, and the aggregation still divides by the full batch.
@@ -144,7 +153,7 @@ class PolicyWorker:
         active = torch.arange(len(advantages)) if (cfg.beta or not cfg.skip_zero_advantage) \
             else (advantages != 0).nonzero().squeeze(-1)
         if active.numel() == 0:
-            return 0.0, 0.0, 0, {}
+            return None, 0, {}
         logp_active = completion_logprobs(self.model, prompt_ids[active], prompt_mask[active],
                                           completion_ids[active], completion_mask[active])
         logp = torch.zeros(completion_ids.shape, dtype=logp_active.dtype).index_put((active,), logp_active)
@@ -156,11 +165,16 @@ class PolicyWorker:
                                   loss_type=cfg.loss_type, eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
                                   ref_logp=ref_logp, max_completion_length=cfg.max_new_tokens,
                                   kl_bias_correction=cfg.kl_bias_correction)
+        return loss, int(active.numel()), {k: v.item() for k, v in stats.items()}
+
+    def apply(self, loss: Tensor) -> float:
+        """Backward, clip the global gradient norm, one Adam step; returns the norm before clipping."""
+        self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
-        return loss.item(), grad_norm.item(), int(active.numel()), {k: v.item() for k, v in stats.items()}
+        return grad_norm.item()
 
     def grpo_step(self, problems, verify, generator: torch.Generator) -> StepResult:
         """Sample G completions per problem, score them, compute group advantages and update."""

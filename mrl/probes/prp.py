@@ -1,0 +1,138 @@
+"""prp (data level, reconstruction): the peers' samples, retokenized by THL, join the learner's group.
+
+For prompt x the learner's group is its own G samples plus every peer sample of x; advantages are
+pooled over all of them. A peer sample y enters the loss as T(y) (the learner's tokenization of its
+text) with the importance weight pi_learner(T(y)) / pi_peer(y), from THL-projected traces:
+    token level    one weight per THL group: exp(sum_group logp_learner - sum_group logp_peer)
+    sequence level one weight per sample:    exp(sum logp_learner - sum logp_peer)
+truncated at c and carrying no gradient (weighted_sequence_loss). prp_naive uses weight 1 (no
+correction: as if the learner had sampled the tokens itself). Peer rewards are re-scored with the
+learner's verifier (never above what the peer claimed). Log ESS = (sum w)^2 / sum w^2 over peer samples.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from mrl.probes import register_probe
+from mrl.probes.batch import LearnerBatch, PeerView, ProbeOutput, pooled_loss, weighted_sequence_loss
+from mrl.thl import ThlError, align_batch
+
+MAX_LOG_RATIO = 20.0  # exp(+-20) bounds a weight before truncation; beyond it float32 is meaningless anyway
+
+
+def pooled_advantages(rewards: list[torch.Tensor], eps: float = 1e-4) -> list[torch.Tensor]:
+    """Per prompt: A = (r - mean) / (std + eps) over the pooled group (own and peer samples, any size >= 1)."""
+    out = []
+    for group in rewards:
+        std = group.std() if group.numel() > 1 else torch.tensor(0.0)
+        out.append((group - group.mean()) / (std + eps))
+    return out
+
+
+def group_log_ratios(learner_logp: np.ndarray, source_logps: np.ndarray, alignment) -> np.ndarray:
+    """log w per THL group: sum of the learner's log-probs minus the source's over the group's tokens.
+
+    learner_logp (n_dst,), source_logps (n_src,) -> (n_groups,)."""
+    n = alignment.n_groups
+    return (np.bincount(alignment.dst_group, weights=learner_logp, minlength=n)
+            - np.bincount(alignment.src_group, weights=source_logps, minlength=n))
+
+
+def ess_fraction(log_weights: np.ndarray) -> float:
+    """(sum w)^2 / (n sum w^2), computed stably from log w. (n,) -> scalar in (0, 1]."""
+    if len(log_weights) == 0:
+        return float("nan")
+    w = np.exp(log_weights - log_weights.max())
+    return float(w.sum() ** 2 / (len(w) * (w ** 2).sum()))
+
+
+def _retokenize(batch: LearnerBatch, peers: PeerView):
+    """Every peer rollout of the step's prompts as (prompt index, record, alignment), plus failure counts."""
+    by_source: dict[str, list] = {}
+    for x, problem in enumerate(batch.problems):
+        for record in peers.rollouts.get(problem.pid, []):
+            by_source.setdefault(record.policy_id, []).append((x, record))
+    samples, failed, inexact = [], 0, 0
+    for source in sorted(by_source):
+        items = by_source[source]
+        alignments = align_batch([r.completion for _, r in items], peers.tokenizers[source], batch.tokenizer,
+                                 [r.token_ids for _, r in items])
+        for (x, record), alignment in zip(items, alignments):
+            if isinstance(alignment, ThlError) or not alignment.dst_ids:
+                failed += 1
+                continue
+            inexact += not alignment.exact
+            samples.append((x, record, alignment))
+    return samples, failed, inexact
+
+
+def _prp(batch: LearnerBatch, peers: PeerView, cfg, naive: bool) -> ProbeOutput:
+    samples, failed, inexact = _retokenize(batch, peers)
+    g = batch.group_size
+    own = batch.rewards.view(-1, g)
+    peer_rewards = [[] for _ in batch.problems]
+    disagreements = 0
+    for x, record, _ in samples:
+        reward = min(record.reward, batch.verify(record.completion, batch.problems[x])) \
+            if record.finish_reason == "eos" else 0.0
+        disagreements += reward != record.reward
+        peer_rewards[x].append(reward)
+    pooled = pooled_advantages([torch.cat([own[x], torch.tensor(peer_rewards[x], dtype=own.dtype)])
+                                for x in range(len(batch.problems))])
+    own_advantages = torch.cat([a[:g] for a in pooled])
+    loss, active, _ = batch.own_loss(own_advantages)
+    stats = {"peer_samples": len(samples), "thl_failed": failed, "thl_inexact": inexact,
+             "reward_disagreements": disagreements}
+    if not samples:
+        return ProbeOutput(loss, active, stats)
+    cursor = [g] * len(batch.problems)
+    peer_advantages = []
+    for x, _, _ in samples:
+        peer_advantages.append(pooled[x][cursor[x]])
+        cursor[x] += 1
+    peer_advantages = torch.stack(peer_advantages)
+    keep = (peer_advantages != 0).nonzero().squeeze(-1).tolist()  # A = 0 adds nothing (its loss and gradient are 0)
+    log_w_seq = []
+    weights = torch.ones(len(samples), max(len(a.dst_ids) for _, _, a in samples))
+    learner_logp, mask = None, None
+    if keep:
+        kept = [samples[i] for i in keep]
+        learner_logp, mask = batch.logprobs([batch.problems[x].prompt for x, _, _ in kept],
+                                            [a.dst_ids for _, _, a in kept])
+        weights = torch.ones_like(learner_logp)
+        detached = learner_logp.detach().double().numpy()
+        truncated = 0
+        for row, (_, record, alignment) in enumerate(kept):
+            n = len(alignment.dst_ids)
+            log_w = np.clip(group_log_ratios(detached[row, :n], np.asarray(record.logps, dtype=np.float64),
+                                             alignment), -MAX_LOG_RATIO, MAX_LOG_RATIO)
+            log_w_seq.append(float(np.clip(log_w.sum(), -MAX_LOG_RATIO, MAX_LOG_RATIO)))
+            if naive:
+                continue
+            per_token = np.exp(log_w[alignment.dst_group]) if cfg.level == "token" \
+                else np.full(n, math.exp(log_w_seq[-1]))
+            truncated += int((per_token > cfg.clip).sum())
+            weights[row, :n] = torch.from_numpy(np.minimum(per_token, cfg.clip)).to(weights.dtype)
+        peer_sum = weighted_sequence_loss(learner_logp, mask, peer_advantages[keep], weights)
+        stats["truncated_tokens"] = truncated
+        stats["ess_fraction"] = ess_fraction(np.asarray(log_w_seq))
+        stats["mean_log_ratio"] = float(np.mean(log_w_seq))
+    else:
+        peer_sum = None
+    total = pooled_loss(loss, len(batch.rewards), peer_sum, len(samples))
+    return ProbeOutput(total, active + len(keep), stats)
+
+
+@register_probe("prp", kinds=("rollout",))
+def prp_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
+    """Pooled group, THL-projected importance weights truncated at cfg.clip (cfg.level token or sequence)."""
+    return _prp(batch, peers, cfg, naive=False)
+
+
+@register_probe("prp_naive", kinds=("rollout",))
+def prp_naive_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
+    """Pooled group, peer tokens weighted 1 (ratio to the learner's own log-probs, as if it had sampled them)."""
+    return _prp(batch, peers, cfg, naive=True)

@@ -1,0 +1,47 @@
+"""sgt (outcome level; the form GRAFT confirms): GRPO plus an NLL toward one verified peer success
+on the rescue set R = {x : k_own(x) <= tau G and a peer succeeded on x}."""
+from __future__ import annotations
+
+import torch
+
+from mrl.grpo import group_advantages
+from mrl.probes import register_probe
+from mrl.probes.batch import LearnerBatch, PeerView, ProbeOutput
+from mrl.thl import decode_text
+
+
+def rescue_set(successes_per_prompt, group_size: int, tau: float, peer_has_success) -> list[int]:
+    """Indices x with k_own(x) <= tau G and at least one verified peer success. Inputs (P,)."""
+    threshold = int(tau * group_size + 1e-9)
+    return [x for x, (k, peer) in enumerate(zip(successes_per_prompt.tolist(), peer_has_success))
+            if k <= threshold and peer]
+
+
+@register_probe("sgt", kinds=("success",))
+def sgt_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
+    """L_GRPO + lam * mean_{x in R} NLL_learner(T(y*) | x), token mean per target, y* uniform among the
+    peers' successes on x that the learner's own verifier accepts (a forged success never enters)."""
+    verified = []
+    for problem in batch.problems:
+        texts = [s.completion for s in peers.successes.get(problem.pid, [])]
+        verified.append([t for t in texts if batch.verify(t, problem) > 0])
+    rescue = rescue_set(batch.successes_per_prompt, batch.group_size, cfg.tau, [bool(v) for v in verified])
+    advantages = group_advantages(batch.rewards, batch.group_size, batch.worker.config.scale)
+    loss, active, _ = batch.own_loss(advantages)
+    threshold = int(cfg.tau * batch.group_size + 1e-9)
+    stats = {"rescue_candidates": int((batch.successes_per_prompt <= threshold).sum()), "rescue_size": len(rescue),
+             "rejected_successes": sum(len(peers.successes.get(p.pid, [])) for p in batch.problems)
+             - sum(map(len, verified)), "targets_inexact": 0}
+    if not rescue or cfg.lam == 0:
+        return ProbeOutput(loss, active, stats)
+    targets = []
+    for x in rescue:
+        pick = int(torch.randint(len(verified[x]), (1,), generator=batch.generator))
+        ids = batch.encode_completion(verified[x][pick])
+        stats["targets_inexact"] += decode_text(batch.tokenizer, ids) != verified[x][pick]  # THL residual
+        targets.append(ids)
+    logp, mask = batch.logprobs([batch.problems[x].prompt for x in rescue], targets)
+    nll = -((logp * mask).sum(-1) / mask.sum(-1)).mean()
+    rescue_loss = cfg.lam * nll
+    stats["rescue_nll"] = float(nll)
+    return ProbeOutput(rescue_loss if loss is None else loss + rescue_loss, active + len(rescue), stats)

@@ -1,0 +1,51 @@
+"""xgrpo (value level, reconstruction): own samples only, a baseline mixed with the peers' mean reward.
+
+Only GroupStats cross between policies; no text, no THL.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from mrl.probes import register_probe
+from mrl.probes.batch import LearnerBatch, PeerView, ProbeOutput
+
+
+def xgrpo_advantages(rewards: Tensor, group_size: int, peer_n: Tensor, peer_sum: Tensor, peer_sq_sum: Tensor,
+                     gamma: float = 0.5, std: str = "own", eps: float = 1e-4) -> tuple[Tensor, Tensor]:
+    """A_i = (r_i - b) / (s + eps),  b = (1 - gamma) mean(own r) + gamma mean(peer r).
+
+    rewards: (P*G,) own, groups contiguous; peer_n, peer_sum, peer_sq_sum: (P,) the peers' pooled
+    GroupStats per prompt (n = 0: no peer statistics, then b is the own mean). s: the own group's
+    unbiased std (std="own") or the unbiased std of own and peer rewards together ("pooled").
+    With gamma = 0 and std = "own" this is exactly group_advantages(scale="group").
+    Returns (advantages (P*G,), baseline b (P,)).
+    """
+    grouped = rewards.view(-1, group_size)
+    own_mean = grouped.mean(dim=1)
+    has_peer = peer_n > 0
+    peer_mean = torch.where(has_peer, peer_sum / peer_n.clamp(min=1), own_mean)
+    baseline = own_mean if gamma == 0 else (1 - gamma) * own_mean + gamma * peer_mean
+    if std == "own":
+        scale = grouped.std(dim=1)
+    else:
+        n = group_size + peer_n
+        total, total_sq = grouped.sum(dim=1) + peer_sum, (grouped ** 2).sum(dim=1) + peer_sq_sum
+        scale = ((total_sq - total ** 2 / n).clamp(min=0) / (n - 1)).sqrt()
+    centred = (grouped - baseline[:, None]).view(-1)
+    return centred / (scale.repeat_interleave(group_size) + eps), baseline
+
+
+@register_probe("xgrpo", kinds=("group_stats",))
+def xgrpo_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
+    """L_GRPO on the own samples with the mixed baseline; stats: the mean baseline shift b - mean(own r)."""
+    stats = [peers.group_stats.get(problem.pid, []) for problem in batch.problems]
+    peer_n = torch.tensor([float(sum(s.n for s in row)) for row in stats])
+    peer_sum = torch.tensor([sum(s.reward_sum for s in row) for row in stats])
+    peer_sq_sum = torch.tensor([sum(s.reward_sq_sum for s in row) for row in stats])
+    advantages, baseline = xgrpo_advantages(batch.rewards, batch.group_size, peer_n, peer_sum, peer_sq_sum,
+                                            cfg.gamma, cfg.std)
+    loss, active, _ = batch.own_loss(advantages)
+    own_mean = batch.rewards.view(-1, batch.group_size).mean(dim=1)
+    return ProbeOutput(loss, active, {"baseline_shift": float((baseline - own_mean).abs().mean()),
+                                      "prompts_without_peer_stats": int((peer_n == 0).sum())})
