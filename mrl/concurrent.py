@@ -156,8 +156,7 @@ def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: ConcurrentConfig, exchan
                                  "active_sequences": result["active_sequences"],
                                  "rollout_seconds": rollouts[name]["seconds"],
                                  "update_seconds": result["seconds"], **result.get("probe", {})})
-        if cfg.max_staleness is not None:
-            exchange.drop_older_than(step - cfg.max_staleness)
+        exchange.drop_older_than(step + 1 - cfg.max_staleness)  # what the next step would find stale
         if step % grpo_cfg.eval_every == 0 or step == grpo_cfg.steps:
             _evaluate(backend, step, record, grpo_cfg, cfg)
         record.counters = dict(exchange.counters)

@@ -250,8 +250,9 @@ class ConcurrentConfig:
     """on a failed worker: fail (raise, keeping the last complete checkpoint) or continue without it"""
     checkpoint_every: int = 0
     """write a checkpoint every this many steps (0: never)"""
-    max_staleness: int = 0
-    """peer experience older than this many steps is dropped by SEE"""
+    max_staleness: int = 1
+    """peer experience whose policy version is more than this many steps behind the clock is dropped by SEE;
+    a step-s sample comes from version s - 1, so 1 shares exactly the current step's samples"""
 
     def __post_init__(self):
         c = "ConcurrentConfig"
@@ -261,9 +262,10 @@ class ConcurrentConfig:
         _require(isinstance(self.staleness, int) and self.staleness >= 0, c, "staleness", self.staleness,
                  "an integer >= 0")
         _positive(c, "step_timeout", self.step_timeout)
-        for name in ("checkpoint_every", "max_staleness"):
-            _require(isinstance(getattr(self, name), int) and getattr(self, name) >= 0, c, name,
-                     getattr(self, name), "an integer >= 0")
+        _require(isinstance(self.checkpoint_every, int) and self.checkpoint_every >= 0, c, "checkpoint_every",
+                 self.checkpoint_every, "an integer >= 0")
+        _require(isinstance(self.max_staleness, int) and self.max_staleness >= 1, c, "max_staleness",
+                 self.max_staleness, "an integer >= 1 (a step's own samples are 1 step behind the clock)")
 
 
 @dataclass
@@ -280,8 +282,8 @@ class ProbeConfig:
     """prp: truncation c of the importance weight (inf: none)"""
     gamma: float = 0.5
     """xgrpo: peer weight in the baseline b = (1 - gamma) mean(own r) + gamma mean(peer r)"""
-    std: str = "own"
-    """xgrpo: advantage normaliser, the own group's std or the pooled std"""
+    std: str = "pooled"
+    """xgrpo: advantage normaliser, the pooled std of own and peer rewards, or the own group's (own)"""
     lam: float = 0.1
     """sgt: weight of the rescue NLL"""
     tau: float = 0.0

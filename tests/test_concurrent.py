@@ -10,7 +10,7 @@ import pytest
 
 from mrl.actor import PolicyActor
 from mrl.concurrent import latest_checkpoint, run_concurrent
-from mrl.config import ConcurrentConfig, FamilyConfig, GrpoConfig, TaskConfig, WarmupConfig, ZooConfig
+from mrl.config import ConcurrentConfig, FamilyConfig, GrpoConfig, ProbeConfig, TaskConfig, WarmupConfig, ZooConfig
 from mrl.mwra import WorkerFailed
 from mrl.zoo import build_zoo
 
@@ -200,3 +200,30 @@ def test_latest_checkpoint_ignores_half_written_folders(tmp_path):
     (tmp_path / "step-000006.tmp" / "state.pt").write_bytes(b"trunc")
     (tmp_path / "step-000008").mkdir()  # no state.pt yet
     assert latest_checkpoint(tmp_path).name == "step-000004"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("probe", ["prp", "prp_naive", "xgrpo", "sgt"])
+def test_sharing_probes_use_their_peers_across_tokenizers(paths, probe):
+    """n = 3 families with three tokenizers: every probe receives its peers' records through SEE and THL."""
+    grpo = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
+    record = run_concurrent(paths, TASK, grpo, ConcurrentConfig(), progress=False, probe_cfg=ProbeConfig(name=probe))
+    rows = record.steps
+    assert len(rows) == 9
+    if probe.startswith("prp"):
+        # two peers x P x G at least (a prompt drawn twice in a step pools both draws' peer samples), none lost
+        assert all(row["peer_samples"] >= 2 * 4 * 4 for row in rows)
+        assert sum(row["thl_failed"] for row in rows) == 0
+    if probe == "xgrpo":
+        assert all(row["prompts_without_peer_stats"] == 0 for row in rows)
+        assert any(row["baseline_shift"] > 0 for row in rows)
+    if probe == "sgt":
+        assert all(row["rescue_size"] <= row["rescue_candidates"] for row in rows)
+    again = run_concurrent(paths, TASK, grpo, ConcurrentConfig(), progress=False, probe_cfg=ProbeConfig(name=probe))
+    assert metrics(again) == metrics(record)
+
+
+def test_async_mode_refuses_a_probe_that_shares(paths):
+    with pytest.raises(ValueError, match="mode='async'"):
+        run_concurrent(paths, TASK, GRPO, ConcurrentConfig(mode="async"), progress=False,
+                       probe_cfg=ProbeConfig(name="sgt"))

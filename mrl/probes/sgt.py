@@ -43,5 +43,5 @@ def sgt_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
     logp, mask = batch.logprobs([batch.problems[x].prompt for x in rescue], targets)
     nll = -((logp * mask).sum(-1) / mask.sum(-1)).mean()
     rescue_loss = cfg.lam * nll
-    stats["rescue_nll"] = float(nll)
+    stats["rescue_nll"] = nll.item()
     return ProbeOutput(rescue_loss if loss is None else loss + rescue_loss, active + len(rescue), stats)

@@ -12,12 +12,14 @@ from mrl.probes.batch import LearnerBatch, PeerView, ProbeOutput
 
 
 def xgrpo_advantages(rewards: Tensor, group_size: int, peer_n: Tensor, peer_sum: Tensor, peer_sq_sum: Tensor,
-                     gamma: float = 0.5, std: str = "own", eps: float = 1e-4) -> tuple[Tensor, Tensor]:
+                     gamma: float = 0.5, std: str = "pooled", eps: float = 1e-4) -> tuple[Tensor, Tensor]:
     """A_i = (r_i - b) / (s + eps),  b = (1 - gamma) mean(own r) + gamma mean(peer r).
 
     rewards: (P*G,) own, groups contiguous; peer_n, peer_sum, peer_sq_sum: (P,) the peers' pooled
-    GroupStats per prompt (n = 0: no peer statistics, then b is the own mean). s: the own group's
-    unbiased std (std="own") or the unbiased std of own and peer rewards together ("pooled").
+    GroupStats per prompt (n = 0: no peer statistics, then b is the own mean). s: the unbiased std of
+    own and peer rewards together (std="pooled"), or the own group's (std="own"); where the own group is
+    uniform (own std 0) but the peer-shifted baseline is not its reward, the pooled std stands in, since
+    (r - b) / eps would blow the update up (a pooled std of 0 means every reward equals b: A = 0).
     With gamma = 0 and std = "own" this is exactly group_advantages(scale="group").
     Returns (advantages (P*G,), baseline b (P,)).
     """
@@ -26,12 +28,11 @@ def xgrpo_advantages(rewards: Tensor, group_size: int, peer_n: Tensor, peer_sum:
     has_peer = peer_n > 0
     peer_mean = torch.where(has_peer, peer_sum / peer_n.clamp(min=1), own_mean)
     baseline = own_mean if gamma == 0 else (1 - gamma) * own_mean + gamma * peer_mean
-    if std == "own":
-        scale = grouped.std(dim=1)
-    else:
-        n = group_size + peer_n
-        total, total_sq = grouped.sum(dim=1) + peer_sum, (grouped ** 2).sum(dim=1) + peer_sq_sum
-        scale = ((total_sq - total ** 2 / n).clamp(min=0) / (n - 1)).sqrt()
+    n = group_size + peer_n
+    total, total_sq = grouped.sum(dim=1) + peer_sum, (grouped ** 2).sum(dim=1) + peer_sq_sum
+    pooled_scale = ((total_sq - total ** 2 / n).clamp(min=0) / (n - 1)).sqrt()
+    own_scale = grouped.std(dim=1)
+    scale = pooled_scale if std == "pooled" else torch.where(own_scale > 0, own_scale, pooled_scale)
     centred = (grouped - baseline[:, None]).view(-1)
     return centred / (scale.repeat_interleave(group_size) + eps), baseline
 

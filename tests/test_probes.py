@@ -1,0 +1,221 @@
+"""The probes on hand-built batches: each claim of SPEC section 8 checked against an independent computation."""
+import math
+
+import pytest
+import torch
+
+from mrl.concurrent import collect_for
+from mrl.config import FamilyConfig, GrpoConfig, ProbeConfig
+from mrl.grpo import group_advantages, policy_loss
+from mrl.policy import PolicyWorker, completion_logprobs, encode_prompts
+from mrl.probes import LearnerBatch, PeerView, get_probe
+from mrl.probes.prp import pooled_advantages
+from mrl.probes.sgt import rescue_set
+from mrl.probes.xgrpo import xgrpo_advantages
+from mrl.see import Exchange, GroupStats, PolicySpec, Rollout, Success
+from mrl.zoo import build_model
+
+G = 4
+
+
+@pytest.fixture(scope="module")
+def problems(arith_task):
+    return arith_task.pool["S1"][:3]
+
+
+def make_worker(tokenizer, seed=0):
+    model = build_model(FamilyConfig(arch="llama", d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=64),
+                        len(tokenizer), 48, seed)
+    return PolicyWorker("L", model, tokenizer, GrpoConfig(group_size=G, lr=1e-3))
+
+
+def make_batch(worker, problems, texts_per_prompt, verify):
+    """A LearnerBatch whose completions are the given texts (EOS appended) for each prompt."""
+    tok = worker.tokenizer
+    texts = [t for row in texts_per_prompt for t in row]
+    expanded = [p for p in problems for _ in range(G)]
+    prompt_ids, prompt_mask = encode_prompts(tok, [p.prompt for p in expanded])
+    ids = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts]
+    length = max(map(len, ids))
+    completion_ids = torch.tensor([row + [tok.pad_token_id] * (length - len(row)) for row in ids])
+    completion_mask = torch.tensor([[1] * len(row) + [0] * (length - len(row)) for row in ids])
+    rewards = torch.tensor([verify(t, p) for t, p in zip(texts, expanded)])
+    return LearnerBatch("L", list(problems), G, prompt_ids, prompt_mask, completion_ids, completion_mask, rewards,
+                        worker, verify, torch.Generator().manual_seed(0))
+
+
+def answers(problem, correct: int):
+    return [problem.answer] * correct + [str(int(problem.answer) + 1 + i) for i in range(G - correct)]
+
+
+def grads(model):
+    return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
+
+
+def loss_and_grads(worker, output):
+    worker.model.zero_grad(set_to_none=True)
+    output.loss.backward()
+    return output.loss.item(), grads(worker.model)
+
+
+# --- SGT --------------------------------------------------------------------------------------------
+
+def test_sgt_gate_fires_exactly_when_own_group_fails_and_a_peer_succeeded():
+    k_own = torch.tensor([0, 0, 1, 3, 0])
+    peer_has_success = [True, False, True, True, True]
+    assert rescue_set(k_own, 4, 0.0, peer_has_success) == [0, 4]          # k_n = 0 and k_m >= 1 only
+    assert rescue_set(k_own, 4, 0.25, peer_has_success) == [0, 2, 4]      # threshold variant: k_n / G <= 1/4
+    assert rescue_set(k_own, 4, 0.0, [False] * 5) == []
+
+
+def test_sgt_loss_is_grpo_plus_lambda_nll_of_the_verified_peer_success(bpe_tokenizer, arith_task, problems):
+    worker = make_worker(bpe_tokenizer)
+    verify = arith_task.verify
+    batch = make_batch(worker, problems, [answers(problems[0], 0), answers(problems[1], 2), answers(problems[2], 0)],
+                       verify)
+    successes = {problems[0].pid: [Success("P", 0, problems[0].pid, problems[0].answer, "arith-integer")],
+                 problems[1].pid: [Success("P", 0, problems[1].pid, problems[1].answer, "arith-integer")]}
+    cfg = ProbeConfig(name="sgt", lam=0.1)
+    out = get_probe("sgt").loss(batch, PeerView(successes=successes), cfg)
+    assert out.stats["rescue_size"] == 1 and out.stats["rescue_candidates"] == 2  # prompt 2 failed but no peer success
+    got, got_grads = loss_and_grads(worker, out)
+    # independent: GRPO on the own groups + 0.1 * token-mean NLL of learner_tok(answer) + EOS after prompt 0
+    own, _, _ = worker.own_loss(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask,
+                                group_advantages(batch.rewards, G))
+    target = bpe_tokenizer(problems[0].answer, add_special_tokens=False)["input_ids"] + [bpe_tokenizer.eos_token_id]
+    ids, mask = encode_prompts(bpe_tokenizer, [problems[0].prompt])
+    logp = completion_logprobs(worker.model, ids, mask, torch.tensor([target]), torch.ones(1, len(target)))
+    expected = own + 0.1 * (-logp.mean())
+    want, want_grads = loss_and_grads(worker, type(out)(expected))
+    assert got == pytest.approx(want, abs=1e-6)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_a_forged_success_never_enters_sgt(bpe_tokenizer, arith_task, problems):
+    worker = make_worker(bpe_tokenizer)
+    batch = make_batch(worker, problems[:1], [answers(problems[0], 0)], arith_task.verify)
+    wrong = str(int(problems[0].answer) + 7)
+    forged = {problems[0].pid: [Success("P", 0, problems[0].pid, wrong, "arith-integer")]}
+    out = get_probe("sgt").loss(batch, PeerView(successes=forged), ProbeConfig(name="sgt"))
+    assert out.loss is None and out.stats["rescue_size"] == 0 and out.stats["rejected_successes"] == 1
+    # and the runner never hands it over: collect re-verifies with the learner's verifier and counts it
+    exchange = Exchange({"L": PolicySpec(vocab_size=48, tokenizer_id="L:bpe"), "P": PolicySpec(48, "P:bpe")})
+    exchange.advance(1)
+    exchange.publish(forged[problems[0].pid][0])
+    exchange.publish(Success("P", 0, problems[0].pid, problems[0].answer, "arith-integer"))
+    kept = collect_for(exchange, ("success",), "L", problems[:1], arith_task, max_staleness=1)
+    assert [s.completion for s in kept["success"][problems[0].pid]] == [problems[0].answer]
+    assert exchange.counters["forged"] == 1
+
+
+# --- XGRPO ------------------------------------------------------------------------------------------
+
+def test_xgrpo_with_gamma_zero_is_grpo(bpe_tokenizer, arith_task, problems):
+    rewards = torch.tensor([1.0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 1, 0])
+    peer = dict(peer_n=torch.tensor([4.0, 4, 0]), peer_sum=torch.tensor([4.0, 1, 0]), peer_sq_sum=torch.tensor([4.0, 1, 0]))
+    advantages, _ = xgrpo_advantages(rewards, G, gamma=0.0, std="own", **peer)
+    assert torch.equal(advantages, group_advantages(rewards, G))
+    worker = make_worker(bpe_tokenizer)
+    batch = make_batch(worker, problems, [answers(problems[0], 1), answers(problems[1], 2), answers(problems[2], 3)],
+                       arith_task.verify)
+    stats = {p.pid: [GroupStats("P", 0, p.pid, G, 3.0, 3.0)] for p in problems}
+    x = get_probe("xgrpo").loss(batch, PeerView(group_stats=stats), ProbeConfig(name="xgrpo", gamma=0.0, std="own"))
+    g = get_probe("grpo").loss(batch, PeerView(), ProbeConfig())
+    assert x.loss.item() == g.loss.item()
+
+
+def test_xgrpo_mixed_baseline_by_hand():
+    rewards = torch.tensor([1.0, 0, 0, 0])
+    advantages, baseline = xgrpo_advantages(rewards, 4, torch.tensor([4.0]), torch.tensor([4.0]), torch.tensor([4.0]),
+                                            gamma=0.5, std="pooled")
+    b = 0.5 * 0.25 + 0.5 * 1.0                                    # own mean 1/4, peer mean 1
+    pooled_std = math.sqrt((5 - 25 / 8) / 7)                      # rewards 1,0,0,0,1,1,1,1
+    assert baseline.item() == pytest.approx(b)
+    assert advantages.tolist() == pytest.approx([(1 - b) / (pooled_std + 1e-4)] + [-b / (pooled_std + 1e-4)] * 3)
+    # own std is 0 for a uniform group: the pooled std stands in instead of dividing by eps
+    uniform, _ = xgrpo_advantages(torch.zeros(4), 4, torch.tensor([4.0]), torch.tensor([2.0]), torch.tensor([2.0]),
+                                  gamma=0.5, std="own")
+    assert uniform.abs().max() < 2
+
+
+# --- PRP --------------------------------------------------------------------------------------------
+
+def peer_rollouts(tokenizer, problems, texts_per_prompt, verify, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for problem, texts in zip(problems, texts_per_prompt):
+        records = []
+        for text in texts:
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            logps = (-0.2 - 2.0 * torch.rand(len(ids), generator=gen)).tolist()
+            records.append(Rollout("run", "P", 0, problem.pid, problem.prompt, text, ids, logps,
+                                   float(verify(text, problem)), "eos", "P:bpe"))
+        out[problem.pid] = records
+    return out
+
+
+@pytest.mark.parametrize("naive", [False, True])
+def test_prp_with_one_tokenizer_is_the_importance_weighted_grpo_term(bpe_tokenizer, arith_task, problems, naive):
+    """Same tokenizer on both sides, no truncation: the peer half equals policy_loss with old_logp = the peer's
+    log-probs and no clipping (value and gradient); prp_naive equals it with old_logp = the learner's own."""
+    worker = make_worker(bpe_tokenizer)
+    verify = arith_task.verify
+    own_texts = [answers(problems[0], 1), answers(problems[1], 0), answers(problems[2], 2)]
+    peer_texts = [answers(problems[0], 2), answers(problems[1], 3), answers(problems[2], 0)]
+    batch = make_batch(worker, problems, own_texts, verify)
+    rollouts = peer_rollouts(bpe_tokenizer, problems, peer_texts, verify)
+    peers = PeerView(rollouts=rollouts, tokenizers={"P": bpe_tokenizer})
+    name = "prp_naive" if naive else "prp"
+    out = get_probe(name).loss(batch, peers, ProbeConfig(name=name, clip=math.inf, level="token"))
+    assert out.stats["peer_samples"] == 12 and out.stats["thl_inexact"] == 0
+    got, got_grads = loss_and_grads(worker, out)
+
+    peer_batch = make_batch(worker, problems, peer_texts, verify)
+    pooled = pooled_advantages([torch.cat([batch.rewards[i * G:(i + 1) * G], peer_batch.rewards[i * G:(i + 1) * G]])
+                                for i in range(3)])
+    own_adv, peer_adv = torch.cat([a[:G] for a in pooled]), torch.cat([a[G:] for a in pooled])
+    own_loss, _, _ = worker.own_loss(batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                                     batch.completion_mask, own_adv)
+    logp = completion_logprobs(worker.model, peer_batch.prompt_ids, peer_batch.prompt_mask,
+                               peer_batch.completion_ids, peer_batch.completion_mask)
+    old = torch.zeros_like(logp)
+    for row, record in enumerate(r for p in problems for r in rollouts[p.pid]):
+        old[row, :len(record.logps)] = torch.tensor(record.logps)
+    old = logp.detach() if naive else old
+    is_term, _ = policy_loss(logp, old, peer_adv, peer_batch.completion_mask, eps_low=1e9, eps_high=1e9)
+    expected = (own_loss * 12 + is_term * 12) / 24
+    want, want_grads = loss_and_grads(worker, type(out)(expected))
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_prp_truncation_and_sequence_level(bpe_tokenizer, arith_task, problems):
+    """Truncation at c caps every weight; the sequence-level weight is one number per sample."""
+    worker = make_worker(bpe_tokenizer)
+    verify = arith_task.verify
+    batch = make_batch(worker, problems, [answers(problems[0], 1), answers(problems[1], 0), answers(problems[2], 2)],
+                       verify)
+    rollouts = peer_rollouts(bpe_tokenizer, problems, [answers(p, 2) for p in problems], verify)
+    peers = PeerView(rollouts=rollouts, tokenizers={"P": bpe_tokenizer})
+    free = get_probe("prp").loss(batch, peers, ProbeConfig(name="prp", clip=math.inf))
+    capped = get_probe("prp").loss(batch, peers, ProbeConfig(name="prp", clip=1e-3))
+    seq = get_probe("prp").loss(batch, peers, ProbeConfig(name="prp", level="sequence", clip=math.inf))
+    assert capped.stats["truncated_tokens"] > 0 and free.stats["truncated_tokens"] == 0
+    assert len({round(o.loss.item(), 6) for o in (free, capped, seq)}) == 3
+    assert 0 < free.stats["ess_fraction"] <= 1
+
+
+def test_prp_rescores_peer_rewards_with_the_learners_verifier(bpe_tokenizer, arith_task, problems):
+    worker = make_worker(bpe_tokenizer)
+    batch = make_batch(worker, problems[:1], [answers(problems[0], 1)], arith_task.verify)
+    rollouts = peer_rollouts(bpe_tokenizer, problems[:1], [answers(problems[0], 0)], arith_task.verify)
+    lying = {pid: [Rollout(**{**r.__dict__, "reward": 1.0}) for r in records] for pid, records in rollouts.items()}
+    out = get_probe("prp").loss(batch, PeerView(rollouts=lying, tokenizers={"P": bpe_tokenizer}), ProbeConfig(name="prp"))
+    assert out.stats["reward_disagreements"] == G
+
+
+def test_unknown_probe_names_the_allowed_ones():
+    with pytest.raises(ValueError, match="expected one of .*'sgt'"):
+        get_probe("sgt2")
