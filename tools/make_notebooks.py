@@ -319,6 +319,117 @@ print({k: v for k, v in sorted(records[backends[0]].counters.items())})
 """),
 ]
 
+PROBE = [
+    ("md", """
+# 40 · The three probes against independent GRPO (the main experiment)
+
+**Claim (MRL paper, abstract).** Sharing experience between heterogeneous policies through a shared
+exchange helps, and the three probes differ: PRP (data level: the peer's samples, retokenized by THL,
+join the learner's group with importance weights) pays density-ratio variance and the tokenizer
+residual; XGRPO (value level: only the peer's mean reward enters the baseline) keeps on-policy support;
+SGT (outcome level: an NLL toward one verified peer success where the learner's whole group failed) is
+the favourable point.
+
+**What is reconstructed.** PRP and XGRPO are reconstructions (the paper's code is not public); SGT's
+form is confirmed by GRAFT. The substrate is ours: the tiny zoo on `arith-ops` with a fixed RL pool
+(SPEC section 3), families A (GPT-2 + BPE) and B (Llama + Unigram) in both directions, and the
+three-family group A+B+C (C: Qwen2 + WordPiece). Every probe runs on the same concurrent runner
+(SEE + MWRA), same prompts and sampling seeds per step; only the loss differs.
+
+Accuracy is greedy, on held-out prompts (never trained on) and on the RL pool. Read both: the
+prototypes found that peer demonstrations are learned on the pool prompts without transferring to
+held-out ones within this budget, and the tables say whether that holds here.
+"""),
+    ("parameters", """
+profile = "default"  # smoke | default
+pairings = None      # e.g. ["A+B"]; None: the profile's grid (mrl.probe_runs.EXPERIMENT)
+probes = None        # e.g. ["sgt"]
+seeds = None         # e.g. [0]
+steps = None
+backend = "process"  # inline | process | ray: same metrics, different wall time
+progress = True
+"""),
+    ("code", """
+import os
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import time
+start = time.perf_counter()
+import pandas as pd
+from mrl.config import ProbeConfig
+from mrl.probe_report import accuracy_figure, main_table, rescue_figure, stability_table
+from mrl.probe_runs import EXPERIMENT, run_grid
+from mrl.profiles import load_profile
+from mrl.results import output_dirs, save_figure, start_run, write_table
+from mrl.zoo import build_zoo
+
+config = load_profile(profile)
+grid = dict(EXPERIMENT[profile])
+requested = {"pairings": pairings, "probes": probes, "seeds": seeds, "steps": steps}
+grid.update({k: v for k, v in requested.items() if v is not None})
+full_grid = all(v is None for v in requested.values())  # only the profile's whole grid writes paper_tables/
+tables_dir, figures_dir = output_dirs(profile)
+run_dir = start_run("40_probe", profile, config, seed=config.grpo.seed, extra={"grid": grid, "backend": backend})
+if not full_grid:
+    tables_dir = figures_dir = run_dir
+zoo = build_zoo(config.task, config.zoo, progress=progress)
+"""),
+    ("code", """
+steps_df, evals = run_grid(config, {name: str(policy.path) for name, policy in zoo.items()}, grid["pairings"],
+                           [ProbeConfig(name=name) for name in grid["probes"]], grid["seeds"], grid["steps"],
+                           backend=backend, progress=progress)
+steps_df.to_csv(run_dir / "steps.csv", index=False)
+evals.to_csv(run_dir / "evals.csv", index=False)
+print(f"{len(steps_df.groupby(['pairing', 'probe', 'seed']))} runs, {time.perf_counter() - start:.0f} s")
+"""),
+    ("md", """
+## Main results: held-out accuracy per skill (mean ± 95% CI over seeds)
+
+`own rollouts`: completions each policy sampled; `peer used`: peer samples (PRP) or peer demonstrations
+(SGT) that entered its loss; `rollouts to GRPO's final`: own rollouts until the overall accuracy first
+reached independent GRPO's final accuracy (0: it started there), averaged over the seeds that reached it.
+"""),
+    ("code", """
+held_out_numbers, held_out = main_table(evals, steps_df, "held-out")
+write_table(held_out, "probe_main", tables_dir,
+            caption=f"Main results: held-out greedy accuracy after {grid['steps']} steps, mean ± 95% CI over seeds "
+                    f"{grid['seeds']} ({config.grpo.prompts_per_step} prompts x {config.grpo.group_size} samples per step).")
+held_out_numbers.to_csv(run_dir / "probe_main_numbers.csv", index=False)
+held_out
+"""),
+    ("md", "## The same on the RL pool prompts (where the policies train)"),
+    ("code", """
+pool_numbers, pool = main_table(evals, steps_df, "pool")
+write_table(pool, "probe_pool", tables_dir,
+            caption=f"RL-pool greedy accuracy after {grid['steps']} steps, mean ± 95% CI over seeds {grid['seeds']}.")
+pool
+"""),
+    ("md", "## Stability"),
+    ("code", """
+stability = stability_table(steps_df, evals)
+write_table(stability, "probe_stability", tables_dir,
+            caption="Stability per probe: collapsed runs (10-step mean reward below half its start), grad-norm "
+                    "spread, PRP's effective sample size fraction, SGT's rescue hits per step, change of held-out "
+                    "accuracy on the policy's strongest skill.")
+stability.round(3)
+"""),
+    ("md", "## Accuracy vs rollouts, and the rescue skill"),
+    ("code", """
+save_figure(accuracy_figure(evals), "probe_accuracy", figures_dir)
+save_figure(rescue_figure(evals), "probe_rescue", figures_dir);
+"""),
+    ("code", """
+print(f"40_probe ran in {time.perf_counter() - start:.0f} s ({profile} profile, backend {backend})")
+"""),
+    ("md", "## Summary: overall accuracy per probe and policy (rounded; nbval checks this cell on the smoke profile)"),
+    ("code", """
+# NBVAL_CHECK_OUTPUT
+overall = pd.concat([held_out_numbers.assign(split="held-out"), pool_numbers.assign(split="pool")])
+overall = overall[overall.skill == "overall"].pivot_table(index=["pairing", "policy", "probe"], columns="split",
+                                                          values="mean", sort=False)
+print(overall.round(2).to_string())
+"""),
+]
+
 BANDIT = [
     ("md", """
 # 60 · The contextual-bandit analysis: stability against support
@@ -423,6 +534,7 @@ print(dynamics.groupby("method", sort=False)["rescue-type accuracy"].mean().roun
 if __name__ == "__main__":
     folder = Path(__file__).resolve().parents[1] / "notebooks"
     for name, cells in (("00_zoo.ipynb", ZOO), ("10_grpo_baseline.ipynb", BASELINE), ("20_thl.ipynb", THL),
-                        ("30_mwra.ipynb", MWRA), ("60_bandit.ipynb", BANDIT)):
+                        ("30_mwra.ipynb", MWRA), ("40_probe.ipynb", PROBE),
+                        ("60_bandit.ipynb", BANDIT)):
         nbformat.write(notebook(cells, name.split("_")[0]), folder / name)
         print("wrote", folder / name)

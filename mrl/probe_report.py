@@ -1,0 +1,165 @@
+"""Tables and figures of the probe experiment (SPEC section 10): main results, stability, curves.
+
+Inputs are the concatenated `steps` and `evals` of `probe_runs.run_grid` (columns pairing, probe, seed).
+Means over seeds carry a 95% confidence half-width from Student's t with n - 1 degrees of freedom.
+"""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402,F401
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from scipy.stats import t as student_t  # noqa: E402
+
+KEYS = ["pairing", "probe", "policy"]
+PEER_USE = {"peer_samples": "peer samples (prp)", "rescue_size": "peer demos (sgt)"}
+
+
+def ci95(values) -> float:
+    """Half-width of the 95% confidence interval of the mean (t, n - 1 dof); NaN for one value."""
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
+    if len(values) < 2:
+        return float("nan")
+    return float(student_t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values)))
+
+
+def with_overall(evals: pd.DataFrame) -> pd.DataFrame:
+    """Adds an 'overall' skill: the mean accuracy over the skills of each eval."""
+    keys = [c for c in evals.columns if c not in ("skill", "accuracy")]
+    overall = evals.groupby(keys, as_index=False, dropna=False)["accuracy"].mean().assign(skill="overall")
+    return pd.concat([evals, overall], ignore_index=True)
+
+
+def rescue_skills(evals: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """{(pairing, policy): the skill it lacks}: the largest gap between the best peer's step-0 held-out
+    accuracy and its own (A lacks S2, B lacks S1 in the default zoo)."""
+    start = evals[(evals.step == 0) & (evals.split == "held-out")]
+    start = start.groupby(["pairing", "policy", "skill"]).accuracy.mean()
+    out = {}
+    for (pairing, policy), own in start.groupby(level=[0, 1]):
+        own = own.droplevel([0, 1])
+        peers = start.loc[pairing].drop(index=policy, level=0)
+        gap = peers.groupby(level="skill").max() - own
+        out[(pairing, policy)] = gap.idxmax()
+    return out
+
+
+def final_accuracy(evals: pd.DataFrame) -> pd.DataFrame:
+    last = evals[evals.step == evals.groupby(KEYS + ["seed"]).step.transform("max")]
+    return with_overall(last)
+
+
+def main_table(evals: pd.DataFrame, steps: pd.DataFrame, split: str = "held-out") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(numeric long table, formatted wide table) of the final accuracy per skill and overall on `split`,
+    mean and 95% CI over seeds, with rollouts used and the rollouts needed to reach GRPO's final accuracy."""
+    final = final_accuracy(evals)
+    final = final[final.split == split]
+    numeric = final.groupby(KEYS + ["skill"], sort=False).accuracy.agg(mean="mean", ci95=ci95, seeds="count")
+    numeric = numeric.reset_index()
+    wide = numeric.assign(cell=[_cell(m, c) for m, c in zip(numeric["mean"], numeric.ci95)])
+    wide = wide.pivot_table(index=KEYS, columns="skill", values="cell", aggfunc="first", sort=False)
+    wide = wide[[c for c in ("S1", "S2", "S3", "overall") if c in wide.columns]]
+    usage = rollouts_used(steps, evals)
+    reach = rollouts_to_reach_grpo(evals, split)
+    wide = wide.join(usage).join(reach).reset_index()
+    wide["rescue skill"] = [rescue_skills(evals).get((p, q), "") for p, q in zip(wide.pairing, wide.policy)]
+    return numeric, wide
+
+
+def _cell(mean: float, half: float) -> str:
+    return f"{mean:.3f}" if np.isnan(half) else f"{mean:.3f} ± {half:.3f}"
+
+
+def rollouts_used(steps: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
+    """Own rollouts sampled per run, and peer experience consumed (prp: samples, sgt: demos), means over seeds."""
+    runs = steps.groupby(KEYS + ["seed"])
+    table = pd.DataFrame({"own rollouts": evals.groupby(KEYS + ["seed"]).rollouts.max()})
+    for column, label in PEER_USE.items():
+        if column in steps.columns:
+            table[label] = runs[column].sum(min_count=1)
+    table = table.groupby(KEYS, sort=False).mean()
+    peer_cols = [label for label in PEER_USE.values() if label in table.columns]
+    table["peer used"] = table[peer_cols].sum(axis=1, min_count=1).fillna(0).round().astype(int) if peer_cols else 0
+    return table[["own rollouts", "peer used"]]
+
+
+def rollouts_to_reach_grpo(evals: pd.DataFrame, split: str = "held-out") -> pd.DataFrame:
+    """Per pairing, probe and policy: own rollouts until the overall `split` accuracy first reaches
+    independent GRPO's final accuracy (mean over GRPO's seeds), as mean over the seeds that reach it,
+    and how many seeds reach it."""
+    curves = with_overall(evals)
+    curves = curves[(curves.split == split) & (curves.skill == "overall")]
+    grpo_final = final_accuracy(evals)
+    grpo_final = grpo_final[(grpo_final.probe == "grpo") & (grpo_final.split == split)
+                            & (grpo_final.skill == "overall")].groupby(["pairing", "policy"]).accuracy.mean()
+    rows = []
+    for (pairing, probe, policy, seed), curve in curves.groupby(KEYS + ["seed"], sort=False):
+        target = grpo_final.get((pairing, policy), np.nan)
+        hit = curve[curve.accuracy >= target - 1e-12].sort_values("step")
+        rows.append({"pairing": pairing, "probe": probe, "policy": policy, "seed": seed,
+                     "rollouts": hit.rollouts.iloc[0] if len(hit) else np.nan})
+    frame = pd.DataFrame(rows).groupby(KEYS, sort=False).rollouts
+    return pd.DataFrame({"rollouts to GRPO's final": frame.mean(), "seeds reaching it": frame.count()})
+
+
+def stability_table(steps: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
+    """Per pairing, probe and policy (means over seeds unless said): collapsed runs (the 10-step mean training
+    reward falls below half of its first 10 steps' mean), grad-norm spread (std over steps), PRP's ESS
+    fraction, SGT's rescue hits per step, the change of held-out accuracy on the policy's strongest skill."""
+    rows = []
+    start = evals[(evals.step == 0) & (evals.split == "held-out")]
+    strongest = start.groupby(["pairing", "policy", "skill"]).accuracy.mean().groupby(level=[0, 1]).idxmax()
+    final = final_accuracy(evals)
+    for (pairing, probe, policy, seed), run in steps.groupby(KEYS + ["seed"], sort=False):
+        reward = run.sort_values("step").reward.rolling(10, min_periods=10).mean()
+        first = reward.dropna().iloc[0] if reward.notna().any() else np.nan
+        skill = strongest[(pairing, policy)][2]
+        own = final[(final.pairing == pairing) & (final.probe == probe) & (final.policy == policy)
+                    & (final.seed == seed) & (final.split == "held-out") & (final.skill == skill)].accuracy
+        begin = start[(start.pairing == pairing) & (start.probe == probe) & (start.policy == policy)
+                      & (start.seed == seed) & (start.skill == skill)].accuracy
+        rows.append({"pairing": pairing, "probe": probe, "policy": policy, "seed": seed,
+                     "collapsed": bool((reward.dropna() < first / 2).any()),
+                     "grad-norm std": run.grad_norm.std(), "grad-norm max": run.grad_norm.max(),
+                     "ESS fraction": run["ess_fraction"].mean() if "ess_fraction" in run else np.nan,
+                     "rescue hits / step": run["rescue_size"].mean() if "rescue_size" in run else np.nan,
+                     "strong skill": skill,
+                     "strong-skill change": float(own.mean() - begin.mean()) if len(own) and len(begin) else np.nan})
+    frame = pd.DataFrame(rows)
+    numeric = ["grad-norm std", "grad-norm max", "ESS fraction", "rescue hits / step", "strong-skill change"]
+    table = frame.groupby(KEYS, sort=False)[numeric].mean()
+    table.insert(0, "collapsed runs", frame.groupby(KEYS, sort=False).collapsed.sum().astype(int).astype(str)
+                 + "/" + frame.groupby(KEYS, sort=False).collapsed.size().astype(str))
+    table.insert(1, "strong skill", frame.groupby(KEYS, sort=False)["strong skill"].first())
+    return table.reset_index()
+
+
+def accuracy_figure(evals: pd.DataFrame):
+    """Overall accuracy vs own rollouts per probe; rows: pairing, columns: policy; solid held-out, dashed pool;
+    line: mean over seeds, band: min to max."""
+    curves = with_overall(evals)
+    curves = curves[curves.skill == "overall"]
+    curves = curves.assign(run=curves.pairing + " | " + curves.policy)
+    grid = sns.relplot(data=curves, x="rollouts", y="accuracy", hue="probe", style="split", col="run",
+                       col_wrap=min(5, curves.run.nunique()), kind="line", errorbar=("pi", 100), height=2.8,
+                       aspect=1.1, style_order=["held-out", "pool"], facet_kws={"sharey": False})
+    grid.figure.suptitle("Overall greedy accuracy vs own rollouts (mean over seeds, band: min-max)", y=1.02)
+    return grid.figure
+
+
+def rescue_figure(evals: pd.DataFrame):
+    """Accuracy on the skill each policy lacks (rescue_skills), per probe; solid held-out, dashed pool."""
+    lacks = rescue_skills(evals)
+    mask = [lacks.get((p, q)) == s for p, q, s in zip(evals.pairing, evals.policy, evals.skill)]
+    rescue = evals[mask]
+    rescue = rescue.assign(run=rescue.pairing + " | " + rescue.policy + " lacks " + rescue.skill)
+    grid = sns.relplot(data=rescue, x="rollouts", y="accuracy", hue="probe", style="split", col="run",
+                       col_wrap=min(5, rescue.run.nunique()), kind="line", errorbar=("pi", 100), height=2.8,
+                       aspect=1.1, style_order=["held-out", "pool"], facet_kws={"sharey": False})
+    grid.figure.suptitle("Rescue skill: accuracy on the skill each policy lacks (mean over seeds, band: min-max)",
+                         y=1.02)
+    return grid.figure
