@@ -41,6 +41,7 @@ class PolicyActor:
         self.worker = PolicyWorker(name, self.policy.model, self.policy.tokenizer, grpo_cfg)
         self.tokenizer_id = f"{name}:{self.policy.family.tokenizer}"
         self.version = 0
+        self.probe_state: dict = {}
         self._batch = None
 
     def ping(self) -> str:
@@ -84,15 +85,20 @@ class PolicyActor:
         problems, prompt_ids, prompt_mask, completion_ids, completion_mask, rewards = self._batch
         batch = LearnerBatch(self.name, problems, self.cfg.group_size, prompt_ids, prompt_mask, completion_ids,
                              completion_mask, rewards, self.worker, self.task.verify,
-                             step_generator(self.cfg.seed, step, f"{self.name}/probe"))
+                             step_generator(self.cfg.seed, step, f"{self.name}/probe"), self.probe_state, step)
         peer_records = peer_records or {}
         peers = PeerView(rollouts=peer_records.get("rollout", {}), group_stats=peer_records.get("group_stats", {}),
                          successes=peer_records.get("success", {}), tokenizers=self.peer_tokenizers)
         output = self.probe.loss(batch, peers, self.probe_cfg)
-        grad_norm = 0.0 if output.loss is None else self.worker.apply(output.loss)
+        if output.grad_norm is not None:  # the probe took its own optimizer steps
+            loss, grad_norm = output.loss_value, output.grad_norm
+        elif output.loss is None:
+            loss, grad_norm = 0.0, 0.0
+        else:
+            loss, grad_norm = output.loss.item(), self.worker.apply(output.loss)
         self.version = step
         self._batch = None
-        return {"loss": 0.0 if output.loss is None else output.loss.item(), "grad_norm": grad_norm,
+        return {"loss": loss, "grad_norm": grad_norm,
                 "active_sequences": output.active_sequences, "probe": output.stats,
                 "seconds": time.perf_counter() - start}
 
@@ -109,9 +115,10 @@ class PolicyActor:
 
     def state_dict(self) -> dict:
         return {"model": self.policy.model.state_dict(), "optimizer": self.worker.optimizer.state_dict(),
-                "version": self.version}
+                "version": self.version, "probe_state": self.probe_state}
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.model.load_state_dict(state["model"])
         self.worker.optimizer.load_state_dict(state["optimizer"])
         self.version = state["version"]
+        self.probe_state = state.get("probe_state", {})

@@ -12,6 +12,7 @@ the latest complete one and ends with the metrics of an uninterrupted run.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -89,6 +90,8 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
         raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
     probe_cfg = probe_cfg or ProbeConfig()
     probe = get_probe(probe_cfg.name)
+    if probe.group_multiplier != 1:
+        grpo_cfg = dataclasses.replace(grpo_cfg, group_size=grpo_cfg.group_size * probe.group_multiplier)
     if cfg.mode == "async" and probe.kinds:
         raise ValueError(f"mode='async' runs probes that share nothing (grpo); probe {probe.name!r} collects "
                          f"{list(probe.kinds)} from the same step, which needs mode='sync'")

@@ -275,7 +275,7 @@ class ProbeConfig:
     The name is checked against the registry of `mrl.probes` when a run starts (the registry, not this
     file, is where a probe is added)."""
     name: str = "grpo"
-    """probe by name: grpo (independent), prp, prp_naive, xgrpo, sgt"""
+    """probe by name: grpo (independent), prp, prp_naive, xgrpo, sgt; hacpo, gspo, naive"""
     level: str = "token"
     """prp: importance ratio per THL group (token) or per sequence"""
     clip: float = 2.0
@@ -288,9 +288,39 @@ class ProbeConfig:
     """sgt: weight of the rescue NLL"""
     tau: float = 0.0
     """sgt: a prompt is in the rescue set when k_own / G <= tau (0: every own sample failed) and a peer succeeded"""
+    advantage: str = "capability"
+    """hacpo: baseline of the pooled group: capability (omega-weighted), pooled (plain mean) or own"""
+    omega: bool = True
+    """hacpo: scale each peer sample's term by omega(source, learner) (the capability discrepancy coefficient)"""
+    alpha: float = 1.0
+    """hacpo: exponent of the stop-gradient reweighting s * sg(s)^alpha of a peer sample's ratio s"""
+    clipping: str = "stepwise"
+    """hacpo: peer ratio clip: stepwise [min(1, 1 - delta + m delta_step), 1], fixed [1 - delta, 1], symmetric
+    [1 - delta, 1 + delta]"""
+    delta: float = 0.2
+    """hacpo: lower clip offset of the peer ratio"""
+    delta_step: float = 0.025
+    """hacpo: rise of the lower bound per minibatch update m"""
+    ratio: str = "thl"
+    """hacpo: peer sequence ratio normalised over THL groups (thl) or each side by its own token count (mean,
+    the official code)"""
+    minibatches: int = 1
+    """hacpo, gspo, naive: optimizer updates per step over the pooled batch (own samples first)"""
+    capability_window: int = 5
+    """hacpo: K, steps in the rolling positive-reward rate"""
 
     def __post_init__(self):
         c = "ProbeConfig"
+        _choice(c, "advantage", self.advantage, ("capability", "pooled", "own"))
+        _choice(c, "clipping", self.clipping, ("stepwise", "fixed", "symmetric"))
+        _choice(c, "ratio", self.ratio, ("thl", "mean"))
+        _require(self.alpha >= 0, c, "alpha", self.alpha, "a number >= 0")
+        _require(0 <= self.delta < 1 and self.delta_step >= 0, c, "delta", (self.delta, self.delta_step),
+                 "delta in [0, 1) and delta_step >= 0")
+        _require(isinstance(self.minibatches, int) and self.minibatches >= 1, c, "minibatches", self.minibatches,
+                 "an integer >= 1")
+        _require(isinstance(self.capability_window, int) and self.capability_window >= 1, c, "capability_window",
+                 self.capability_window, "an integer >= 1")
         _require(isinstance(self.name, str) and bool(self.name), c, "name", self.name, "a registered probe name")
         _choice(c, "level", self.level, LEVELS)
         _choice(c, "std", self.std, ("own", "pooled"))

@@ -1,12 +1,14 @@
 """Concurrent runs of n = 3 policies: backends agree, a SIGKILLed run resumes to the same metrics,
 a dead worker is detected within the timeout and handled by the failure policy."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
+import torch
 
 from mrl.actor import PolicyActor
 from mrl.concurrent import latest_checkpoint, run_concurrent
@@ -203,14 +205,14 @@ def test_latest_checkpoint_ignores_half_written_folders(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("probe", ["prp", "prp_naive", "xgrpo", "sgt"])
+@pytest.mark.parametrize("probe", ["prp", "prp_naive", "xgrpo", "sgt", "hacpo", "naive"])
 def test_sharing_probes_use_their_peers_across_tokenizers(paths, probe):
     """n = 3 families with three tokenizers: every probe receives its peers' records through SEE and THL."""
     grpo = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
     record = run_concurrent(paths, TASK, grpo, ConcurrentConfig(), progress=False, probe_cfg=ProbeConfig(name=probe))
     rows = record.steps
     assert len(rows) == 9
-    if probe.startswith("prp"):
+    if probe.startswith("prp") or probe in ("hacpo", "naive"):
         # two peers x P x G at least (a prompt drawn twice in a step pools both draws' peer samples), none lost
         assert all(row["peer_samples"] >= 2 * 4 * 4 for row in rows)
         assert sum(row["thl_failed"] for row in rows) == 0
@@ -227,3 +229,27 @@ def test_async_mode_refuses_a_probe_that_shares(paths):
     with pytest.raises(ValueError, match="mode='async'"):
         run_concurrent(paths, TASK, GRPO, ConcurrentConfig(mode="async"), progress=False,
                        probe_cfg=ProbeConfig(name="sgt"))
+
+
+def test_hacpo_resumes_with_its_capability_tracker(paths, tmp_path):
+    """The tracker's rolling rates travel in the checkpoint: a run resumed at step 2 ends like an uninterrupted one."""
+    grpo = GrpoConfig(steps=4, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=4, seed=0)
+    probe = ProbeConfig(name="hacpo", capability_window=3)
+    two = dict(list(paths.items())[:2])
+    whole = run_concurrent(two, TASK, grpo, ConcurrentConfig(checkpoint_every=2), checkpoint_dir=tmp_path / "a",
+                           progress=False, probe_cfg=probe)
+    state = torch.load(latest_checkpoint(tmp_path / "a") / "state.pt", weights_only=False)
+    assert state["workers"]["A"]["probe_state"]["capability"].updates == 4
+    shutil.rmtree(tmp_path / "a" / "step-000004")
+    resumed = run_concurrent(two, TASK, grpo, ConcurrentConfig(checkpoint_every=2), checkpoint_dir=tmp_path / "a",
+                             resume=True, progress=False, probe_cfg=probe)
+    assert metrics(resumed) == metrics(whole)
+    assert any(row.get("omega_from_B", 1.0) != 1.0 for row in whole.steps if row["policy"] == "A")
+
+
+def test_gspo_x2_samples_twice_the_rollouts(paths):
+    grpo = GrpoConfig(steps=1, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=1, seed=0)
+    two = dict(list(paths.items())[:2])
+    single = run_concurrent(two, TASK, grpo, ConcurrentConfig(), progress=False, probe_cfg=ProbeConfig(name="gspo"))
+    double = run_concurrent(two, TASK, grpo, ConcurrentConfig(), progress=False, probe_cfg=ProbeConfig(name="gspo_x2"))
+    assert max(r["rollouts"] for r in double.evals) == 2 * max(r["rollouts"] for r in single.evals) == 32

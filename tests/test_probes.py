@@ -219,3 +219,72 @@ def test_prp_rescores_peer_rewards_with_the_learners_verifier(bpe_tokenizer, ari
 def test_unknown_probe_names_the_allowed_ones():
     with pytest.raises(ValueError, match="expected one of .*'sgt'"):
         get_probe("sgt2")
+
+
+# --- HACPO ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("minibatches", [1, 2])
+def test_hacpo_without_peers_is_gspo(bpe_tokenizer, arith_task, problems, minibatches):
+    """One policy, no peers: HACPO's pooled group is its own, the mixed baseline the plain mean: GSPO exactly."""
+    import copy
+    texts = [answers(problems[0], 1), answers(problems[1], 3), answers(problems[2], 0)]
+    results = {}
+    for name in ("hacpo", "gspo"):
+        worker = make_worker(bpe_tokenizer)
+        batch = make_batch(worker, problems, texts, arith_task.verify)
+        out = get_probe(name).loss(batch, PeerView(), ProbeConfig(name=name, minibatches=minibatches))
+        if minibatches == 1:
+            value, gradients = loss_and_grads(worker, out)
+        else:
+            value, gradients = out.loss_value, [p.detach().clone() for p in worker.model.parameters()]
+        results[name] = (value, gradients)
+    assert results["hacpo"][0] == results["gspo"][0]
+    for a, b in zip(results["hacpo"][1], results["gspo"][1]):
+        assert torch.equal(a, b)
+
+
+def test_gspo_own_loss_is_trl_sequence_level_grpo_with_hacpo_advantages(bpe_tokenizer, arith_task, problems):
+    worker = make_worker(bpe_tokenizer)
+    batch = make_batch(worker, problems, [answers(problems[0], 1), answers(problems[1], 2), answers(problems[2], 0)],
+                       arith_task.verify)
+    out = get_probe("gspo").loss(batch, PeerView(), ProbeConfig(name="gspo"))
+    got, _ = loss_and_grads(worker, out)
+    advantages = group_advantages(batch.rewards, G, eps=1e-6)
+    logp = completion_logprobs(worker.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                               batch.completion_mask)
+    want, _ = policy_loss(logp, logp.detach(), advantages, batch.completion_mask, level="sequence",
+                          eps_low=3e-4, eps_high=4e-4)
+    assert got == pytest.approx(want.item(), abs=1e-6)
+
+
+def test_hacpo_peer_terms_follow_the_clip_and_the_ratio_option(bpe_tokenizer, arith_task, problems):
+    worker = make_worker(bpe_tokenizer)
+    verify = arith_task.verify
+    batch = make_batch(worker, problems, [answers(problems[0], 1), answers(problems[1], 0), answers(problems[2], 2)],
+                       verify)
+    rollouts = peer_rollouts(bpe_tokenizer, problems, [answers(p, 2) for p in problems], verify)
+    peers = PeerView(rollouts=rollouts, tokenizers={"P": bpe_tokenizer})
+    narrow = get_probe("hacpo").loss(batch, peers, ProbeConfig(name="hacpo", clipping="fixed", delta=0.0))
+    wide = get_probe("hacpo").loss(batch, peers, ProbeConfig(name="hacpo", clipping="symmetric", delta=0.99))
+    assert narrow.stats["peer_samples"] == 12
+    assert wide.stats["peer_kept"] > narrow.stats["peer_kept"]
+    official = get_probe("hacpo").loss(batch, peers, ProbeConfig(name="hacpo", clipping="symmetric", delta=0.99,
+                                                                  ratio="mean"))
+    assert official.loss.item() == wide.loss.item()  # one tokenizer: THL groups are tokens, the two ratios agree
+
+
+def test_hacpo_thl_and_mean_ratios_differ_across_tokenizers(bpe_tokenizer, arith_task, problems):
+    """A char-level peer (Unigram) spends more tokens on the same text: the official mean-based ratio normalises
+    each side by its own length, THL's by the shared groups."""
+    from mrl.zoo import train_tokenizer
+    unigram = train_tokenizer("unigram", arith_task.corpus, 40, 48)
+    worker = make_worker(bpe_tokenizer)
+    verify = arith_task.verify
+    batch = make_batch(worker, problems, [answers(problems[0], 1), answers(problems[1], 0), answers(problems[2], 2)],
+                       verify)
+    texts = [["137", "42", "9", "1000"] for _ in problems]
+    peers = PeerView(rollouts=peer_rollouts(unigram, problems, texts, verify), tokenizers={"P": unigram})
+    cfg = dict(name="hacpo", clipping="symmetric", delta=0.99)
+    thl = get_probe("hacpo").loss(batch, peers, ProbeConfig(**cfg))
+    mean = get_probe("hacpo").loss(batch, peers, ProbeConfig(**cfg, ratio="mean"))
+    assert thl.stats["thl_inexact"] == 0 and thl.loss.item() != mean.loss.item()

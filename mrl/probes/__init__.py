@@ -19,17 +19,19 @@ class Probe:
     name: str
     loss: Callable[..., ProbeOutput]
     kinds: tuple[str, ...]
+    group_multiplier: int = 1
+    """each policy samples group_multiplier x G completions per prompt (gspo_x2: resource-equivalent)"""
 
 
 PROBES: dict[str, Probe] = {}
 
 
-def register_probe(name: str, kinds: tuple[str, ...] = ()):
+def register_probe(name: str, kinds: tuple[str, ...] = (), group_multiplier: int = 1):
     """Register `fn(batch, peers, cfg) -> ProbeOutput` under `name`, collecting SEE records of `kinds`."""
     def wrap(fn):
         if name in PROBES:
             raise ValueError(f"probe {name!r} is already registered")
-        PROBES[name] = Probe(name, fn, tuple(kinds))
+        PROBES[name] = Probe(name, fn, tuple(kinds), group_multiplier)
         return fn
     return wrap
 
@@ -41,6 +43,6 @@ def get_probe(name: str) -> Probe:
     return PROBES[name]
 
 
-from mrl.probes import grpo, prp, sgt, xgrpo  # noqa: E402,F401  (registration)
+from mrl.probes import grpo, hacpo, prp, sgt, xgrpo  # noqa: E402,F401  (registration)
 
 __all__ = ["LearnerBatch", "PROBES", "PeerView", "Probe", "ProbeOutput", "get_probe", "register_probe"]

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from mrl.policy import completion_logprobs, encode_prompts
+from mrl.thl import ThlError, align_batch
 
 
 @dataclass
@@ -30,6 +31,8 @@ class LearnerBatch:
     worker: object                 # mrl.policy.PolicyWorker of this policy
     verify: Callable               # verify(text, problem) -> reward in [0, 1]
     generator: torch.Generator     # the probe's own draws (derived from seed, step, policy)
+    state: dict = field(default_factory=dict)  # the probe's state across steps (checkpointed with the actor)
+    step: int = 0
 
     @property
     def tokenizer(self):
@@ -75,11 +78,16 @@ class PeerView:
 
 @dataclass
 class ProbeOutput:
-    """The loss to minimise (None: nothing to learn from this step) and per-step probe statistics."""
+    """The loss to minimise (None: nothing to learn from this step) and per-step probe statistics.
+
+    A probe that takes several optimizer steps itself (minibatches) returns loss None with `loss_value`
+    and `grad_norm` of what it applied."""
 
     loss: Tensor | None
     active_sequences: int = 0
     stats: dict = field(default_factory=dict)
+    loss_value: float | None = None
+    grad_norm: float | None = None
 
 
 def weighted_sequence_loss(logp: Tensor, mask: Tensor, advantages: Tensor, weights: Tensor) -> Tensor:
@@ -105,3 +113,33 @@ def pooled_loss(own_loss: Tensor | None, n_own: int, extra_sum: Tensor | None, n
     if extra_sum is not None:
         parts.append(extra_sum)
     return sum(parts) / (n_own + n_extra) if parts else None
+
+
+def retokenize_rollouts(batch: LearnerBatch, peers: PeerView):
+    """Every peer rollout of the step's prompts, aligned to the learner's tokenizer by THL.
+
+    Returns ([(prompt index, record, Alignment)], failed, inexact): a sample THL cannot align is counted
+    and left out; an inexact (coarse, one-group) alignment is kept and counted."""
+    by_source: dict[str, list] = {}
+    for x, problem in enumerate(batch.problems):
+        for record in peers.rollouts.get(problem.pid, []):
+            by_source.setdefault(record.policy_id, []).append((x, record))
+    samples, failed, inexact = [], 0, 0
+    for source in sorted(by_source):
+        items = by_source[source]
+        alignments = align_batch([r.completion for _, r in items], peers.tokenizers[source], batch.tokenizer,
+                                 [r.token_ids for _, r in items])
+        for (x, record), alignment in zip(items, alignments):
+            if isinstance(alignment, ThlError) or not alignment.dst_ids:
+                failed += 1
+                continue
+            inexact += not alignment.exact
+            samples.append((x, record, alignment))
+    return samples, failed, inexact
+
+
+def rescored_reward(batch: LearnerBatch, x: int, record) -> float:
+    """A peer sample's reward under the learner's verifier, never above what the peer claimed (0 without EOS)."""
+    if record.finish_reason != "eos":
+        return 0.0
+    return min(record.reward, batch.verify(record.completion, batch.problems[x]))

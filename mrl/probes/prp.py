@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from mrl.probes import register_probe
-from mrl.probes.batch import LearnerBatch, PeerView, ProbeOutput, pooled_loss, weighted_sequence_loss
-from mrl.thl import ThlError, align_batch
+from mrl.probes.batch import (LearnerBatch, PeerView, ProbeOutput, pooled_loss, rescored_reward,
+                              retokenize_rollouts, weighted_sequence_loss)
 
 MAX_LOG_RATIO = 20.0  # exp(+-20) bounds a weight before truncation; beyond it float32 is meaningless anyway
 
@@ -49,35 +49,14 @@ def ess_fraction(log_weights: np.ndarray) -> float:
     return float(w.sum() ** 2 / (len(w) * (w ** 2).sum()))
 
 
-def _retokenize(batch: LearnerBatch, peers: PeerView):
-    """Every peer rollout of the step's prompts as (prompt index, record, alignment), plus failure counts."""
-    by_source: dict[str, list] = {}
-    for x, problem in enumerate(batch.problems):
-        for record in peers.rollouts.get(problem.pid, []):
-            by_source.setdefault(record.policy_id, []).append((x, record))
-    samples, failed, inexact = [], 0, 0
-    for source in sorted(by_source):
-        items = by_source[source]
-        alignments = align_batch([r.completion for _, r in items], peers.tokenizers[source], batch.tokenizer,
-                                 [r.token_ids for _, r in items])
-        for (x, record), alignment in zip(items, alignments):
-            if isinstance(alignment, ThlError) or not alignment.dst_ids:
-                failed += 1
-                continue
-            inexact += not alignment.exact
-            samples.append((x, record, alignment))
-    return samples, failed, inexact
-
-
 def _prp(batch: LearnerBatch, peers: PeerView, cfg, naive: bool) -> ProbeOutput:
-    samples, failed, inexact = _retokenize(batch, peers)
+    samples, failed, inexact = retokenize_rollouts(batch, peers)
     g = batch.group_size
     own = batch.rewards.view(-1, g)
     peer_rewards = [[] for _ in batch.problems]
     disagreements = 0
     for x, record, _ in samples:
-        reward = min(record.reward, batch.verify(record.completion, batch.problems[x])) \
-            if record.finish_reason == "eos" else 0.0
+        reward = rescored_reward(batch, x, record)
         disagreements += reward != record.reward
         peer_rewards[x].append(reward)
     pooled = pooled_advantages([torch.cat([own[x], torch.tensor(peer_rewards[x], dtype=own.dtype)])
