@@ -226,7 +226,6 @@ def test_unknown_probe_names_the_allowed_ones():
 @pytest.mark.parametrize("minibatches", [1, 2])
 def test_hacpo_without_peers_is_gspo(bpe_tokenizer, arith_task, problems, minibatches):
     """One policy, no peers: HACPO's pooled group is its own, the mixed baseline the plain mean: GSPO exactly."""
-    import copy
     texts = [answers(problems[0], 1), answers(problems[1], 3), answers(problems[2], 0)]
     results = {}
     for name in ("hacpo", "gspo"):
