@@ -345,7 +345,7 @@ profile = "default"  # smoke | default
 pairings = None      # e.g. ["A+B"]; None: the profile's grid (mrl.probe_runs.EXPERIMENT)
 probes = None        # e.g. ["sgt"]
 seeds = None         # e.g. [0]
-steps = None
+steps = None         # RL steps per run, or {pairing: steps}
 backend = "process"  # inline | process | ray: same metrics, different wall time
 progress = True
 """),
@@ -372,6 +372,8 @@ run_dir = start_run("40_probe", profile, config, seed=config.grpo.seed, extra={"
 if not full_grid:
     tables_dir = figures_dir = run_dir
 zoo = build_zoo(config.task, config.zoo, progress=progress)
+steps_text = ", ".join(f"{k} {v}" for k, v in grid["steps"].items()) if isinstance(grid["steps"], dict) \
+    else str(grid["steps"])
 """),
     ("code", """
 steps_df, evals = run_grid(config, {name: str(policy.path) for name, policy in zoo.items()}, grid["pairings"],
@@ -391,7 +393,7 @@ reached independent GRPO's final accuracy (0: it started there), averaged over t
     ("code", """
 held_out_numbers, held_out = main_table(evals, steps_df, "held-out")
 write_table(held_out, "probe_main", tables_dir,
-            caption=f"Main results: held-out greedy accuracy after {grid['steps']} steps, mean ± 95% CI over seeds "
+            caption=f"Main results: held-out greedy accuracy after {steps_text} steps, mean ± 95% CI over seeds "
                     f"{grid['seeds']} ({config.grpo.prompts_per_step} prompts x {config.grpo.group_size} samples per step).")
 held_out_numbers.to_csv(run_dir / "probe_main_numbers.csv", index=False)
 held_out
@@ -400,7 +402,7 @@ held_out
     ("code", """
 pool_numbers, pool = main_table(evals, steps_df, "pool")
 write_table(pool, "probe_pool", tables_dir,
-            caption=f"RL-pool greedy accuracy after {grid['steps']} steps, mean ± 95% CI over seeds {grid['seeds']}.")
+            caption=f"RL-pool greedy accuracy after {steps_text} steps, mean ± 95% CI over seeds {grid['seeds']}.")
 pool
 """),
     ("md", "## Stability"),
