@@ -163,3 +163,78 @@ def rescue_figure(evals: pd.DataFrame):
     grid.figure.suptitle("Rescue skill: accuracy on the skill each policy lacks (mean over seeds, band: min-max)",
                          y=1.02)
     return grid.figure
+
+
+def summary_table(evals: pd.DataFrame) -> pd.DataFrame:
+    """Per pairing, probe and policy: final overall accuracy (held-out, pool) and on the rescue skill, as
+    mean ± 95% CI over seeds (formatted), with the number of seeds."""
+    final = final_accuracy(evals)
+    lacks = rescue_skills(evals)
+    final = final.assign(rescue=[lacks.get((p, q)) == s for p, q, s in zip(final.pairing, final.policy, final.skill)])
+    columns = {"held-out": (final.split == "held-out") & (final.skill == "overall"),
+               "pool": (final.split == "pool") & (final.skill == "overall"),
+               "rescue skill, held-out": (final.split == "held-out") & final.rescue,
+               "rescue skill, pool": (final.split == "pool") & final.rescue}
+    table = pd.DataFrame({name: final[mask].groupby(KEYS, sort=False).accuracy.agg(lambda v: _cell(v.mean(), ci95(v)))
+                          for name, mask in columns.items()})
+    table["seeds"] = final[columns["pool"]].groupby(KEYS, sort=False).seed.nunique()
+    return table.reset_index()
+
+
+def peer_clip_table(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per pairing, probe and policy: the fraction of peer samples inside the clip range (HACPO), mean over steps."""
+    if "peer_kept" not in steps.columns:
+        return pd.DataFrame(columns=KEYS + ["peer kept fraction"])
+    rows = steps.dropna(subset=["peer_kept"])
+    rows = rows[rows.peer_samples > 0]
+    fraction = (rows.peer_kept / rows.peer_samples).groupby([rows[k] for k in KEYS], sort=False).mean()
+    return fraction.rename("peer kept fraction").reset_index()
+
+
+def hyperparameter_table(config, probe_cfgs) -> pd.DataFrame:
+    """The settings every run shares (GRPO, task) and each probe's own knobs, read from the configs."""
+    from mrl.probes import get_probe
+
+    rows = [{"scope": "all runs", "setting": f"grpo.{name}", "value": getattr(config.grpo, name)}
+            for name in ("prompts_per_step", "group_size", "max_new_tokens", "temperature", "lr", "grad_clip",
+                         "loss_type", "level", "scale", "eps_low", "eps_high", "beta", "eval_every")]
+    rows += [{"scope": "all runs", "setting": f"task.{name}", "value": getattr(config.task, name)}
+             for name in ("name", "pool_per_skill", "test_per_skill")]
+    seen = set()
+    for cfg in probe_cfgs:
+        probe = get_probe(cfg.name)
+        for knob in probe.knobs:
+            key = (cfg.name, knob, getattr(cfg, knob))
+            if key not in seen:
+                seen.add(key)
+                rows.append({"scope": cfg.name, "setting": knob, "value": getattr(cfg, knob)})
+        if probe.group_multiplier != 1:
+            rows.append({"scope": cfg.name, "setting": "samples per prompt",
+                         "value": probe.group_multiplier * config.grpo.group_size})
+    frame = pd.DataFrame(rows)
+    frame["value"] = frame["value"].astype(str)
+    return frame
+
+
+def stepwise_clipping_figure(steps: pd.DataFrame, delta: float, delta_step: float, minibatches: int):
+    """Left: the peer ratio's clip range per minibatch update m for each clipping variant. Right: the fraction
+    of peer samples inside it over training (mean over policies)."""
+    from mrl.hacpo import stepwise_lower_bound
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    m = np.arange(max(minibatches, 10))
+    left.step(m, [stepwise_lower_bound(i, delta, delta_step) for i in m], where="post", label="stepwise lower")
+    left.axhline(1 - delta, color="C1", ls="--", label="fixed / symmetric lower")
+    left.axhline(1.0, color="k", lw=0.8, label="upper (stepwise, fixed)")
+    left.axhline(1 + delta, color="C2", ls=":", label="symmetric upper")
+    left.axvspan(-0.5, minibatches - 0.5, color="0.9", label=f"updates used per step ({minibatches})")
+    left.set(xlabel="minibatch update m within a step", ylabel="peer ratio clip bound",
+             title=f"delta = {delta}, delta_step = {delta_step}")
+    left.legend(fontsize=7)
+    rows = steps.dropna(subset=["peer_kept"])
+    rows = rows[rows.peer_samples > 0].assign(kept=lambda f: f.peer_kept / f.peer_samples)
+    sns.lineplot(data=rows, x="step", y="kept", hue="probe", ax=right, errorbar=None)
+    right.set(ylabel="peer samples inside the clip range", ylim=(0, 1.02), title="clipping variants (HACPO)")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -30,6 +30,28 @@ EXPERIMENT = {
 }
 
 
+# 50_hacpo: HACPO and its baselines on the pair over 3 seeds (the MRL probes come from 40_probe's cached runs),
+# and its ablations on one seed.
+HACPO_EXPERIMENT = {
+    "smoke": {"pairings": ["A+B"], "seeds": [0], "steps": 4, "ablation_seeds": [0], "ablation_steps": 2},
+    "default": {"pairings": ["A+B"], "seeds": [0, 1, 2], "steps": 100, "ablation_seeds": [0], "ablation_steps": 60},
+}
+HACPO_BASELINES = ("hacpo", "gspo", "gspo_x2", "naive")
+CLIPPING_MINIBATCHES = 4  # the clipping ablation: 4 updates per step, so the stepwise bound rises (0.8 -> 0.875)
+
+
+def hacpo_ablations() -> dict[str, list[ProbeConfig]]:
+    """Each ablation axis of HACPO (the paper's tables 2-4 and its ratio), the default first."""
+    default = ProbeConfig(name="hacpo")
+    clip = [ProbeConfig(name="hacpo", minibatches=CLIPPING_MINIBATCHES, clipping=c)
+            for c in ("stepwise", "fixed", "symmetric")]
+    return {"advantage": [default, *(ProbeConfig(name="hacpo", advantage=a) for a in ("pooled", "own"))],
+            "omega": [default, ProbeConfig(name="hacpo", omega=False)],
+            "alpha": [ProbeConfig(name="hacpo", alpha=0.0), default, ProbeConfig(name="hacpo", alpha=2.0)],
+            "clipping": clip,
+            "ratio": [default, ProbeConfig(name="hacpo", ratio="mean")]}
+
+
 def pairing_policies(pairing: str) -> tuple[str, ...]:
     if pairing not in PAIRINGS:
         raise ValueError(f"pairing={pairing!r} is not allowed; expected one of {list(PAIRINGS)}")

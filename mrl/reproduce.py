@@ -19,7 +19,8 @@ from pathlib import Path
 from mrl.profiles import PROFILES
 from mrl.results import git_sha, repo_root
 
-NOTEBOOKS = ["00_zoo.ipynb", "10_grpo_baseline.ipynb", "20_thl.ipynb", "30_mwra.ipynb", "40_probe.ipynb", "60_bandit.ipynb"]
+NOTEBOOKS = ["00_zoo.ipynb", "10_grpo_baseline.ipynb", "20_thl.ipynb", "30_mwra.ipynb", "40_probe.ipynb", "50_hacpo.ipynb",
+             "60_bandit.ipynb"]
 
 
 def executed_dir(profile: str) -> Path:

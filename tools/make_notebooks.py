@@ -346,7 +346,7 @@ pairings = None      # e.g. ["A+B"]; None: the profile's grid (mrl.probe_runs.EX
 probes = None        # e.g. ["sgt"]
 seeds = None         # e.g. [0]
 steps = None         # RL steps per run, or {pairing: steps}
-backend = "process"  # inline | process | ray: same metrics, different wall time
+backend = None       # inline | process | ray: same metrics, different wall time (None: inline on smoke, else process)
 progress = True
 """),
     ("code", """
@@ -363,6 +363,7 @@ from mrl.results import output_dirs, save_figure, start_run, write_table
 from mrl.zoo import build_zoo
 
 config = load_profile(profile)
+backend = backend or ("inline" if profile == "smoke" else "process")
 grid = dict(EXPERIMENT[profile])
 requested = {"pairings": pairings, "probes": probes, "seeds": seeds, "steps": steps}
 grid.update({k: v for k, v in requested.items() if v is not None})
@@ -429,6 +430,106 @@ overall = pd.concat([held_out_numbers.assign(split="held-out"), pool_numbers.ass
 overall = overall[overall.skill == "overall"].pivot_table(index=["pairing", "policy", "probe"], columns="split",
                                                           values="mean", sort=False)
 print(overall.round(2).to_string())
+"""),
+]
+
+HACPO = [
+    ("md", """
+# 50 · HACPO against its baselines and the MRL probes, with its ablations
+
+**Claim (HACPO paper).** Heterogeneous agents trained together with capability-aware advantages
+(the mixed baseline weighted by omega = P_learner / P_source), exponential importance sampling on peer
+samples and stepwise clipping beat GSPO trained alone, GSPO with twice the rollouts (resource-equivalent)
+and naive sharing; each component matters (its ablations of the advantage estimator, omega, alpha and
+clipping).
+
+**What is reconstructed.** HACPO follows its official code (notes/papers.md); the bandit form does not
+enter here. Two choices are ours: peer samples cross tokenizers by THL, and the peer ratio is normalised
+over THL's aligned groups (`ratio="thl"`); the official mean-based ratio (each side normalised by its own
+token count) is the `ratio="mean"` ablation. Updates: one on-policy update per step like every other
+probe, except in the clipping ablation, which takes 4 minibatch updates per step so that the stepwise
+bound moves (0.8, 0.825, 0.85, 0.875). Budget on this CPU: the comparison runs the A+B pair over 3 seeds
+(the MRL probes are read from 40_probe's runs, same seeds and steps); the ablations run one seed.
+"""),
+    ("parameters", """
+profile = "default"  # smoke | default
+backend = None       # inline | process | ray (None: inline on smoke, else process)
+progress = True
+"""),
+    ("code", """
+import os
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import time
+start = time.perf_counter()
+import pandas as pd
+from mrl.config import ProbeConfig
+from mrl.probe_report import (hyperparameter_table, peer_clip_table, stepwise_clipping_figure, summary_table)
+from mrl.probe_runs import (CLIPPING_MINIBATCHES, HACPO_BASELINES, HACPO_EXPERIMENT, MRL_PROBES, hacpo_ablations,
+                            run_grid)
+from mrl.profiles import load_profile
+from mrl.results import output_dirs, save_figure, start_run, write_table
+from mrl.zoo import build_zoo
+
+config = load_profile(profile)
+backend = backend or ("inline" if profile == "smoke" else "process")
+grid = HACPO_EXPERIMENT[profile]
+tables_dir, figures_dir = output_dirs(profile)
+run_dir = start_run("50_hacpo", profile, config, seed=config.grpo.seed, extra={"grid": grid, "backend": backend})
+zoo = build_zoo(config.task, config.zoo, progress=progress)
+zoo_paths = {name: str(policy.path) for name, policy in zoo.items()}
+"""),
+    ("md", "## HACPO, GSPO, GSPO x2, naive sharing and the MRL probes (mean ± 95% CI over seeds)"),
+    ("code", """
+arms = [ProbeConfig(name=name) for name in (*HACPO_BASELINES, *MRL_PROBES)]
+steps_df, evals = run_grid(config, zoo_paths, grid["pairings"], arms, grid["seeds"], grid["steps"],
+                           backend=backend, progress=progress)
+steps_df.to_csv(run_dir / "steps.csv", index=False)
+evals.to_csv(run_dir / "evals.csv", index=False)
+comparison = summary_table(evals)
+write_table(comparison, "hacpo_comparison", tables_dir,
+            caption=f"HACPO and baselines on {grid['pairings']}, {grid['steps']} steps, greedy accuracy at the end "
+                    f"(overall and on the skill each policy lacks), mean ± 95% CI over seeds {grid['seeds']}.")
+comparison
+"""),
+    ("md", "## Ablations (one seed): advantage estimator, omega, alpha, clipping, ratio"),
+    ("code", """
+ablation_rows, ablation_steps = [], []
+for axis, probes in hacpo_ablations().items():
+    a_steps, a_evals = run_grid(config, zoo_paths, grid["pairings"], probes, grid["ablation_seeds"],
+                                grid["ablation_steps"], backend=backend, progress=progress)
+    table = summary_table(a_evals).merge(peer_clip_table(a_steps), on=["pairing", "probe", "policy"], how="left")
+    ablation_rows.append(table.assign(axis=axis))
+    ablation_steps.append(a_steps.assign(axis=axis))
+ablations = pd.concat(ablation_rows, ignore_index=True)
+ablations = ablations[["axis"] + [c for c in ablations.columns if c != "axis"]]
+write_table(ablations, "hacpo_ablations", tables_dir,
+            caption=f"HACPO ablations on {grid['pairings']}, {grid['ablation_steps']} steps, seed(s) "
+                    f"{grid['ablation_seeds']}: final greedy accuracy and the fraction of peer samples inside the "
+                    f"clip range. The clipping rows take {CLIPPING_MINIBATCHES} minibatch updates per step.")
+ablations
+"""),
+    ("md", "## Stepwise clipping: the clip range per minibatch update, and how many peer samples it keeps"),
+    ("code", """
+clip_steps = pd.concat(ablation_steps)
+clip_steps = clip_steps[clip_steps.axis == "clipping"]
+default = ProbeConfig(name="hacpo")
+fig = stepwise_clipping_figure(clip_steps, default.delta, default.delta_step, CLIPPING_MINIBATCHES)
+save_figure(fig, "hacpo_stepwise_clipping", figures_dir);
+"""),
+    ("md", "## Hyperparameters (generated from the configs)"),
+    ("code", """
+probes_used = arms + [p for probes in hacpo_ablations().values() for p in probes]
+hyper = hyperparameter_table(config, probes_used)
+write_table(hyper, "hyperparameters", tables_dir, caption="Hyperparameters of every run, read from the configs.")
+hyper
+"""),
+    ("code", """
+print(f"50_hacpo ran in {time.perf_counter() - start:.0f} s ({profile} profile, backend {backend})")
+"""),
+    ("md", "## Summary (rounded; nbval checks this cell on the smoke profile)"),
+    ("code", """
+# NBVAL_CHECK_OUTPUT
+print(comparison.set_index(["pairing", "policy", "probe"])[["held-out", "pool"]].sort_index().to_string())
 """),
 ]
 
@@ -537,6 +638,6 @@ if __name__ == "__main__":
     folder = Path(__file__).resolve().parents[1] / "notebooks"
     for name, cells in (("00_zoo.ipynb", ZOO), ("10_grpo_baseline.ipynb", BASELINE), ("20_thl.ipynb", THL),
                         ("30_mwra.ipynb", MWRA), ("40_probe.ipynb", PROBE),
-                        ("60_bandit.ipynb", BANDIT)):
+                        ("50_hacpo.ipynb", HACPO), ("60_bandit.ipynb", BANDIT)):
         nbformat.write(notebook(cells, name.split("_")[0]), folder / name)
         print("wrote", folder / name)

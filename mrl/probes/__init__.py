@@ -21,17 +21,19 @@ class Probe:
     kinds: tuple[str, ...]
     group_multiplier: int = 1
     """each policy samples group_multiplier x G completions per prompt (gspo_x2: resource-equivalent)"""
+    knobs: tuple[str, ...] = ()
+    """the ProbeConfig fields this probe reads (the hyperparameter table lists them)"""
 
 
 PROBES: dict[str, Probe] = {}
 
 
-def register_probe(name: str, kinds: tuple[str, ...] = (), group_multiplier: int = 1):
+def register_probe(name: str, kinds: tuple[str, ...] = (), group_multiplier: int = 1, knobs: tuple[str, ...] = ()):
     """Register `fn(batch, peers, cfg) -> ProbeOutput` under `name`, collecting SEE records of `kinds`."""
     def wrap(fn):
         if name in PROBES:
             raise ValueError(f"probe {name!r} is already registered")
-        PROBES[name] = Probe(name, fn, tuple(kinds), group_multiplier)
+        PROBES[name] = Probe(name, fn, tuple(kinds), group_multiplier, tuple(knobs))
         return fn
     return wrap
 

@@ -158,25 +158,29 @@ def _shared_gspo(batch: LearnerBatch, peers: PeerView, cfg, mode: str) -> ProbeO
                        grad_norm=sum(norms) / len(norms))
 
 
-@register_probe("hacpo", kinds=("rollout",))
+HACPO_KNOBS = ("advantage", "omega", "alpha", "clipping", "delta", "delta_step", "ratio", "minibatches",
+               "capability_window")
+
+
+@register_probe("hacpo", kinds=("rollout",), knobs=HACPO_KNOBS)
 def hacpo_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
     """HACPO: capability-aware advantages, exponential IS with stepwise clipping on peer samples, GSPO on own."""
     return _shared_gspo(batch, peers, cfg, "hacpo")
 
 
-@register_probe("gspo")
+@register_probe("gspo", knobs=("minibatches",))
 def gspo_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
     """GSPO on the own samples only: HACPO's independent baseline."""
     return _shared_gspo(batch, PeerView(), cfg, "gspo")
 
 
-@register_probe("gspo_x2", group_multiplier=2)
+@register_probe("gspo_x2", group_multiplier=2, knobs=("minibatches",))
 def gspo_x2_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
     """GSPO with twice the rollouts per prompt (2G): the resource-equivalent of two policies' samples."""
     return _shared_gspo(batch, PeerView(), cfg, "gspo")
 
 
-@register_probe("naive", kinds=("rollout",))
+@register_probe("naive", kinds=("rollout",), knobs=("minibatches",))
 def naive_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
     """Naive sharing: pooled samples, plain-mean advantages, peer samples as if own (no ratio, omega or clip)."""
     return _shared_gspo(batch, peers, cfg, "naive")

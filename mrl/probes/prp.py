@@ -105,7 +105,7 @@ def _prp(batch: LearnerBatch, peers: PeerView, cfg, naive: bool) -> ProbeOutput:
     return ProbeOutput(total, active + len(keep), stats)
 
 
-@register_probe("prp", kinds=("rollout",))
+@register_probe("prp", kinds=("rollout",), knobs=("level", "clip"))
 def prp_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
     """Pooled group, THL-projected importance weights truncated at cfg.clip (cfg.level token or sequence)."""
     return _prp(batch, peers, cfg, naive=False)

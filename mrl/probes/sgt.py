@@ -17,7 +17,7 @@ def rescue_set(successes_per_prompt, group_size: int, tau: float, peer_has_succe
             if k <= threshold and peer]
 
 
-@register_probe("sgt", kinds=("success",))
+@register_probe("sgt", kinds=("success",), knobs=("lam", "tau"))
 def sgt_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
     """L_GRPO + lam * mean_{x in R} NLL_learner(T(y*) | x), token mean per target, y* uniform among the
     peers' successes on x that the learner's own verifier accepts (a forged success never enters)."""

@@ -37,7 +37,7 @@ def xgrpo_advantages(rewards: Tensor, group_size: int, peer_n: Tensor, peer_sum:
     return centred / (scale.repeat_interleave(group_size) + eps), baseline
 
 
-@register_probe("xgrpo", kinds=("group_stats",))
+@register_probe("xgrpo", kinds=("group_stats",), knobs=("gamma", "std"))
 def xgrpo_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
     """L_GRPO on the own samples with the mixed baseline; stats: the mean baseline shift b - mean(own r)."""
     stats = [peers.group_stats.get(problem.pid, []) for problem in batch.problems]
