@@ -155,6 +155,14 @@ def peer_rollouts(tokenizer, problems, texts_per_prompt, verify, seed=0):
     return out
 
 
+def batch_with_same_tokenizer_peer(tokenizer, task, problems):
+    """The learner's groups (1, 0 and 2 correct of G) and a peer with the same tokenizer (2 correct each)."""
+    batch = make_batch(make_worker(tokenizer), problems,
+                       [answers(problems[0], 1), answers(problems[1], 0), answers(problems[2], 2)], task.verify)
+    rollouts = peer_rollouts(tokenizer, problems, [answers(p, 2) for p in problems], task.verify)
+    return batch, PeerView(rollouts=rollouts, tokenizers={"P": tokenizer})
+
+
 @pytest.mark.parametrize("naive", [False, True])
 def test_prp_with_one_tokenizer_is_the_importance_weighted_grpo_term(bpe_tokenizer, arith_task, problems, naive):
     """Same tokenizer on both sides, no truncation: the peer half equals policy_loss with old_logp = the peer's
@@ -193,12 +201,7 @@ def test_prp_with_one_tokenizer_is_the_importance_weighted_grpo_term(bpe_tokeniz
 
 def test_prp_truncation_and_sequence_level(bpe_tokenizer, arith_task, problems):
     """Truncation at c caps every weight; the sequence-level weight is one number per sample."""
-    worker = make_worker(bpe_tokenizer)
-    verify = arith_task.verify
-    batch = make_batch(worker, problems, [answers(problems[0], 1), answers(problems[1], 0), answers(problems[2], 2)],
-                       verify)
-    rollouts = peer_rollouts(bpe_tokenizer, problems, [answers(p, 2) for p in problems], verify)
-    peers = PeerView(rollouts=rollouts, tokenizers={"P": bpe_tokenizer})
+    batch, peers = batch_with_same_tokenizer_peer(bpe_tokenizer, arith_task, problems)
     free = get_probe("prp").loss(batch, peers, ProbeConfig(name="prp", clip=math.inf))
     capped = get_probe("prp").loss(batch, peers, ProbeConfig(name="prp", clip=1e-3))
     seq = get_probe("prp").loss(batch, peers, ProbeConfig(name="prp", level="sequence", clip=math.inf))
@@ -257,12 +260,7 @@ def test_gspo_own_loss_is_trl_sequence_level_grpo_with_hacpo_advantages(bpe_toke
 
 
 def test_hacpo_peer_terms_follow_the_clip_and_the_ratio_option(bpe_tokenizer, arith_task, problems):
-    worker = make_worker(bpe_tokenizer)
-    verify = arith_task.verify
-    batch = make_batch(worker, problems, [answers(problems[0], 1), answers(problems[1], 0), answers(problems[2], 2)],
-                       verify)
-    rollouts = peer_rollouts(bpe_tokenizer, problems, [answers(p, 2) for p in problems], verify)
-    peers = PeerView(rollouts=rollouts, tokenizers={"P": bpe_tokenizer})
+    batch, peers = batch_with_same_tokenizer_peer(bpe_tokenizer, arith_task, problems)
     narrow = get_probe("hacpo").loss(batch, peers, ProbeConfig(name="hacpo", clipping="fixed", delta=0.0))
     wide = get_probe("hacpo").loss(batch, peers, ProbeConfig(name="hacpo", clipping="symmetric", delta=0.99))
     assert narrow.stats["peer_samples"] == 12
