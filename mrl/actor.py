@@ -39,7 +39,8 @@ class PolicyActor:
         self.policy = load_policy(policy_path)
         self.task = make_task(task_cfg)
         self.worker = PolicyWorker(name, self.policy.model, self.policy.tokenizer, grpo_cfg)
-        self.tokenizer_id = f"{name}:{self.policy.family.tokenizer}"
+        kind = self.policy.family.tokenizer if self.policy.family else self.policy.path.name
+        self.tokenizer_id = f"{name}:{kind}"
         self.version = 0
         self.probe_state: dict = {}
         self._batch = None

@@ -340,6 +340,8 @@ class RunConfig:
     """GRPO training of each policy"""
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     """the sharing probe of concurrent runs"""
+    policies: dict = field(default_factory=dict)
+    """paper profile: {name: local folder of a pretrained checkpoint}; empty: the zoo built from `zoo`"""
     threads: int = 1
     """torch threads per policy worker (1 keeps CPU runs bit-reproducible)"""
     workers: int = 2

@@ -27,6 +27,8 @@ EXPERIMENT = {
     "smoke": {"pairings": ["A+B"], "probes": list(MRL_PROBES), "seeds": [0], "steps": {"A+B": 4}},
     "default": {"pairings": ["A+B", "A+B+C"], "probes": list(MRL_PROBES), "seeds": [0, 1, 2],
                 "steps": {"A+B": 100, "A+B+C": 50}},
+    "paper": {"pairings": ["A+B", "A+B+C"], "probes": list(MRL_PROBES), "seeds": [0, 1, 2],
+              "steps": {"A+B": 300, "A+B+C": 300}},
 }
 
 
@@ -35,7 +37,23 @@ EXPERIMENT = {
 HACPO_EXPERIMENT = {
     "smoke": {"pairings": ["A+B"], "seeds": [0], "steps": 4, "ablation_seeds": [0], "ablation_steps": 2},
     "default": {"pairings": ["A+B"], "seeds": [0, 1, 2], "steps": 100, "ablation_seeds": [0], "ablation_steps": 60},
+    "paper": {"pairings": ["A+B", "A+B+C"], "seeds": [0, 1, 2], "steps": 300, "ablation_seeds": [0, 1, 2],
+              "ablation_steps": 300},
 }
+DEFAULT_BACKEND = {"smoke": "inline", "default": "process", "paper": "ray"}
+
+
+def policy_paths(config: RunConfig, progress: bool = True) -> dict[str, str]:
+    """{name: checkpoint folder}: the profile's pretrained checkpoints (paper), else the zoo, built when missing."""
+    if config.policies:
+        missing = [f"{name}: {path}" for name, path in config.policies.items() if not Path(path).is_dir()]
+        if missing:
+            raise FileNotFoundError(f"pretrained checkpoint folder(s) not found: {missing} (see configs/paper.yaml "
+                                    "for how to download them)")
+        return dict(config.policies)
+    from mrl.zoo import build_zoo
+
+    return {name: str(policy.path) for name, policy in build_zoo(config.task, config.zoo, progress=progress).items()}
 HACPO_BASELINES = ("hacpo", "gspo", "gspo_x2", "naive")
 CLIPPING_MINIBATCHES = 4  # the clipping ablation: 4 updates per step, so the stepwise bound rises (0.8 -> 0.875)
 

@@ -160,6 +160,37 @@ def math_verify_reward(completion_text: str, final_answer: str) -> float:
     return float(verify(gold, predicted))
 
 
-def make_task(config: TaskConfig) -> ArithTask:
-    """The arithmetic task of a config (gsm8k is loaded with `load_gsm8k`)."""
-    return ArithTask(config)
+class Gsm8kTask:
+    """GSM8K (or MATH in its schema) as a task with the arithmetic tasks' interface: one skill "gsm8k".
+
+    The first `test_per_skill` rows are held out; of the rest, a seeded `pool_per_skill` form the RL pool
+    (0: fresh training rows every step). The verifier is math-verify on the completion text.
+    """
+
+    skills = ("gsm8k",)
+
+    def __init__(self, config: TaskConfig):
+        self.config = config
+        rows = load_gsm8k(config.data_files)
+        problems = [Problem(row["prompt"], row["final_answer"], "gsm8k", f"gsm8k/{i}") for i, row in enumerate(rows)]
+        if len(problems) <= config.test_per_skill:
+            raise ValueError(f"GSM8K data has {len(problems)} rows; test_per_skill={config.test_per_skill} leaves "
+                             "none to train on")
+        train = problems[config.test_per_skill:]
+        rng = random.Random(config.seed)
+        self.test = {"gsm8k": problems[:config.test_per_skill]}
+        self.train = {"gsm8k": train}
+        self.pool = {"gsm8k": rng.sample(train, min(config.pool_per_skill, len(train)))} if config.pool_per_skill \
+            else {}
+
+    def rl_prompts(self, step_rng: random.Random, n: int) -> list[Problem]:
+        source = self.pool or self.train
+        return [step_rng.choice(source["gsm8k"]) for _ in range(n)]
+
+    def verify(self, completion_text: str, problem: Problem) -> float:
+        return math_verify_reward(completion_text, problem.answer)
+
+
+def make_task(config: TaskConfig):
+    """The task of a config: ArithTask for arith-ops / arith-forms, Gsm8kTask for gsm8k (a local file)."""
+    return Gsm8kTask(config) if config.name == "gsm8k" else ArithTask(config)

@@ -167,7 +167,7 @@ def warm_up(model, tokenizer, task: ArithTask, family: FamilyConfig, cfg: Warmup
 class Policy:
     """A built zoo member: its family config, model, tokenizer and warm-up record."""
 
-    family: FamilyConfig
+    family: FamilyConfig | None   # None for a pretrained checkpoint (paper profile)
     model: object
     tokenizer: PreTrainedTokenizerFast
     path: Path
@@ -175,7 +175,7 @@ class Policy:
 
     @property
     def name(self) -> str:
-        return self.family.name
+        return self.family.name if self.family else self.path.name
 
     @property
     def n_params(self) -> int:
@@ -190,11 +190,17 @@ def family_dir(root: Path, task_cfg: TaskConfig, family: FamilyConfig, zoo_cfg: 
 
 
 def load_policy(path: str | Path, family: FamilyConfig | None = None) -> Policy:
-    """Load a saved zoo member (a plain transformers checkpoint folder plus zoo.json)."""
+    """Load a saved zoo member (a plain transformers checkpoint folder plus zoo.json), or a pretrained
+    checkpoint folder without zoo.json (the paper profile: family None; pad falls back to EOS)."""
     path = Path(path)
-    record = json.loads((path / "zoo.json").read_text())
-    family = family or FamilyConfig(**record["family"])
+    if (path / "zoo.json").exists():
+        record = json.loads((path / "zoo.json").read_text())
+        family = family or FamilyConfig(**record["family"])
+    else:
+        record = {"pretrained": str(path)}
     tokenizer = PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
     hf_logging.disable_progress_bar()
     model = AutoModelForCausalLM.from_pretrained(path)
     model.eval()

@@ -341,12 +341,12 @@ prototypes found that peer demonstrations are learned on the pool prompts withou
 held-out ones within this budget, and the tables say whether that holds here.
 """),
     ("parameters", """
-profile = "default"  # smoke | default
+profile = "default"  # smoke | default | paper
 pairings = None      # e.g. ["A+B"]; None: the profile's grid (mrl.probe_runs.EXPERIMENT)
 probes = None        # e.g. ["sgt"]
 seeds = None         # e.g. [0]
 steps = None         # RL steps per run, or {pairing: steps}
-backend = None       # inline | process | ray: same metrics, different wall time (None: inline on smoke, else process)
+backend = None       # inline | process | ray: same metrics, different wall time (None: the profile's)
 progress = True
 """),
     ("code", """
@@ -357,13 +357,12 @@ start = time.perf_counter()
 import pandas as pd
 from mrl.config import ProbeConfig
 from mrl.probe_report import accuracy_figure, main_table, rescue_figure, stability_table
-from mrl.probe_runs import EXPERIMENT, run_grid
+from mrl.probe_runs import DEFAULT_BACKEND, EXPERIMENT, policy_paths, run_grid
 from mrl.profiles import load_profile
 from mrl.results import output_dirs, save_figure, start_run, write_table
-from mrl.zoo import build_zoo
 
 config = load_profile(profile)
-backend = backend or ("inline" if profile == "smoke" else "process")
+backend = backend or DEFAULT_BACKEND[profile]
 grid = dict(EXPERIMENT[profile])
 requested = {"pairings": pairings, "probes": probes, "seeds": seeds, "steps": steps}
 grid.update({k: v for k, v in requested.items() if v is not None})
@@ -372,12 +371,12 @@ tables_dir, figures_dir = output_dirs(profile)
 run_dir = start_run("40_probe", profile, config, seed=config.grpo.seed, extra={"grid": grid, "backend": backend})
 if not full_grid:
     tables_dir = figures_dir = run_dir
-zoo = build_zoo(config.task, config.zoo, progress=progress)
+paths = policy_paths(config, progress)
 steps_text = ", ".join(f"{k} {v}" for k, v in grid["steps"].items()) if isinstance(grid["steps"], dict) \
     else str(grid["steps"])
 """),
     ("code", """
-steps_df, evals = run_grid(config, {name: str(policy.path) for name, policy in zoo.items()}, grid["pairings"],
+steps_df, evals = run_grid(config, paths, grid["pairings"],
                            [ProbeConfig(name=name) for name in grid["probes"]], grid["seeds"], grid["steps"],
                            backend=backend, progress=progress)
 steps_df.to_csv(run_dir / "steps.csv", index=False)
@@ -453,7 +452,7 @@ bound moves (0.8, 0.825, 0.85, 0.875). Budget on this CPU: the comparison runs t
 """),
     ("parameters", """
 profile = "default"  # smoke | default
-backend = None       # inline | process | ray (None: inline on smoke, else process)
+backend = None       # inline | process | ray: same metrics, different wall time (None: the profile's)
 progress = True
 """),
     ("code", """
@@ -464,19 +463,17 @@ start = time.perf_counter()
 import pandas as pd
 from mrl.config import ProbeConfig
 from mrl.probe_report import (hyperparameter_table, peer_clip_table, stepwise_clipping_figure, summary_table)
-from mrl.probe_runs import (CLIPPING_MINIBATCHES, HACPO_BASELINES, HACPO_EXPERIMENT, MRL_PROBES, hacpo_ablations,
-                            run_grid)
+from mrl.probe_runs import (CLIPPING_MINIBATCHES, DEFAULT_BACKEND, HACPO_BASELINES, HACPO_EXPERIMENT, MRL_PROBES,
+                            hacpo_ablations, policy_paths, run_grid)
 from mrl.profiles import load_profile
 from mrl.results import output_dirs, save_figure, start_run, write_table
-from mrl.zoo import build_zoo
 
 config = load_profile(profile)
-backend = backend or ("inline" if profile == "smoke" else "process")
+backend = backend or DEFAULT_BACKEND[profile]
 grid = HACPO_EXPERIMENT[profile]
 tables_dir, figures_dir = output_dirs(profile)
 run_dir = start_run("50_hacpo", profile, config, seed=config.grpo.seed, extra={"grid": grid, "backend": backend})
-zoo = build_zoo(config.task, config.zoo, progress=progress)
-zoo_paths = {name: str(policy.path) for name, policy in zoo.items()}
+zoo_paths = policy_paths(config, progress)
 """),
     ("md", "## HACPO, GSPO, GSPO x2, naive sharing and the MRL probes (mean ± 95% CI over seeds)"),
     ("code", """

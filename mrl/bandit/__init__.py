@@ -22,6 +22,7 @@ SETTINGS = {
     "default": {"kappas": (0.25, 0.5, 0.75, 1.0), "reps": 600, "dynamics_kappas": (0.25, 0.75), "seeds": (0, 1, 2),
                 "steps": 100},
 }
+SETTINGS["paper"] = SETTINGS["default"]  # the bandit needs no GPU: the paper profile runs the same analysis
 
 __all__ = ["BanditEnv", "DynamicsConfig", "EnvConfig", "METHODS", "Method", "Moments", "PROMPT_TYPES", "SETTINGS",
            "chi2", "closed_form_check", "closed_form_mean", "dynamics_methods", "ess_fraction", "expected_grpo", "expected_prp", "expected_sgt",
