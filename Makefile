@@ -32,6 +32,8 @@ smoke: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_grpo_step.py
+	$(PY) benchmarks/bench_thl.py
+	$(PY) benchmarks/bench_probes.py --no-skip
 
 lab: $(STAMP)
 	$(VENV)/bin/pip install -q -e ".[lab]" && $(VENV)/bin/jupyter lab notebooks/

@@ -1,13 +1,17 @@
 """The probe experiment: every probe x seed x pairing as a concurrent run, cached by its full config.
 
 A run is keyed by the hash of everything its numbers depend on (task, zoo folders, GRPO settings with
-seed and steps, probe, policies); its steps and evals are stored under results/runs/<key>/ and read
-back when the same run is asked for again (a notebook re-run, or HACPO's notebook reusing the MRL
-probes' runs). The backend is not part of the key: inline, process and ray give the same metrics.
+seed and steps, probe, policies, and the source code of the mrl package); its steps and evals are
+stored under results/runs/<key>/ and read back when the same run is asked for again (a notebook
+re-run, or HACPO's notebook reusing the MRL probes' runs). Any edit of mrl/ makes new keys, so a cached
+run never outlives the code that produced it. The backend is not part of the key: inline, process and
+ray give the same metrics.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -76,10 +80,21 @@ def pairing_policies(pairing: str) -> tuple[str, ...]:
     return PAIRINGS[pairing]
 
 
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """sha256 of every source file of the mrl package (sorted by path)."""
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for source in sorted(package.rglob("*.py")):
+        digest.update(str(source.relative_to(package)).encode() + source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def run_key(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: int, steps: int) -> str:
     grpo = dataclasses.replace(config.grpo, seed=seed, steps=steps)
     return config_hash({"task": to_dict(config.task), "grpo": to_dict(grpo), "probe": to_dict(probe),
-                        "policies": {name: Path(path).name for name, path in sorted(paths.items())}})
+                        "policies": {name: Path(path).name for name, path in sorted(paths.items())},
+                        "code": code_fingerprint()})
 
 
 def run_probe(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: int, steps: int,
