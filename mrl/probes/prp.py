@@ -75,8 +75,6 @@ def _prp(batch: LearnerBatch, peers: PeerView, cfg, naive: bool) -> ProbeOutput:
     peer_advantages = torch.stack(peer_advantages)
     keep = (peer_advantages != 0).nonzero().squeeze(-1).tolist()  # A = 0 adds nothing (its loss and gradient are 0)
     log_w_seq = []
-    weights = torch.ones(len(samples), max(len(a.dst_ids) for _, _, a in samples))
-    learner_logp, mask = None, None
     if keep:
         kept = [samples[i] for i in keep]
         learner_logp, mask = batch.logprobs([batch.problems[x].prompt for x, _, _ in kept],

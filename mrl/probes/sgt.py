@@ -10,9 +10,14 @@ from mrl.probes.batch import LearnerBatch, PeerView, ProbeOutput
 from mrl.thl import decode_text
 
 
+def failure_threshold(group_size: int, tau: float) -> int:
+    """The largest own success count k that still counts as failing: floor(tau G) (0 for tau = 0)."""
+    return int(tau * group_size + 1e-9)
+
+
 def rescue_set(successes_per_prompt, group_size: int, tau: float, peer_has_success) -> list[int]:
     """Indices x with k_own(x) <= tau G and at least one verified peer success. Inputs (P,)."""
-    threshold = int(tau * group_size + 1e-9)
+    threshold = failure_threshold(group_size, tau)
     return [x for x, (k, peer) in enumerate(zip(successes_per_prompt.tolist(), peer_has_success))
             if k <= threshold and peer]
 
@@ -28,7 +33,7 @@ def sgt_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
     rescue = rescue_set(batch.successes_per_prompt, batch.group_size, cfg.tau, [bool(v) for v in verified])
     advantages = group_advantages(batch.rewards, batch.group_size, batch.worker.config.scale)
     loss, active, _ = batch.own_loss(advantages)
-    threshold = int(cfg.tau * batch.group_size + 1e-9)
+    threshold = failure_threshold(batch.group_size, cfg.tau)
     stats = {"rescue_candidates": int((batch.successes_per_prompt <= threshold).sum()), "rescue_size": len(rescue),
              "rejected_successes": sum(len(peers.successes.get(p.pid, [])) for p in batch.problems)
              - sum(map(len, verified)), "targets_inexact": 0}
