@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from mrl.config import FamilyConfig, GrpoConfig, TaskConfig  # noqa: E402
-from mrl.policy import PolicyWorker  # noqa: E402
+from mrl.rollout import PolicyWorker  # noqa: E402
 from mrl.tasks import ArithTask  # noqa: E402
 from mrl.zoo import build_model, train_tokenizer  # noqa: E402
 

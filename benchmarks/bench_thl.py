@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from mrl.config import GrpoConfig  # noqa: E402
-from mrl.policy import PolicyWorker  # noqa: E402
+from mrl.rollout import PolicyWorker  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
 from mrl.real_tokenizers import load_real_tokenizer, mixed_script_texts  # noqa: E402
 from mrl.results import repo_root  # noqa: E402

@@ -1,107 +1,161 @@
-"""A policy actor: one policy's model, optimizer and task, driven step by step by an MWRA backend.
+"""A policy actor: one policy's model, optimizer, optional reference model and task, driven step by step.
 
-The same class runs inline, in a spawned process or as a Ray actor. Each step has two phases:
-`rollout` (sample G completions per prompt, score them, return the experience records to share)
-and `update` (the probe's loss over the own groups and what the runner collected from peers, then
-one optimizer step). Sampling draws from a generator derived from (seed, step, policy), and so do the
-probe's own draws, so a resumed actor draws exactly what it would have.
+The same class runs inline, in a spawned process or as a Ray actor (MWRA builds it from an `ActorConfig`).
+Each step has two phases: `rollout` (sample G completions per prompt, score them, keep them as this
+step's `RolloutBatch` and return the experience records to share) and `update` (the probe's losses over
+the batch and what the runner collected from the peers, one optimizer step after each). Sampling draws
+from a generator derived from (seed, step, policy), and so do the probe's own draws, so a resumed actor
+draws exactly what it would have. The actor is the only place that steps the optimizer.
 """
 from __future__ import annotations
 
+import copy
 import time
+from dataclasses import dataclass, field
 
 import torch
-
+from torch import Tensor
 from transformers import PreTrainedTokenizerFast
 
-from mrl.config import GrpoConfig, ProbeConfig, TaskConfig
+from mrl.config import GrpoConfig, TaskConfig
 from mrl.evaluation import skill_accuracy
-from mrl.policy import PolicyWorker, completion_texts, score
-from mrl.probes import LearnerBatch, PeerView, get_probe
+from mrl.probes import PeerView, ProbeConfig, get_probe
+from mrl.rollout import RolloutBatch, completion_logprobs, completion_texts, sample_groups, score
 from mrl.see import GroupStats, Rollout, Success
 from mrl.seeding import step_generator
 from mrl.tasks import make_task
 from mrl.zoo import load_policy
 
 
-class PolicyActor:
-    """One policy in a concurrent run."""
+@dataclass
+class ActorConfig:
+    """Everything one policy actor is built from (sent to its worker process or Ray actor)."""
 
-    def __init__(self, name: str, policy_path: str, task_cfg: TaskConfig, grpo_cfg: GrpoConfig, threads: int,
-                 run_id: str = "run", probe_cfg: ProbeConfig | None = None, peer_paths: dict | None = None):
-        torch.set_num_threads(threads)
-        self.name, self.run_id, self.cfg = name, run_id, grpo_cfg
-        self.probe_cfg = probe_cfg or ProbeConfig()
-        self.probe = get_probe(self.probe_cfg.name)
+    name: str
+    """the policy id"""
+    policy_path: str
+    """its checkpoint folder (a zoo member or a pretrained model)"""
+    task: TaskConfig
+    """the task: prompts and the verifier"""
+    grpo: GrpoConfig
+    """sampling and the own-sample GRPO loss; group_size already multiplied for probes that sample more"""
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    """the probe whose loss the actor minimises, with its knobs"""
+    threads: int = 1
+    """torch threads of this actor"""
+    run_id: str = "run"
+    """written into every Rollout record"""
+    peer_paths: dict = field(default_factory=dict)
+    """{peer id: checkpoint folder}, whose tokenizers THL needs when the probe reads peer rollouts"""
+
+
+class PolicyActor:
+    """One policy in a run of n >= 1 policies."""
+
+    def __init__(self, config: ActorConfig):
+        torch.set_num_threads(config.threads)
+        self.config, self.name, self.cfg = config, config.name, config.grpo
+        self.probe = get_probe(config.probe.name)
         self.peer_tokenizers = {peer: PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
-                                for peer, path in (peer_paths or {}).items()
-                                if peer != name and "rollout" in self.probe.kinds}
-        self.policy = load_policy(policy_path)
-        self.task = make_task(task_cfg)
-        self.worker = PolicyWorker(name, self.policy.model, self.policy.tokenizer, grpo_cfg)
+                                for peer, path in config.peer_paths.items()
+                                if peer != self.name and "rollout" in self.probe.kinds}
+        self.policy = load_policy(config.policy_path)
+        self.model, self.tokenizer = self.policy.model, self.policy.tokenizer
+        self.reference = copy.deepcopy(self.model).eval().requires_grad_(False) if self.cfg.beta else None
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, betas=(0.9, 0.99))
+        self.task = make_task(config.task)
         kind = self.policy.family.tokenizer if self.policy.family else self.policy.path.name
-        self.tokenizer_id = f"{name}:{kind}"
+        self.tokenizer_id = f"{self.name}:{kind}"
         self.version = 0
         self.probe_state: dict = {}
-        self._batch = None
+        self.pending: RolloutBatch | None = None  # this step's samples, between rollout and update
 
     def ping(self) -> str:
         return self.name
 
     def policy_spec(self) -> dict:
         """What the exchange validates this policy's records against."""
-        return {"vocab_size": len(self.policy.tokenizer), "tokenizer_id": self.tokenizer_id}
+        return {"vocab_size": len(self.tokenizer), "tokenizer_id": self.tokenizer_id}
+
+    def logprobs(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
+                 completion_mask: Tensor) -> Tensor:
+        """log pi of every completion token with gradient, the model in training mode. (N, P), (N, T) -> (N, T)."""
+        self.model.train()
+        return completion_logprobs(self.model, prompt_ids, prompt_mask, completion_ids, completion_mask)
 
     def rollout(self, step: int, problems: list) -> dict:
-        """Sample and score this step's groups; returns records to publish and rollout metrics."""
+        """Sample and score this step's groups; keep them as the pending RolloutBatch; return the records to
+        publish and rollout metrics."""
         start = time.perf_counter()
         cfg = self.cfg
-        prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp = self.worker.sample(
-            [p.prompt for p in problems], step_generator(cfg.seed, step, self.name))
+        prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp = sample_groups(
+            self.model, self.tokenizer, [p.prompt for p in problems], cfg.group_size,
+            step_generator(cfg.seed, step, self.name), cfg.max_new_tokens, cfg.temperature)
         expanded = [p for p in problems for _ in range(cfg.group_size)]
-        texts = completion_texts(self.policy.tokenizer, completion_ids, completion_mask, self.worker.eos_id)
+        texts = completion_texts(self.tokenizer, completion_ids, completion_mask, self.tokenizer.eos_token_id)
         rewards = score(texts, expanded, self.task.verify)
-        self._batch = (problems, prompt_ids, prompt_mask, completion_ids, completion_mask, rewards)
+        ref_logp = None
+        if self.reference is not None:
+            with torch.no_grad():
+                ref_logp = completion_logprobs(self.reference, prompt_ids, prompt_mask, completion_ids,
+                                               completion_mask)
+        self.pending = RolloutBatch(
+            policy=self.name, step=step, problems=list(problems), group_size=cfg.group_size, prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask, completion_ids=completion_ids, completion_mask=completion_mask,
+            sample_logp=sample_logp, rewards=rewards, grpo=cfg, tokenizer=self.tokenizer, verify=self.task.verify,
+            logprobs=self.logprobs, generator=step_generator(cfg.seed, step, f"{self.name}/probe"),
+            state=self.probe_state, ref_logp=ref_logp)
+        return {"records": self.records(self.pending, texts), "reward": rewards.mean().item(),
+                "seconds": time.perf_counter() - start}
+
+    def records(self, batch: RolloutBatch, texts: list[tuple[str, bool]]) -> list:
+        """The step's experience as SEE records: a Rollout per sample, a Success per verified one, GroupStats
+        per prompt."""
         records = []
-        for i, (problem, (text, ok)) in enumerate(zip(expanded, texts)):
-            n = int(completion_mask[i].sum())
-            ids = completion_ids[i, :n].tolist()
-            records.append(Rollout(self.run_id, self.name, self.version, problem.pid, problem.prompt, text, ids,
-                                   sample_logp[i, :n].tolist(), float(rewards[i]),
-                                   "eos" if ids and ids[-1] == self.worker.eos_id else "length", self.tokenizer_id))
-            if rewards[i] > 0:
-                records.append(Success(self.name, self.version, problem.pid, text, "arith-integer"))
-        grouped = rewards.view(-1, cfg.group_size)
-        for problem, group in zip(problems, grouped):
-            records.append(GroupStats(self.name, self.version, problem.pid, cfg.group_size, float(group.sum()),
+        expanded = [p for p in batch.problems for _ in range(batch.group_size)]
+        for i, (problem, (text, _)) in enumerate(zip(expanded, texts)):
+            n = int(batch.completion_mask[i].sum())
+            ids = batch.completion_ids[i, :n].tolist()
+            records.append(Rollout(self.config.run_id, self.name, self.version, problem.pid, problem.prompt, text,
+                                   ids, batch.sample_logp[i, :n].tolist(), float(batch.rewards[i]),
+                                   "eos" if ids and ids[-1] == batch.eos_id else "length", self.tokenizer_id))
+            if batch.rewards[i] > 0:
+                records.append(Success(self.name, self.version, problem.pid, text, self.task.verifier_id))
+        for problem, group in zip(batch.problems, batch.rewards.view(-1, batch.group_size)):
+            records.append(GroupStats(self.name, self.version, problem.pid, batch.group_size, float(group.sum()),
                                       float((group ** 2).sum())))
-        return {"records": records, "reward": rewards.mean().item(), "seconds": time.perf_counter() - start}
+        return records
 
     def update(self, step: int, peer_records: dict | None = None) -> dict:
-        """The probe's loss on this step's own groups and the peers' records, then one optimizer step.
+        """The probe's losses on the pending batch and the peers' records, one optimizer step after each.
 
         peer_records: {kind: {prompt_id: [records]}} as the runner collected them for this policy.
+        Returns the mean loss and mean pre-clip gradient norm over the updates (0 when there were none).
         """
         start = time.perf_counter()
-        problems, prompt_ids, prompt_mask, completion_ids, completion_mask, rewards = self._batch
-        batch = LearnerBatch(self.name, problems, self.cfg.group_size, prompt_ids, prompt_mask, completion_ids,
-                             completion_mask, rewards, self.worker, self.task.verify,
-                             step_generator(self.cfg.seed, step, f"{self.name}/probe"), self.probe_state, step)
-        peer_records = peer_records or {}
-        peers = PeerView(rollouts=peer_records.get("rollout", {}), group_stats=peer_records.get("group_stats", {}),
-                         successes=peer_records.get("success", {}), tokenizers=self.peer_tokenizers)
-        output = self.probe.loss(batch, peers, self.probe_cfg)
-        if output.grad_norm is not None:  # the probe took its own optimizer steps
-            loss, grad_norm = output.loss_value, output.grad_norm
-        elif output.loss is None:
-            loss, grad_norm = 0.0, 0.0
-        else:
-            loss, grad_norm = output.loss.item(), self.worker.apply(output.loss)
+        if self.pending is None or self.pending.step != step:
+            raise RuntimeError(f"{self.name}: update({step}) without the rollout of step {step}")
+        peers = PeerView(**(peer_records or {}), tokenizers=self.peer_tokenizers)
+        output = self.probe.loss(self.pending, peers, self.config.probe)
+        losses, norms = [], []
+        for loss in output.losses:  # a lazy iterable: update m's loss is computed after update m - 1
+            losses.append(loss.item())
+            norms.append(self.apply(loss))
         self.version = step
-        self._batch = None
-        return {"loss": loss, "grad_norm": grad_norm,
+        self.pending = None
+        return {"loss": sum(losses) / len(losses) if losses else 0.0,
+                "grad_norm": sum(norms) / len(norms) if norms else 0.0,
                 "active_sequences": output.active_sequences, "probe": output.stats,
                 "seconds": time.perf_counter() - start}
+
+    def apply(self, loss: Tensor) -> float:
+        """Backward, clip the global gradient norm, one Adam step; returns the norm before clipping."""
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.optimizer.step()
+        return grad_norm.item()
 
     def step(self, step: int, problems: list, evaluate: bool = False) -> dict:
         """Rollout and update in one call (the async clock's unit of work, probes that share nothing);
@@ -112,14 +166,14 @@ class PolicyActor:
 
     def evaluate(self, step: int) -> list[dict]:
         return [{"policy": self.name, "step": step, **row}
-                for row in skill_accuracy(self.policy.model, self.policy.tokenizer, self.task, self.cfg.max_new_tokens)]
+                for row in skill_accuracy(self.model, self.tokenizer, self.task, self.cfg.max_new_tokens)]
 
     def state_dict(self) -> dict:
-        return {"model": self.policy.model.state_dict(), "optimizer": self.worker.optimizer.state_dict(),
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "version": self.version, "probe_state": self.probe_state}
 
     def load_state_dict(self, state: dict) -> None:
-        self.policy.model.load_state_dict(state["model"])
-        self.worker.optimizer.load_state_dict(state["optimizer"])
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
         self.version = state["version"]
         self.probe_state = state.get("probe_state", {})

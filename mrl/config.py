@@ -16,26 +16,29 @@ from typing import Any, TypeVar, get_type_hints
 
 import yaml
 
+from mrl.grpo import LEVELS, LOSS_TYPES
+from mrl.mwra import BACKENDS
+
 
 class ConfigError(ValueError):
     """A config field has an unknown name or a value outside what is allowed."""
 
 
-def _require(ok: bool, cls: str, name: str, value: Any, allowed: str) -> None:
+def require(ok: bool, cls: str, name: str, value: Any, allowed: str) -> None:
     if not ok:
         raise ConfigError(f"{cls}.{name} = {value!r} is not allowed; expected {allowed}")
 
 
-def _choice(cls: str, name: str, value: Any, choices: tuple) -> None:
-    _require(value in choices, cls, name, value, f"one of {list(choices)}")
+def choice(cls: str, name: str, value: Any, choices: tuple) -> None:
+    require(value in choices, cls, name, value, f"one of {list(choices)}")
 
 
-def _positive(cls: str, name: str, value: Any) -> None:
-    _require(isinstance(value, (int, float)) and value > 0, cls, name, value, "a number > 0")
+def positive(cls: str, name: str, value: Any) -> None:
+    require(isinstance(value, (int, float)) and value > 0, cls, name, value, "a number > 0")
 
 
 def _fraction(cls: str, name: str, value: Any) -> None:
-    _require(isinstance(value, (int, float)) and 0 <= value <= 1, cls, name, value, "a number in [0, 1]")
+    require(isinstance(value, (int, float)) and 0 <= value <= 1, cls, name, value, "a number in [0, 1]")
 
 
 TASKS = ("arith-ops", "arith-forms", "gsm8k")
@@ -62,16 +65,16 @@ class TaskConfig:
 
     def __post_init__(self):
         c = "TaskConfig"
-        _choice(c, "name", self.name, TASKS)
-        _require(isinstance(self.max_operand, int) and 9 <= self.max_operand <= 999, c, "max_operand",
-                 self.max_operand, "an integer in [9, 999]")
+        choice(c, "name", self.name, TASKS)
+        require(isinstance(self.max_operand, int) and 9 <= self.max_operand <= 999, c, "max_operand",
+                self.max_operand, "an integer in [9, 999]")
         for f in ("test_per_skill", "leak_n"):
-            _positive(c, f, getattr(self, f))
-        _require(isinstance(self.pool_per_skill, int) and self.pool_per_skill >= 0, c, "pool_per_skill",
-                 self.pool_per_skill, "an integer >= 0")
+            positive(c, f, getattr(self, f))
+        require(isinstance(self.pool_per_skill, int) and self.pool_per_skill >= 0, c, "pool_per_skill",
+                self.pool_per_skill, "an integer >= 0")
         if self.name == "gsm8k":
-            _require(self.data_files is not None, c, "data_files", self.data_files,
-                     "a path to a GSM8K-schema JSON file when name is 'gsm8k'")
+            require(self.data_files is not None, c, "data_files", self.data_files,
+                    "a path to a GSM8K-schema JSON file when name is 'gsm8k'")
 
 
 ARCHS = ("gpt2", "llama", "qwen2")
@@ -103,22 +106,22 @@ class FamilyConfig:
 
     def __post_init__(self):
         c = f"FamilyConfig[{self.name}]"
-        _choice(c, "arch", self.arch, ARCHS)
-        _choice(c, "tokenizer", self.tokenizer, TOKENIZERS)
+        choice(c, "arch", self.arch, ARCHS)
+        choice(c, "tokenizer", self.tokenizer, TOKENIZERS)
         for f in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
-            _require(isinstance(getattr(self, f), int) and getattr(self, f) > 0, c, f, getattr(self, f),
-                     "a positive integer")
-        _require(self.d_model % self.n_heads == 0, c, "n_heads", self.n_heads, f"a divisor of d_model={self.d_model}")
-        _require(self.n_heads % self.n_kv_heads == 0, c, "n_kv_heads", self.n_kv_heads,
-                 f"a divisor of n_heads={self.n_heads}")
-        _require(isinstance(self.warmup_mix, dict) and len(self.warmup_mix) > 0, c, "warmup_mix",
-                 self.warmup_mix, "a non-empty mapping of skill keys to weights")
+            require(isinstance(getattr(self, f), int) and getattr(self, f) > 0, c, f, getattr(self, f),
+                    "a positive integer")
+        require(self.d_model % self.n_heads == 0, c, "n_heads", self.n_heads, f"a divisor of d_model={self.d_model}")
+        require(self.n_heads % self.n_kv_heads == 0, c, "n_kv_heads", self.n_kv_heads,
+                f"a divisor of n_heads={self.n_heads}")
+        require(isinstance(self.warmup_mix, dict) and len(self.warmup_mix) > 0, c, "warmup_mix",
+                self.warmup_mix, "a non-empty mapping of skill keys to weights")
         for k, w in self.warmup_mix.items():
-            _require(bool(MIX_KEY.match(str(k))), c, f"warmup_mix[{k!r}]", k,
-                     "a key like S1, S3.half0 or leak:S2")
+            require(bool(MIX_KEY.match(str(k))), c, f"warmup_mix[{k!r}]", k,
+                    "a key like S1, S3.half0 or leak:S2")
             _fraction(c, f"warmup_mix[{k!r}]", w)
         total = sum(self.warmup_mix.values())
-        _require(abs(total - 1) < 1e-6, c, "warmup_mix", self.warmup_mix, f"weights summing to 1 (got {total:.4f})")
+        require(abs(total - 1) < 1e-6, c, "warmup_mix", self.warmup_mix, f"weights summing to 1 (got {total:.4f})")
 
 
 @dataclass
@@ -139,9 +142,9 @@ class WarmupConfig:
     def __post_init__(self):
         c = "WarmupConfig"
         for f in ("steps", "batch_size", "lr", "grad_clip"):
-            _positive(c, f, getattr(self, f))
-        _require(isinstance(self.lr_warmup_steps, int) and 0 <= self.lr_warmup_steps <= self.steps, c,
-                 "lr_warmup_steps", self.lr_warmup_steps, f"an integer in [0, steps={self.steps}]")
+            positive(c, f, getattr(self, f))
+        require(isinstance(self.lr_warmup_steps, int) and 0 <= self.lr_warmup_steps <= self.steps, c,
+                "lr_warmup_steps", self.lr_warmup_steps, f"an integer in [0, steps={self.steps}]")
 
 
 def default_families() -> list[FamilyConfig]:
@@ -169,15 +172,13 @@ class ZooConfig:
                          for f in self.families]
         if isinstance(self.warmup, dict):
             self.warmup = _build(WarmupConfig, self.warmup, "ZooConfig.warmup")
-        _require(len(self.families) >= 1, c, "families", self.families, "at least one family")
+        require(len(self.families) >= 1, c, "families", self.families, "at least one family")
         names = [f.name for f in self.families]
-        _require(len(set(names)) == len(names), c, "families", names, "distinct family names")
-        _require(isinstance(self.workers, int) and self.workers >= 1, c, "workers", self.workers, "an integer >= 1")
-        _positive(c, "max_positions", self.max_positions)
+        require(len(set(names)) == len(names), c, "families", names, "distinct family names")
+        require(isinstance(self.workers, int) and self.workers >= 1, c, "workers", self.workers, "an integer >= 1")
+        positive(c, "max_positions", self.max_positions)
 
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-LEVELS = ("token", "sequence")
 SCALES = ("group", "batch", "none")
 
 
@@ -220,24 +221,23 @@ class GrpoConfig:
 
     def __post_init__(self):
         c = "GrpoConfig"
-        _choice(c, "loss_type", self.loss_type, LOSS_TYPES)
-        _choice(c, "level", self.level, LEVELS)
-        _choice(c, "scale", self.scale, SCALES)
+        choice(c, "loss_type", self.loss_type, LOSS_TYPES)
+        choice(c, "level", self.level, LEVELS)
+        choice(c, "scale", self.scale, SCALES)
         for f in ("steps", "prompts_per_step", "max_new_tokens", "temperature", "lr", "grad_clip", "eval_every"):
-            _positive(c, f, getattr(self, f))
-        _require(isinstance(self.group_size, int) and self.group_size >= 2, c, "group_size", self.group_size,
-                 "an integer >= 2")
+            positive(c, f, getattr(self, f))
+        require(isinstance(self.group_size, int) and self.group_size >= 2, c, "group_size", self.group_size,
+                "an integer >= 2")
         for f in ("eps_low", "eps_high"):
-            _require(0 < getattr(self, f) < 1, c, f, getattr(self, f), "a number in (0, 1)")
-        _require(self.beta >= 0, c, "beta", self.beta, "a number >= 0")
+            require(0 < getattr(self, f) < 1, c, f, getattr(self, f), "a number in (0, 1)")
+        require(self.beta >= 0, c, "beta", self.beta, "a number >= 0")
 
 
-BACKENDS = ("inline", "process", "ray")
 FAILURE_POLICIES = ("fail", "continue")
 
 
 @dataclass
-class ConcurrentConfig:
+class RunnerConfig:
     backend: str = "inline"
     """MWRA backend: inline (deterministic), process (one process per policy), ray"""
     mode: str = "sync"
@@ -255,105 +255,203 @@ class ConcurrentConfig:
     a step-s sample comes from version s - 1, so 1 shares exactly the current step's samples"""
 
     def __post_init__(self):
-        c = "ConcurrentConfig"
-        _choice(c, "backend", self.backend, BACKENDS)
-        _choice(c, "failure_policy", self.failure_policy, FAILURE_POLICIES)
-        _choice(c, "mode", self.mode, ("sync", "async"))
-        _require(isinstance(self.staleness, int) and self.staleness >= 0, c, "staleness", self.staleness,
-                 "an integer >= 0")
-        _positive(c, "step_timeout", self.step_timeout)
-        _require(isinstance(self.checkpoint_every, int) and self.checkpoint_every >= 0, c, "checkpoint_every",
-                 self.checkpoint_every, "an integer >= 0")
-        _require(isinstance(self.max_staleness, int) and self.max_staleness >= 1, c, "max_staleness",
-                 self.max_staleness, "an integer >= 1 (a step's own samples are 1 step behind the clock)")
+        c = "RunnerConfig"
+        choice(c, "backend", self.backend, BACKENDS)
+        choice(c, "failure_policy", self.failure_policy, FAILURE_POLICIES)
+        choice(c, "mode", self.mode, ("sync", "async"))
+        require(isinstance(self.staleness, int) and self.staleness >= 0, c, "staleness", self.staleness,
+                "an integer >= 0")
+        positive(c, "step_timeout", self.step_timeout)
+        require(isinstance(self.checkpoint_every, int) and self.checkpoint_every >= 0, c, "checkpoint_every",
+                self.checkpoint_every, "an integer >= 0")
+        require(isinstance(self.max_staleness, int) and self.max_staleness >= 1, c, "max_staleness",
+                self.max_staleness, "an integer >= 1 (a step's own samples are 1 step behind the clock)")
+
+
+PAIRING_NAME = re.compile(r"^[A-Za-z0-9]+(\+[A-Za-z0-9]+)*$")
+
+
+def _int_list(cls: str, name: str, values: Any, minimum: int = 0) -> None:
+    require(isinstance(values, list) and len(values) > 0
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in values),
+            cls, name, values, f"a non-empty list of integers >= {minimum}")
+
+
+def _probe_entries(cls: str, name: str, values: Any) -> None:
+    ok = isinstance(values, list) and len(values) > 0 and all(
+        isinstance(v, str) or (isinstance(v, dict) and isinstance(v.get("name"), str)) for v in values)
+    require(ok, cls, name, values, "a non-empty list of probe names or mappings {name: ..., knob: value}")
 
 
 @dataclass
-class ProbeConfig:
-    """The sharing probe of a concurrent run and its knobs (SPEC section 8); a knob another probe uses is ignored.
+class ProbeGridConfig:
+    """40_probe: every probe on every pairing and seed, each a concurrent run."""
 
-    The name is checked against the registry of `mrl.probes` when a run starts (the registry, not this
-    file, is where a probe is added)."""
-    name: str = "grpo"
-    """probe by name: grpo (independent), prp, prp_naive, xgrpo, sgt; hacpo, gspo, naive"""
-    level: str = "token"
-    """prp: importance ratio per THL group (token) or per sequence"""
-    clip: float = 2.0
-    """prp: truncation c of the importance weight (inf: none)"""
-    gamma: float = 0.5
-    """xgrpo: peer weight in the baseline b = (1 - gamma) mean(own r) + gamma mean(peer r)"""
-    std: str = "pooled"
-    """xgrpo: advantage normaliser, the pooled std of own and peer rewards, or the own group's (own)"""
-    lam: float = 0.1
-    """sgt: weight of the rescue NLL"""
-    tau: float = 0.0
-    """sgt: a prompt is in the rescue set when k_own / G <= tau (0: every own sample failed) and a peer succeeded"""
-    advantage: str = "capability"
-    """hacpo: baseline of the pooled group: capability (omega-weighted), pooled (plain mean) or own"""
-    omega: bool = True
-    """hacpo: scale each peer sample's term by omega(source, learner) (the capability discrepancy coefficient)"""
-    alpha: float = 1.0
-    """hacpo: exponent of the stop-gradient reweighting s * sg(s)^alpha of a peer sample's ratio s"""
-    clipping: str = "stepwise"
-    """hacpo: peer ratio clip: stepwise [min(1, 1 - delta + m delta_step), 1], fixed [1 - delta, 1], symmetric
-    [1 - delta, 1 + delta]"""
-    delta: float = 0.2
-    """hacpo: lower clip offset of the peer ratio"""
-    delta_step: float = 0.025
-    """hacpo: rise of the lower bound per minibatch update m"""
-    ratio: str = "thl"
-    """hacpo: peer sequence ratio normalised over THL groups (thl) or each side by its own token count (mean,
-    the official code)"""
-    minibatches: int = 1
-    """hacpo, gspo, naive: optimizer updates per step over the pooled batch (own samples first)"""
-    capability_window: int = 5
-    """hacpo: K, steps in the rolling positive-reward rate"""
+    pairings: list = field(default_factory=lambda: ["A+B"])
+    """the policy groups trained together, by their names in RunConfig.pairings"""
+    probes: list = field(default_factory=lambda: ["grpo", "prp", "prp_naive", "xgrpo", "sgt"])
+    """the probes, each a registered name or a mapping {name: ..., knob: value} (mrl.probes)"""
+    seeds: list = field(default_factory=lambda: [0])
+    """RL seeds of every (pairing, probe)"""
+    steps: dict = field(default_factory=lambda: {"A+B": 4})
+    """RL steps per pairing"""
 
     def __post_init__(self):
-        c = "ProbeConfig"
-        _choice(c, "advantage", self.advantage, ("capability", "pooled", "own"))
-        _choice(c, "clipping", self.clipping, ("stepwise", "fixed", "symmetric"))
-        _choice(c, "ratio", self.ratio, ("thl", "mean"))
-        _require(self.alpha >= 0, c, "alpha", self.alpha, "a number >= 0")
-        _require(0 <= self.delta < 1 and self.delta_step >= 0, c, "delta", (self.delta, self.delta_step),
-                 "delta in [0, 1) and delta_step >= 0")
-        _require(isinstance(self.minibatches, int) and self.minibatches >= 1, c, "minibatches", self.minibatches,
-                 "an integer >= 1")
-        _require(isinstance(self.capability_window, int) and self.capability_window >= 1, c, "capability_window",
-                 self.capability_window, "an integer >= 1")
-        _require(isinstance(self.name, str) and bool(self.name), c, "name", self.name, "a registered probe name")
-        _choice(c, "level", self.level, LEVELS)
-        _choice(c, "std", self.std, ("own", "pooled"))
-        _require(self.clip > 0, c, "clip", self.clip, "a number > 0 (inf: no truncation)")
-        _require(0 <= self.gamma <= 1, c, "gamma", self.gamma, "a number in [0, 1]")
-        _require(self.lam >= 0, c, "lam", self.lam, "a number >= 0")
-        _require(0 <= self.tau < 1, c, "tau", self.tau, "a number in [0, 1)")
+        c = "ProbeGridConfig"
+        require(isinstance(self.pairings, list) and len(self.pairings) > 0, c, "pairings", self.pairings,
+                "a non-empty list of pairing names")
+        _probe_entries(c, "probes", self.probes)
+        _int_list(c, "seeds", self.seeds)
+        require(isinstance(self.steps, dict) and set(self.pairings) <= set(self.steps)
+                and all(isinstance(v, int) and v >= 1 for v in self.steps.values()), c, "steps", self.steps,
+                f"a mapping with a positive integer for every pairing in {self.pairings}")
+
+
+@dataclass
+class HacpoGridConfig:
+    """50_hacpo: HACPO and its baselines over seeds (the MRL probes' runs are shared with 40_probe), and its
+    ablations on fewer seeds."""
+
+    pairings: list = field(default_factory=lambda: ["A+B"])
+    """the policy groups trained together, by their names in RunConfig.pairings"""
+    probes: list = field(default_factory=lambda: ["hacpo", "gspo", "gspo_x2", "naive", "grpo", "prp", "prp_naive",
+                                                  "xgrpo", "sgt"])
+    """the arms of the comparison table (names or mappings, as in ProbeGridConfig.probes)"""
+    seeds: list = field(default_factory=lambda: [0])
+    """RL seeds of the comparison"""
+    steps: int = 4
+    """RL steps of every comparison run"""
+    ablation_seeds: list = field(default_factory=lambda: [0])
+    """RL seeds of the ablations"""
+    ablation_steps: int = 2
+    """RL steps of every ablation run"""
+
+    def __post_init__(self):
+        c = "HacpoGridConfig"
+        require(isinstance(self.pairings, list) and len(self.pairings) > 0, c, "pairings", self.pairings,
+                "a non-empty list of pairing names")
+        _probe_entries(c, "probes", self.probes)
+        _int_list(c, "seeds", self.seeds)
+        _int_list(c, "ablation_seeds", self.ablation_seeds)
+        for f in ("steps", "ablation_steps"):
+            require(isinstance(getattr(self, f), int) and getattr(self, f) >= 1, c, f, getattr(self, f),
+                    "an integer >= 1")
+
+
+@dataclass
+class MwraTimingConfig:
+    """30_mwra: the same short concurrent run on each backend, timed."""
+
+    pairing: str = "A+B"
+    """the policy group, by its name in RunConfig.pairings"""
+    steps: int = 4
+    """RL steps per backend"""
+    backends: list = field(default_factory=lambda: list(BACKENDS))
+    """the backends to time (the first is the reference the others must match)"""
+
+    def __post_init__(self):
+        c = "MwraTimingConfig"
+        require(isinstance(self.steps, int) and self.steps >= 1, c, "steps", self.steps, "an integer >= 1")
+        require(isinstance(self.backends, list) and len(self.backends) > 0 and set(self.backends) <= set(BACKENDS),
+                c, "backends", self.backends, f"a non-empty list drawn from {list(BACKENDS)}")
+
+
+@dataclass
+class BanditConfig:
+    """60_bandit: the contextual-bandit analysis (a reconstruction), its budgets."""
+
+    kappas: list = field(default_factory=lambda: [0.25, 1.0])
+    """support overlaps kappa of the stability-support plane"""
+    reps: int = 200
+    """Monte Carlo repetitions per point"""
+    dynamics_kappas: list = field(default_factory=lambda: [0.5])
+    """support overlaps of the dynamic simulation"""
+    seeds: list = field(default_factory=lambda: [0])
+    """seeds of the dynamic simulation"""
+    steps: int = 30
+    """steps T of the dynamic simulation"""
+
+    def __post_init__(self):
+        c = "BanditConfig"
+        for f in ("kappas", "dynamics_kappas"):
+            values = getattr(self, f)
+            require(isinstance(values, list) and len(values) > 0
+                    and all(isinstance(v, (int, float)) and 0 < v <= 1 for v in values), c, f, values,
+                    "a non-empty list of numbers in (0, 1]")
+        _int_list(c, "seeds", self.seeds)
+        for f in ("reps", "steps"):
+            require(isinstance(getattr(self, f), int) and getattr(self, f) >= 1, c, f, getattr(self, f),
+                    "an integer >= 1")
+
+
+@dataclass
+class ExperimentsConfig:
+    """The grids and budgets of the notebooks' experiments."""
+
+    mwra: MwraTimingConfig = field(default_factory=MwraTimingConfig)
+    """30_mwra"""
+    probe: ProbeGridConfig = field(default_factory=ProbeGridConfig)
+    """40_probe"""
+    hacpo: HacpoGridConfig = field(default_factory=HacpoGridConfig)
+    """50_hacpo"""
+    bandit: BanditConfig = field(default_factory=BanditConfig)
+    """60_bandit"""
+
+
+NOTEBOOKS = ("00_zoo", "10_grpo_baseline", "20_thl", "30_mwra", "40_probe", "50_hacpo", "60_bandit")
 
 
 @dataclass
 class RunConfig:
+    """A profile: everything `make reproduce` runs on one kind of machine, in one YAML file (configs/<profile>.yaml)."""
+
     task: TaskConfig = field(default_factory=TaskConfig)
     """the task and its splits"""
     zoo: ZooConfig = field(default_factory=ZooConfig)
     """the families and their warm-up"""
     grpo: GrpoConfig = field(default_factory=GrpoConfig)
-    """GRPO training of each policy"""
-    probe: ProbeConfig = field(default_factory=ProbeConfig)
-    """the sharing probe of concurrent runs"""
+    """GRPO training of each policy (every probe's own-sample term)"""
     policies: dict = field(default_factory=dict)
     """paper profile: {name: local folder of a pretrained checkpoint}; empty: the zoo built from `zoo`"""
+    pairings: dict = field(default_factory=lambda: {"A+B": ["A", "B"]})
+    """the policy groups trained together: {name: [policy names]}"""
+    backend: str = "inline"
+    """MWRA backend of the experiments' runs: inline, process, ray (same metrics, different wall time)"""
+    step_timeout: float = 900.0
+    """seconds a worker may take for one phase of a step before it is declared failed"""
     threads: int = 1
     """torch threads per policy worker (1 keeps CPU runs bit-reproducible)"""
     workers: int = 2
-    """policy workers run in parallel processes (1 = inline)"""
+    """processes the zoo warm-up and other process pools run at once"""
+    notebooks: list = field(default_factory=lambda: list(NOTEBOOKS))
+    """the notebooks `python -m mrl.reproduce` runs for this profile, in order"""
+    experiments: ExperimentsConfig = field(default_factory=ExperimentsConfig)
+    """the grids and budgets of each notebook's experiment"""
 
     def __post_init__(self):
-        for name, cls in (("task", TaskConfig), ("zoo", ZooConfig), ("grpo", GrpoConfig), ("probe", ProbeConfig)):
-            if isinstance(getattr(self, name), dict):
-                setattr(self, name, _build(cls, getattr(self, name), f"RunConfig.{name}"))
+        c = "RunConfig"
         for name in ("threads", "workers"):
-            _require(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, "RunConfig", name,
-                     getattr(self, name), "an integer >= 1")
+            require(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, c, name,
+                    getattr(self, name), "an integer >= 1")
+        choice(c, "backend", self.backend, BACKENDS)
+        positive(c, "step_timeout", self.step_timeout)
+        require(isinstance(self.notebooks, list) and set(self.notebooks) <= set(NOTEBOOKS), c, "notebooks",
+                self.notebooks, f"a list drawn from {list(NOTEBOOKS)}")
+        require(isinstance(self.pairings, dict) and all(
+           PAIRING_NAME.match(str(k)) and isinstance(v, list) and len(v) >= 1 for k, v in self.pairings.items()),
+           c, "pairings", self.pairings, "a mapping like {'A+B': ['A', 'B']}")
+        known = set(self.policies) if self.policies else {f.name for f in self.zoo.families}
+        for name, members in self.pairings.items():
+            require(set(members) <= known, c, f"pairings[{name!r}]", members, f"policies drawn from {sorted(known)}")
+        used = [*self.experiments.probe.pairings, *self.experiments.hacpo.pairings, self.experiments.mwra.pairing]
+        for name in used:
+            require(name in self.pairings, c, "experiments", name, f"a pairing defined in pairings {list(self.pairings)}")
+
+    def pairing(self, name: str) -> list[str]:
+        """The policy names of a pairing."""
+        if name not in self.pairings:
+            raise ConfigError(f"pairing={name!r} is not allowed; expected one of {list(self.pairings)}")
+        return list(self.pairings[name])
 
 
 C = TypeVar("C")
@@ -368,8 +466,12 @@ def _build(cls: type[C], values: dict, where: str) -> C:
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed keys are {sorted(known)}")
     hints = get_type_hints(cls)
+    values = dict(values)
     for k, v in values.items():
         expected = hints[k]
+        if dataclasses.is_dataclass(expected) and isinstance(v, dict):
+            values[k] = _build(expected, v, f"{where}.{k}")
+            continue
         if expected in (int, float, str, bool):
             ok = isinstance(v, expected) and not (expected is int and isinstance(v, bool))
             if expected is float and isinstance(v, int) and not isinstance(v, bool):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from mrl.policy import completion_texts, encode_prompts, sample_completions, score
+from mrl.rollout import completion_texts, encode_prompts, sample_completions, score
 
 
 @torch.no_grad()

@@ -9,7 +9,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+# The aggregation modes, by TRL's loss_type names, each with what it computes (verl's mode names in brackets).
+LOSS_TYPES = {
+    "grpo": "mean over sequences of each sequence's token mean (seq-mean-token-mean)",
+    "bnpo": "token sum over the batch / active tokens of the batch (token-mean)",
+    "dr_grpo": "token sum / (sequences x max completion length) (seq-mean-token-sum-norm)",
+    "dapo": "token sum / active tokens of the whole generation batch (token-mean, global)",
+}
+LEVELS = ("token", "sequence")
 
 
 def group_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> Tensor:

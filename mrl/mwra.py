@@ -59,11 +59,12 @@ def plan_threads(costs: dict[str, float], total_threads: int) -> dict[str, int]:
 
 @dataclass
 class WorkerSpec:
-    """How to build one worker: a class and its constructor arguments, plus its resources."""
+    """How to build one worker: `cls(config)`, plus its resources."""
 
     name: str
     cls: type
-    args: tuple
+    config: object
+    """the worker's one constructor argument (the runner's ActorConfig), picklable"""
     num_cpus: float = 1
     num_gpus: float = 0
 
@@ -96,7 +97,7 @@ class InlineBackend(Backend):
 
     def __init__(self, specs: list[WorkerSpec]):
         super().__init__(specs)
-        self.actors = {s.name: s.cls(*s.args) for s in specs}
+        self.actors = {s.name: s.cls(s.config) for s in specs}
         self._done = []
 
     def call(self, calls: dict, timeout: float | None = None) -> tuple[dict, dict]:
@@ -125,10 +126,10 @@ class InlineBackend(Backend):
         self.actors.pop(worker, None)
 
 
-def _serve(conn, cls, args) -> None:
+def _serve(conn, cls, config) -> None:
     """Worker process main loop: build the actor, then answer (method, args) until 'close'."""
     try:
-        actor = cls(*args)
+        actor = cls(config)
         conn.send(("ok", None))
     except Exception:  # noqa: BLE001
         conn.send(("error", traceback.format_exc()))
@@ -157,7 +158,7 @@ class ProcessBackend(Backend):
         self._inflight, self._failed_sends = {}, []
         for spec in specs:
             parent, child = context.Pipe()
-            process = context.Process(target=_serve, args=(child, spec.cls, spec.args), name=f"mrl-{spec.name}",
+            process = context.Process(target=_serve, args=(child, spec.cls, spec.config), name=f"mrl-{spec.name}",
                                       daemon=True)
             process.start()
             child.close()
@@ -266,8 +267,8 @@ class ProcessBackend(Backend):
 class _RayHost:
     """Holds one actor inside a Ray worker process and times its calls."""
 
-    def __init__(self, cls, args):
-        self.actor = cls(*args)
+    def __init__(self, cls, config):
+        self.actor = cls(config)
 
     def run(self, method: str, args: tuple):
         start = time.perf_counter()
@@ -309,7 +310,7 @@ class RayBackend(Backend):
             self.actors[spec.name] = host.options(
                 num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_restarts=0, name=None,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=index),
-            ).remote(spec.cls, spec.args)
+            ).remote(spec.cls, spec.config)
         _, failures = self.call({s.name: ("ping", ()) for s in specs}, start_timeout)
         if failures:
             self.close()

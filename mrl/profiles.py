@@ -1,21 +1,25 @@
 """Profiles: smoke (CI, tiny budgets), default (this 2-core CPU), paper (GPUs, real models).
 
-A profile is a YAML file in configs/; `load_profile` returns its validated RunConfig.
+A profile is one YAML file, configs/<profile>.yaml, and holds everything its runs need: the task, the zoo
+(or pretrained checkpoints), GRPO, the pairings, the backend and timeouts, the notebooks to run and each
+experiment's grid. `load_profile` returns it validated: every field and every probe entry of the grids.
 """
 from __future__ import annotations
 
 from mrl.config import RunConfig, load_config
+from mrl.probes import as_probe_config
 from mrl.results import repo_root
 
 PROFILES = ("smoke", "default", "paper")
-# the notebooks each profile runs (the paper profile has no zoo, THL corpus study or MWRA timing to redo)
-PROFILE_NOTEBOOKS = {"paper": ("40_probe.ipynb", "50_hacpo.ipynb", "60_bandit.ipynb")}
 
 
 def load_profile(profile: str) -> RunConfig:
-    """The RunConfig of a profile; an unknown profile names the allowed ones."""
+    """The RunConfig of a profile; an unknown profile names the allowed ones, a bad probe entry its probe."""
     if profile not in PROFILES:
         raise ValueError(f"profile={profile!r} is not allowed; expected one of {list(PROFILES)}")
     config = load_config(repo_root() / "configs" / f"{profile}.yaml")
     config.policies = {name: str(repo_root() / path) for name, path in config.policies.items()}
+    for grid in (config.experiments.probe, config.experiments.hacpo):
+        for entry in grid.probes:
+            as_probe_config(entry)
     return config

@@ -16,11 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from mrl.profiles import PROFILE_NOTEBOOKS, PROFILES
+from mrl.profiles import PROFILES, load_profile
 from mrl.results import git_sha, repo_root
-
-NOTEBOOKS = ["00_zoo.ipynb", "10_grpo_baseline.ipynb", "20_thl.ipynb", "30_mwra.ipynb", "40_probe.ipynb", "50_hacpo.ipynb",
-             "60_bandit.ipynb"]
 
 
 def executed_dir(profile: str) -> Path:
@@ -51,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    notebooks = PROFILE_NOTEBOOKS.get(args.profile, NOTEBOOKS)
+    notebooks = [f"{stem}.ipynb" for stem in load_profile(args.profile).notebooks]
     selected = [n for n in notebooks if args.only is None or any(n.startswith(p) for p in args.only)]
     record = {"profile": args.profile, "git_sha": git_sha(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "notebooks": {}}

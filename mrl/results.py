@@ -78,10 +78,17 @@ def write_table(df, name: str, folder: Path, caption: str = "", float_format: st
     return paths
 
 
-def save_figure(fig, name: str, folder: Path) -> dict[str, Path]:
-    """Save a matplotlib figure as name.png (150 dpi) and name.pdf, without timestamps in the files."""
+def save_figure(fig, name: str, folder: Path):
+    """Save a matplotlib figure as name.png (150 dpi) and name.pdf, without timestamps in the files, and return it.
+
+    The figure is closed in pyplot, so a notebook cell that ends with this call shows it exactly once (the
+    returned figure is displayed inline) and a long run keeps no open figures.
+    """
+    import matplotlib.pyplot as plt
+
     folder.mkdir(parents=True, exist_ok=True)
-    paths = {ext: folder / f"{name}.{ext}" for ext in ("png", "pdf")}
-    fig.savefig(paths["png"], dpi=150, bbox_inches="tight", metadata={"Software": None})
-    fig.savefig(paths["pdf"], bbox_inches="tight", metadata={"CreationDate": None, "Producer": None, "Creator": None})
-    return paths
+    fig.savefig(folder / f"{name}.png", dpi=150, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(folder / f"{name}.pdf", bbox_inches="tight",
+                metadata={"CreationDate": None, "Producer": None, "Creator": None})
+    plt.close(fig)
+    return fig

@@ -1,69 +1,275 @@
-"""Training loops over zoo policies: independent GRPO (`train_grpo`, `train_grpo_zoo`).
+"""The runner: n >= 1 policies trained together on one MWRA backend, sharing experience through SEE.
 
-Seeds come from `mrl.seeding`: prompts per step shared by all policies, sampling per (step, policy).
+One path for every experiment: independent GRPO is this runner with the `grpo` probe (n = 1, or n > 1
+policies that publish but read nothing), the probes and HACPO are the same loop with another probe.
+
+Each step: the exchange clock advances; every worker samples and scores the step's prompts
+(`rollout`, a barrier); their records are published (malformed ones are rejected and counted);
+for each learner the runner collects the peers' records of the kinds its probe declares (successes
+re-verified with the learner's verifier, stale records dropped); every worker updates with its
+probe's loss (`update`, a barrier).
+Greedy evaluation every `eval_every` steps. Checkpoints every `checkpoint_every` steps hold every
+policy's weights and optimizer state, the exchange (clock, counters, records) and all metrics so
+far, written atomically (a temporary folder renamed into place); `resume=True` continues from
+the latest complete one and ends with the metrics of an uninterrupted run.
 """
 from __future__ import annotations
 
-import copy
-import multiprocessing
+import dataclasses
+import json
+import os
+import re
+import shutil
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
 
-from mrl.config import GrpoConfig
-from mrl.evaluation import skill_accuracy
-from mrl.policy import PolicyWorker
-from mrl.seeding import step_generator, step_prompts, torch_threads
+from mrl.actor import ActorConfig, PolicyActor
+from mrl.config import RunnerConfig, GrpoConfig, TaskConfig
+from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads, raise_first_failure
+from mrl.probes import ProbeConfig, get_probe
+from mrl.see import Exchange, PolicySpec
+from mrl.seeding import step_prompts
 from mrl.tasks import make_task
-from mrl.zoo import load_policy
+
+STEP_DIR = "step-{:06d}"
 
 
-def train_grpo(policy, task, cfg: GrpoConfig, progress: bool = True) -> tuple[list[dict], list[dict]]:
-    """Independent GRPO on one zoo policy (its model is trained in place).
+@dataclass
+class RunRecord:
+    """Everything a concurrent run produced."""
 
-    Returns (step rows: step, rollouts, reward, loss, grad_norm, active sequences, seconds;
-    eval rows: step, rollouts, split, skill, accuracy), evaluated greedily every `eval_every` steps.
+    steps: list = field(default_factory=list)
+    evals: list = field(default_factory=list)
+    events: list = field(default_factory=list)
+    timeline: list = field(default_factory=list)
+    startup_seconds: float = 0.0
+    """backend start-up (processes spawned, Ray initialised, actors built) before the first step"""
+    wall_seconds: float = 0.0
+    """the training loop, from the first step to the last"""
+    counters: dict = field(default_factory=dict)
+    workers: list = field(default_factory=list)
+
+
+def latest_checkpoint(folder: str | Path) -> Path | None:
+    """The newest complete checkpoint folder (a half-written one is never named step-*)."""
+    done = sorted(p for p in Path(folder).glob("step-*")
+                  if re.fullmatch(r"step-\d{6}", p.name) and (p / "state.pt").exists())  # never a *.tmp
+    return done[-1] if done else None
+
+
+def save_checkpoint(folder: str | Path, step: int, backend, exchange: Exchange, record: RunRecord) -> Path:
+    states, failures = backend.call({w: ("state_dict", ()) for w in backend.workers})
+    raise_first_failure(failures, "while checkpointing: ")
+    target = Path(folder) / STEP_DIR.format(step)
+    staging = Path(folder) / (STEP_DIR.format(step) + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    torch.save({"step": step, "workers": states, "exchange": exchange.state_dict(),
+                "record": {k: v for k, v in record.__dict__.items()
+                           if k not in ("timeline", "startup_seconds", "wall_seconds")}}, staging / "state.pt")
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(staging, target)
+    return target
+
+
+def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg: GrpoConfig,
+                   cfg: RunnerConfig, checkpoint_dir: str | Path | None = None, resume: bool = False,
+                   threads: int | None = 1, progress: bool = True, run_id: str = "run",
+                   actor_cls: type = PolicyActor, probe_cfg: ProbeConfig | None = None) -> RunRecord:
+    """Train the policies at `policy_paths` ({name: checkpoint folder}, one or more) together for grpo_cfg.steps steps.
+
+    probe_cfg: the sharing probe and its knobs (default grpo: independent policies that still publish experience);
+    a GRPO aggregation (grpo_cfg.loss_type) the probe's loss does not implement is refused here.
+    threads: torch threads per worker (1 keeps runs bit-reproducible); None plans them with
+    `mwra.plan_threads` from each policy's declared cost (its parameter count) over this machine's cores.
+    actor_cls: the worker class (a PolicyActor subclass, e.g. one that injects faults in tests).
     """
-    ref = copy.deepcopy(policy.model).eval() if cfg.beta else None
-    worker = PolicyWorker(policy.name, policy.model, policy.tokenizer, cfg, ref_model=ref)
-    rollouts_per_step = cfg.prompts_per_step * cfg.group_size
-    steps, evals = [], []
-
-    def evaluate(step):
-        for row in skill_accuracy(policy.model, policy.tokenizer, task, cfg.max_new_tokens):
-            evals.append({"policy": policy.name, "step": step, "rollouts": step * rollouts_per_step, **row})
-
-    evaluate(0)
-    for step in tqdm(range(1, cfg.steps + 1), desc=f"grpo {policy.name}", disable=not progress, mininterval=5):
-        start = time.perf_counter()
-        result = worker.grpo_step(step_prompts(task, cfg.seed, step, cfg.prompts_per_step), task.verify,
-                                  step_generator(cfg.seed, step, policy.name))
-        steps.append({"policy": policy.name, "step": step, "rollouts": step * rollouts_per_step,
-                      "reward": result.rewards.mean().item(), "loss": result.loss, "grad_norm": result.grad_norm,
-                      "active_sequences": result.active_sequences, "seconds": time.perf_counter() - start})
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            evaluate(step)
-    return steps, evals
-
-
-def _train_one(args) -> tuple[list[dict], list[dict]]:
-    path, family, task_cfg, cfg, threads, progress = args
-    with torch_threads(threads):
-        return train_grpo(load_policy(path, family), make_task(task_cfg), cfg, progress)
-
-
-def train_grpo_zoo(zoo: dict, task_cfg, cfg: GrpoConfig, workers: int = 1, threads: int = 1,
-                   progress: bool = True) -> tuple[list[dict], list[dict]]:
-    """Independent GRPO on every zoo policy, each from its saved warm-up checkpoint.
-
-    Policies run in `workers` spawned processes (or inline when workers = 1) with `threads` torch
-    threads each; results are identical either way for a fixed seed. Returns the concatenated
-    (step rows, eval rows) of `train_grpo`, in zoo order.
-    """
-    jobs = [(policy.path, policy.family, task_cfg, cfg, threads, progress) for policy in zoo.values()]
-    if workers > 1 and len(jobs) > 1:
-        with multiprocessing.get_context("spawn").Pool(min(workers, len(jobs))) as pool:
-            results = pool.map(_train_one, jobs, chunksize=1)
+    if len(policy_paths) < 1:
+        raise ValueError("a run needs at least one policy; policy_paths is empty")
+    if cfg.checkpoint_every and checkpoint_dir is None:
+        raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
+    probe_cfg = probe_cfg or ProbeConfig()
+    probe = get_probe(probe_cfg.name)
+    probe.check(grpo_cfg)
+    if probe.group_multiplier != 1:
+        grpo_cfg = dataclasses.replace(grpo_cfg, group_size=grpo_cfg.group_size * probe.group_multiplier)
+    if cfg.mode == "async" and probe.kinds:
+        raise ValueError(f"mode='async' runs probes that share nothing (grpo); probe {probe.name!r} collects "
+                         f"{list(probe.kinds)} from the same step, which needs mode='sync'")
+    task = make_task(task_cfg)
+    if threads is None:
+        costs = {name: json.loads((Path(path) / "zoo.json").read_text())["n_params"]
+                 for name, path in policy_paths.items()}
+        plan = plan_threads(costs, os.cpu_count() or 1)
     else:
-        results = [_train_one(job) for job in jobs]
-    return [row for steps, _ in results for row in steps], [row for _, evals in results for row in evals]
+        plan = {name: threads for name in policy_paths}
+    peer_paths = {peer: str(p) for peer, p in policy_paths.items()}
+    specs = [WorkerSpec(name, actor_cls, ActorConfig(name, str(path), task_cfg, grpo_cfg, probe_cfg, plan[name], run_id,
+                                                     peer_paths), num_cpus=plan[name])
+             for name, path in policy_paths.items()]
+    begin = time.perf_counter()
+    backend = make_backend(cfg.backend, specs)
+    startup = time.perf_counter() - begin
+    record, first_step = RunRecord(workers=list(policy_paths)), 1
+    policies = backend.call({w: ("policy_spec", ()) for w in backend.workers})[0]
+    exchange = Exchange({name: PolicySpec(**spec) for name, spec in policies.items()})
+    try:
+        checkpoint = latest_checkpoint(checkpoint_dir) if (resume and checkpoint_dir) else None
+        if checkpoint is not None:
+            state = torch.load(checkpoint / "state.pt", weights_only=False)
+            for name in list(backend.workers):
+                if name not in state["workers"]:
+                    backend.drop(name)  # it had been dropped before the checkpoint
+            _, failures = backend.call({w: ("load_state_dict", (state["workers"][w],)) for w in backend.workers})
+            raise_first_failure(failures)
+            exchange.load_state_dict(state["exchange"])
+            record = RunRecord(**state["record"])
+            first_step = state["step"] + 1
+            record.events.append({"step": state["step"], "event": f"resumed from {checkpoint.name}"})
+        if first_step == 1:
+            _evaluate(backend, 0, record, grpo_cfg, cfg)
+        loop_start = time.perf_counter()
+        run_loop = _run_async if cfg.mode == "async" else _run_sync
+        run_loop(backend, task, grpo_cfg, cfg, exchange, record, first_step, checkpoint_dir, progress, probe)
+        record.counters = dict(exchange.counters)
+        record.wall_seconds = time.perf_counter() - loop_start
+        record.startup_seconds = startup
+        return record
+    finally:
+        record.timeline = list(backend.timeline)
+        backend.close()
+
+
+def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: Exchange, record: RunRecord,
+              first_step: int, checkpoint_dir, progress: bool, probe) -> None:
+    """Two barriers per step (rollout, update); the peers' records are collected in between."""
+    steps = range(first_step, grpo_cfg.steps + 1)
+    for step in tqdm(steps, desc=f"{cfg.backend} x{len(backend.workers)} {probe.name}", disable=not progress,
+                     mininterval=5):
+        exchange.advance(step)
+        problems = step_prompts(task, grpo_cfg.seed, step, grpo_cfg.prompts_per_step)
+        rollouts = _phase(backend, {w: ("rollout", (step, problems)) for w in backend.workers}, step, record, cfg)
+        for name in sorted(rollouts):  # a fixed order, whatever order the workers answered in
+            exchange.publish_many(rollouts[name]["records"])
+        calls = {w: ("update", (step, collect_for(exchange, probe.kinds, w, problems, task, cfg.max_staleness)))
+                 for w in sorted(rollouts)}
+        updates = _phase(backend, calls, step, record, cfg)
+        for name in sorted(updates):
+            result = updates[name]
+            record.steps.append({"policy": name, "step": step, "reward": rollouts[name]["reward"],
+                                 "loss": result["loss"], "grad_norm": result["grad_norm"],
+                                 "active_sequences": result["active_sequences"],
+                                 "rollout_seconds": rollouts[name]["seconds"],
+                                 "update_seconds": result["seconds"], **result.get("probe", {})})
+        exchange.drop_older_than(step + 1 - cfg.max_staleness)  # what the next step would find stale
+        if step % grpo_cfg.eval_every == 0 or step == grpo_cfg.steps:
+            _evaluate(backend, step, record, grpo_cfg, cfg)
+        record.counters = dict(exchange.counters)
+        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+            save_checkpoint(checkpoint_dir, step, backend, exchange, record)
+
+
+def collect_for(exchange: Exchange, kinds, receiver: str, problems, task, max_staleness: int | None) -> dict:
+    """{kind: {prompt_id: [peer records]}} for one learner; successes must pass the learner's verifier."""
+    by_pid = {p.pid: p for p in problems}
+
+    def verify(success) -> bool:
+        return success.prompt_id in by_pid and task.verify(success.completion, by_pid[success.prompt_id]) > 0
+
+    pids = list(by_pid)
+    return {kind: exchange.collect(receiver, kind, pids, max_staleness, verify if kind == "success" else None)
+            for kind in kinds}
+
+
+def _run_async(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: Exchange, record: RunRecord,
+               first_step: int, checkpoint_dir, progress: bool, probe=None) -> None:
+    """Bounded-staleness clock: a worker starts step s once s <= (slowest worker's next step) + staleness.
+
+    Checkpoint steps are barriers (every worker finishes them before anyone goes on), so a
+    checkpoint is a consistent cut. `record.events` logs each dispatch's lead over the slowest.
+    """
+    next_step = {w: first_step for w in backend.workers}
+    running: set = set()
+    bar = tqdm(total=(grpo_cfg.steps - first_step + 1) * len(next_step), desc=f"{cfg.backend} async",
+               disable=not progress, mininterval=5)
+    pending_rows: dict[tuple[int, str], dict] = {}
+    while True:
+        live = [w for w in backend.workers if w in next_step]
+        if not live:
+            break
+        slowest = min(next_step[w] for w in live)
+        barrier = _next_checkpoint(slowest, cfg.checkpoint_every)
+        for w in live:
+            s = next_step[w]
+            if w in running or s > grpo_cfg.steps or s > slowest + cfg.staleness or (barrier and s > barrier):
+                continue
+            exchange.advance(max(exchange.clock, s))
+            problems = step_prompts(task, grpo_cfg.seed, s, grpo_cfg.prompts_per_step)
+            evaluate = s % grpo_cfg.eval_every == 0 or s == grpo_cfg.steps
+            backend.submit(w, "step", (s, problems, evaluate))
+            running.add(w)
+            record.events.append({"step": s, "event": f"dispatch {w}", "lead": s - slowest})
+        if not running:
+            break
+        name, result, failure = backend.wait_any(timeout=cfg.step_timeout)
+        running.discard(name)
+        if failure is not None:
+            if cfg.failure_policy == "fail":
+                raise WorkerFailed(name, failure)
+            backend.drop(name)
+            next_step.pop(name, None)
+            record.events.append({"step": exchange.clock, "event": f"dropped {name}: {failure.splitlines()[0]}"})
+            continue
+        s = next_step[name]
+        exchange.publish_many(result["rollout"]["records"])
+        pending_rows[(s, name)] = {"policy": name, "step": s, "reward": result["rollout"]["reward"],
+                                   "loss": result["update"]["loss"], "grad_norm": result["update"]["grad_norm"],
+                                   "active_sequences": result["update"]["active_sequences"],
+                                   "rollout_seconds": result["rollout"]["seconds"],
+                                   "update_seconds": result["update"]["seconds"]}
+        if result["evals"]:
+            rollouts = s * grpo_cfg.prompts_per_step * grpo_cfg.group_size
+            record.evals += [{**row, "rollouts": rollouts} for row in result["evals"]]
+        next_step[name] = s + 1
+        bar.update(1)
+        done = min(next_step[w] for w in next_step) - 1  # every live worker has finished this step
+        for key in sorted(k for k in pending_rows if k[0] <= done):
+            record.steps.append(pending_rows.pop(key))
+        record.counters = dict(exchange.counters)
+        if cfg.checkpoint_every and done and done % cfg.checkpoint_every == 0 and not running \
+                and all(next_step[w] == done + 1 for w in next_step):
+            save_checkpoint(checkpoint_dir, done, backend, exchange, record)
+    for key in sorted(pending_rows):
+        record.steps.append(pending_rows.pop(key))
+    record.evals.sort(key=lambda row: (row["step"], row["policy"]))
+    bar.close()
+
+
+def _next_checkpoint(step: int, every: int) -> int | None:
+    """The first checkpoint step >= step (a barrier for the async clock), or None without checkpoints."""
+    return None if not every else ((step + every - 1) // every) * every
+
+
+def _phase(backend, calls: dict, step: int, record: RunRecord, cfg: RunnerConfig) -> dict:
+    """One barrier: results of the workers that answered; failures handled by the failure policy."""
+    results, failures = backend.call(calls, timeout=cfg.step_timeout)
+    if failures:
+        if cfg.failure_policy == "fail":
+            raise_first_failure(failures)
+        for name, reason in failures.items():
+            backend.drop(name)
+            record.events.append({"step": step, "event": f"dropped {name}: {reason.splitlines()[0]}"})
+        if not backend.workers:
+            raise WorkerFailed(next(iter(failures)), "no worker is left")
+    return results
+
+
+def _evaluate(backend, step: int, record: RunRecord, grpo_cfg: GrpoConfig, cfg: RunnerConfig) -> None:
+    results = _phase(backend, {w: ("evaluate", (step,)) for w in backend.workers}, step, record, cfg)
+    rollouts = step * grpo_cfg.prompts_per_step * grpo_cfg.group_size
+    for name in sorted(results):
+        record.evals += [{**row, "rollouts": rollouts} for row in results[name]]

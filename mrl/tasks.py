@@ -63,6 +63,9 @@ class ArithTask:
     from which a warm-up leak of that skill is drawn.
     """
 
+    verifier_id = "arith-integer"
+    """names the verifier in the Success records this task's policies publish"""
+
     def __init__(self, config: TaskConfig):
         if config.name not in ("arith-ops", "arith-forms"):
             raise ValueError(f"ArithTask handles arith-ops and arith-forms, not {config.name!r}")
@@ -168,6 +171,8 @@ class Gsm8kTask:
     """
 
     skills = ("gsm8k",)
+    verifier_id = "math-verify"
+    """names the verifier in the Success records this task's policies publish"""
 
     def __init__(self, config: TaskConfig):
         self.config = config

@@ -21,7 +21,7 @@ from transformers import (AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrai
 from transformers.utils import logging as hf_logging
 
 from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig, config_hash, to_dict
-from mrl.policy import completion_logprobs
+from mrl.rollout import completion_logprobs
 from mrl.results import repo_root
 from mrl.seeding import torch_threads
 from mrl.tasks import ArithTask

@@ -15,7 +15,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from mrl.config import FamilyConfig
 from mrl.grpo import group_advantages, policy_loss
-from mrl.policy import completion_logprobs
+from mrl.rollout import completion_logprobs
 from mrl.zoo import build_model
 
 B, G, P, T = 8, 4, 5, 7

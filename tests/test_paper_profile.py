@@ -5,10 +5,11 @@ import json
 
 import pytest
 
-from mrl.concurrent import run_concurrent
-from mrl.config import ConcurrentConfig, FamilyConfig, ProbeConfig
-from mrl.probe_runs import policy_paths
-from mrl.profiles import PROFILE_NOTEBOOKS, load_profile
+from mrl.config import FamilyConfig, RunnerConfig
+from mrl.experiment import policy_paths
+from mrl.probes import probe_config
+from mrl.profiles import load_profile
+from mrl.runner import run_concurrent
 from mrl.tasks import Gsm8kTask, make_task
 from mrl.zoo import build_model, load_policy, train_tokenizer
 
@@ -37,7 +38,7 @@ def stand_ins(tmp_path_factory):
 def test_paper_profile_loads_and_names_its_notebooks():
     config = load_profile("paper")
     assert config.task.name == "gsm8k" and set(config.policies) == {"A", "B", "C"}
-    assert "00_zoo.ipynb" not in PROFILE_NOTEBOOKS["paper"]
+    assert "00_zoo" not in config.notebooks and config.backend == "ray"
     with pytest.raises(FileNotFoundError, match="configs/paper.yaml"):
         policy_paths(config)   # the checkpoints are not on this machine: a clear error, not a download
 
@@ -53,8 +54,8 @@ def test_paper_code_path_runs_sgt_on_ray_with_stand_ins(stand_ins):
     assert load_policy(paths["A"]).family is None
     grpo = dataclasses.replace(config.grpo, steps=2, prompts_per_step=2, group_size=2, max_new_tokens=8,
                                eval_every=2)
-    record = run_concurrent(paths, task_cfg, grpo, ConcurrentConfig(backend="ray", step_timeout=300), threads=1,
-                            progress=False, probe_cfg=ProbeConfig(name="sgt"))
+    record = run_concurrent(paths, task_cfg, grpo, RunnerConfig(backend="ray", step_timeout=300), threads=1,
+                            progress=False, probe_cfg=probe_config("sgt"))
     assert {row["policy"] for row in record.steps} == {"A", "B"} and len(record.steps) == 4
     assert {(row["split"], row["skill"]) for row in record.evals} == {("held-out", "gsm8k")}
     assert record.counters["accepted/rollout"] == 2 * 2 * 2 * 2   # policies x steps x prompts x samples

@@ -1,8 +1,9 @@
-"""Sampling and the update step of the policy worker on a tiny untrained model."""
+"""Sampling, rewards and the own-sample GRPO loss on a tiny untrained model."""
 import torch
 
 from mrl.config import FamilyConfig, GrpoConfig
-from mrl.policy import PolicyWorker, completion_logprobs, completion_texts, encode_prompts, sample_completions
+from mrl.probes.terms import own_grpo_loss
+from mrl.rollout import RolloutBatch, completion_logprobs, completion_texts, encode_prompts, sample_completions
 from mrl.zoo import build_model
 
 
@@ -73,10 +74,15 @@ def test_skipping_zero_advantage_rows_gives_the_same_update(bpe_tokenizer):
     for skip in (True, False):
         for loss_type in ("grpo", "dapo"):
             model = tiny(bpe_tokenizer, seed=1)
-            worker = PolicyWorker("A", model, bpe_tokenizer, GrpoConfig(skip_zero_advantage=skip, loss_type=loss_type))
-            loss, _, n_active, _ = worker.update(ids, mask, completion, completion_mask, advantages)
+            batch = RolloutBatch("A", 1, [], 4, ids, mask, completion, completion_mask, torch.zeros(completion.shape),
+                                 torch.zeros(4), GrpoConfig(skip_zero_advantage=skip, loss_type=loss_type),
+                                 bpe_tokenizer, None, lambda *t, m=model: completion_logprobs(m.train(), *t), None)
+            loss, n_active, _ = own_grpo_loss(batch, advantages)
             assert n_active == (2 if skip else 4)
-            params.append((loss, torch.cat([p.detach().flatten() for p in model.parameters()])))
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.99))
+            loss.backward()
+            optimizer.step()
+            params.append((loss.item(), torch.cat([p.detach().flatten() for p in model.parameters()])))
     for (loss_skip, p_skip), (loss_full, p_full) in zip(params[:2], params[2:]):
         assert abs(loss_skip - loss_full) < 1e-6
         torch.testing.assert_close(p_skip, p_full, atol=1e-7, rtol=0)

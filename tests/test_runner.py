@@ -1,59 +1,376 @@
-"""End-to-end on tiny budgets: GRPO raises the reward on a small fixed pool, and is deterministic."""
+"""The runner on n = 1 and n = 3 policies: the grpo probe on one policy is the independent GRPO loop, beta > 0
+runs, a probe added in one file runs, backends agree, a SIGKILLed run resumes to the same metrics, a dead
+worker is detected within the timeout and handled by the failure policy."""
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 import torch
 
-from mrl.config import FamilyConfig, GrpoConfig, TaskConfig, WarmupConfig, ZooConfig
-from mrl.runner import train_grpo, train_grpo_zoo
-from mrl.tasks import ArithTask
+from mrl.actor import PolicyActor
+from mrl.config import ConfigError, FamilyConfig, GrpoConfig, RunnerConfig, TaskConfig, WarmupConfig, ZooConfig
+from mrl.evaluation import skill_accuracy
+from mrl.grpo import group_advantages, policy_loss
+from mrl.mwra import WorkerFailed
+from mrl.probes import probe_config
+from mrl.rollout import completion_logprobs, completion_texts, encode_prompts, sample_completions, score
+from mrl.runner import latest_checkpoint, run_concurrent
+from mrl.seeding import step_generator, step_prompts
+from mrl.tasks import make_task
 from mrl.zoo import build_zoo, load_policy
 
-TASK = TaskConfig(max_operand=9, test_per_skill=20, pool_per_skill=5, leak_n=10)
-GRPO = GrpoConfig(steps=80, prompts_per_step=8, group_size=8, lr=3e-4, eval_every=40, seed=0)
+TASK = TaskConfig(max_operand=9, test_per_skill=10, pool_per_skill=5, leak_n=10)
+GRPO = GrpoConfig(steps=6, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
+SMALL = dict(d_model=64, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=128)
 
 
 @pytest.fixture(scope="module")
-def warm_paths(tmp_path_factory):
-    family = FamilyConfig(name="A", arch="gpt2", tokenizer="bpe", d_model=64, n_layers=2, n_heads=2, d_ff=128,
-                          warmup_mix={"S1": 0.34, "S2": 0.33, "S3": 0.33})
-    peer = FamilyConfig(name="B", arch="llama", tokenizer="unigram", vocab_size=40, d_model=64, n_layers=2,
-                        n_heads=2, n_kv_heads=1, d_ff=128, warmup_mix={"S2": 1.0})
-    zoo_cfg = ZooConfig(families=[family, peer],
-                        warmup=WarmupConfig(steps=150, batch_size=64, lr_warmup_steps=10), workers=2)
-    zoo = build_zoo(TASK, zoo_cfg, root=tmp_path_factory.mktemp("zoo"), progress=False)
-    return {name: policy.path for name, policy in zoo.items()}
+def paths(tmp_path_factory):
+    mix = {"S1": 0.34, "S2": 0.33, "S3": 0.33}
+    families = [FamilyConfig(name="A", arch="gpt2", tokenizer="bpe", **SMALL, warmup_mix=mix),
+                FamilyConfig(name="B", arch="llama", tokenizer="unigram", vocab_size=40, **SMALL, warmup_mix=mix),
+                FamilyConfig(name="C", arch="qwen2", tokenizer="wordpiece", vocab_size=60, **SMALL, warmup_mix=mix)]
+    zoo = build_zoo(TASK, ZooConfig(families=families, warmup=WarmupConfig(steps=150, batch_size=64, lr_warmup_steps=10),
+                                    workers=2), root=tmp_path_factory.mktemp("zoo"), progress=False)
+    return {name: str(policy.path) for name, policy in zoo.items()}
+
+
+def metrics(record):
+    return ([{k: v for k, v in row.items() if not k.endswith("seconds")} for row in record.steps], record.evals)
+
+
+# --- one path for every experiment ----------------------------------------------------------------------
+
+def independent_grpo(name: str, path: str, task_cfg: TaskConfig, cfg: GrpoConfig) -> tuple[list, list]:
+    """Independent GRPO written out from the primitives, as the former separate path ran it (sample with the
+    (seed, step, policy) generator, score, group advantages, TRL-equal loss on the rows with A != 0, Adam):
+    the reference the runner's grpo probe on one policy must reproduce exactly."""
+    policy, task = load_policy(path), make_task(task_cfg)
+    model, tokenizer, g = policy.model, policy.tokenizer, cfg.group_size
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99))
+    steps, evals = [], []
+
+    def evaluate(step):
+        evals.extend({"policy": name, "step": step, **row, "rollouts": step * cfg.prompts_per_step * g}
+                     for row in skill_accuracy(model, tokenizer, task, cfg.max_new_tokens))
+
+    evaluate(0)
+    for step in range(1, cfg.steps + 1):
+        problems = step_prompts(task, cfg.seed, step, cfg.prompts_per_step)
+        prompt_ids, prompt_mask = encode_prompts(tokenizer, [p.prompt for p in problems])
+        prompt_ids, prompt_mask = prompt_ids.repeat_interleave(g, 0), prompt_mask.repeat_interleave(g, 0)
+        model.eval()
+        ids, mask, _ = sample_completions(model, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens,
+                                          eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                                          generator=step_generator(cfg.seed, step, name))
+        rewards = score(completion_texts(tokenizer, ids, mask, tokenizer.eos_token_id),
+                        [p for p in problems for _ in range(g)], task.verify)
+        advantages = group_advantages(rewards, g, cfg.scale)
+        active = (advantages != 0).nonzero().squeeze(-1)
+        loss_value = grad_norm = 0.0
+        if active.numel():
+            model.train()
+            logp = torch.zeros(ids.shape).index_put((active,), completion_logprobs(
+                model, prompt_ids[active], prompt_mask[active], ids[active], mask[active]))
+            loss, _ = policy_loss(logp, logp.detach(), advantages, mask, level=cfg.level, loss_type=cfg.loss_type,
+                                  eps_low=cfg.eps_low, eps_high=cfg.eps_high, max_completion_length=cfg.max_new_tokens)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            loss_value = loss.item()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).item()
+            optimizer.step()
+        steps.append({"policy": name, "step": step, "reward": rewards.mean().item(), "loss": loss_value,
+                      "grad_norm": grad_norm, "active_sequences": int(active.numel())})
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            evaluate(step)
+    return steps, evals
 
 
 @pytest.mark.slow
-def test_grpo_raises_reward_on_a_small_pool(warm_paths):
-    task = ArithTask(TASK)
-    policy = load_policy(warm_paths["A"])
-    before = [p.detach().clone() for p in policy.model.parameters()]
-    steps, evals = train_grpo(policy, task, GRPO, progress=False)
-    reward = [s["reward"] for s in steps]
+def test_grpo_probe_on_one_policy_is_the_independent_grpo_loop(paths):
+    cfg = GrpoConfig(steps=5, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=3)
+    record = run_concurrent({"B": paths["B"]}, TASK, cfg, RunnerConfig(), progress=False)
+    want_steps, want_evals = independent_grpo("B", paths["B"], TASK, cfg)
+    got_steps = [{k: row[k] for k in want_steps[0]} for row in record.steps]
+    assert got_steps == want_steps and sum(row["active_sequences"] for row in got_steps) > 0
+    assert sorted(record.evals, key=str) == sorted(want_evals, key=str)
+
+
+@pytest.mark.slow
+def test_grpo_raises_reward_on_a_small_pool(paths):
+    """80 steps of independent GRPO on a 5-prompt pool per skill: the training reward rises."""
+    cfg = GrpoConfig(steps=80, prompts_per_step=8, group_size=8, lr=3e-4, eval_every=80, seed=0)
+    record = run_concurrent({"A": paths["A"]}, TASK, cfg, RunnerConfig(), progress=False)
+    reward = [row["reward"] for row in record.steps]
     assert sum(reward[-10:]) / 10 > sum(reward[:10]) / 10 + 0.1, reward
-    pool_acc = {row["step"]: row["accuracy"] for row in evals if row["split"] == "pool" and row["skill"] == "S1"}
-    assert any(not torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
-    assert pool_acc[GRPO.steps] >= pool_acc[0]
+
+
+def test_beta_runs_on_the_runner_with_the_actors_reference_model(paths):
+    """beta > 0: the actor holds a frozen copy of the starting policy; the k3 term enters the loss (grpo, and
+    HACPO's own samples), the reported KL starts at 0 (the policy is its reference) and grows."""
+    cfg = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-3, eval_every=3, seed=0, beta=0.5)
+    one = {"A": paths["A"]}
+    record = run_concurrent(one, TASK, cfg, RunnerConfig(), progress=False)
+    kl = [row["kl"] for row in record.steps]
+    assert kl[0] == pytest.approx(0.0, abs=1e-6) and kl[-1] > 0
+    without = run_concurrent(one, TASK, dataclasses.replace(cfg, beta=0.0), RunnerConfig(), progress=False)
+    assert [row["loss"] for row in record.steps][1:] != [row["loss"] for row in without.steps][1:]
+    hacpo = run_concurrent(one, TASK, cfg, RunnerConfig(), progress=False, probe_cfg=probe_config("hacpo"))
+    assert all(row["active_sequences"] == 16 for row in hacpo.steps)   # beta > 0: every own sequence is forwarded
+
+
+def test_a_probe_added_in_one_file_runs(paths):
+    """A toy probe registered with its own config (here, in this test file) runs through the runner: it reads the
+    peers' GroupStats and its knob, and the actor steps the optimizer on its loss."""
+    from mrl.probes import PeerView, ProbeConfig, ProbeOutput, register_probe
+    from mrl.probes.terms import own_grpo_loss
+    from mrl.rollout import RolloutBatch
+
+    @dataclasses.dataclass(frozen=True)
+    class ToyConfig(ProbeConfig):
+        scale: float = 2.0
+        """multiplies the GRPO advantages"""
+
+    @register_probe("toy_scaled_grpo", config=ToyConfig, kinds=("group_stats",))
+    def toy_loss(batch: RolloutBatch, peers: PeerView, cfg: ToyConfig) -> ProbeOutput:
+        advantages = cfg.scale * group_advantages(batch.rewards, batch.group_size)
+        loss, active, _ = own_grpo_loss(batch, advantages)
+        covered = sum(bool(peers.group_stats.get(p.pid)) for p in batch.problems)
+        return ProbeOutput.single(loss, active, {"prompts_with_peer_stats": covered})
+
+    cfg = GrpoConfig(steps=2, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=0)
+    two = {name: paths[name] for name in ("A", "B")}
+    record = run_concurrent(two, TASK, cfg, RunnerConfig(), progress=False,
+                            probe_cfg=probe_config("toy_scaled_grpo", scale=3.0))
+    assert len(record.steps) == 4 and all(row["prompts_with_peer_stats"] == 4 for row in record.steps)
+    assert any(row["grad_norm"] > 0 for row in record.steps)
+
+
+def test_a_pooling_probe_with_another_aggregation_is_refused_before_the_run(paths):
+    with pytest.raises(ConfigError, match="loss_type = 'dapo' is not allowed with probe 'prp'"):
+        run_concurrent(paths, TASK, dataclasses.replace(GRPO, loss_type="dapo"), RunnerConfig(), progress=False,
+                       probe_cfg=probe_config("prp"))
 
 
 @pytest.mark.slow
-def test_inline_grpo_is_deterministic(warm_paths):
-    task = ArithTask(TASK)
-    runs = []
-    for _ in range(2):
-        steps, evals = train_grpo(load_policy(warm_paths["A"]), task, GrpoConfig(**{**GRPO.__dict__, "steps": 8}),
-                                  progress=False)
-        runs.append(([(s["reward"], s["loss"], s["grad_norm"]) for s in steps], evals))
-    assert runs[0] == runs[1]
+def test_inline_run_of_three_policies_publishes_experience(paths):
+    record = run_concurrent(paths, TASK, GRPO, RunnerConfig(), progress=False)
+    assert {row["policy"] for row in record.steps} == {"A", "B", "C"} and len(record.steps) == 3 * GRPO.steps
+    assert record.counters["accepted/rollout"] == 3 * GRPO.steps * GRPO.prompts_per_step * GRPO.group_size
+    assert record.counters["accepted/group_stats"] == 3 * GRPO.steps * GRPO.prompts_per_step
+    assert record.counters.get("rejected", 0) == 0
+    assert sum(row["active_sequences"] for row in record.steps) > 0  # real updates happened
+    assert record.counters["accepted/success"] > 0
+    assert {(row["policy"], row["step"]) for row in record.evals if row["skill"] == "S1"} == \
+        {(p, s) for p in "ABC" for s in (0, 3, 6)}
+    assert {row["worker"] for row in record.timeline} == {"A", "B", "C"}
 
 
 @pytest.mark.slow
-def test_process_workers_give_the_inline_results(warm_paths):
-    """Independent GRPO of two families in two spawned processes equals the inline run, row for row."""
-    zoo = {name: load_policy(path) for name, path in warm_paths.items()}
-    cfg = GrpoConfig(**{**GRPO.__dict__, "steps": 6, "eval_every": 3})
-    inline = train_grpo_zoo(zoo, TASK, cfg, workers=1)
-    spawned = train_grpo_zoo(zoo, TASK, cfg, workers=2)
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
-    assert strip(inline[0]) == strip(spawned[0]) and inline[1] == spawned[1]
-    assert {r["policy"] for r in inline[0]} == {"A", "B"}
+def test_process_backend_equals_inline(paths):
+    inline = run_concurrent(paths, TASK, GRPO, RunnerConfig(backend="inline"), progress=False)
+    spawned = run_concurrent(paths, TASK, GRPO, RunnerConfig(backend="process", step_timeout=120),
+                             progress=False)
+    assert metrics(inline) == metrics(spawned)
+
+
+RUN = """
+import sys
+from mrl.runner import run_concurrent
+from mrl.config import RunnerConfig, GrpoConfig, TaskConfig
+paths = {paths!r}
+record = run_concurrent(paths, TaskConfig(**{task!r}), GrpoConfig(**{grpo!r}),
+                        RunnerConfig(checkpoint_every=2), checkpoint_dir=sys.argv[1], resume=True, progress=False)
+"""
+
+
+@pytest.mark.slow
+def test_sigkilled_run_resumes_to_the_uninterrupted_metrics(paths, tmp_path):
+    grpo = GrpoConfig(**{**GRPO.__dict__, "steps": 40, "eval_every": 10})
+    script = tmp_path / "run.py"
+    script.write_text(RUN.format(paths=paths, task=TASK.__dict__, grpo=grpo.__dict__))
+    ckpt = tmp_path / "ckpt"
+    process = subprocess.Popen([sys.executable, str(script), str(ckpt)])
+    deadline = time.monotonic() + 300
+    while latest_checkpoint(ckpt) is None or latest_checkpoint(ckpt).name < "step-000004":
+        assert process.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    killed_at = latest_checkpoint(ckpt).name
+    assert killed_at < "step-000040"
+    resumed = run_concurrent(paths, TASK, grpo, RunnerConfig(checkpoint_every=2), checkpoint_dir=ckpt,
+                             resume=True, progress=False)
+    assert any(e["event"].startswith("resumed from") for e in resumed.events)
+    uninterrupted = run_concurrent(paths, TASK, grpo, RunnerConfig(), progress=False)
+    assert metrics(resumed) == metrics(uninterrupted)
+
+
+class CrashingActor(PolicyActor):
+    """Worker B dies (SIGKILL of its own process) in the rollout of step 3."""
+
+    def rollout(self, step, problems):
+        if self.name == "B" and step == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().rollout(step, problems)
+
+
+@pytest.mark.slow
+def test_killed_worker_fails_the_run_by_name_and_keeps_the_checkpoint(paths, tmp_path):
+    cfg = RunnerConfig(backend="process", step_timeout=60, failure_policy="fail", checkpoint_every=2)
+    start = time.monotonic()
+    with pytest.raises(WorkerFailed, match="worker 'B' failed: its process died"):
+        run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, progress=False, actor_cls=CrashingActor)
+    assert time.monotonic() - start < 60
+    assert latest_checkpoint(tmp_path).name == "step-000002"
+
+
+@pytest.mark.slow
+def test_killed_worker_is_dropped_with_continue(paths):
+    cfg = RunnerConfig(backend="process", step_timeout=60, failure_policy="continue")
+    record = run_concurrent(paths, TASK, GRPO, cfg, progress=False, actor_cls=CrashingActor)
+    steps_of = {p: [r["step"] for r in record.steps if r["policy"] == p] for p in "ABC"}
+    assert steps_of["A"] == steps_of["C"] == list(range(1, GRPO.steps + 1))
+    assert steps_of["B"] == [1, 2]
+    assert any("dropped B" in e["event"] for e in record.events)
+
+
+class HangingActor(PolicyActor):
+    def update(self, step, peer_records=None):
+        if self.name == "C" and step == 2:
+            time.sleep(3600)
+        return super().update(step, peer_records)
+
+
+@pytest.mark.slow
+def test_hung_worker_misses_the_deadline(paths):
+    cfg = RunnerConfig(backend="process", step_timeout=5, failure_policy="fail")
+    start = time.monotonic()
+    with pytest.raises(WorkerFailed, match="worker 'C' failed: no answer to update within 5.0 s"):
+        run_concurrent(paths, TASK, GRPO, cfg, progress=False, actor_cls=HangingActor)
+    assert time.monotonic() - start < 60
+
+
+@pytest.mark.slow
+def test_ray_backend_equals_inline_and_detects_a_dead_actor(paths):
+    pytest.importorskip("ray")
+    inline = run_concurrent(paths, TASK, GRPO, RunnerConfig(backend="inline"), progress=False)
+    on_ray = run_concurrent(paths, TASK, GRPO, RunnerConfig(backend="ray", step_timeout=120), progress=False)
+    assert metrics(inline) == metrics(on_ray)
+    start = time.monotonic()
+    with pytest.raises(WorkerFailed, match="worker 'B' failed: its actor died"):
+        run_concurrent(paths, TASK, GRPO, RunnerConfig(backend="ray", step_timeout=60), progress=False,
+                       actor_cls=CrashingActor)
+    assert time.monotonic() - start < 120
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["inline", "process"])
+def test_async_clock_bounds_the_lead_and_matches_sync(paths, backend, tmp_path):
+    """With probe none each policy's trajectory is its own: async must give the sync metrics, and no
+    worker ever starts a step more than `staleness` ahead of the slowest."""
+    sync = run_concurrent(paths, TASK, GRPO, RunnerConfig(), progress=False)
+    cfg = RunnerConfig(backend=backend, mode="async", staleness=1, checkpoint_every=3, step_timeout=120)
+    fast = run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, progress=False)
+    leads = [e["lead"] for e in fast.events if e["event"].startswith("dispatch")]
+    assert len(leads) == 3 * GRPO.steps and max(leads) <= 1
+    key = lambda rows: sorted(rows, key=lambda r: (r["step"], r["policy"]))  # noqa: E731
+    assert key(metrics(fast)[0]) == key(metrics(sync)[0])
+    assert sorted(fast.evals, key=lambda r: (r["step"], r["policy"], r["split"], r["skill"])) == \
+        sorted(sync.evals, key=lambda r: (r["step"], r["policy"], r["split"], r["skill"]))
+    assert latest_checkpoint(tmp_path).name == "step-000006"
+
+
+class BadPeerActor(PolicyActor):
+    """Worker C also publishes malformed and forged experience every step."""
+
+    def rollout(self, step, problems):
+        out = super().rollout(step, problems)
+        if self.name == "C":
+            from mrl.see import Rollout, Success
+
+            good = next(r for r in out["records"] if isinstance(r, Rollout))
+            out["records"] += [
+                Rollout(**{**good.__dict__, "reward": float("nan")}),
+                Rollout(**{**good.__dict__, "version": step + 5}),
+                Rollout(**{**good.__dict__, "token_ids": [10**6] * len(good.token_ids)}),
+                Rollout(**{**good.__dict__, "policy_id": "Mallory"}),
+                Success("C", step - 1, problems[0].pid, "not a number", "arith-integer"),  # well-formed forgery
+            ]
+        return out
+
+
+@pytest.mark.slow
+def test_bad_peer_records_are_rejected_and_the_run_goes_on(paths):
+    clean = run_concurrent(paths, TASK, GRPO, RunnerConfig(), progress=False)
+    record = run_concurrent(paths, TASK, GRPO, RunnerConfig(), progress=False, actor_cls=BadPeerActor)
+    assert record.counters["rejected/non_finite"] == GRPO.steps
+    assert record.counters["rejected/future_version"] == GRPO.steps
+    assert record.counters["rejected/out_of_vocab"] == GRPO.steps
+    assert record.counters["rejected/unknown_policy"] == GRPO.steps
+    assert metrics(record) == metrics(clean)  # nothing malformed reached any policy
+
+
+def test_latest_checkpoint_ignores_half_written_folders(tmp_path):
+    (tmp_path / "step-000004").mkdir()
+    (tmp_path / "step-000004" / "state.pt").write_bytes(b"complete")
+    (tmp_path / "step-000006.tmp").mkdir()  # a save interrupted by SIGKILL
+    (tmp_path / "step-000006.tmp" / "state.pt").write_bytes(b"trunc")
+    (tmp_path / "step-000008").mkdir()  # no state.pt yet
+    assert latest_checkpoint(tmp_path).name == "step-000004"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("probe", ["prp", "prp_naive", "xgrpo", "sgt", "hacpo", "naive"])
+def test_sharing_probes_use_their_peers_across_tokenizers(paths, probe):
+    """n = 3 families with three tokenizers: every probe receives its peers' records through SEE and THL."""
+    grpo = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
+    record = run_concurrent(paths, TASK, grpo, RunnerConfig(), progress=False, probe_cfg=probe_config(probe))
+    rows = record.steps
+    assert len(rows) == 9
+    if probe.startswith("prp") or probe in ("hacpo", "naive"):
+        # two peers x P x G at least (a prompt drawn twice in a step pools both draws' peer samples), none lost
+        assert all(row["peer_samples"] >= 2 * 4 * 4 for row in rows)
+        assert sum(row["thl_failed"] for row in rows) == 0
+    if probe == "xgrpo":
+        assert all(row["prompts_without_peer_stats"] == 0 for row in rows)
+        assert any(row["baseline_shift"] > 0 for row in rows)
+    if probe == "sgt":
+        assert all(row["rescue_size"] <= row["rescue_candidates"] for row in rows)
+    again = run_concurrent(paths, TASK, grpo, RunnerConfig(), progress=False, probe_cfg=probe_config(probe))
+    assert metrics(again) == metrics(record)
+
+
+def test_async_mode_refuses_a_probe_that_shares(paths):
+    with pytest.raises(ValueError, match="mode='async'"):
+        run_concurrent(paths, TASK, GRPO, RunnerConfig(mode="async"), progress=False,
+                       probe_cfg=probe_config("sgt"))
+
+
+def test_hacpo_resumes_with_its_capability_tracker(paths, tmp_path):
+    """The tracker's rolling rates travel in the checkpoint: a run resumed at step 2 ends like an uninterrupted one."""
+    grpo = GrpoConfig(steps=4, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=4, seed=0)
+    probe = probe_config("hacpo", capability_window=3)
+    two = dict(list(paths.items())[:2])
+    whole = run_concurrent(two, TASK, grpo, RunnerConfig(checkpoint_every=2), checkpoint_dir=tmp_path / "a",
+                           progress=False, probe_cfg=probe)
+    state = torch.load(latest_checkpoint(tmp_path / "a") / "state.pt", weights_only=False)
+    assert state["workers"]["A"]["probe_state"]["capability"].updates == 4
+    shutil.rmtree(tmp_path / "a" / "step-000004")
+    resumed = run_concurrent(two, TASK, grpo, RunnerConfig(checkpoint_every=2), checkpoint_dir=tmp_path / "a",
+                             resume=True, progress=False, probe_cfg=probe)
+    assert metrics(resumed) == metrics(whole)
+    assert any(row.get("omega_from_B", 1.0) != 1.0 for row in whole.steps if row["policy"] == "A")
+
+
+def test_gspo_x2_samples_twice_the_rollouts(paths):
+    grpo = GrpoConfig(steps=1, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=1, seed=0)
+    two = dict(list(paths.items())[:2])
+    single = run_concurrent(two, TASK, grpo, RunnerConfig(), progress=False, probe_cfg=probe_config("gspo"))
+    double = run_concurrent(two, TASK, grpo, RunnerConfig(), progress=False, probe_cfg=probe_config("gspo_x2"))
+    assert max(r["rollouts"] for r in double.evals) == 2 * max(r["rollouts"] for r in single.evals) == 32

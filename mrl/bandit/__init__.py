@@ -5,7 +5,7 @@
     estimators   the sampled estimators (grpo, xgrpo, prp, prp_naive, sgt, hacpo) and Monte Carlo moments
     plane        the stability-support plane over each method's knob and the support overlap kappa
     dynamics     both policies trained together on M prompts for T steps; held-out accuracy per type
-    figures      the plane and dynamics figures
+The figures are in mrl.reports.bandit; the notebook's budgets in the profile's YAML (experiments.bandit).
 """
 from mrl.bandit.closed_form import (chi2, ess_fraction, expected_grpo, expected_prp, expected_sgt, expected_xgrpo,
                                     gate_probability, prp_peer_second_moment, ratio_second_moment,
@@ -16,15 +16,7 @@ from mrl.bandit.env import PROMPT_TYPES, BanditEnv, EnvConfig, make_env
 from mrl.bandit.estimators import METHODS, Method, Moments, closed_form_mean, monte_carlo, sample_responses, update
 from mrl.bandit.plane import closed_form_check, knob_sweeps, trade_off
 
-# The notebook's budgets per profile (60_bandit); the bandit runs in seconds, so smoke only shrinks it.
-SETTINGS = {
-    "smoke": {"kappas": (0.25, 1.0), "reps": 200, "dynamics_kappas": (0.5,), "seeds": (0,), "steps": 30},
-    "default": {"kappas": (0.25, 0.5, 0.75, 1.0), "reps": 600, "dynamics_kappas": (0.25, 0.75), "seeds": (0, 1, 2),
-                "steps": 100},
-}
-SETTINGS["paper"] = SETTINGS["default"]  # the bandit needs no GPU: the paper profile runs the same analysis
-
-__all__ = ["BanditEnv", "DynamicsConfig", "EnvConfig", "METHODS", "Method", "Moments", "PROMPT_TYPES", "SETTINGS",
+__all__ = ["BanditEnv", "DynamicsConfig", "EnvConfig", "METHODS", "Method", "Moments", "PROMPT_TYPES",
            "chi2", "closed_form_check", "closed_form_mean", "dynamics_methods", "ess_fraction", "expected_grpo", "expected_prp", "expected_sgt",
            "expected_xgrpo", "gate_probability", "knob_sweeps", "make_env", "monte_carlo", "prp_peer_second_moment",
            "ratio_second_moment", "run_dynamics", "sample_responses", "sgt_rescue_second_moment", "simulate",

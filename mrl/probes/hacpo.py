@@ -5,9 +5,11 @@ advantages from the capability-aware mixed baseline (mrl.hacpo.capability_advant
 GSPO's clipped sequence-level loss, peer samples the objective clip(s, l_m, 1) sg(clip(s))^alpha
 omega(src, learner) A with s the sequence-level ratio pi_learner(T(y)) / pi_src(y), normalised over THL
 groups (ratio "thl") or each side by its own token count (ratio "mean", the official code). Loss: minus the
-mean over all sequences of the per-sequence objectives; KL (beta of GrpoConfig) on own samples only. With
+mean over all sequences of the per-sequence objectives; KL (beta of GrpoConfig, k3 against the actor's reference
+model) on own samples only. With
 `minibatches` M > 1 the pooled batch (own samples first, as the official V1 code orders it) is split into M
-optimizer updates and the peers' lower clip bound rises with the update index m (stepwise clipping).
+optimizer updates (the actor steps after each) and the peers' lower clip bound rises with the update index m
+(stepwise clipping).
 gspo: own samples only, GSPO's loss with advantages (r - mean) / (std + 1e-6) (hacpo without peers);
 gspo_x2: the same with 2G samples per prompt (the registry doubles the group size: resource-equivalent).
 naive: pooled plain-mean advantages, peer samples with ratio 1 and no omega or clipping (no corrections).
@@ -15,17 +17,66 @@ naive: pooled plain-mean advantages, peer samples with ratio 1 and no omega or c
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
+from mrl.config import choice, require
 from mrl.grpo import policy_loss
-from mrl.hacpo import CapabilityTracker, capability_advantages, peer_objective, stepwise_lower_bound
-from mrl.policy import completion_logprobs
-from mrl.probes import register_probe
-from mrl.probes.batch import LearnerBatch, PeerView, ProbeOutput, rescored_reward, retokenize_rollouts
+from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
+from mrl.probes.hacpo_primitives import (CapabilityTracker, capability_advantages, peer_objective,
+                                         stepwise_lower_bound)
+from mrl.probes.terms import own_logprobs, rescored_reward, retokenize_rollouts, text_logprobs
+from mrl.rollout import RolloutBatch
 
 GSPO_EPS = (3e-4, 4e-4)   # GSPO's sequence-ratio clip on own samples (epsilon low, high)
 MAX_LOG_RATIO = 10.0      # the official code clamps |log s| <= 10
+
+
+@dataclass(frozen=True)
+class GspoConfig(ProbeConfig):
+    """gspo, gspo_x2 and naive: GSPO's loss over the (pooled) group."""
+
+    minibatches: int = 1
+    """optimizer updates per step over the pooled batch (own samples first)"""
+
+    def __post_init__(self):
+        require(isinstance(self.minibatches, int) and self.minibatches >= 1, type(self).__name__, "minibatches",
+                self.minibatches, "an integer >= 1")
+
+
+@dataclass(frozen=True)
+class HacpoConfig(GspoConfig):
+    advantage: str = "capability"
+    """baseline of the pooled group: capability (omega-weighted), pooled (plain mean) or own"""
+    omega: bool = True
+    """scale each peer sample's term by omega(source, learner) (the capability discrepancy coefficient)"""
+    alpha: float = 1.0
+    """exponent of the stop-gradient reweighting s * sg(s)^alpha of a peer sample's ratio s"""
+    clipping: str = "stepwise"
+    """peer ratio clip: stepwise [min(1, 1 - delta + m delta_step), 1], fixed [1 - delta, 1], symmetric
+    [1 - delta, 1 + delta]"""
+    delta: float = 0.2
+    """lower clip offset of the peer ratio"""
+    delta_step: float = 0.025
+    """rise of the lower bound per minibatch update m"""
+    ratio: str = "thl"
+    """peer sequence ratio normalised over THL groups (thl) or each side by its own token count (mean, the
+    official code)"""
+    capability_window: int = 5
+    """K, steps in the rolling positive-reward rate"""
+
+    def __post_init__(self):
+        super().__post_init__()
+        c = "HacpoConfig"
+        choice(c, "advantage", self.advantage, ("capability", "pooled", "own"))
+        choice(c, "clipping", self.clipping, ("stepwise", "fixed", "symmetric"))
+        choice(c, "ratio", self.ratio, ("thl", "mean"))
+        require(self.alpha >= 0, c, "alpha", self.alpha, "a number >= 0")
+        require(0 <= self.delta < 1 and self.delta_step >= 0, c, "delta", (self.delta, self.delta_step),
+                "delta in [0, 1) and delta_step >= 0")
+        require(isinstance(self.capability_window, int) and self.capability_window >= 1, c, "capability_window",
+                self.capability_window, "an integer >= 1")
 
 
 def peer_log_ratio(learner_logp_sum: torch.Tensor, n_learner: int, source_logps: list, n_groups: int,
@@ -40,17 +91,19 @@ def peer_log_ratio(learner_logp_sum: torch.Tensor, n_learner: int, source_logps:
     return value.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
 
 
-def _pooled(batch: LearnerBatch, peers: PeerView, cfg, mode: str):
-    """The pooled groups: own rewards, peer samples (prompt, record, alignment, reward), advantages, omegas."""
+def _pooled(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig, mode: str):
+    """The pooled groups: own advantages (P*G,), peer rows (prompt, record, alignment, advantage, omega), stats."""
     samples, failed, inexact = retokenize_rollouts(batch, peers) if mode != "gspo" else ([], 0, 0)
     g = batch.group_size
-    tracker = batch.state.setdefault("capability", CapabilityTracker(window=cfg.capability_window))
-    rates = {batch.policy: float((batch.rewards > 0).float().mean())}
-    per_source: dict[str, list] = {}
-    for _, record, _ in samples:
-        per_source.setdefault(record.policy_id, []).append(record.reward > 0)
-    rates.update({source: sum(hits) / len(hits) for source, hits in per_source.items()})
+    weighted = mode == "hacpo" and cfg.omega
+    tracker, rates = None, {}
     if mode == "hacpo":
+        tracker = batch.state.setdefault("capability", CapabilityTracker(window=cfg.capability_window))
+        rates = {batch.policy: float((batch.rewards > 0).float().mean())}
+        per_source: dict[str, list] = {}
+        for _, record, _ in samples:
+            per_source.setdefault(record.policy_id, []).append(record.reward > 0)
+        rates.update({source: sum(hits) / len(hits) for source, hits in per_source.items()})
         tracker.update(rates)  # the current batch is included (update before use)
     own = batch.rewards.view(-1, g)
     peer_rewards = [[] for _ in batch.problems]
@@ -58,13 +111,13 @@ def _pooled(batch: LearnerBatch, peers: PeerView, cfg, mode: str):
     for x, record, _ in samples:
         peer_rewards[x].append(rescored_reward(batch, x, record))
         peer_sources[x].append(record.policy_id)
+    advantage_mode = cfg.advantage if mode == "hacpo" else ("pooled" if mode == "naive" else "own")
     own_adv, peer_adv = [], [[] for _ in batch.problems]
     for x in range(len(batch.problems)):
         rewards = torch.cat([own[x], torch.tensor(peer_rewards[x], dtype=own.dtype)])
         is_own = torch.arange(len(rewards)) < g
-        omegas = torch.tensor([1.0] * g + [tracker.omega(batch.policy, s) if mode == "hacpo" and cfg.omega else 1.0
+        omegas = torch.tensor([1.0] * g + [tracker.omega(batch.policy, s) if weighted else 1.0
                                            for s in peer_sources[x]], dtype=own.dtype)
-        advantage_mode = cfg.advantage if mode == "hacpo" else ("pooled" if mode == "naive" else "own")
         advantages = capability_advantages(rewards, omegas, is_own, mode=advantage_mode)
         own_adv.append(advantages[:g])
         peer_adv[x] = advantages[g:].tolist()
@@ -73,15 +126,15 @@ def _pooled(batch: LearnerBatch, peers: PeerView, cfg, mode: str):
     for x, record, alignment in samples:
         a = peer_adv[x][cursor[x]]
         cursor[x] += 1
-        omega_src = tracker.omega(record.policy_id, batch.policy) if mode == "hacpo" and cfg.omega else 1.0
+        omega_src = tracker.omega(record.policy_id, batch.policy) if weighted else 1.0
         peer_rows.append((x, record, alignment, a, omega_src))
     stats = {"peer_samples": len(samples), "thl_failed": failed, "thl_inexact": inexact}
-    if mode == "hacpo" and len(rates) > 1:
+    if len(rates) > 1:
         stats.update({f"omega_from_{s}": tracker.omega(s, batch.policy) for s in sorted(rates) if s != batch.policy})
     return torch.cat(own_adv), peer_rows, stats
 
 
-def _bounds(cfg, minibatch: int) -> tuple[float, float]:
+def _bounds(cfg: HacpoConfig, minibatch: int) -> tuple[float, float]:
     if cfg.clipping == "stepwise":
         return stepwise_lower_bound(minibatch, cfg.delta, cfg.delta_step), 1.0
     if cfg.clipping == "fixed":
@@ -89,21 +142,25 @@ def _bounds(cfg, minibatch: int) -> tuple[float, float]:
     return 1.0 - cfg.delta, 1.0 + cfg.delta
 
 
-def _chunk_loss(batch: LearnerBatch, cfg, mode: str, own_rows, own_adv, old_logp, peer_rows, minibatch: int):
-    """Minus the mean over this chunk's sequences of the per-sequence objectives (own GSPO, peer HACPO term)."""
-    worker, total, kept, clipped = batch.worker, 0.0, 0, 0
+def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig, mode: str, own_rows, own_adv, old_logp, peer_rows,
+                minibatch: int):
+    """Minus the mean over this chunk's sequences of the per-sequence objectives (own GSPO with the k3 KL of
+    batch.grpo.beta, peer HACPO term). Returns (loss, peer samples kept, peer samples clipped)."""
+    total, kept, clipped = 0.0, 0, 0
     n = len(own_rows) + len(peer_rows)
     if own_rows:
         rows = torch.tensor(own_rows)
-        logp = completion_logprobs(worker.model, batch.prompt_ids[rows], batch.prompt_mask[rows],
-                                   batch.completion_ids[rows], batch.completion_mask[rows])
+        logp = own_logprobs(batch, rows)
         old = logp.detach() if old_logp is None else old_logp[rows]
+        beta = batch.grpo.beta
         own_loss, _ = policy_loss(logp, old, own_adv[rows], batch.completion_mask[rows], level="sequence",
-                                  eps_low=GSPO_EPS[0], eps_high=GSPO_EPS[1], beta=0.0)
+                                  eps_low=GSPO_EPS[0], eps_high=GSPO_EPS[1], beta=beta,
+                                  ref_logp=batch.ref_logp[rows] if beta else None,
+                                  kl_bias_correction=batch.grpo.kl_bias_correction)
         total = total + own_loss * len(own_rows)
     if peer_rows:
-        logp, mask = batch.logprobs([batch.problems[x].prompt for x, *_ in peer_rows],
-                                    [alignment.dst_ids for _, _, alignment, _, _ in peer_rows])
+        logp, mask = text_logprobs(batch, [batch.problems[x].prompt for x, *_ in peer_rows],
+                                   [alignment.dst_ids for _, _, alignment, _, _ in peer_rows])
         sums = (logp * mask).sum(-1)
         if mode == "naive":
             log_s = sums / mask.sum(-1)
@@ -123,64 +180,64 @@ def _chunk_loss(batch: LearnerBatch, cfg, mode: str, own_rows, own_adv, old_logp
     return total / max(n, 1), kept, clipped
 
 
-def _shared_gspo(batch: LearnerBatch, peers: PeerView, cfg, mode: str) -> ProbeOutput:
-    own_adv, peer_rows, stats = _pooled(batch, peers, cfg, mode)
-    own_rows = list(range(len(batch.rewards)))
-    if batch.worker.config.skip_zero_advantage and cfg.minibatches == 1:
-        own_rows = [i for i in own_rows if own_adv[i] != 0]   # exact: beta = 0 and one on-policy update
-        peer_rows = [row for row in peer_rows if row[3] != 0]
-    sequences = [("own", i) for i in own_rows] + [("peer", row) for row in peer_rows]
-    if not sequences:
-        return ProbeOutput(None, 0, stats)
-    n_total = len(batch.rewards) + stats["peer_samples"]
+def _minibatch_losses(batch: RolloutBatch, cfg: GspoConfig, mode: str, sequences: list, own_adv, stats: dict,
+                      n_total: int):
+    """The loss of each minibatch update m, computed when asked for (after the actor applied update m - 1);
+    adds the peer samples kept and clipped to stats."""
     old_logp = None
-    if cfg.minibatches > 1:
+    if cfg.minibatches > 1:  # the ratio of later updates is to the policy that sampled
         with torch.no_grad():
-            old_logp = completion_logprobs(batch.worker.model, batch.prompt_ids, batch.prompt_mask,
-                                           batch.completion_ids, batch.completion_mask)
+            old_logp = own_logprobs(batch, torch.arange(len(batch.rewards)))
     size = math.ceil(len(sequences) / cfg.minibatches)
-    losses, norms, kept, clipped = [], [], 0, 0
+    stats.update({"peer_kept": 0, "peer_clipped": 0})
     for m in range(cfg.minibatches):
         chunk = sequences[m * size:(m + 1) * size]
         if not chunk:
             break
-        loss, k, c = _chunk_loss(batch, cfg, mode, [i for kind, i in chunk if kind == "own"], own_adv, old_logp,
-                                 [row for kind, row in chunk if kind == "peer"], m)
-        kept, clipped = kept + k, clipped + c
+        loss, kept, clipped = _chunk_loss(batch, cfg, mode, [i for kind, i in chunk if kind == "own"], own_adv,
+                                          old_logp, [row for kind, row in chunk if kind == "peer"], m)
+        stats["peer_kept"] += kept
+        stats["peer_clipped"] += clipped
         if cfg.minibatches == 1:   # the loss of a full batch averages over every sequence, skipped ones included
             loss = loss * len(chunk) / n_total
-            stats.update({"peer_kept": kept, "peer_clipped": clipped})
-            return ProbeOutput(loss, len(chunk), stats)
-        losses.append(loss.item())
-        norms.append(batch.worker.apply(loss))
-    stats.update({"peer_kept": kept, "peer_clipped": clipped})
-    return ProbeOutput(None, len(sequences), stats, loss_value=sum(losses) / len(losses),
-                       grad_norm=sum(norms) / len(norms))
+        yield loss
 
 
-HACPO_KNOBS = ("advantage", "omega", "alpha", "clipping", "delta", "delta_step", "ratio", "minibatches",
-               "capability_window")
+def _shared_gspo(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig, mode: str) -> ProbeOutput:
+    own_adv, peer_rows, stats = _pooled(batch, peers, cfg, mode)
+    own_rows = list(range(len(batch.rewards)))
+    if batch.grpo.skip_zero_advantage and not batch.grpo.beta and cfg.minibatches == 1:
+        own_rows = [i for i in own_rows if own_adv[i] != 0]   # exact: beta = 0 and one on-policy update
+        peer_rows = [row for row in peer_rows if row[3] != 0]
+    sequences = [("own", i) for i in own_rows] + [("peer", row) for row in peer_rows]
+    if not sequences:
+        return ProbeOutput((), 0, stats)
+    n_total = len(batch.rewards) + stats["peer_samples"]
+    losses = _minibatch_losses(batch, cfg, mode, sequences, own_adv, stats, n_total)
+    if cfg.minibatches == 1:
+        losses = list(losses)  # one update on the current parameters: computed now, stats complete
+    return ProbeOutput(losses, len(sequences), stats)
 
 
-@register_probe("hacpo", kinds=("rollout",), knobs=HACPO_KNOBS)
-def hacpo_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
+@register_probe("hacpo", config=HacpoConfig, kinds=("rollout",), aggregations=("grpo",))
+def hacpo_loss(batch: RolloutBatch, peers: PeerView, cfg: HacpoConfig) -> ProbeOutput:
     """HACPO: capability-aware advantages, exponential IS with stepwise clipping on peer samples, GSPO on own."""
     return _shared_gspo(batch, peers, cfg, "hacpo")
 
 
-@register_probe("gspo", knobs=("minibatches",))
-def gspo_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
+@register_probe("gspo", config=GspoConfig, aggregations=("grpo",))
+def gspo_loss(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig) -> ProbeOutput:
     """GSPO on the own samples only: HACPO's independent baseline."""
     return _shared_gspo(batch, PeerView(), cfg, "gspo")
 
 
-@register_probe("gspo_x2", group_multiplier=2, knobs=("minibatches",))
-def gspo_x2_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
+@register_probe("gspo_x2", config=GspoConfig, aggregations=("grpo",), group_multiplier=2)
+def gspo_x2_loss(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig) -> ProbeOutput:
     """GSPO with twice the rollouts per prompt (2G): the resource-equivalent of two policies' samples."""
     return _shared_gspo(batch, PeerView(), cfg, "gspo")
 
 
-@register_probe("naive", kinds=("rollout",), knobs=("minibatches",))
-def naive_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
+@register_probe("naive", config=GspoConfig, kinds=("rollout",), aggregations=("grpo",))
+def naive_loss(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig) -> ProbeOutput:
     """Naive sharing: pooled samples, plain-mean advantages, peer samples as if own (no ratio, omega or clip)."""
     return _shared_gspo(batch, peers, cfg, "naive")

@@ -12,15 +12,31 @@ learner's verifier (never above what the peer claimed). Log ESS = (sum w)^2 / su
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from mrl.probes import register_probe
-from mrl.probes.batch import (LearnerBatch, PeerView, ProbeOutput, pooled_loss, rescored_reward,
-                              retokenize_rollouts, weighted_sequence_loss)
+from mrl.config import choice, require
+from mrl.grpo import LEVELS
+from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
+from mrl.probes.terms import (own_grpo_loss, pooled_loss, rescored_reward, retokenize_rollouts, text_logprobs,
+                              weighted_sequence_loss)
+from mrl.rollout import RolloutBatch
 
 MAX_LOG_RATIO = 20.0  # exp(+-20) bounds a weight before truncation; beyond it float32 is meaningless anyway
+
+
+@dataclass(frozen=True)
+class PrpConfig(ProbeConfig):
+    level: str = "token"
+    """importance ratio per THL group (token) or per sequence"""
+    clip: float = 2.0
+    """truncation c of the importance weight (inf: none)"""
+
+    def __post_init__(self):
+        choice("PrpConfig", "level", self.level, LEVELS)
+        require(self.clip > 0, "PrpConfig", "clip", self.clip, "a number > 0 (inf: no truncation)")
 
 
 def pooled_advantages(rewards: list[torch.Tensor], eps: float = 1e-4) -> list[torch.Tensor]:
@@ -49,7 +65,8 @@ def ess_fraction(log_weights: np.ndarray) -> float:
     return float(w.sum() ** 2 / (len(w) * (w ** 2).sum()))
 
 
-def _prp(batch: LearnerBatch, peers: PeerView, cfg, naive: bool) -> ProbeOutput:
+def _prp(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig | None) -> ProbeOutput:
+    """The pooled-group loss; cfg None: naive (every peer token weighted 1)."""
     samples, failed, inexact = retokenize_rollouts(batch, peers)
     g = batch.group_size
     own = batch.rewards.view(-1, g)
@@ -62,11 +79,11 @@ def _prp(batch: LearnerBatch, peers: PeerView, cfg, naive: bool) -> ProbeOutput:
     pooled = pooled_advantages([torch.cat([own[x], torch.tensor(peer_rewards[x], dtype=own.dtype)])
                                 for x in range(len(batch.problems))])
     own_advantages = torch.cat([a[:g] for a in pooled])
-    loss, active, _ = batch.own_loss(own_advantages)
+    loss, active, _ = own_grpo_loss(batch, own_advantages)
     stats = {"peer_samples": len(samples), "thl_failed": failed, "thl_inexact": inexact,
              "reward_disagreements": disagreements}
     if not samples:
-        return ProbeOutput(loss, active, stats)
+        return ProbeOutput.single(loss, active, stats)
     cursor = [g] * len(batch.problems)
     peer_advantages = []
     for x, _, _ in samples:
@@ -77,8 +94,8 @@ def _prp(batch: LearnerBatch, peers: PeerView, cfg, naive: bool) -> ProbeOutput:
     log_w_seq = []
     if keep:
         kept = [samples[i] for i in keep]
-        learner_logp, mask = batch.logprobs([batch.problems[x].prompt for x, _, _ in kept],
-                                            [a.dst_ids for _, _, a in kept])
+        learner_logp, mask = text_logprobs(batch, [batch.problems[x].prompt for x, _, _ in kept],
+                                           [a.dst_ids for _, _, a in kept])
         weights = torch.ones_like(learner_logp)
         detached = learner_logp.detach().double().numpy()
         truncated = 0
@@ -87,7 +104,7 @@ def _prp(batch: LearnerBatch, peers: PeerView, cfg, naive: bool) -> ProbeOutput:
             log_w = np.clip(group_log_ratios(detached[row, :n], np.asarray(record.logps, dtype=np.float64),
                                              alignment), -MAX_LOG_RATIO, MAX_LOG_RATIO)
             log_w_seq.append(float(np.clip(log_w.sum(), -MAX_LOG_RATIO, MAX_LOG_RATIO)))
-            if naive:
+            if cfg is None:
                 continue
             per_token = np.exp(log_w[alignment.dst_group]) if cfg.level == "token" \
                 else np.full(n, math.exp(log_w_seq[-1]))
@@ -100,16 +117,16 @@ def _prp(batch: LearnerBatch, peers: PeerView, cfg, naive: bool) -> ProbeOutput:
     else:
         peer_sum = None
     total = pooled_loss(loss, len(batch.rewards), peer_sum, len(samples))
-    return ProbeOutput(total, active + len(keep), stats)
+    return ProbeOutput.single(total, active + len(keep), stats)
 
 
-@register_probe("prp", kinds=("rollout",), knobs=("level", "clip"))
-def prp_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
+@register_probe("prp", config=PrpConfig, kinds=("rollout",), aggregations=("grpo",))
+def prp_loss(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig) -> ProbeOutput:
     """Pooled group, THL-projected importance weights truncated at cfg.clip (cfg.level token or sequence)."""
-    return _prp(batch, peers, cfg, naive=False)
+    return _prp(batch, peers, cfg)
 
 
-@register_probe("prp_naive", kinds=("rollout",))
-def prp_naive_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
+@register_probe("prp_naive", kinds=("rollout",), aggregations=("grpo",))
+def prp_naive_loss(batch: RolloutBatch, peers: PeerView, cfg: ProbeConfig) -> ProbeOutput:
     """Pooled group, peer tokens weighted 1 (ratio to the learner's own log-probs, as if it had sampled them)."""
-    return _prp(batch, peers, cfg, naive=True)
+    return _prp(batch, peers, None)

@@ -2,12 +2,28 @@
 on the rescue set R = {x : k_own(x) <= tau G and a peer succeeded on x}."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from mrl.config import require
 from mrl.grpo import group_advantages
-from mrl.probes import register_probe
-from mrl.probes.batch import LearnerBatch, PeerView, ProbeOutput
+from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
+from mrl.probes.terms import encode_completion, own_grpo_loss, text_logprobs
+from mrl.rollout import RolloutBatch
 from mrl.thl import decode_text
+
+
+@dataclass(frozen=True)
+class SgtConfig(ProbeConfig):
+    lam: float = 0.1
+    """weight lambda of the rescue NLL"""
+    tau: float = 0.0
+    """a prompt is in the rescue set when k_own / G <= tau (0: every own sample failed) and a peer succeeded"""
+
+    def __post_init__(self):
+        require(self.lam >= 0, "SgtConfig", "lam", self.lam, "a number >= 0")
+        require(0 <= self.tau < 1, "SgtConfig", "tau", self.tau, "a number in [0, 1)")
 
 
 def failure_threshold(group_size: int, tau: float) -> int:
@@ -22,31 +38,31 @@ def rescue_set(successes_per_prompt, group_size: int, tau: float, peer_has_succe
             if k <= threshold and peer]
 
 
-@register_probe("sgt", kinds=("success",), knobs=("lam", "tau"))
-def sgt_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
+@register_probe("sgt", config=SgtConfig, kinds=("success",))
+def sgt_loss(batch: RolloutBatch, peers: PeerView, cfg: SgtConfig) -> ProbeOutput:
     """L_GRPO + lam * mean_{x in R} NLL_learner(T(y*) | x), token mean per target, y* uniform among the
     peers' successes on x that the learner's own verifier accepts (a forged success never enters)."""
     verified = []
     for problem in batch.problems:
-        texts = [s.completion for s in peers.successes.get(problem.pid, [])]
+        texts = [s.completion for s in peers.success.get(problem.pid, [])]
         verified.append([t for t in texts if batch.verify(t, problem) > 0])
     rescue = rescue_set(batch.successes_per_prompt, batch.group_size, cfg.tau, [bool(v) for v in verified])
-    advantages = group_advantages(batch.rewards, batch.group_size, batch.worker.config.scale)
-    loss, active, _ = batch.own_loss(advantages)
+    advantages = group_advantages(batch.rewards, batch.group_size, batch.grpo.scale)
+    loss, active, _ = own_grpo_loss(batch, advantages)
     threshold = failure_threshold(batch.group_size, cfg.tau)
     stats = {"rescue_candidates": int((batch.successes_per_prompt <= threshold).sum()), "rescue_size": len(rescue),
-             "rejected_successes": sum(len(peers.successes.get(p.pid, [])) for p in batch.problems)
+             "rejected_successes": sum(len(peers.success.get(p.pid, [])) for p in batch.problems)
              - sum(map(len, verified)), "targets_inexact": 0}
     if not rescue or cfg.lam == 0:
-        return ProbeOutput(loss, active, stats)
+        return ProbeOutput.single(loss, active, stats)
     targets = []
     for x in rescue:
         pick = int(torch.randint(len(verified[x]), (1,), generator=batch.generator))
-        ids = batch.encode_completion(verified[x][pick])
+        ids = encode_completion(batch, verified[x][pick])
         stats["targets_inexact"] += decode_text(batch.tokenizer, ids) != verified[x][pick]  # THL residual
         targets.append(ids)
-    logp, mask = batch.logprobs([batch.problems[x].prompt for x in rescue], targets)
+    logp, mask = text_logprobs(batch, [batch.problems[x].prompt for x in rescue], targets)
     nll = -((logp * mask).sum(-1) / mask.sum(-1)).mean()
     rescue_loss = cfg.lam * nll
     stats["rescue_nll"] = nll.item()
-    return ProbeOutput(rescue_loss if loss is None else loss + rescue_loss, active + len(rescue), stats)
+    return ProbeOutput.single(rescue_loss if loss is None else loss + rescue_loss, active + len(rescue), stats)

@@ -4,11 +4,27 @@ Only GroupStats cross between policies; no text, no THL.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
-from mrl.probes import register_probe
-from mrl.probes.batch import LearnerBatch, PeerView, ProbeOutput
+from mrl.config import choice, require
+from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
+from mrl.probes.terms import own_grpo_loss
+from mrl.rollout import RolloutBatch
+
+
+@dataclass(frozen=True)
+class XgrpoConfig(ProbeConfig):
+    gamma: float = 0.5
+    """peer weight in the baseline b = (1 - gamma) mean(own r) + gamma mean(peer r)"""
+    std: str = "pooled"
+    """advantage normaliser: the pooled std of own and peer rewards (pooled), or the own group's (own)"""
+
+    def __post_init__(self):
+        require(0 <= self.gamma <= 1, "XgrpoConfig", "gamma", self.gamma, "a number in [0, 1]")
+        choice("XgrpoConfig", "std", self.std, ("own", "pooled"))
 
 
 def xgrpo_advantages(rewards: Tensor, group_size: int, peer_n: Tensor, peer_sum: Tensor, peer_sq_sum: Tensor,
@@ -37,8 +53,8 @@ def xgrpo_advantages(rewards: Tensor, group_size: int, peer_n: Tensor, peer_sum:
     return centred / (scale.repeat_interleave(group_size) + eps), baseline
 
 
-@register_probe("xgrpo", kinds=("group_stats",), knobs=("gamma", "std"))
-def xgrpo_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
+@register_probe("xgrpo", config=XgrpoConfig, kinds=("group_stats",))
+def xgrpo_loss(batch: RolloutBatch, peers: PeerView, cfg: XgrpoConfig) -> ProbeOutput:
     """L_GRPO on the own samples with the mixed baseline; stats: the mean baseline shift b - mean(own r)."""
     stats = [peers.group_stats.get(problem.pid, []) for problem in batch.problems]
     peer_n = torch.tensor([float(sum(s.n for s in row)) for row in stats])
@@ -46,7 +62,7 @@ def xgrpo_loss(batch: LearnerBatch, peers: PeerView, cfg) -> ProbeOutput:
     peer_sq_sum = torch.tensor([sum(s.reward_sq_sum for s in row) for row in stats])
     advantages, baseline = xgrpo_advantages(batch.rewards, batch.group_size, peer_n, peer_sum, peer_sq_sum,
                                             cfg.gamma, cfg.std)
-    loss, active, _ = batch.own_loss(advantages)
+    loss, active, _ = own_grpo_loss(batch, advantages)
     own_mean = batch.rewards.view(-1, batch.group_size).mean(dim=1)
-    return ProbeOutput(loss, active, {"baseline_shift": float((baseline - own_mean).abs().mean()),
+    return ProbeOutput.single(loss, active, {"baseline_shift": float((baseline - own_mean).abs().mean()),
                                       "prompts_without_peer_stats": int((peer_n == 0).sum())})

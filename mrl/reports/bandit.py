@@ -1,14 +1,11 @@
 """Figures of the bandit analysis: the stability-support plane and the dynamics."""
 from __future__ import annotations
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from mrl.bandit.dynamics import rescue_type  # noqa: E402
+from mrl.bandit.dynamics import rescue_type
 
 
 def plane_figure(plane: pd.DataFrame):

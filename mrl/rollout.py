@@ -1,4 +1,4 @@
-"""A policy worker: sample G completions per prompt with a KV cache, score them, take a GRPO step.
+"""Rollouts: sample G completions per prompt with a KV cache, score them, and the `RolloutBatch` every probe reads.
 
 Left padding everywhere with explicit position_ids (HF forward does not derive them from the
 attention mask), full-softmax sampling at temperature T (no top-k), tokens after EOS masked.
@@ -6,11 +6,12 @@ attention mask), full-softmax sampling at temperature T (no top-k), tokens after
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from torch import Tensor
 
-from mrl.grpo import group_advantages, policy_loss
+from mrl.config import GrpoConfig
 
 
 def positions(attention_mask: Tensor) -> Tensor:
@@ -101,93 +102,6 @@ def score(texts: list[tuple[str, bool]], problems, verify) -> Tensor:
     return torch.tensor([verify(text, p) if ok else 0.0 for (text, ok), p in zip(texts, problems)])
 
 
-@dataclass
-class StepResult:
-    """What one GRPO step of one policy produced."""
-
-    rewards: Tensor
-    loss: float
-    grad_norm: float
-    active_sequences: int
-    stats: dict = field(default_factory=dict)
-
-
-class PolicyWorker:
-    """One policy: its model, tokenizer and Adam optimizer, sampling and GRPO updates."""
-
-    def __init__(self, name: str, model, tokenizer, config, ref_model=None):
-        self.name, self.model, self.tokenizer, self.config = name, model, tokenizer, config
-        self.eos_id, self.pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.99))
-        self.ref_model = ref_model
-
-    def sample(self, prompts: list[str], generator: torch.Generator, group_size: int | None = None):
-        """G completions per prompt, groups contiguous. Returns prompt ids/mask repeated and the completions."""
-        g = group_size or self.config.group_size
-        prompt_ids, prompt_mask = encode_prompts(self.tokenizer, prompts)
-        prompt_ids, prompt_mask = prompt_ids.repeat_interleave(g, 0), prompt_mask.repeat_interleave(g, 0)
-        self.model.eval()
-        completion_ids, completion_mask, sample_logp = sample_completions(
-            self.model, prompt_ids, prompt_mask, max_new_tokens=self.config.max_new_tokens, eos_id=self.eos_id,
-            pad_id=self.pad_id, generator=generator, temperature=self.config.temperature)
-        return prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp
-
-    def update(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor,
-               advantages: Tensor) -> tuple[float, float, int, dict]:
-        """One on-policy optimizer step on the GRPO loss (`own_loss`, then `apply`)."""
-        loss, n_active, stats = self.own_loss(prompt_ids, prompt_mask, completion_ids, completion_mask, advantages)
-        if loss is None:
-            return 0.0, 0.0, 0, {}
-        return loss.item(), self.apply(loss), n_active, stats
-
-    def own_loss(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor,
-                 advantages: Tensor) -> tuple[Tensor | None, int, dict]:
-        """The GRPO loss on the policy's own samples, on-policy (ratio 1, old_logp = logp.detach(), as TRL
-        with num_iterations=1). Returns (loss or None when nothing is active, active sequences, stats).
-
-        With beta = 0 and skip_zero_advantage, rows with A = 0 are not forwarded: their loss and
-        gradient are exactly 0, and the aggregation still divides by the full batch.
-        """
-        cfg = self.config
-        self.model.train()
-        active = torch.arange(len(advantages)) if (cfg.beta or not cfg.skip_zero_advantage) \
-            else (advantages != 0).nonzero().squeeze(-1)
-        if active.numel() == 0:
-            return None, 0, {}
-        logp_active = completion_logprobs(self.model, prompt_ids[active], prompt_mask[active],
-                                          completion_ids[active], completion_mask[active])
-        logp = torch.zeros(completion_ids.shape, dtype=logp_active.dtype).index_put((active,), logp_active)
-        ref_logp = None
-        if cfg.beta:
-            with torch.no_grad():
-                ref_logp = completion_logprobs(self.ref_model, prompt_ids, prompt_mask, completion_ids, completion_mask)
-        loss, stats = policy_loss(logp, logp.detach(), advantages, completion_mask, level=cfg.level,
-                                  loss_type=cfg.loss_type, eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
-                                  ref_logp=ref_logp, max_completion_length=cfg.max_new_tokens,
-                                  kl_bias_correction=cfg.kl_bias_correction)
-        return loss, int(active.numel()), {k: v.item() for k, v in stats.items()}
-
-    def apply(self, loss: Tensor) -> float:
-        """Backward, clip the global gradient norm, one Adam step; returns the norm before clipping."""
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        self.optimizer.step()
-        return grad_norm.item()
-
-    def grpo_step(self, problems, verify, generator: torch.Generator) -> StepResult:
-        """Sample G completions per problem, score them, compute group advantages and update."""
-        prompt_ids, prompt_mask, completion_ids, completion_mask, _ = self.sample([p.prompt for p in problems],
-                                                                                   generator)
-        expanded = [p for p in problems for _ in range(self.config.group_size)]
-        rewards = score(completion_texts(self.tokenizer, completion_ids, completion_mask, self.eos_id), expanded, verify)
-        advantages = group_advantages(rewards, self.config.group_size, self.config.scale)
-        loss, grad_norm, n_active, stats = self.update(prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                                       advantages)
-        return StepResult(rewards, loss, grad_norm, n_active, stats)
-
-
 def sample_records(model, tokenizer, prompts: list[str], generator: torch.Generator, max_new_tokens: int,
                    temperature: float = 1.0) -> list[dict]:
     """One sampled completion per prompt as an exchange record: ids (EOS included), text, per-token log-probs."""
@@ -202,3 +116,89 @@ def sample_records(model, tokenizer, prompts: list[str], generator: torch.Genera
                         "text": tokenizer.decode(row_ids[:n], skip_special_tokens=True,
                                                  clean_up_tokenization_spaces=False)})
     return records
+
+
+LogProbs = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+"""logprobs(prompt_ids (N, P), prompt_mask (N, P), completion_ids (N, T), completion_mask (N, T)) -> (N, T):
+log pi_learner of every completion token, with gradient (the model in training mode)."""
+
+
+@dataclass
+class RolloutBatch:
+    """One policy's sampled groups of one step: P prompts x G completions, groups contiguous.
+
+    Plain data plus one callable: the learner's log-probs with gradient. The actor builds it after
+    sampling and hands it to its probe; nothing of the worker (model, optimizer) is inside.
+    """
+
+    policy: str
+    """the learner's id"""
+    step: int
+    """the RL step these samples belong to"""
+    problems: list
+    """(P,) Problem: prompt, answer, skill, pid"""
+    group_size: int
+    """G, completions per prompt"""
+    prompt_ids: Tensor
+    """(P*G, Lp) left-padded, each prompt repeated G times"""
+    prompt_mask: Tensor
+    """(P*G, Lp)"""
+    completion_ids: Tensor
+    """(P*G, T), pad after EOS"""
+    completion_mask: Tensor
+    """(P*G, T), 1 up to and including the first EOS"""
+    sample_logp: Tensor
+    """(P*G, T) log-probs at sampling (0 where masked)"""
+    rewards: Tensor
+    """(P*G,) the learner's verifier on its own samples"""
+    grpo: GrpoConfig
+    """the loss settings every own-sample term uses (aggregation, clip range, beta, scale, skipping)"""
+    tokenizer: object
+    """the learner's tokenizer (targets, THL receiver)"""
+    verify: Callable
+    """verify(completion_text, problem) -> reward in [0, 1], the learner's own verifier"""
+    logprobs: LogProbs
+    """log pi_learner with gradient (see LogProbs)"""
+    generator: torch.Generator
+    """the probe's own draws, derived from (seed, step, policy)"""
+    state: dict = field(default_factory=dict)
+    """the probe's state across steps (checkpointed with the actor)"""
+    ref_logp: Tensor | None = None
+    """(P*G, T) log-probs of the frozen reference policy, when grpo.beta > 0"""
+
+    @property
+    def eos_id(self) -> int:
+        return self.tokenizer.eos_token_id
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id
+
+    @property
+    def successes_per_prompt(self) -> Tensor:
+        """k(x): correct samples per prompt. (P,)."""
+        return (self.rewards.view(-1, self.group_size) > 0).sum(dim=1)
+
+
+def sample_groups(model, tokenizer, prompts: list[str], group_size: int, generator: torch.Generator,
+                  max_new_tokens: int, temperature: float = 1.0) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """G completions per prompt, groups contiguous: (prompt_ids, prompt_mask) repeated G times, each (P*G, Lp),
+    and (completion_ids, completion_mask, sample_logp), each (P*G, T)."""
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts)
+    prompt_ids, prompt_mask = prompt_ids.repeat_interleave(group_size, 0), prompt_mask.repeat_interleave(group_size, 0)
+    model.eval()
+    completion_ids, completion_mask, sample_logp = sample_completions(
+        model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id, generator=generator, temperature=temperature)
+    return prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp
+
+
+def pad_completions(completions: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
+    """Right-padded ids and mask of token lists. -> (N, T) each, T the longest."""
+    length = max(len(c) for c in completions)
+    ids = torch.full((len(completions), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(completions), length), dtype=torch.long)
+    for row, completion in enumerate(completions):
+        ids[row, :len(completion)] = torch.tensor(completion, dtype=torch.long)
+        mask[row, :len(completion)] = 1
+    return ids, mask

@@ -1,14 +1,11 @@
 """Tables and figures built from run records (pandas, seaborn, matplotlib)."""
 from __future__ import annotations
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from mrl.evaluation import skill_accuracy  # noqa: E402
+from mrl.evaluation import skill_accuracy
 
 EXAMPLE = "37+48=85"
 

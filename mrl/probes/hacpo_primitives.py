@@ -2,7 +2,7 @@
 the capability-aware mixed baseline, exponential importance sampling and stepwise clipping.
 
 Pure functions and one small stateful tracker; the probes `hacpo`, `gspo` and `naive` (mrl/probes/hacpo.py)
-put them together on the concurrent runner. Nothing here imports the rest of mrl.
+put them together (beside this file). Nothing here imports the rest of mrl.
 """
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The probe experiment: every probe x seed x pairing as a concurrent run, cached by its full config.
+"""Experiments over the runner: every (pairing, probe, seed) as one run, cached by its full config.
+
+The grids themselves live in the profile's YAML file (`experiments:` in configs/<profile>.yaml).
 
 A run is keyed by the hash of everything its numbers depend on (task, zoo folders, GRPO settings with
 seed and steps, probe, policies, and the source code of the mrl package); its steps and evals are
@@ -19,32 +21,12 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from mrl.concurrent import run_concurrent
-from mrl.config import ConcurrentConfig, ProbeConfig, RunConfig, config_hash, to_dict
+from mrl.config import RunConfig, RunnerConfig, config_hash, to_dict
+from mrl.probes import ProbeConfig, as_probe_config, probe_config
 from mrl.results import git_sha, repo_root
+from mrl.runner import run_concurrent
 
-PAIRINGS = {"A+B": ("A", "B"), "A+B+C": ("A", "B", "C")}
-MRL_PROBES = ("grpo", "prp", "prp_naive", "xgrpo", "sgt")
-# The grid 40_probe runs per profile: every MRL probe, each pairing, at least 3 seeds on the default profile;
-# steps per pairing (the three-family group runs 3 policies on 2 cores: half the steps keeps it within budget).
-EXPERIMENT = {
-    "smoke": {"pairings": ["A+B"], "probes": list(MRL_PROBES), "seeds": [0], "steps": {"A+B": 4}},
-    "default": {"pairings": ["A+B", "A+B+C"], "probes": list(MRL_PROBES), "seeds": [0, 1, 2],
-                "steps": {"A+B": 100, "A+B+C": 50}},
-    "paper": {"pairings": ["A+B", "A+B+C"], "probes": list(MRL_PROBES), "seeds": [0, 1, 2],
-              "steps": {"A+B": 300, "A+B+C": 300}},
-}
-
-
-# 50_hacpo: HACPO and its baselines on the pair over 3 seeds (the MRL probes come from 40_probe's cached runs),
-# and its ablations on one seed.
-HACPO_EXPERIMENT = {
-    "smoke": {"pairings": ["A+B"], "seeds": [0], "steps": 4, "ablation_seeds": [0], "ablation_steps": 2},
-    "default": {"pairings": ["A+B"], "seeds": [0, 1, 2], "steps": 100, "ablation_seeds": [0], "ablation_steps": 60},
-    "paper": {"pairings": ["A+B", "A+B+C"], "seeds": [0, 1, 2], "steps": 300, "ablation_seeds": [0, 1, 2],
-              "ablation_steps": 300},
-}
-DEFAULT_BACKEND = {"smoke": "inline", "default": "process", "paper": "ray"}
+CLIPPING_MINIBATCHES = 4  # the clipping ablation: 4 updates per step, so the stepwise bound rises (0.8 -> 0.875)
 
 
 def policy_paths(config: RunConfig, progress: bool = True) -> dict[str, str]:
@@ -58,26 +40,17 @@ def policy_paths(config: RunConfig, progress: bool = True) -> dict[str, str]:
     from mrl.zoo import build_zoo
 
     return {name: str(policy.path) for name, policy in build_zoo(config.task, config.zoo, progress=progress).items()}
-HACPO_BASELINES = ("hacpo", "gspo", "gspo_x2", "naive")
-CLIPPING_MINIBATCHES = 4  # the clipping ablation: 4 updates per step, so the stepwise bound rises (0.8 -> 0.875)
 
 
 def hacpo_ablations() -> dict[str, list[ProbeConfig]]:
     """Each ablation axis of HACPO (the paper's tables 2-4 and its ratio), the default first."""
-    default = ProbeConfig(name="hacpo")
-    clip = [ProbeConfig(name="hacpo", minibatches=CLIPPING_MINIBATCHES, clipping=c)
-            for c in ("stepwise", "fixed", "symmetric")]
-    return {"advantage": [default, *(ProbeConfig(name="hacpo", advantage=a) for a in ("pooled", "own"))],
-            "omega": [default, ProbeConfig(name="hacpo", omega=False)],
-            "alpha": [ProbeConfig(name="hacpo", alpha=0.0), default, ProbeConfig(name="hacpo", alpha=2.0)],
+    default = probe_config("hacpo")
+    clip = [probe_config("hacpo", minibatches=CLIPPING_MINIBATCHES, clipping=c) for c in ("stepwise", "fixed", "symmetric")]
+    return {"advantage": [default, *(probe_config("hacpo", advantage=a) for a in ("pooled", "own"))],
+            "omega": [default, probe_config("hacpo", omega=False)],
+            "alpha": [probe_config("hacpo", alpha=0.0), default, probe_config("hacpo", alpha=2.0)],
             "clipping": clip,
-            "ratio": [default, ProbeConfig(name="hacpo", ratio="mean")]}
-
-
-def pairing_policies(pairing: str) -> tuple[str, ...]:
-    if pairing not in PAIRINGS:
-        raise ValueError(f"pairing={pairing!r} is not allowed; expected one of {list(PAIRINGS)}")
-    return PAIRINGS[pairing]
+            "ratio": [default, probe_config("hacpo", ratio="mean")]}
 
 
 @functools.lru_cache(maxsize=1)
@@ -98,14 +71,16 @@ def run_key(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: 
 
 
 def run_probe(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: int, steps: int,
-              backend: str = "process", cache: bool = True, progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(steps, evals) of one concurrent run of `paths` under `probe`; from the cache when it holds the run."""
+              backend: str | None = None, cache: bool = True, progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(steps, evals) of one run of `paths` under `probe`; from the cache when it holds the run.
+    backend: None takes the profile's (config.backend)."""
     folder = repo_root() / "results" / "runs" / run_key(config, paths, probe, seed, steps)
     if cache and (folder / "run.json").exists():
         return pd.read_csv(folder / "steps.csv"), pd.read_csv(folder / "evals.csv")
     grpo = dataclasses.replace(config.grpo, seed=seed, steps=steps, eval_every=min(config.grpo.eval_every, steps))
+    backend = backend or config.backend
     start = time.perf_counter()
-    record = run_concurrent(paths, config.task, grpo, ConcurrentConfig(backend=backend, step_timeout=900),
+    record = run_concurrent(paths, config.task, grpo, RunnerConfig(backend=backend, step_timeout=config.step_timeout),
                             threads=config.threads, progress=progress, probe_cfg=probe,
                             run_id=f"{probe.name}-seed{seed}")
     steps_df, evals_df = pd.DataFrame(record.steps), pd.DataFrame(record.evals)
@@ -119,16 +94,18 @@ def run_probe(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed
     return steps_df, evals_df
 
 
-def run_grid(config: RunConfig, zoo_paths: dict[str, str], pairings, probes: list[ProbeConfig], seeds,
-             steps: int | dict[str, int], backend: str = "process", cache: bool = True,
+def run_grid(config: RunConfig, zoo_paths: dict[str, str], pairings, probes: list, seeds,
+             steps: int | dict[str, int], backend: str | None = None, cache: bool = True,
              progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every (pairing, probe, seed) run; steps and evals concatenated with those three as columns.
 
-    steps: RL steps of every run, or {pairing: steps}."""
+    probes: ProbeConfig objects or grid entries of a profile (names, mappings {name: ..., knob: value}).
+    steps: RL steps of every run, or {pairing: steps}. backend: None takes the profile's."""
+    probes = [as_probe_config(entry) for entry in probes]
     jobs = [(pairing, probe, seed) for pairing in pairings for probe in probes for seed in seeds]
     all_steps, all_evals = [], []
     for pairing, probe, seed in tqdm(jobs, desc="probe runs", disable=not progress):
-        paths = {name: zoo_paths[name] for name in pairing_policies(pairing)}
+        paths = {name: zoo_paths[name] for name in config.pairing(pairing)}
         n_steps = steps[pairing] if isinstance(steps, dict) else steps
         steps_df, evals_df = run_probe(config, paths, probe, seed, n_steps, backend, cache)
         label = {"pairing": pairing, "probe": probe_label(probe), "seed": seed}
@@ -139,7 +116,6 @@ def run_grid(config: RunConfig, zoo_paths: dict[str, str], pairings, probes: lis
 
 def probe_label(probe: ProbeConfig) -> str:
     """The probe's name, with the knobs that differ from their defaults (ablations stay distinguishable)."""
-    default = ProbeConfig(name=probe.name)
-    changed = [f"{f.name}={getattr(probe, f.name)}" for f in dataclasses.fields(probe)
-               if f.name != "name" and getattr(probe, f.name) != getattr(default, f.name)]
+    default = probe_config(probe.name).knobs()
+    changed = [f"{knob}={value}" for knob, value in probe.knobs().items() if value != default[knob]]
     return probe.name + (f" ({', '.join(changed)})" if changed else "")

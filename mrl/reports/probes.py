@@ -1,18 +1,15 @@
 """Tables and figures of the probe experiment (SPEC section 10): main results, stability, curves.
 
-Inputs are the concatenated `steps` and `evals` of `probe_runs.run_grid` (columns pairing, probe, seed).
+Inputs are the concatenated `steps` and `evals` of `mrl.experiment.run_grid` (columns pairing, probe, seed).
 Means over seeds carry a 95% confidence half-width from Student's t with n - 1 degrees of freedom.
 """
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402,F401
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-from scipy.stats import t as student_t  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from scipy.stats import t as student_t
 
 KEYS = ["pairing", "probe", "policy"]
 PEER_USE = {"peer_samples": "peer samples (prp)", "rescue_size": "peer demos (sgt)"}
@@ -203,11 +200,10 @@ def hyperparameter_table(config, probe_cfgs) -> pd.DataFrame:
     seen = set()
     for cfg in probe_cfgs:
         probe = get_probe(cfg.name)
-        for knob in probe.knobs:
-            key = (cfg.name, knob, getattr(cfg, knob))
-            if key not in seen:
-                seen.add(key)
-                rows.append({"scope": cfg.name, "setting": knob, "value": getattr(cfg, knob)})
+        for knob, value in cfg.knobs().items():
+            if (cfg.name, knob, value) not in seen:
+                seen.add((cfg.name, knob, value))
+                rows.append({"scope": cfg.name, "setting": knob, "value": value})
         if probe.group_multiplier != 1:
             rows.append({"scope": cfg.name, "setting": "samples per prompt",
                          "value": probe.group_multiplier * config.grpo.group_size})
@@ -219,7 +215,7 @@ def hyperparameter_table(config, probe_cfgs) -> pd.DataFrame:
 def stepwise_clipping_figure(steps: pd.DataFrame, delta: float, delta_step: float, minibatches: int):
     """Left: the peer ratio's clip range per minibatch update m for each clipping variant. Right: the fraction
     of peer samples inside it over training (mean over policies)."""
-    from mrl.hacpo import stepwise_lower_bound
+    from mrl.probes.hacpo_primitives import stepwise_lower_bound
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     m = np.arange(max(minibatches, 10))

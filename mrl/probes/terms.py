@@ -1,0 +1,115 @@
+"""Loss terms the probes share: the GRPO loss on the learner's own samples, log-probs of arbitrary completions,
+peer rollouts retokenized by THL, importance-weighted sequence terms and their pooling.
+
+Every function reads a `RolloutBatch` (plain data plus the learner's `logprobs`) and returns tensors; none
+touches a model or an optimizer.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from mrl.grpo import policy_loss
+from mrl.probes.contract import PeerView
+from mrl.rollout import RolloutBatch, encode_prompts, pad_completions
+from mrl.thl import ThlError, align_batch
+
+
+def own_logprobs(batch: RolloutBatch, rows: Tensor) -> Tensor:
+    """log pi_learner of the own completions `rows` (indices into the batch), with gradient. -> (len(rows), T)."""
+    return batch.logprobs(batch.prompt_ids[rows], batch.prompt_mask[rows], batch.completion_ids[rows],
+                          batch.completion_mask[rows])
+
+
+def own_grpo_loss(batch: RolloutBatch, advantages: Tensor) -> tuple[Tensor | None, int, dict]:
+    """The GRPO loss (mrl.grpo.policy_loss with batch.grpo's settings) on the own samples, on-policy: ratio 1,
+    old_logp = logp.detach(), as TRL with num_iterations = 1. advantages: (P*G,).
+
+    Returns (loss or None when nothing is active, sequences forwarded, stats). With beta = 0 and
+    skip_zero_advantage, rows with A = 0 are not forwarded: their loss and gradient are exactly 0, and the
+    aggregation still divides by the full batch. With beta > 0 the k3 term uses batch.ref_logp.
+    """
+    cfg = batch.grpo
+    if cfg.beta and batch.ref_logp is None:
+        raise ValueError("GrpoConfig.beta > 0 needs the reference log-probs (RolloutBatch.ref_logp); the actor "
+                         "computes them when it holds a reference model")
+    active = torch.arange(len(advantages)) if (cfg.beta or not cfg.skip_zero_advantage) \
+        else (advantages != 0).nonzero().squeeze(-1)
+    if active.numel() == 0:
+        return None, 0, {}
+    logp_active = own_logprobs(batch, active)
+    logp = torch.zeros(batch.completion_ids.shape, dtype=logp_active.dtype).index_put((active,), logp_active)
+    loss, stats = policy_loss(logp, logp.detach(), advantages, batch.completion_mask, level=cfg.level,
+                              loss_type=cfg.loss_type, eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
+                              ref_logp=batch.ref_logp, max_completion_length=cfg.max_new_tokens,
+                              kl_bias_correction=cfg.kl_bias_correction)
+    return loss, int(active.numel()), {k: v.item() for k, v in stats.items()}
+
+
+def encode_completion(batch: RolloutBatch, text: str, with_eos: bool = True) -> list[int]:
+    """The learner's canonical ids of a completion text, EOS appended (a target or a retokenized sample)."""
+    ids = batch.tokenizer(text, add_special_tokens=False)["input_ids"]
+    return ids + [batch.eos_id] if with_eos else ids
+
+
+def text_logprobs(batch: RolloutBatch, prompts: list[str], completions: list[list[int]]) -> tuple[Tensor, Tensor]:
+    """log pi_learner of each completion token (learner ids) given its prompt text, with gradient.
+    -> (logp (N, T), mask (N, T))."""
+    prompt_ids, prompt_mask = encode_prompts(batch.tokenizer, prompts)
+    ids, mask = pad_completions(completions, batch.pad_id)
+    return batch.logprobs(prompt_ids, prompt_mask, ids, mask), mask
+
+
+def weighted_sequence_loss(logp: Tensor, mask: Tensor, advantages: Tensor, weights: Tensor) -> Tensor:
+    """Per sequence token mean of -A_i w_it exp(logp_it - sg(logp_it)), summed over sequences.
+
+    logp, mask, weights: (N, T); advantages: (N,). The value is -sum_i A_i mean_t w_it; the gradient is
+    -sum_i A_i mean_t w_it grad logp_it: an importance-weighted policy-gradient term whose weights
+    carry no gradient (truncated IS). Returns the sum, so callers pool it with other sequences.
+    """
+    per_token = -advantages[:, None] * weights.detach() * torch.exp(logp - logp.detach())
+    m = mask.to(per_token.dtype)
+    return ((per_token * m).sum(-1) / m.sum(-1).clamp(min=1)).sum()
+
+
+def pooled_loss(own_loss: Tensor | None, n_own: int, extra_sum: Tensor | None, n_extra: int) -> Tensor | None:
+    """Mean over all sequences of per-sequence losses: (n_own * own_loss + extra_sum) / (n_own + n_extra).
+
+    own_loss is the GRPO loss with loss_type grpo (a mean over the own sequences; probes that pool register
+    aggregations=("grpo",)); extra_sum a sum over the extra sequences (weighted_sequence_loss)."""
+    parts = []
+    if own_loss is not None:
+        parts.append(own_loss * n_own)
+    if extra_sum is not None:
+        parts.append(extra_sum)
+    return sum(parts) / (n_own + n_extra) if parts else None
+
+
+def retokenize_rollouts(batch: RolloutBatch, peers: PeerView):
+    """Every peer rollout of the step's prompts, aligned to the learner's tokenizer by THL.
+
+    Returns ([(prompt index, record, Alignment)], failed, inexact): a sample THL cannot align is counted
+    and left out; an inexact (coarse, one-group) alignment is kept and counted."""
+    by_source: dict[str, list] = {}
+    for x, problem in enumerate(batch.problems):
+        for record in peers.rollout.get(problem.pid, []):
+            by_source.setdefault(record.policy_id, []).append((x, record))
+    samples, failed, inexact = [], 0, 0
+    for source in sorted(by_source):
+        items = by_source[source]
+        alignments = align_batch([r.completion for _, r in items], peers.tokenizers[source], batch.tokenizer,
+                                 [r.token_ids for _, r in items])
+        for (x, record), alignment in zip(items, alignments):
+            if isinstance(alignment, ThlError) or not alignment.dst_ids:
+                failed += 1
+                continue
+            inexact += not alignment.exact
+            samples.append((x, record, alignment))
+    return samples, failed, inexact
+
+
+def rescored_reward(batch: RolloutBatch, x: int, record) -> float:
+    """A peer sample's reward under the learner's verifier, never above what the peer claimed (0 without EOS)."""
+    if record.finish_reason != "eos":
+        return 0.0
+    return min(record.reward, batch.verify(record.completion, batch.problems[x]))
