@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mrl-installed
 PROFILE ?= default
 
-.PHONY: install test unit nbval reproduce smoke bench lab clean-models
+.PHONY: install test unit nbval reproduce smoke bench lab sync clean-models
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_grpo_step.py
 	$(PY) benchmarks/bench_thl.py
 	$(PY) benchmarks/bench_probes.py --no-skip
+
+# after editing a notebook (.ipynb in JupyterLab, or its .py twin in an editor): bring the other side up to date
+sync: $(STAMP)
+	cd notebooks && ../$(VENV)/bin/jupytext --sync *.ipynb
 
 lab: $(STAMP)
 	$(VENV)/bin/pip install -q -e ".[lab]" && $(VENV)/bin/jupyter lab notebooks/

@@ -1,5 +1,8 @@
 """One GRPO step of mrl against one trl.GRPOTrainer step on the same model, in the same run.
 
+mrl's step is the one every experiment runs: a PolicyActor's rollout and update with the `grpo` probe
+(sampling, scoring, SEE records, the probe's loss, backward, Adam).
+
 Batch: 4 prompts x 8 completions, completion length up to 16, the same GPT-2 zoo architecture
 (random init, so both samplers draw from the same distribution and most completions run to the
 length limit), Adam at the same learning rate, a coin-flip reward on both sides so that every
@@ -21,8 +24,8 @@ from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
+from mrl.actor import ActorConfig, PolicyActor  # noqa: E402
 from mrl.config import FamilyConfig, GrpoConfig, TaskConfig  # noqa: E402
-from mrl.rollout import PolicyWorker  # noqa: E402
 from mrl.tasks import ArithTask  # noqa: E402
 from mrl.zoo import build_model, train_tokenizer  # noqa: E402
 
@@ -40,9 +43,16 @@ class StepTimer(TrainerCallback):
         self.times.append(time.perf_counter() - self._start)
 
 
-def coin_reward(seed):
-    rng = random.Random(seed)
-    return lambda *args, **kwargs: float(rng.random() < 0.5)
+class CoinFlipTask:
+    """A reward of 1 with probability 1/2 whatever the completion, so that every group has signal."""
+
+    verifier_id = "coin-flip"
+
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+
+    def verify(self, completion_text, problem) -> float:
+        return float(self.rng.random() < 0.5)
 
 
 def bench_trl(model_dir, tokenizer, problems, steps, out):
@@ -71,17 +81,18 @@ def bench_trl(model_dir, tokenizer, problems, steps, out):
     return timer.times, statistics.mean(lengths)
 
 
-def bench_mrl(model_dir, tokenizer, problems, steps):
+def bench_mrl(model_dir, problems, steps, threads):
     cfg = GrpoConfig(prompts_per_step=PROMPTS, group_size=G, max_new_tokens=LENGTH, lr=1e-4, loss_type="grpo")
-    worker = PolicyWorker("A", AutoModelForCausalLM.from_pretrained(model_dir), tokenizer, cfg)
-    verify = coin_reward(1)
+    actor = PolicyActor(ActorConfig("A", model_dir, TaskConfig(), cfg, threads=threads))
+    actor.task = CoinFlipTask(1)
     times, lengths = [], []
-    for step in range(steps):
+    for step in range(1, steps + 1):
         batch = problems[(step * PROMPTS) % len(problems):][:PROMPTS]
         start = time.perf_counter()
-        result = worker.grpo_step(batch, verify, torch.Generator().manual_seed(step))
+        actor.rollout(step, batch)
+        result = actor.update(step, {})
         times.append(time.perf_counter() - start)
-        lengths.append(result.active_sequences)
+        lengths.append(result["active_sequences"])
     return times, lengths
 
 
@@ -96,14 +107,15 @@ def main():
     problems = task.train["S1"][:400]
     with tempfile.TemporaryDirectory() as tmp:
         build_model(FamilyConfig(arch="gpt2", d_ff=512), len(tokenizer), 64, seed=0).save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)  # a checkpoint folder, as the actor loads one
         trl_times, trl_length = bench_trl(tmp, tokenizer, problems, args.steps + 2, os.path.join(tmp, "trl"))
-        mrl_times, mrl_active = bench_mrl(tmp, tokenizer, problems, args.steps + 2)
+        mrl_times, mrl_active = bench_mrl(tmp, problems, args.steps + 2, args.threads)
     trl_median = statistics.median(trl_times[2:])
     mrl_median = statistics.median(mrl_times[2:])
     print(f"GRPO step, {PROMPTS} prompts x {G} completions, completion length <= {LENGTH}, "
           f"{args.threads} threads, median of {args.steps} steps after 2 warm-up steps")
     print(f"  trl.GRPOTrainer : {trl_median * 1000:8.1f} ms/step  (mean completion length {trl_length:.1f})")
-    print(f"  mrl PolicyWorker: {mrl_median * 1000:8.1f} ms/step  (sequences forwarded per step "
+    print(f"  mrl PolicyActor : {mrl_median * 1000:8.1f} ms/step  (sequences forwarded per step "
           f"{statistics.mean(mrl_active):.1f} of {PROMPTS * G})")
     print(f"  ratio mrl/TRL   : {mrl_median / trl_median:.3f}")
 

@@ -21,7 +21,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from mrl.config import GrpoConfig  # noqa: E402
-from mrl.rollout import PolicyWorker  # noqa: E402
+from mrl.probes.terms import own_grpo_loss  # noqa: E402
+from mrl.rollout import RolloutBatch, completion_logprobs, sample_groups  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
 from mrl.real_tokenizers import load_real_tokenizer, mixed_script_texts  # noqa: E402
 from mrl.results import repo_root  # noqa: E402
@@ -76,19 +77,25 @@ def main():
         tokenizer = bpe
         model, source = build_model(family, len(bpe), config.zoo.max_positions, 0), "untrained A (no zoo cached)"
     cfg: GrpoConfig = config.grpo
-    worker = PolicyWorker("A", model, tokenizer, cfg)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99))
     prompts = [p.prompt for p in task.pool["S1"][: cfg.prompts_per_step]]
+    sample = lambda seed: sample_groups(model, tokenizer, prompts, cfg.group_size,  # noqa: E731
+                                        torch.Generator().manual_seed(seed), cfg.max_new_tokens)
     step_times = []
     for step in range(args.steps + 1):
         start = time.perf_counter()
-        own = worker.sample(prompts, torch.Generator().manual_seed(step))
-        peer = worker.sample(prompts, torch.Generator().manual_seed(10_000 + step))  # stands in for peer samples
+        own, peer = sample(step), sample(10_000 + step)  # the second stands in for the peer's samples
         width = max(own[2].size(1), peer[2].size(1))
         pad = lambda x: torch.nn.functional.pad(x, (0, width - x.size(1)))  # noqa: E731
-        batch = [torch.cat([own[0], peer[0]]), torch.cat([own[1], peer[1]]),
-                 torch.cat([pad(own[2]), pad(peer[2])]), torch.cat([pad(own[3]), pad(peer[3])])]
-        advantages = torch.randn(batch[0].size(0))
-        worker.update(*batch, advantages)
+        tensors = [torch.cat([own[0], peer[0]]), torch.cat([own[1], peer[1]]),
+                   torch.cat([pad(own[2]), pad(peer[2])]), torch.cat([pad(own[3]), pad(peer[3])])]
+        batch = RolloutBatch("A", step, [], 2 * cfg.group_size, *tensors, torch.zeros(tensors[2].shape),
+                             torch.zeros(len(tensors[0])), cfg, tokenizer, None,
+                             lambda *t: completion_logprobs(model.train(), *t), None)
+        loss, _, _ = own_grpo_loss(batch, torch.randn(len(tensors[0])))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
         if step:
             step_times.append(time.perf_counter() - start)
     step = statistics.median(step_times)

@@ -41,12 +41,12 @@ class GspoConfig(ProbeConfig):
     """optimizer updates per step over the pooled batch (own samples first)"""
 
     def __post_init__(self):
-        require(isinstance(self.minibatches, int) and self.minibatches >= 1, type(self).__name__, "minibatches",
+        require(isinstance(self.minibatches, int) and self.minibatches >= 1, "GspoConfig", "minibatches",
                 self.minibatches, "an integer >= 1")
 
 
 @dataclass(frozen=True)
-class HacpoConfig(GspoConfig):
+class HacpoConfig(ProbeConfig):
     advantage: str = "capability"
     """baseline of the pooled group: capability (omega-weighted), pooled (plain mean) or own"""
     omega: bool = True
@@ -63,12 +63,15 @@ class HacpoConfig(GspoConfig):
     ratio: str = "thl"
     """peer sequence ratio normalised over THL groups (thl) or each side by its own token count (mean, the
     official code)"""
+    minibatches: int = 1
+    """optimizer updates per step over the pooled batch (own samples first); the stepwise bound rises with each"""
     capability_window: int = 5
     """K, steps in the rolling positive-reward rate"""
 
     def __post_init__(self):
-        super().__post_init__()
         c = "HacpoConfig"
+        require(isinstance(self.minibatches, int) and self.minibatches >= 1, c, "minibatches", self.minibatches,
+                "an integer >= 1")
         choice(c, "advantage", self.advantage, ("capability", "pooled", "own"))
         choice(c, "clipping", self.clipping, ("stepwise", "fixed", "symmetric"))
         choice(c, "ratio", self.ratio, ("thl", "mean"))
@@ -91,7 +94,7 @@ def peer_log_ratio(learner_logp_sum: torch.Tensor, n_learner: int, source_logps:
     return value.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
 
 
-def _pooled(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig, mode: str):
+def _pooled(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig | HacpoConfig, mode: str):
     """The pooled groups: own advantages (P*G,), peer rows (prompt, record, alignment, advantage, omega), stats."""
     samples, failed, inexact = retokenize_rollouts(batch, peers) if mode != "gspo" else ([], 0, 0)
     g = batch.group_size
@@ -142,7 +145,7 @@ def _bounds(cfg: HacpoConfig, minibatch: int) -> tuple[float, float]:
     return 1.0 - cfg.delta, 1.0 + cfg.delta
 
 
-def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig, mode: str, own_rows, own_adv, old_logp, peer_rows,
+def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, own_rows, own_adv, old_logp, peer_rows,
                 minibatch: int):
     """Minus the mean over this chunk's sequences of the per-sequence objectives (own GSPO with the k3 KL of
     batch.grpo.beta, peer HACPO term). Returns (loss, peer samples kept, peer samples clipped)."""
@@ -180,7 +183,7 @@ def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig, mode: str, own_rows, own_a
     return total / max(n, 1), kept, clipped
 
 
-def _minibatch_losses(batch: RolloutBatch, cfg: GspoConfig, mode: str, sequences: list, own_adv, stats: dict,
+def _minibatch_losses(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, sequences: list, own_adv, stats: dict,
                       n_total: int):
     """The loss of each minibatch update m, computed when asked for (after the actor applied update m - 1);
     adds the peer samples kept and clipped to stats."""
@@ -203,7 +206,7 @@ def _minibatch_losses(batch: RolloutBatch, cfg: GspoConfig, mode: str, sequences
         yield loss
 
 
-def _shared_gspo(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig, mode: str) -> ProbeOutput:
+def _shared_gspo(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig | HacpoConfig, mode: str) -> ProbeOutput:
     own_adv, peer_rows, stats = _pooled(batch, peers, cfg, mode)
     own_rows = list(range(len(batch.rewards)))
     if batch.grpo.skip_zero_advantage and not batch.grpo.beta and cfg.minibatches == 1:

@@ -1,0 +1,57 @@
+"""The setup every notebook shares, in one call: an offline hub, the profile's config, torch threads, output
+folders and the run folder that records config, seed and git SHA.
+
+    run = setup_notebook("10_grpo_baseline", profile, seed=seed)
+    run.config, run.tables, run.figures, run.folder
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from mrl.config import RunConfig
+from mrl.profiles import load_profile
+from mrl.results import output_dirs, start_run
+
+
+@dataclass
+class NotebookRun:
+    """Where one notebook run reads its settings and writes its outputs."""
+
+    name: str
+    """the notebook, e.g. 40_probe"""
+    profile: str
+    """smoke, default or paper"""
+    config: RunConfig
+    """the profile's config, with the notebook's seed in config.grpo.seed"""
+    tables: Path
+    """paper_tables/ (results/smoke/paper_tables/ for the smoke profile)"""
+    figures: Path
+    """figures/ (results/smoke/figures/ for the smoke profile)"""
+    folder: Path
+    """results/<notebook>/<profile>-seed<seed>/: config.yaml, meta.json and the raw metrics"""
+
+
+def setup_notebook(name: str, profile: str, seed: int | None = None, extra: dict | None = None,
+                   partial: bool = False) -> NotebookRun:
+    """Load the profile, apply the seed (None: the profile's GRPO seed), set torch threads, create the run folder.
+
+    partial: the notebook runs less than the profile's whole grid (a parameter override), so its tables and
+    figures go to the run folder instead of paper_tables/ and figures/.
+    """
+    import torch
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    config = load_profile(profile)
+    if seed is not None:
+        config.grpo = dataclasses.replace(config.grpo, seed=seed)
+    torch.set_num_threads(config.threads)
+    tables, figures = output_dirs(profile)
+    folder = start_run(name, profile, config, seed=config.grpo.seed, extra=extra)
+    if partial:
+        tables = figures = folder
+    return NotebookRun(name, profile, config, tables, figures, folder)

@@ -1,0 +1,78 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     notebook_metadata_filter: kernelspec,language_info,-language_info.version,-language_info.codemirror_mode,-language_info.pygments_lexer,-language_info.nbconvert_exporter,-language_info.file_extension,-language_info.mimetype
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+# ---
+
+# %% [markdown]
+# # 10 · Independent GRPO on each family (the reference every probe is compared with)
+#
+# **Claim.** Plain GRPO, with no sharing, raises a policy's accuracy on a skill only where the
+# policy already succeeds sometimes: a group in which every sample fails has zero advantage and
+# gives no gradient. On the fixed RL pool (SPEC section 3, 50 prompts per skill), each policy's
+# weak skill therefore moves little, while partially mastered skills improve.
+#
+# The GRPO loss is `mrl.grpo.policy_loss`, proven equal to TRL's `GRPOTrainer._compute_loss` in
+# `tests/test_grpo_trl_equality.py`. Sampling: full softmax at temperature 1, G completions per
+# prompt, KV-cached; one on-policy Adam step per batch (lr 1e-4). It runs on the same runner, with the same
+# `grpo` probe, as the probe experiments' GRPO rows (`mrl.runner.run_concurrent`): the policies are trained
+# side by side and share nothing.
+
+# %% tags=["parameters"]
+profile = "default"  # smoke | default
+seed = 0             # RL seed (prompt order and sampling)
+progress = True
+
+# %%
+from mrl.experiment import policy_paths, run_probe
+from mrl.notebook import setup_notebook
+from mrl.probes import probe_config
+from mrl.reports.substrate import baseline_table, learning_curves_figure
+from mrl.results import save_figure, write_table
+
+run = setup_notebook("10_grpo_baseline", profile, seed=seed)
+config = run.config
+paths = policy_paths(config, progress)
+
+# %%
+steps, evals = run_probe(config, paths, probe_config("grpo"), seed, config.grpo.steps, progress=progress)
+steps.to_csv(run.folder / "steps.csv", index=False)
+evals.to_csv(run.folder / "evals.csv", index=False)
+
+# %% [markdown]
+# ## Learning curves: per-skill greedy accuracy vs rollouts
+
+# %%
+fig = learning_curves_figure(evals, title=f"Independent GRPO ({config.task.name}, seed {seed})")
+save_figure(fig, "grpo_baseline_curves", run.figures)
+
+# %%
+table = baseline_table(evals)
+write_table(table, "grpo_baseline", run.tables,
+            caption=f"Independent GRPO: greedy accuracy at step 0 and after {config.grpo.steps} steps (seed {seed}).")
+table.pivot_table(index=["policy", "skill"], columns="split", values=["start", "end"]).round(3)
+
+# %% [markdown]
+# ## Compute: seconds per phase of a GRPO step and sequences forwarded per step
+
+# %%
+steps.groupby("policy")[["rollout_seconds", "update_seconds", "active_sequences", "reward"]].mean().round(3)
+
+# %% [markdown]
+# ## Summary (rounded; nbval checks this cell on the smoke profile)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(table.set_index(["policy", "split", "skill"]).round(2).to_string())

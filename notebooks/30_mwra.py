@@ -1,0 +1,87 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     notebook_metadata_filter: kernelspec,language_info,-language_info.version,-language_info.codemirror_mode,-language_info.pygments_lexer,-language_info.nbconvert_exporter,-language_info.file_extension,-language_info.mimetype
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+# ---
+
+# %% [markdown]
+# # 30 · MWRA: several policies trained concurrently, on three backends
+#
+# **Claim (SPEC section 7).** One worker per policy; the same runner drives them inline (sequential,
+# deterministic), in one OS process each (the CPU default), or as Ray actors (the scale-out path), and
+# the three give the same metrics for the same seed. Each step is two barriers with deadlines
+# (rollout, then update); the policies publish their experience to SEE in between. This notebook
+# measures what each backend costs on this machine: per-worker step time, utilisation and wait
+# fraction, start-up apart, and draws the timeline of busy intervals.
+#
+# The probe here is `grpo` (independent GRPO whose policies still publish their experience); the
+# sharing probes come with the next notebooks.
+
+# %% tags=["parameters"]
+profile = "default"   # smoke | default
+steps = None          # RL steps per backend (None: the profile's experiments.mwra.steps)
+backends = None       # e.g. ["inline", "process"] (None: the profile's experiments.mwra.backends)
+progress = True
+
+# %%
+import dataclasses
+import pandas as pd
+from mrl.config import RunnerConfig
+from mrl.experiment import policy_paths
+from mrl.notebook import setup_notebook
+from mrl.reports.substrate import mwra_compute_table, mwra_timeline_figure
+from mrl.results import save_figure, write_table
+from mrl.runner import run_concurrent
+
+run = setup_notebook("30_mwra", profile, partial=steps is not None or backends is not None)
+config, timing = run.config, run.config.experiments.mwra
+steps, backends = steps or timing.steps, backends or timing.backends
+grpo = dataclasses.replace(config.grpo, steps=steps, eval_every=steps)
+zoo_paths = policy_paths(config, progress)
+paths = {name: zoo_paths[name] for name in config.pairing(timing.pairing)}
+
+# %%
+records = {}
+for backend in backends:
+    records[backend] = run_concurrent(paths, config.task, grpo,
+                                      RunnerConfig(backend=backend, step_timeout=config.step_timeout),
+                                      threads=config.threads, progress=progress)
+runs = {b: {"timeline": r.timeline, "wall": r.wall_seconds, "startup": r.startup_seconds} for b, r in records.items()}
+pd.DataFrame([r for b, rec in records.items() for r in rec.timeline]).to_csv(run.folder / "timeline.csv", index=False)
+
+# %% [markdown]
+# ## Compute: step time, utilisation and wait fraction per worker
+
+# %%
+compute = mwra_compute_table(runs)
+write_table(compute, "mwra_compute", run.tables,
+            caption=f"MWRA compute, {len(paths)} policies x {steps} steps ({config.grpo.prompts_per_step} prompts x "
+                    f"{config.grpo.group_size} samples), {config.threads} torch thread(s) per worker.")
+compute.round(3)
+
+# %%
+save_figure(mwra_timeline_figure(runs), "mwra_timeline", run.figures)
+
+
+# %% [markdown]
+# ## Summary: the backends agree (rounded; nbval checks this cell on the smoke profile)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def learning(record):
+    return [(r["policy"], r["step"], round(r["reward"], 4), round(r["loss"], 4)) for r in record.steps]
+reference = learning(records[backends[0]])
+print({backend: learning(record) == reference for backend, record in records.items()})
+print({k: v for k, v in sorted(records[backends[0]].counters.items())})
