@@ -445,7 +445,8 @@ class RunConfig:
             require(set(members) <= known, c, f"pairings[{name!r}]", members, f"policies drawn from {sorted(known)}")
         used = [*self.experiments.probe.pairings, *self.experiments.hacpo.pairings, self.experiments.mwra.pairing]
         for name in used:
-            require(name in self.pairings, c, "experiments", name, f"a pairing defined in pairings {list(self.pairings)}")
+            require(name in self.pairings, c, "experiments", name,
+                    f"a pairing defined in pairings {list(self.pairings)}")
 
     def pairing(self, name: str) -> list[str]:
         """The policy names of a pairing."""

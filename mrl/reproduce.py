@@ -3,8 +3,9 @@
     python -m mrl.reproduce --profile default        # this CPU: all tables and figures
     python -m mrl.reproduce --profile smoke          # CI budget; executed copies go to notebooks/smoke/
 
-Executed smoke notebooks are committed (nbval re-runs them in `make test`); executed copies of
-other profiles go to results/notebooks/<profile>/ (git-ignored). A timing record of the whole
+Executed smoke notebooks are committed (nbval re-runs them in `make test`), with the images of their inline
+figures dropped (the figure's text line stays) to keep the repository light; executed copies of other
+profiles go to results/notebooks/<profile>/ (git-ignored), figures included. A timing record of the whole
 run is written to results/reproduce-<profile>.json.
 """
 from __future__ import annotations
@@ -36,7 +37,22 @@ def run_notebook(name: str, profile: str, parameters: dict | None = None, log_ou
     papermill.execute_notebook(str(source), str(target), parameters={"profile": profile, **(parameters or {})},
                                cwd=str(target.parent), kernel_name="python3", progress_bar=False,
                                log_output=log_output)
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    if profile == "smoke":
+        drop_images(target)
+    return seconds
+
+
+def drop_images(path: Path) -> None:
+    """Remove image data from a notebook's outputs in place (their text/plain line stays)."""
+    import nbformat
+
+    notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            for mime in [m for m in output.get("data", {}) if m.startswith("image/") or m == "application/pdf"]:
+                del output["data"][mime]
+    nbformat.write(notebook, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -97,7 +97,8 @@ def test_sgt_gate_fires_exactly_when_own_group_fails_and_a_peer_succeeded():
 def test_sgt_loss_is_grpo_plus_lambda_nll_of_the_verified_peer_success(bpe_tokenizer, arith_task, problems):
     model = make_model(bpe_tokenizer)
     verify = arith_task.verify
-    batch = make_batch(model, bpe_tokenizer, problems, [answers(problems[0], 0), answers(problems[1], 2), answers(problems[2], 0)],
+    batch = make_batch(model, bpe_tokenizer, problems,
+                       [answers(problems[0], 0), answers(problems[1], 2), answers(problems[2], 0)],
                        verify)
     successes = {problems[0].pid: [Success("P", 0, problems[0].pid, problems[0].answer, "arith-integer")],
                  problems[1].pid: [Success("P", 0, problems[1].pid, problems[1].answer, "arith-integer")]}
@@ -142,7 +143,8 @@ def test_xgrpo_with_gamma_zero_is_grpo(bpe_tokenizer, arith_task, problems):
     advantages, _ = xgrpo_advantages(rewards, G, gamma=0.0, std="own", **peer)
     assert torch.equal(advantages, group_advantages(rewards, G))
     model = make_model(bpe_tokenizer)
-    batch = make_batch(model, bpe_tokenizer, problems, [answers(problems[0], 1), answers(problems[1], 2), answers(problems[2], 3)],
+    batch = make_batch(model, bpe_tokenizer, problems,
+                       [answers(problems[0], 1), answers(problems[1], 2), answers(problems[2], 3)],
                        arith_task.verify)
     stats = {p.pid: [GroupStats("P", 0, p.pid, G, 3.0, 3.0)] for p in problems}
     x = get_probe("xgrpo").loss(batch, PeerView(group_stats=stats), probe_config("xgrpo", gamma=0.0, std="own"))
@@ -288,7 +290,8 @@ def test_hacpo_without_peers_is_gspo(bpe_tokenizer, arith_task, problems, miniba
 
 def test_gspo_own_loss_is_trl_sequence_level_grpo_with_hacpo_advantages(bpe_tokenizer, arith_task, problems):
     model = make_model(bpe_tokenizer)
-    batch = make_batch(model, bpe_tokenizer, problems, [answers(problems[0], 1), answers(problems[1], 2), answers(problems[2], 0)],
+    batch = make_batch(model, bpe_tokenizer, problems,
+                       [answers(problems[0], 1), answers(problems[1], 2), answers(problems[2], 0)],
                        arith_task.verify)
     out = get_probe("gspo").loss(batch, PeerView(), probe_config("gspo"))
     got, _ = loss_and_grads(model, the_loss(out))
@@ -318,7 +321,8 @@ def test_hacpo_thl_and_mean_ratios_differ_across_tokenizers(bpe_tokenizer, arith
     unigram = train_tokenizer("unigram", arith_task.corpus, 40, 48)
     model = make_model(bpe_tokenizer)
     verify = arith_task.verify
-    batch = make_batch(model, bpe_tokenizer, problems, [answers(problems[0], 1), answers(problems[1], 0), answers(problems[2], 2)],
+    batch = make_batch(model, bpe_tokenizer, problems,
+                       [answers(problems[0], 1), answers(problems[1], 0), answers(problems[2], 2)],
                        verify)
     texts = [["137", "42", "9", "1000"] for _ in problems]
     peers = PeerView(rollout=peer_rollouts(unigram, problems, texts, verify), tokenizers={"P": unigram})

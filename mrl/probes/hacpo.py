@@ -183,8 +183,8 @@ def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, o
     return total / max(n, 1), kept, clipped
 
 
-def _minibatch_losses(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, sequences: list, own_adv, stats: dict,
-                      n_total: int):
+def _minibatch_losses(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, sequences: list, own_adv,
+                      stats: dict, n_total: int):
     """The loss of each minibatch update m, computed when asked for (after the actor applied update m - 1);
     adds the peer samples kept and clipped to stats."""
     old_logp = None
