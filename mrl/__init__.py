@@ -1,6 +1,9 @@
 """mrl: Mutual Reinforcement Learning for heterogeneous language models (a reproduction package).
 
-Modules: grpo (GRPO core, equal to TRL), tasks (verifiable tasks), zoo (tiny heterogeneous models),
-policy (sampling and updates), runner (training loops), evaluation, reports, results, reproduce.
+From the bottom up: grpo (the GRPO loss, equal to TRL), thl (tokenizer heterogeneity layer), see (shared
+experience exchange), mwra (workers on inline / process / ray backends), config (typed configs), tasks, zoo,
+rollout (sampling and the RolloutBatch), probes (the sharing probes and their contract), actor (one policy),
+runner (n >= 1 policies together), experiment (cached grids), bandit (the bandit analysis), reports, notebook,
+reproduce. The README's "What is inside" has the picture.
 """
 __version__ = "0.1.0"

@@ -285,7 +285,7 @@ def _probe_entries(cls: str, name: str, values: Any) -> None:
 
 @dataclass
 class ProbeGridConfig:
-    """40_probe: every probe on every pairing and seed, each a concurrent run."""
+    """40_probe: every probe on every pairing and seed, each one run of the runner."""
 
     pairings: list = field(default_factory=lambda: ["A+B"])
     """the policy groups trained together, by their names in RunConfig.pairings"""
@@ -340,7 +340,7 @@ class HacpoGridConfig:
 
 @dataclass
 class MwraTimingConfig:
-    """30_mwra: the same short concurrent run on each backend, timed."""
+    """30_mwra: the same short run on each backend, timed."""
 
     pairing: str = "A+B"
     """the policy group, by its name in RunConfig.pairings"""

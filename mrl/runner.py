@@ -40,7 +40,7 @@ STEP_DIR = "step-{:06d}"
 
 @dataclass
 class RunRecord:
-    """Everything a concurrent run produced."""
+    """Everything a run produced."""
 
     steps: list = field(default_factory=list)
     evals: list = field(default_factory=list)

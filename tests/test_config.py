@@ -40,3 +40,32 @@ def test_yaml_string_and_hash_stability():
     b = load_config({"grpo": {"steps": 10}, "threads": 2})
     assert a == b and config_hash(a) == config_hash(b)
     assert config_hash(a) != config_hash(load_config({"grpo": {"steps": 11}, "threads": 2}))
+
+
+def test_a_profile_is_whole_in_its_yaml_and_its_grids_are_checked(tmp_path, monkeypatch):
+    config = load_profile("default")
+    assert config.backend == "process" and config.experiments.probe.steps == {"A+B": 100, "A+B+C": 50}
+    assert config.pairing("A+B+C") == ["A", "B", "C"] and config.experiments.bandit.reps == 600
+    with pytest.raises(ConfigError, match=r"RunConfig.experiments = 'A\+D'.*a pairing defined in pairings"):
+        load_config({"experiments": {"probe": {"pairings": ["A+D"], "steps": {"A+D": 3}}}})
+    with pytest.raises(ConfigError, match=r"ProbeGridConfig.steps = \{'A\+B': 0\}"):
+        load_config({"experiments": {"probe": {"steps": {"A+B": 0}}}})
+    with pytest.raises(ConfigError, match=r"RunConfig.backend = 'slurm'.*\['inline', 'process', 'ray'\]"):
+        load_config({"backend": "slurm"})
+    # a probe entry of a grid is checked against the registry when the profile loads
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "mrl").mkdir()
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "configs" / "smoke.yaml").write_text(
+        "experiments:\n  probe: {probes: [grpo, {name: sgt, lam: 0.2}, {name: prp, gamma: 0.5}]}\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"probe 'prp'.knobs = \['gamma'\].*knobs of PrpConfig: \['clip', 'level'\]"):
+        load_profile("smoke")
+
+
+def test_the_run_cache_key_ignores_docstrings_and_comments_not_code():
+    from mrl.experiment import code_without_docs
+
+    base = code_without_docs('def f(x):\n    """doc"""\n    return x  # note\n')
+    assert base == code_without_docs('def f(x):\n    """another doc"""\n    # a comment\n    return x\n')
+    assert base != code_without_docs("def f(x):\n    return x + 1\n")
