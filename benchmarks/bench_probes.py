@@ -18,9 +18,10 @@ import os
 import statistics
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-from mrl.runner import run_concurrent  # noqa: E402
-from mrl.config import RunnerConfig, ProbeConfig  # noqa: E402
+from mrl.config import RunnerConfig  # noqa: E402
+from mrl.probes import probe_config  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
+from mrl.runner import run_concurrent  # noqa: E402
 from mrl.zoo import build_zoo  # noqa: E402
 
 
@@ -49,7 +50,7 @@ def main():
         order = args.probes if round_index % 2 == 0 else args.probes[::-1]
         for name in order:
             record = run_concurrent(paths, config.task, grpo, RunnerConfig(backend="inline"), threads=1,
-                                    progress=False, probe_cfg=ProbeConfig(name=name))
+                                    progress=False, probe_cfg=probe_config(name))
             medians[name].append(statistics.median(step_times(record)))
             sequences[name] = statistics.mean(row["active_sequences"] for row in record.steps)
     medians = {name: min(values) for name, values in medians.items()}  # the least disturbed round

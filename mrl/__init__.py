@@ -1,8 +1,8 @@
 """mrl: Mutual Reinforcement Learning for heterogeneous language models (a reproduction package).
 
 From the bottom up: grpo (the GRPO loss, equal to TRL), thl (tokenizer heterogeneity layer), see (shared
-experience exchange), mwra (workers on inline / process / ray backends), config (typed configs), tasks, zoo,
-rollout (sampling and the RolloutBatch), probes (the sharing probes and their contract), actor (one policy),
+experience exchange), mwra (workers on inline / process / ray backends), config (typed configs), tasks,
+rollout (sampling and the RolloutBatch), zoo, probes (the sharing probes and their contract), actor (one policy),
 runner (n >= 1 policies together), experiment (cached grids), bandit (the bandit analysis), reports, notebook,
 reproduce. The README's "What is inside" has the picture.
 """

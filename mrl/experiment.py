@@ -1,6 +1,8 @@
 """Experiments over the runner: every (pairing, probe, seed) as one run, cached by its full config.
 
-The grids themselves live in the profile's YAML file (`experiments:` in configs/<profile>.yaml).
+The grids' budgets (pairings, probes, seeds, steps) live in the profile's YAML file (`experiments:` in
+configs/<profile>.yaml); the axes of HACPO's ablation (`hacpo_ablations`) are the paper's design, the same in
+every profile, and stay here.
 
 A run is keyed by the hash of everything its numbers depend on (task, zoo folders, GRPO settings with
 seed and steps, probe, policies, and the source code of the mrl package); its steps and evals are

@@ -7,6 +7,7 @@ folders and the run folder that records config, seed and git SHA.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,12 @@ class NotebookRun:
     """figures/ (results/smoke/figures/ for the smoke profile)"""
     folder: Path
     """results/<notebook>/<profile>-seed<seed>/: config.yaml, meta.json and the raw metrics"""
+
+    def record(self, **settings) -> None:
+        """Add what the notebook resolved after setup (a grid with its overrides, the backend) to meta.json."""
+        meta = json.loads((self.folder / "meta.json").read_text())
+        meta.update({k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in settings.items()})
+        (self.folder / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
 
 
 def setup_notebook(name: str, profile: str, seed: int | None = None, extra: dict | None = None,

@@ -127,8 +127,8 @@ log pi_learner of every completion token, with gradient (the model in training m
 class RolloutBatch:
     """One policy's sampled groups of one step: P prompts x G completions, groups contiguous.
 
-    Plain data plus one callable: the learner's log-probs with gradient. The actor builds it after
-    sampling and hands it to its probe; nothing of the worker (model, optimizer) is inside.
+    Plain data plus one callable: the learner's log-probs with gradient (the actor's method; the only way a
+    probe reaches the model). The actor builds it after sampling and hands it to its probe.
     """
 
     policy: str

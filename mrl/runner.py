@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mrl.actor import ActorConfig, PolicyActor
-from mrl.config import RunnerConfig, GrpoConfig, TaskConfig
+from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads, raise_first_failure
 from mrl.probes import ProbeConfig, get_probe
 from mrl.see import Exchange, PolicySpec
@@ -94,6 +94,9 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
         raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
     probe_cfg = probe_cfg or ProbeConfig()
     probe = get_probe(probe_cfg.name)
+    if type(probe_cfg) is not probe.config:
+        raise ConfigError(f"probe {probe.name!r} takes a {probe.config.__name__}, got {type(probe_cfg).__name__}; "
+                          f"build it with mrl.probes.probe_config({probe.name!r}, ...)")
     probe.check(grpo_cfg)
     if probe.group_multiplier != 1:
         grpo_cfg = dataclasses.replace(grpo_cfg, group_size=grpo_cfg.group_size * probe.group_multiplier)

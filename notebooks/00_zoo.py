@@ -44,6 +44,7 @@ from mrl.zoo import build_zoo
 
 run = setup_notebook("00_zoo", profile)
 config = run.config
+run.record(warmup_seed=config.zoo.warmup.seed)
 task = make_task(config.task)
 zoo = build_zoo(config.task, config.zoo, progress=progress)
 

@@ -49,6 +49,7 @@ run = setup_notebook("30_mwra", profile, partial=steps is not None or backends i
 config, timing = run.config, run.config.experiments.mwra
 steps, backends = steps or timing.steps, backends or timing.backends
 grpo = dataclasses.replace(config.grpo, steps=steps, eval_every=steps)
+run.record(steps=steps, backends=backends, pairing=timing.pairing)
 zoo_paths = policy_paths(config, progress)
 paths = {name: zoo_paths[name] for name in config.pairing(timing.pairing)}
 

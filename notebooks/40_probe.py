@@ -62,6 +62,7 @@ if isinstance(steps, int):
     requested["steps"] = {pairing: steps for pairing in (pairings or config.experiments.probe.pairings)}
 grid = dataclasses.replace(config.experiments.probe, **{k: v for k, v in requested.items() if v is not None})
 backend = backend or config.backend
+run.record(grid=grid, backend=backend)
 paths = policy_paths(config, progress)
 steps_text = ", ".join(f"{k} {v}" for k, v in grid.steps.items() if k in grid.pairings)
 

@@ -51,6 +51,8 @@ from mrl.results import save_figure, write_table
 run = setup_notebook("50_hacpo", profile)
 config, grid = run.config, run.config.experiments.hacpo
 backend = backend or config.backend
+run.record(grid=grid, backend=backend, ablations={axis: [p.knobs() for p in probes]
+                                                  for axis, probes in hacpo_ablations().items()})
 zoo_paths = policy_paths(config, progress)
 
 # %% [markdown]

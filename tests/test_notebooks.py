@@ -1,8 +1,6 @@
 """The notebooks are their own source: each .ipynb and its percent-format twin hold the same cells, every notebook
 has the metadata papermill needs, one parameters cell, the shared setup call, no class of its own, and shows each
 figure it saves."""
-from pathlib import Path
-
 import jupytext
 import nbformat
 import pytest

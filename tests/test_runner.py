@@ -151,6 +151,13 @@ def test_a_probe_added_in_one_file_runs(paths):
     assert any(row["grad_norm"] > 0 for row in record.steps)
 
 
+def test_a_probe_config_of_the_wrong_class_is_refused_before_the_run(paths):
+    from mrl.probes import ProbeConfig
+
+    with pytest.raises(ConfigError, match=r"probe 'prp' takes a PrpConfig, got ProbeConfig.*probe_config\('prp'"):
+        run_concurrent(paths, TASK, GRPO, RunnerConfig(), progress=False, probe_cfg=ProbeConfig(name="prp"))
+
+
 def test_a_pooling_probe_with_another_aggregation_is_refused_before_the_run(paths):
     with pytest.raises(ConfigError, match="loss_type = 'dapo' is not allowed with probe 'prp'"):
         run_concurrent(paths, TASK, dataclasses.replace(GRPO, loss_type="dapo"), RunnerConfig(), progress=False,

@@ -1,13 +1,14 @@
 """The probe contract (verl's `core_algos.py` shape): a typed loss-function alias, a registry, configs.
 
-A probe is a pure function of the learner's `RolloutBatch`, the peers' records (`PeerView`) and its
-own config dataclass, registered with it:
+A probe is a function of the learner's `RolloutBatch`, the peers' records (`PeerView`) and its own
+config dataclass, registered with it:
 
     @register_probe("sgt", config=SgtConfig, kinds=("success",))
     def sgt_loss(batch: RolloutBatch, peers: PeerView, cfg: SgtConfig) -> ProbeOutput: ...
 
 It returns the losses of its optimizer updates (usually one); the actor steps the optimizer after each,
-so a probe never touches the model or the optimizer (it computes log-probs through `batch.logprobs`).
+so a probe never steps the optimizer or reads the model: it computes log-probs through `batch.logprobs`,
+draws from `batch.generator` and keeps what must outlive the step in `batch.state` (checkpointed).
 `kinds` names the SEE records the runner collects for it; `aggregations` the GRPO loss types
 (`mrl.grpo.LOSS_TYPES`) its loss honours: a run with any other is refused before it starts.
 """

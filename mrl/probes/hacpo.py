@@ -1,7 +1,7 @@
 """hacpo, and its baselines gspo and naive (SPEC section 8; HACPO from its official code).
 
 hacpo: the learner's group for a prompt is its own samples plus every peer's (retokenized by THL);
-advantages from the capability-aware mixed baseline (mrl.hacpo.capability_advantages); own samples take
+advantages from the capability-aware mixed baseline (hacpo_primitives.capability_advantages); own samples take
 GSPO's clipped sequence-level loss, peer samples the objective clip(s, l_m, 1) sg(clip(s))^alpha
 omega(src, learner) A with s the sequence-level ratio pi_learner(T(y)) / pi_src(y), normalised over THL
 groups (ratio "thl") or each side by its own token count (ratio "mean", the official code). Loss: minus the
