@@ -81,7 +81,8 @@ class PolicyActor:
                  completion_mask: Tensor) -> Tensor:
         """log pi of every completion token with gradient, the model in training mode. (N, P), (N, T) -> (N, T)."""
         self.model.train()
-        return completion_logprobs(self.model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+        return completion_logprobs(self.model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                   engine=self.cfg.engine)
 
     def rollout(self, step: int, problems: list) -> dict:
         """Sample and score this step's groups; keep them as the pending RolloutBatch; return the records to
@@ -90,7 +91,7 @@ class PolicyActor:
         cfg = self.cfg
         prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp = sample_groups(
             self.model, self.tokenizer, [p.prompt for p in problems], cfg.group_size,
-            step_generator(cfg.seed, step, self.name), cfg.max_new_tokens, cfg.temperature)
+            step_generator(cfg.seed, step, self.name), cfg.max_new_tokens, cfg.temperature, cfg.engine)
         expanded = [p for p in problems for _ in range(cfg.group_size)]
         texts = completion_texts(self.tokenizer, completion_ids, completion_mask, self.tokenizer.eos_token_id)
         rewards = score(texts, expanded, self.task.verify)
@@ -98,7 +99,7 @@ class PolicyActor:
         if self.reference is not None:
             with torch.no_grad():
                 ref_logp = completion_logprobs(self.reference, prompt_ids, prompt_mask, completion_ids,
-                                               completion_mask)
+                                               completion_mask, engine=cfg.engine)
         self.pending = RolloutBatch(
             policy=self.name, step=step, problems=list(problems), group_size=cfg.group_size, prompt_ids=prompt_ids,
             prompt_mask=prompt_mask, completion_ids=completion_ids, completion_mask=completion_mask,
@@ -166,7 +167,8 @@ class PolicyActor:
 
     def evaluate(self, step: int) -> list[dict]:
         return [{"policy": self.name, "step": step, **row}
-                for row in skill_accuracy(self.model, self.tokenizer, self.task, self.cfg.max_new_tokens)]
+                for row in skill_accuracy(self.model, self.tokenizer, self.task, self.cfg.max_new_tokens,
+                                          self.cfg.engine)]
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),

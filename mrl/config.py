@@ -17,6 +17,8 @@ from typing import Any, TypeVar, get_type_hints
 import yaml
 
 from mrl.grpo import LEVELS, LOSS_TYPES
+
+ENGINES = ("fast", "hf")
 from mrl.mwra import BACKENDS
 
 
@@ -212,6 +214,9 @@ class GrpoConfig:
     """k3 KL coefficient against the frozen warm-up policy"""
     kl_bias_correction: bool = False
     """multiply k3 by the importance ratio (TRL's use_bias_correction_kl)"""
+    engine: str = "fast"
+    """sampling and log-prob engine: fast (mrl.fast, for the gpt2 / llama / qwen2 checkpoints it implements
+    exactly; any other falls back to transformers) or hf (the transformers forward, the reference)"""
     skip_zero_advantage: bool = True
     """do not forward sequences with A = 0 (exact when beta = 0; the loss normaliser keeps the full batch)"""
     eval_every: int = 25
@@ -224,6 +229,7 @@ class GrpoConfig:
         choice(c, "loss_type", self.loss_type, LOSS_TYPES)
         choice(c, "level", self.level, LEVELS)
         choice(c, "scale", self.scale, SCALES)
+        choice(c, "engine", self.engine, ENGINES)
         for f in ("steps", "prompts_per_step", "max_new_tokens", "temperature", "lr", "grad_clip", "eval_every"):
             positive(c, f, getattr(self, f))
         require(isinstance(self.group_size, int) and self.group_size >= 2, c, "group_size", self.group_size,

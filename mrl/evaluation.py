@@ -7,7 +7,8 @@ from mrl.rollout import completion_texts, encode_prompts, sample_completions, sc
 
 
 @torch.no_grad()
-def greedy_accuracy(model, tokenizer, problems, verify, max_new_tokens: int = 6, batch_size: int = 512) -> float:
+def greedy_accuracy(model, tokenizer, problems, verify, max_new_tokens: int = 6, batch_size: int = 512,
+                    engine: str = "hf") -> float:
     """Fraction of problems whose greedy completion is well-formed and verified."""
     if not problems:
         return float("nan")
@@ -18,17 +19,18 @@ def greedy_accuracy(model, tokenizer, problems, verify, max_new_tokens: int = 6,
         ids, mask = encode_prompts(tokenizer, [p.prompt for p in chunk])
         completion_ids, completion_mask, _ = sample_completions(
             model, ids, mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
-            pad_id=tokenizer.pad_token_id, greedy=True)
+            pad_id=tokenizer.pad_token_id, greedy=True, engine=engine)
         texts = completion_texts(tokenizer, completion_ids, completion_mask, tokenizer.eos_token_id)
         correct += score(texts, chunk, verify).sum().item()
     return correct / len(problems)
 
 
-def skill_accuracy(model, tokenizer, task, max_new_tokens: int = 6) -> list[dict]:
+def skill_accuracy(model, tokenizer, task, max_new_tokens: int = 6, engine: str = "hf") -> list[dict]:
     """Rows {split, skill, accuracy} for the held-out test set and (if any) the RL pool."""
     rows = []
     for split, sets in (("held-out", task.test), ("pool", task.pool)):
         for skill, problems in sets.items():
             rows.append({"split": split, "skill": skill,
-                         "accuracy": greedy_accuracy(model, tokenizer, problems, task.verify, max_new_tokens)})
+                         "accuracy": greedy_accuracy(model, tokenizer, problems, task.verify, max_new_tokens,
+                                                     engine=engine)})
     return rows

@@ -5,13 +5,29 @@ attention mask), full-softmax sampling at temperature T (no top-k), tokens after
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 from torch import Tensor
 
-from mrl.config import GrpoConfig
+from mrl.config import ENGINES, GrpoConfig
+from mrl.fast import FastForward, fast_forward
+
+_FAST: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def engine_for(model, engine: str) -> FastForward | None:
+    """The fast forward of `model` when engine is "fast" and the model is one it implements, else None (the
+    `transformers` forward: engine "hf", or a checkpoint the fast path does not know)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r} is not allowed; expected one of {list(ENGINES)}")
+    if engine == "hf":
+        return None
+    if model not in _FAST:
+        _FAST[model] = fast_forward(model)
+    return _FAST[model]
 
 
 def positions(attention_mask: Tensor) -> Tensor:
@@ -28,18 +44,29 @@ def encode_prompts(tokenizer, prompts: list[str]) -> tuple[Tensor, Tensor]:
 @torch.no_grad()
 def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: int,
                        pad_id: int, generator: torch.Generator | None = None, temperature: float = 1.0,
-                       greedy: bool = False, min_new_tokens: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+                       greedy: bool = False, min_new_tokens: int = 0, engine: str = "hf") -> tuple[Tensor, Tensor, Tensor]:
     """Sample completions token by token with a KV cache.
 
     prompt_ids, prompt_mask: (B, P) left-padded. Returns completion_ids (B, T), completion_mask
     (B, T) with 1 up to and including the first EOS, and the sampling log-probs (B, T) (0 where masked).
     min_new_tokens suppresses EOS for the first tokens (benchmarks with a fixed length).
+    engine: "fast" (mrl.fast's static cache over the model's weights, when it knows the model) or "hf"
+    (the `transformers` forward with its dynamic cache).
     """
     batch, prompt_len = prompt_ids.shape
     attention = torch.cat([prompt_mask, torch.ones(batch, max_new_tokens, dtype=prompt_mask.dtype)], dim=1)
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions(prompt_mask),
-                use_cache=True, logits_to_keep=1)
-    cache, logits = out.past_key_values, out.logits[:, -1]
+    fast = engine_for(model, engine)
+    if fast is not None:
+        cache = fast.new_cache(batch, prompt_len + max_new_tokens)
+        logits = fast.prefill(cache, prompt_ids, prompt_mask, positions(prompt_mask))
+        width = attention.size(1)
+        key_bias = torch.zeros(batch, 1, 1, width).masked_fill(attention[:, None, None] == 0, float("-inf"))
+        unwritten = torch.zeros(width, width).masked_fill(torch.ones(width, width, dtype=torch.bool).triu(1),
+                                                          float("-inf"))  # row `at`: -inf after position at
+    else:
+        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions(prompt_mask),
+                    use_cache=True, logits_to_keep=1)
+        cache, logits = out.past_key_values, out.logits[:, -1]
     next_position = prompt_mask.sum(-1, keepdim=True)
     ids = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long)
     logps = torch.zeros(batch, max_new_tokens)
@@ -60,9 +87,13 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
         if not alive.any() or t == max_new_tokens - 1:
             length = t + 1
             break
-        out = model(input_ids=token.unsqueeze(-1), attention_mask=attention[:, : prompt_len + t + 1],
-                    position_ids=next_position, past_key_values=cache, use_cache=True)
-        cache, logits = out.past_key_values, out.logits[:, -1]
+        if fast is not None:
+            at = prompt_len + t
+            logits = fast.decode(cache, token, at, key_bias + unwritten[at], next_position[:, 0])
+        else:
+            out = model(input_ids=token.unsqueeze(-1), attention_mask=attention[:, : prompt_len + t + 1],
+                        position_ids=next_position, past_key_values=cache, use_cache=True)
+            cache, logits = out.past_key_values, out.logits[:, -1]
         next_position = next_position + 1
     # the mask covers every token up to and including the first EOS
     ended_before = torch.cumsum((ids[:, :length] == eos_id).long(), dim=1) - (ids[:, :length] == eos_id).long()
@@ -71,13 +102,18 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
 
 
 def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                        completion_mask: Tensor) -> Tensor:
-    """log pi(y_t | x, y_<t) for every completion token. Inputs (B, P) and (B, T); returns (B, T)."""
+                        completion_mask: Tensor, engine: str = "hf") -> Tensor:
+    """log pi(y_t | x, y_<t) for every completion token. Inputs (B, P) and (B, T); returns (B, T).
+    engine: "fast" or "hf" (see sample_completions); both carry gradient to the model's parameters."""
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention = torch.cat([prompt_mask, completion_mask], dim=1)
     t = completion_ids.size(1)
-    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions(attention),
-                   logits_to_keep=t + 1).logits[:, :-1].float()
+    fast = engine_for(model, engine)
+    if fast is not None:
+        logits = fast.completion_logits(prompt_ids, prompt_mask, completion_ids, completion_mask)[:, :-1].float()
+    else:
+        logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions(attention),
+                       logits_to_keep=t + 1).logits[:, :-1].float()
     return torch.log_softmax(logits, dim=-1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
 
 
@@ -181,7 +217,8 @@ class RolloutBatch:
 
 
 def sample_groups(model, tokenizer, prompts: list[str], group_size: int, generator: torch.Generator,
-                  max_new_tokens: int, temperature: float = 1.0) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                  max_new_tokens: int, temperature: float = 1.0,
+                  engine: str = "hf") -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """G completions per prompt, groups contiguous: (prompt_ids, prompt_mask) repeated G times, each (P*G, Lp),
     and (completion_ids, completion_mask, sample_logp), each (P*G, T)."""
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts)
@@ -189,7 +226,7 @@ def sample_groups(model, tokenizer, prompts: list[str], group_size: int, generat
     model.eval()
     completion_ids, completion_mask, sample_logp = sample_completions(
         model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
-        pad_id=tokenizer.pad_token_id, generator=generator, temperature=temperature)
+        pad_id=tokenizer.pad_token_id, generator=generator, temperature=temperature, engine=engine)
     return prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp
 
 

@@ -1,0 +1,281 @@
+"""A fast forward for the zoo's three architectures (GPT-2, Llama, Qwen2) over the model's own weights.
+
+Hand-written because the tiny models spend their time in per-call overhead of the `transformers` modules
+(mask construction, cache objects, output dataclasses, dozens of small modules per layer), not in
+arithmetic: the same equations as `transformers` written as a few tensor calls per layer, with a static
+preallocated KV cache for sampling. The parameters are the `transformers` model's own tensors (no copy),
+so gradients reach them and the optimizer, checkpoints and the `hf` path see one model.
+
+`fast_forward(model)` returns a `FastForward` for a model it knows exactly (default rotary embeddings, no
+sliding window, no biases it does not handle) and None otherwise: the caller then uses `transformers`.
+The log-probs equal the `transformers` forward within 1e-5 (tests/test_fast.py, per architecture).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+@dataclass
+class Layer:
+    """One transformer block's weights (references to the model's parameters)."""
+
+    norm1: tuple            # (weight, bias or None) of the pre-attention norm
+    qkv: tuple              # gpt2: (W (d, 3d), b); llama/qwen2: (Wq, bq, Wk, bk, Wv, bv) in nn.Linear layout
+    out: tuple              # (W, b or None) of the attention output projection
+    norm2: tuple
+    mlp: tuple              # gpt2: (W_fc, b_fc, W_proj, b_proj) Conv1D layout; llama/qwen2: (W_gate, W_up, W_down)
+
+
+class FastForward:
+    """Logits of a causal LM with explicit position ids, written out per architecture.
+
+    arch: gpt2 (LayerNorm, learned positions, Conv1D, gelu_new) or llama / qwen2 (RMSNorm, rotary, GQA,
+    SwiGLU; qwen2 with q/k/v biases). All inputs left-padded: mask (B, L) marks real tokens.
+    """
+
+    def __init__(self, model):
+        config = model.config
+        self.model, self.arch = model, config.model_type
+        self.n_heads = config.num_attention_heads if self.arch != "gpt2" else config.n_head
+        self.n_kv = getattr(config, "num_key_value_heads", None) or self.n_heads
+        d = config.hidden_size if self.arch != "gpt2" else config.n_embd
+        self.head_dim = getattr(config, "head_dim", None) or d // self.n_heads
+        self.scale = 1.0 / math.sqrt(self.head_dim)
+        if self.arch == "gpt2":
+            self.eps = config.layer_norm_epsilon
+            base = model.transformer
+            self.embed, self.positions = base.wte.weight, base.wpe.weight
+            self.layers = [Layer((h.ln_1.weight, h.ln_1.bias), (h.attn.c_attn.weight, h.attn.c_attn.bias),
+                                 (h.attn.c_proj.weight, h.attn.c_proj.bias), (h.ln_2.weight, h.ln_2.bias),
+                                 (h.mlp.c_fc.weight, h.mlp.c_fc.bias, h.mlp.c_proj.weight, h.mlp.c_proj.bias))
+                           for h in base.h]
+            self.final_norm = (base.ln_f.weight, base.ln_f.bias)
+        else:
+            self.eps = config.rms_norm_eps
+            base = model.model
+            self.embed, self.positions = base.embed_tokens.weight, None
+            self.layers = []
+            for layer in base.layers:
+                a, m = layer.self_attn, layer.mlp
+                self.layers.append(Layer((layer.input_layernorm.weight, None),
+                                         (a.q_proj.weight, a.q_proj.bias, a.k_proj.weight, a.k_proj.bias,
+                                          a.v_proj.weight, a.v_proj.bias),
+                                         (a.o_proj.weight, a.o_proj.bias), (layer.post_attention_layernorm.weight, None),
+                                         (m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight)))
+            self.final_norm = (base.norm.weight, None)
+            self.inv_freq = base.rotary_emb.inv_freq
+        self.lm_head = model.lm_head.weight
+
+    # --- pieces ---------------------------------------------------------------------------------------
+
+    def norm(self, x: Tensor, weights: tuple) -> Tensor:
+        weight, bias = weights
+        if self.arch == "gpt2":
+            return F.layer_norm(x, (x.size(-1),), weight, bias, self.eps)
+        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+    def rotary(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+        """cos, sin of the rotary embedding, (B, 1, L, head_dim) each."""
+        freqs = position_ids[..., None].float() * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos()[:, None], emb.sin()[:, None]
+
+    @staticmethod
+    def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        half = x.size(-1) // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+    def project_qkv(self, layer: Layer, h: Tensor, rope) -> tuple[Tensor, Tensor, Tensor]:
+        """(q (B, H, L, hd), k (B, Hkv, L, hd), v (B, Hkv, L, hd)) of the normalised hidden states h (B, L, d)."""
+        batch, length, _ = h.shape
+        if self.arch == "gpt2":
+            weight, bias = layer.qkv
+            q, k, v = torch.addmm(bias, h.reshape(-1, h.size(-1)), weight).view(batch, length, 3, self.n_heads,
+                                                                                self.head_dim).unbind(2)
+        else:
+            wq, bq, wk, bk, wv, bv = layer.qkv
+            q = F.linear(h, wq, bq).view(batch, length, self.n_heads, self.head_dim)
+            k = F.linear(h, wk, bk).view(batch, length, self.n_kv, self.head_dim)
+            v = F.linear(h, wv, bv).view(batch, length, self.n_kv, self.head_dim)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if rope is not None:
+            q, k = self.rotate(q, *rope), self.rotate(k, *rope)
+        return q, k, v
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+        """softmax(q k^T / sqrt(hd) + bias) v, each group of H / Hkv query heads on its key head (no copies of
+        the keys). q (B, H, Lq, hd), k, v (B, Hkv, Lk, hd), bias (B, 1, Lq, Lk) additive (-inf where masked).
+        Returns (B, Lq, H * hd)."""
+        batch, _, length, _ = q.shape
+        grouped = q.view(batch, self.n_kv, self.n_heads // self.n_kv, length, self.head_dim)
+        scores = torch.matmul(grouped, k.transpose(-1, -2).unsqueeze(2)) * self.scale + bias.unsqueeze(1)
+        out = torch.matmul(torch.softmax(scores, dim=-1), v.unsqueeze(2))      # (B, Hkv, G, Lq, hd)
+        return out.view(batch, self.n_heads, length, self.head_dim).transpose(1, 2).reshape(batch, length, -1)
+
+    def block(self, layer: Layer, x: Tensor, rope, bias: Tensor, cache=None, at: int = 0) -> Tensor:
+        """One pre-norm block. With a cache (k, v), each (B, Hkv, Lc, hd), the new keys and values are written at
+        positions at..at+L-1 and attention runs over the whole cache (bias masks what is not written yet), so
+        every decode step has the same shapes and reads the cache without copying it."""
+        q, k, v = self.project_qkv(layer, self.norm(x, layer.norm1), rope)
+        if cache is not None:
+            k_cache, v_cache = cache
+            k_cache[:, :, at:at + k.size(2)], v_cache[:, :, at:at + k.size(2)] = k, v
+            k, v = k_cache, v_cache
+        return self.finish_block(layer, x, self.attend(q, k, v, bias))
+
+    def finish_block(self, layer: Layer, x: Tensor, attended: Tensor) -> Tensor:
+        """The rest of a block after attention: output projection and residual, then the MLP and residual."""
+        weight, out_bias = layer.out
+        if self.arch == "gpt2":
+            x = x + torch.addmm(out_bias, attended.reshape(-1, attended.size(-1)), weight).view_as(x)
+            w_fc, b_fc, w_proj, b_proj = layer.mlp
+            h = self.norm(x, layer.norm2).reshape(-1, x.size(-1))
+            h = F.gelu(torch.addmm(b_fc, h, w_fc), approximate="tanh")
+            return x + torch.addmm(b_proj, h, w_proj).view_as(x)
+        x = x + F.linear(attended, weight, out_bias)
+        h = self.norm(x, layer.norm2)
+        gate, up, down = layer.mlp
+        return x + F.linear(F.silu(F.linear(h, gate)) * F.linear(h, up), down)
+
+    def embed_tokens(self, input_ids: Tensor, position_ids: Tensor) -> Tensor:
+        x = F.embedding(input_ids, self.embed)
+        return x + F.embedding(position_ids, self.positions) if self.arch == "gpt2" else x
+
+    def logits(self, x: Tensor) -> Tensor:
+        return F.linear(self.norm(x, self.final_norm), self.lm_head)
+
+    # --- whole sequences ----------------------------------------------------------------------------
+
+    def forward(self, input_ids: Tensor, mask: Tensor, position_ids: Tensor, keep: int | None = None) -> Tensor:
+        """Logits (B, keep or L, V) of every position (the last `keep` ones), causal over the real tokens.
+
+        input_ids, mask, position_ids: (B, L), left-padded. A padded query row attends to itself only (its
+        output is never used; this keeps its softmax finite)."""
+        length = input_ids.size(1)
+        causal = torch.ones(length, length, dtype=torch.bool).tril()
+        allowed = causal[None] & mask.bool()[:, None, :]
+        allowed = allowed | torch.eye(length, dtype=torch.bool)[None]
+        bias = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))[:, None]
+        x = self.embed_tokens(input_ids, position_ids)
+        rope = self.rotary(position_ids) if self.arch != "gpt2" else None
+        for layer in self.layers:
+            x = self.block(layer, x, rope, bias)
+        if keep is not None:
+            x = x[:, -keep:]
+        return self.logits(x)
+
+    def completion_logits(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
+                          completion_mask: Tensor) -> Tensor:
+        """Logits (B, T + 1, V) at the last prompt position and every completion position: forward(prompt +
+        completion, keep=T + 1), with each distinct prompt of the batch run once (a GRPO group repeats it G
+        times). The completion rows attend to their prompt's keys and values by index, so the gradient of a
+        shared prompt sums over its group, exactly as the repeated computation's would.
+
+        prompt_ids, prompt_mask: (B, P) left-padded; completion_ids, completion_mask: (B, T)."""
+        unique, inverse = torch.unique(prompt_ids, dim=0, return_inverse=True)
+        if len(unique) == len(prompt_ids):
+            ids, mask = torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1)
+            return self.forward(ids, mask, positions_of(mask), keep=completion_ids.size(1) + 1)
+        first = torch.full((len(unique),), len(prompt_ids), dtype=torch.long).scatter_reduce(
+            0, inverse, torch.arange(len(prompt_ids)), reduce="amin")
+        p_ids, p_mask = prompt_ids[first], prompt_mask[first]
+        prompt_len, length = prompt_ids.size(1), completion_ids.size(1)
+        mask = torch.cat([prompt_mask, completion_mask], 1)
+        all_positions = positions_of(mask)
+        causal = torch.ones(prompt_len, prompt_len, dtype=torch.bool).tril()
+        allowed = (causal[None] & p_mask.bool()[:, None, :]) | torch.eye(prompt_len, dtype=torch.bool)[None]
+        prompt_bias = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))[:, None]
+        width = prompt_len + length   # completion queries see the whole prompt and the completion so far
+        causal = torch.ones(length, width, dtype=torch.bool).tril(prompt_len)
+        itself = torch.zeros(length, width, dtype=torch.bool)
+        itself[torch.arange(length), prompt_len + torch.arange(length)] = True
+        allowed = (causal[None] & mask.bool()[:, None, :]) | itself[None]
+        completion_bias = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))[:, None]
+        x_p = self.embed_tokens(p_ids, all_positions[first, :prompt_len])
+        x_c = self.embed_tokens(completion_ids, all_positions[:, prompt_len:])
+        rope_p = self.rotary(all_positions[first, :prompt_len]) if self.arch != "gpt2" else None
+        rope_c = self.rotary(all_positions[:, prompt_len:]) if self.arch != "gpt2" else None
+        for layer in self.layers:
+            q_p, k_p, v_p = self.project_qkv(layer, self.norm(x_p, layer.norm1), rope_p)
+            q_c, k_c, v_c = self.project_qkv(layer, self.norm(x_c, layer.norm1), rope_c)
+            k = torch.cat([k_p[inverse], k_c], dim=2)
+            v = torch.cat([v_p[inverse], v_c], dim=2)
+            x_p = self.finish_block(layer, x_p, self.attend(q_p, k_p, v_p, prompt_bias))
+            x_c = self.finish_block(layer, x_c, self.attend(q_c, k, v, completion_bias))
+        return self.logits(torch.cat([x_p[inverse][:, -1:], x_c], dim=1))
+
+    # --- sampling with a static cache ------------------------------------------------------------------
+
+    def new_cache(self, batch: int, length: int) -> list[tuple[Tensor, Tensor]]:
+        """A preallocated (k, v) per layer, each (B, Hkv, length, hd), zeros (masked until written)."""
+        dtype = self.embed.dtype
+        return [(torch.zeros(batch, self.n_kv, length, self.head_dim, dtype=dtype),
+                 torch.zeros(batch, self.n_kv, length, self.head_dim, dtype=dtype)) for _ in self.layers]
+
+    def prefill(self, cache, input_ids: Tensor, mask: Tensor, position_ids: Tensor) -> Tensor:
+        """Run the prompts (B, P) through the model filling the cache's first P positions; last logits (B, V).
+
+        A prompt repeated in the batch (a GRPO group) is run once and its keys, values and logits are copied
+        to each of its rows: the prompt's computation does not depend on what follows it."""
+        unique, inverse = torch.unique(input_ids, dim=0, return_inverse=True)
+        if len(unique) == len(input_ids):
+            return self._prefill(cache, input_ids, mask, position_ids)
+        first = torch.full((len(unique),), len(input_ids), dtype=torch.long).scatter_reduce(
+            0, inverse, torch.arange(len(input_ids)), reduce="amin")
+        own = self.new_cache(len(unique), input_ids.size(1))  # exactly the prompt's length
+        logits = self._prefill(own, input_ids[first], mask[first], position_ids[first])
+        length = input_ids.size(1)
+        for (k, v), (k_own, v_own) in zip(cache, own):
+            k[:, :, :length], v[:, :, :length] = k_own[inverse], v_own[inverse]
+        return logits[inverse]
+
+    def _prefill(self, cache, input_ids: Tensor, mask: Tensor, position_ids: Tensor) -> Tensor:
+        length = input_ids.size(1)
+        causal = torch.ones(length, length, dtype=torch.bool).tril()
+        allowed = (causal[None] & mask.bool()[:, None, :]) | torch.eye(length, dtype=torch.bool)[None]
+        bias = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))[:, None]
+        x = self.embed_tokens(input_ids, position_ids)
+        rope = self.rotary(position_ids) if self.arch != "gpt2" else None
+        for layer, layer_cache in zip(self.layers, cache):
+            x = self.block(layer, x, rope, bias, layer_cache, 0)
+        return self.logits(x[:, -1])
+
+    def decode(self, cache, token: Tensor, at: int, key_bias: Tensor, position: Tensor) -> Tensor:
+        """One new token per row (B,) at cache position `at`; key_bias (B, 1, 1, Lc) masks the left padding and
+        every position after `at`. Returns logits (B, V)."""
+        position_ids = position[:, None]
+        x = self.embed_tokens(token[:, None], position_ids)
+        rope = self.rotary(position_ids) if self.arch != "gpt2" else None
+        for layer, layer_cache in zip(self.layers, cache):
+            x = self.block(layer, x, rope, key_bias, layer_cache, at)
+        return self.logits(x[:, 0])
+
+
+def positions_of(mask: Tensor) -> Tensor:
+    """position_ids = cumsum(mask) - 1, clamped at 0 on left padding (as mrl.rollout.positions). (B, L)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+SUPPORTED = ("gpt2", "llama", "qwen2")
+
+
+def fast_forward(model) -> FastForward | None:
+    """A FastForward over `model`'s weights when its configuration is one this file implements exactly, else None."""
+    config = model.config
+    arch = getattr(config, "model_type", None)
+    if arch not in SUPPORTED:
+        return None
+    if arch == "gpt2":
+        exact = (config.activation_function == "gelu_new" and config.scale_attn_weights
+                 and not config.scale_attn_by_inverse_layer_idx and not config.reorder_and_upcast_attn)
+    else:
+        rope = getattr(config, "rope_parameters", None) or {}
+        exact = (rope.get("rope_type", "default") == "default" and config.hidden_act == "silu"
+                 and not getattr(config, "mlp_bias", False) and not getattr(config, "use_sliding_window", False)
+                 and getattr(config, "head_dim", None) in (None, config.hidden_size // config.num_attention_heads))
+    return FastForward(model) if exact else None
