@@ -427,6 +427,9 @@ class RunConfig:
     """seconds a worker may take for one phase of a step before it is declared failed"""
     threads: int = 1
     """torch threads per policy worker (1 keeps CPU runs bit-reproducible)"""
+    packed_runs: int = 1
+    """independent runs of a grid executed at once, each inline in its own process (no core waits at a barrier);
+    1: one run at a time on `backend`"""
     notebooks: list = field(default_factory=lambda: list(NOTEBOOKS))
     """the notebooks `python -m mrl.reproduce` runs for this profile, in order"""
     experiments: ExperimentsConfig = field(default_factory=ExperimentsConfig)
@@ -438,7 +441,9 @@ class RunConfig:
                           ("experiments", ExperimentsConfig)):
             if isinstance(getattr(self, name), dict):
                 setattr(self, name, _build(cls, getattr(self, name), f"RunConfig.{name}"))
-        require(isinstance(self.threads, int) and self.threads >= 1, c, "threads", self.threads, "an integer >= 1")
+        for name in ("threads", "packed_runs"):
+            require(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, c, name, getattr(self, name),
+                    "an integer >= 1")
         choice(c, "backend", self.backend, BACKENDS)
         positive(c, "step_timeout", self.step_timeout)
         require(isinstance(self.notebooks, list) and set(self.notebooks) <= set(NOTEBOOKS), c, "notebooks",

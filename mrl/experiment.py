@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import multiprocessing
 import time
 from pathlib import Path
 
@@ -86,11 +87,36 @@ def run_key(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: 
                         "code": code_fingerprint()})
 
 
+def run_folder(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: int, steps: int) -> Path:
+    """results/runs/<key>/: where a run's steps, evals and run.json are cached."""
+    return repo_root() / "results" / "runs" / run_key(config, paths, probe, seed, steps)
+
+
+def _run_inline(arguments: tuple) -> str:
+    config, paths, probe, seed, steps = arguments
+    run_probe(config, paths, probe, seed, steps, backend="inline")
+    return f"{probe.name} seed {seed}"
+
+
+def run_packed(runs: list[tuple], processes: int, progress: bool = True) -> None:
+    """Run independent runs `processes` at a time, each inline in its own spawned process (its policies one after
+    another on one core, so no core waits at a barrier for a slower policy), into the run cache.
+
+    runs: (config, paths, probe, seed, steps) each. Inline gives the metrics of every other backend, so the cached
+    results are those of a run on the profile's backend."""
+    if not runs:
+        return
+    with multiprocessing.get_context("spawn").Pool(min(processes, len(runs))) as pool:
+        for _ in tqdm(pool.imap_unordered(_run_inline, runs), total=len(runs), desc=f"runs, {processes} at a time",
+                      disable=not progress):
+            pass
+
+
 def run_probe(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: int, steps: int,
               backend: str | None = None, cache: bool = True, progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(steps, evals) of one run of `paths` under `probe`; from the cache when it holds the run.
     backend: None takes the profile's (config.backend)."""
-    folder = repo_root() / "results" / "runs" / run_key(config, paths, probe, seed, steps)
+    folder = run_folder(config, paths, probe, seed, steps)
     if cache and (folder / "run.json").exists():
         return pd.read_csv(folder / "steps.csv"), pd.read_csv(folder / "evals.csv")
     grpo = dataclasses.replace(config.grpo, seed=seed, steps=steps, eval_every=min(config.grpo.eval_every, steps))
@@ -116,14 +142,22 @@ def run_grid(config: RunConfig, zoo_paths: dict[str, str], pairings, probes: lis
     """Every (pairing, probe, seed) run; steps and evals concatenated with those three as columns.
 
     probes: ProbeConfig objects or grid entries of a profile (names, mappings {name: ..., knob: value}).
-    steps: RL steps of every run, or {pairing: steps}. backend: None takes the profile's."""
+    steps: RL steps of every run, or {pairing: steps}. backend: None takes the profile's. With config.packed_runs
+    > 1 the runs missing from the cache run that many at a time, inline (run_packed), whatever the backend."""
     probes = [as_probe_config(entry) for entry in probes]
     jobs = [(pairing, probe, seed) for pairing in pairings for probe in probes for seed in seeds]
-    all_steps, all_evals = [], []
-    for pairing, probe, seed in tqdm(jobs, desc="probe runs", disable=not progress):
+
+    def arguments(pairing, probe, seed):
         paths = {name: zoo_paths[name] for name in config.pairing(pairing)}
-        n_steps = steps[pairing] if isinstance(steps, dict) else steps
-        steps_df, evals_df = run_probe(config, paths, probe, seed, n_steps, backend, cache)
+        return config, paths, probe, seed, steps[pairing] if isinstance(steps, dict) else steps
+
+    if config.packed_runs > 1:
+        missing = [arguments(*job) for job in jobs
+                   if not cache or not (run_folder(*arguments(*job)) / "run.json").exists()]
+        run_packed(missing, config.packed_runs, progress)
+    all_steps, all_evals = [], []
+    for pairing, probe, seed in tqdm(jobs, desc="probe runs", disable=not progress or config.packed_runs > 1):
+        steps_df, evals_df = run_probe(*arguments(pairing, probe, seed), backend, cache)
         label = {"pairing": pairing, "probe": probe_label(probe), "seed": seed}
         all_steps.append(steps_df.assign(**label))
         all_evals.append(evals_df.assign(**label))

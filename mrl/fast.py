@@ -223,11 +223,9 @@ class FastForward:
         A prompt repeated in the batch (a GRPO group) is run once and its keys, values and logits are copied
         to each of its rows: the prompt's computation does not depend on what follows it."""
         unique, inverse = torch.unique(input_ids, dim=0, return_inverse=True)
-        if len(unique) == len(input_ids):
-            return self._prefill(cache, input_ids, mask, position_ids)
         first = torch.full((len(unique),), len(input_ids), dtype=torch.long).scatter_reduce(
             0, inverse, torch.arange(len(input_ids)), reduce="amin")
-        own = self.new_cache(len(unique), input_ids.size(1))  # exactly the prompt's length
+        own = self.new_cache(len(unique), input_ids.size(1))  # exactly the prompt's length: attention over it all
         logits = self._prefill(own, input_ids[first], mask[first], position_ids[first])
         length = input_ids.size(1)
         for (k, v), (k_own, v_own) in zip(cache, own):

@@ -42,7 +42,8 @@ pairings = None      # e.g. ["A+B"]; None: the profile's grid (experiments.probe
 probes = None        # e.g. ["sgt", {"name": "prp", "clip": 4.0}]
 seeds = None         # e.g. [0]
 steps = None         # RL steps per run, or {pairing: steps}
-backend = None       # inline | process | ray: same metrics, different wall time (None: the profile's)
+backend = None       # inline | process | ray: same metrics, different wall time (None: the profile's);
+                     # with the profile's packed_runs > 1 the runs go that many at a time, each inline
 progress = True
 
 # %%

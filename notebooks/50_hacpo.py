@@ -35,7 +35,8 @@
 
 # %% tags=["parameters"]
 profile = "default"  # smoke | default
-backend = None       # inline | process | ray: same metrics, different wall time (None: the profile's)
+backend = None       # inline | process | ray: same metrics, different wall time (None: the profile's);
+                     # with the profile's packed_runs > 1 the runs go that many at a time, each inline
 progress = True
 
 # %%

@@ -44,11 +44,12 @@ def batch(vocab: int = 50, prompts: int = 5, group: int = 3, seed: int = 0):
     return prompt_ids, prompt_mask, completion_ids, completion_mask
 
 
+@pytest.mark.parametrize("group", [1, 3], ids=["distinct-prompts", "groups"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(str(v) for v in s.values()))
-def test_fast_logprobs_and_gradients_equal_transformers(shape):
+def test_fast_logprobs_and_gradients_equal_transformers(shape, group):
     model = model_of(shape).train()
     assert fast_forward(model) is not None
-    tensors = batch()
+    tensors = batch(group=group)
     mask = tensors[3]
     results = {}
     for engine in ("hf", "fast"):
@@ -61,12 +62,13 @@ def test_fast_logprobs_and_gradients_equal_transformers(shape):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("group", [1, 3], ids=["distinct-prompts", "groups"])
 @pytest.mark.parametrize("shape", SHAPES[::2], ids=lambda s: s["arch"] + str(s["d_model"]))
-def test_fast_sampling_log_probs_equal_transformers(shape):
+def test_fast_sampling_log_probs_equal_transformers(shape, group):
     """Same generator: the fast cache gives the transformers sampler's log-probs within 1e-5 (and so, but for a
-    draw that falls within 1e-5 of a boundary, the same tokens)."""
+    draw that falls within 1e-5 of a boundary, the same tokens), with prompts repeated in groups or all distinct."""
     model = model_of(shape).eval()
-    prompt_ids, prompt_mask, _, _ = batch()
+    prompt_ids, prompt_mask, _, _ = batch(group=group)
     out = {engine: sample_completions(model, prompt_ids, prompt_mask, max_new_tokens=6, eos_id=1, pad_id=0,
                                       generator=torch.Generator().manual_seed(3), engine=engine)
            for engine in ("hf", "fast")}

@@ -93,7 +93,7 @@ def independent_grpo(name: str, path: str, task_cfg: TaskConfig, cfg: GrpoConfig
 
 @pytest.mark.slow
 def test_grpo_probe_on_one_policy_is_the_independent_grpo_loop(paths):
-    cfg = GrpoConfig(steps=5, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=3)
+    cfg = GrpoConfig(steps=5, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=3, engine="hf")
     record = run_concurrent({"B": paths["B"]}, TASK, cfg, RunnerConfig(), progress=False)
     want_steps, want_evals = independent_grpo("B", paths["B"], TASK, cfg)
     got_steps = [{k: row[k] for k in want_steps[0]} for row in record.steps]
@@ -381,3 +381,25 @@ def test_gspo_x2_samples_twice_the_rollouts(paths):
     single = run_concurrent(two, TASK, grpo, RunnerConfig(), progress=False, probe_cfg=probe_config("gspo"))
     double = run_concurrent(two, TASK, grpo, RunnerConfig(), progress=False, probe_cfg=probe_config("gspo_x2"))
     assert max(r["rollouts"] for r in double.evals) == 2 * max(r["rollouts"] for r in single.evals) == 32
+
+
+@pytest.mark.slow
+def test_packed_runs_give_the_one_at_a_time_results(paths, tmp_path, monkeypatch):
+    """A grid run two at a time, each inline in its own process, caches exactly what one run at a time on the
+    process backend gives."""
+    from mrl.config import RunConfig
+    from mrl.experiment import run_grid
+
+    monkeypatch.chdir(tmp_path)            # the run cache goes under this folder's results/
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "mrl").mkdir()
+    grpo = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
+    frames = {}
+    for packed in (1, 2):
+        config = RunConfig(task=TASK, grpo=grpo, pairings={"A+B": ["A", "B"]}, backend="process", packed_runs=packed)
+        frames[packed] = run_grid(config, paths, ["A+B"], ["grpo", "sgt"], [0], 3, cache=False, progress=False)
+        if packed == 2:   # the packed runs were cached: read back, they hold the same numbers
+            frames["cached"] = run_grid(config, paths, ["A+B"], ["grpo", "sgt"], [0], 3, progress=False)
+    drop = lambda df: df.drop(columns=[c for c in df.columns if c.endswith("seconds")])  # noqa: E731
+    for packed in (2, "cached"):
+        assert drop(frames[packed][0]).equals(drop(frames[1][0])) and frames[packed][1].equals(frames[1][1])

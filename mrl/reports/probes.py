@@ -194,7 +194,7 @@ def hyperparameter_table(config, probe_cfgs) -> pd.DataFrame:
 
     rows = [{"scope": "all runs", "setting": f"grpo.{name}", "value": getattr(config.grpo, name)}
             for name in ("prompts_per_step", "group_size", "max_new_tokens", "temperature", "lr", "grad_clip",
-                         "loss_type", "level", "scale", "eps_low", "eps_high", "beta", "eval_every")]
+                         "loss_type", "level", "scale", "eps_low", "eps_high", "beta", "eval_every", "engine")]
     rows += [{"scope": "all runs", "setting": f"task.{name}", "value": getattr(config.task, name)}
              for name in ("name", "pool_per_skill", "test_per_skill")]
     seen = set()
