@@ -153,14 +153,8 @@ class FastForward:
 
     def forward(self, input_ids: Tensor, mask: Tensor, position_ids: Tensor, keep: int | None = None) -> Tensor:
         """Logits (B, keep or L, V) of every position (the last `keep` ones), causal over the real tokens.
-
-        input_ids, mask, position_ids: (B, L), left-padded. A padded query row attends to itself only (its
-        output is never used; this keeps its softmax finite)."""
-        length = input_ids.size(1)
-        causal = torch.ones(length, length, dtype=torch.bool).tril()
-        allowed = causal[None] & mask.bool()[:, None, :]
-        allowed = allowed | torch.eye(length, dtype=torch.bool)[None]
-        bias = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))[:, None]
+        input_ids, mask, position_ids: (B, L), left-padded."""
+        bias = causal_bias(mask, input_ids.size(1))
         x = self.embed_tokens(input_ids, position_ids)
         rope = self.rotary(position_ids) if self.arch != "gpt2" else None
         for layer in self.layers:
@@ -187,15 +181,8 @@ class FastForward:
         prompt_len, length = prompt_ids.size(1), completion_ids.size(1)
         mask = torch.cat([prompt_mask, completion_mask], 1)
         all_positions = positions_of(mask)
-        causal = torch.ones(prompt_len, prompt_len, dtype=torch.bool).tril()
-        allowed = (causal[None] & p_mask.bool()[:, None, :]) | torch.eye(prompt_len, dtype=torch.bool)[None]
-        prompt_bias = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))[:, None]
-        width = prompt_len + length   # completion queries see the whole prompt and the completion so far
-        causal = torch.ones(length, width, dtype=torch.bool).tril(prompt_len)
-        itself = torch.zeros(length, width, dtype=torch.bool)
-        itself[torch.arange(length), prompt_len + torch.arange(length)] = True
-        allowed = (causal[None] & mask.bool()[:, None, :]) | itself[None]
-        completion_bias = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))[:, None]
+        prompt_bias = causal_bias(p_mask, prompt_len)
+        completion_bias = causal_bias(mask, length)   # completion queries see the prompt and the completion so far
         x_p = self.embed_tokens(p_ids, all_positions[first, :prompt_len])
         x_c = self.embed_tokens(completion_ids, all_positions[:, prompt_len:])
         rope_p = self.rotary(all_positions[first, :prompt_len]) if self.arch != "gpt2" else None
@@ -233,25 +220,37 @@ class FastForward:
         return logits[inverse]
 
     def _prefill(self, cache, input_ids: Tensor, mask: Tensor, position_ids: Tensor) -> Tensor:
-        length = input_ids.size(1)
-        causal = torch.ones(length, length, dtype=torch.bool).tril()
-        allowed = (causal[None] & mask.bool()[:, None, :]) | torch.eye(length, dtype=torch.bool)[None]
-        bias = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))[:, None]
+        bias = causal_bias(mask, input_ids.size(1))
         x = self.embed_tokens(input_ids, position_ids)
         rope = self.rotary(position_ids) if self.arch != "gpt2" else None
         for layer, layer_cache in zip(self.layers, cache):
             x = self.block(layer, x, rope, bias, layer_cache, 0)
         return self.logits(x[:, -1])
 
-    def decode(self, cache, token: Tensor, at: int, key_bias: Tensor, position: Tensor) -> Tensor:
-        """One new token per row (B,) at cache position `at`; key_bias (B, 1, 1, Lc) masks the left padding and
-        every position after `at`. Returns logits (B, V)."""
+    def decode(self, cache, token: Tensor, at: int, key_mask: Tensor, position: Tensor) -> Tensor:
+        """One new token per row (B,) written at cache position `at`, attending to the cache positions up to `at`
+        where key_mask (B, Lc) is 1 (the left padding is 0). position: (B,) its position id. Returns logits (B, V)."""
+        key_bias = torch.zeros(key_mask.shape).masked_fill(key_mask == 0, float("-inf"))
+        key_bias[:, at + 1:] = float("-inf")
+        key_bias = key_bias[:, None, None]
         position_ids = position[:, None]
         x = self.embed_tokens(token[:, None], position_ids)
         rope = self.rotary(position_ids) if self.arch != "gpt2" else None
         for layer, layer_cache in zip(self.layers, cache):
             x = self.block(layer, x, rope, key_bias, layer_cache, at)
         return self.logits(x[:, 0])
+
+
+def causal_bias(key_mask: Tensor, queries: int) -> Tensor:
+    """Additive attention bias (B, 1, Lq, Lk), 0 where allowed and -inf elsewhere: the queries are the last Lq of
+    the Lk positions; query i sees every real key (key_mask 1) up to its own position, and itself always (a
+    padded query row stays finite; its output is never used). key_mask: (B, Lk)."""
+    keys = key_mask.size(1)
+    offset = keys - queries
+    causal = torch.ones(queries, keys, dtype=torch.bool).tril(offset)
+    itself = causal & ~torch.ones(queries, keys, dtype=torch.bool).tril(offset - 1)
+    allowed = (causal[None] & key_mask.bool()[:, None, :]) | itself[None]
+    return torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))[:, None]
 
 
 def positions_of(mask: Tensor) -> Tensor:

@@ -44,7 +44,8 @@ def encode_prompts(tokenizer, prompts: list[str]) -> tuple[Tensor, Tensor]:
 @torch.no_grad()
 def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: int,
                        pad_id: int, generator: torch.Generator | None = None, temperature: float = 1.0,
-                       greedy: bool = False, min_new_tokens: int = 0, engine: str = "hf") -> tuple[Tensor, Tensor, Tensor]:
+                       greedy: bool = False, min_new_tokens: int = 0,
+                       engine: str = "hf") -> tuple[Tensor, Tensor, Tensor]:
     """Sample completions token by token with a KV cache.
 
     prompt_ids, prompt_mask: (B, P) left-padded. Returns completion_ids (B, T), completion_mask
@@ -59,10 +60,6 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
     if fast is not None:
         cache = fast.new_cache(batch, prompt_len + max_new_tokens)
         logits = fast.prefill(cache, prompt_ids, prompt_mask, positions(prompt_mask))
-        width = attention.size(1)
-        key_bias = torch.zeros(batch, 1, 1, width).masked_fill(attention[:, None, None] == 0, float("-inf"))
-        unwritten = torch.zeros(width, width).masked_fill(torch.ones(width, width, dtype=torch.bool).triu(1),
-                                                          float("-inf"))  # row `at`: -inf after position at
     else:
         out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions(prompt_mask),
                     use_cache=True, logits_to_keep=1)
@@ -88,8 +85,7 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
             length = t + 1
             break
         if fast is not None:
-            at = prompt_len + t
-            logits = fast.decode(cache, token, at, key_bias + unwritten[at], next_position[:, 0])
+            logits = fast.decode(cache, token, prompt_len + t, attention, next_position[:, 0])
         else:
             out = model(input_ids=token.unsqueeze(-1), attention_mask=attention[:, : prompt_len + t + 1],
                         position_ids=next_position, past_key_values=cache, use_cache=True)
