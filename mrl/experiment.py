@@ -113,7 +113,8 @@ def run_packed(runs: list[tuple], processes: int, progress: bool = True) -> None
 
 
 def run_probe(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: int, steps: int,
-              backend: str | None = None, cache: bool = True, progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+              backend: str | None = None, cache: bool = True,
+              progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(steps, evals) of one run of `paths` under `probe`; from the cache when it holds the run.
     backend: None takes the profile's (config.backend)."""
     folder = run_folder(config, paths, probe, seed, steps)

@@ -65,7 +65,8 @@ class FastForward:
                 self.layers.append(Layer((layer.input_layernorm.weight, None),
                                          (a.q_proj.weight, a.q_proj.bias, a.k_proj.weight, a.k_proj.bias,
                                           a.v_proj.weight, a.v_proj.bias),
-                                         (a.o_proj.weight, a.o_proj.bias), (layer.post_attention_layernorm.weight, None),
+                                         (a.o_proj.weight, a.o_proj.bias),
+                                         (layer.post_attention_layernorm.weight, None),
                                          (m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight)))
             self.final_norm = (base.norm.weight, None)
             self.inv_freq = base.rotary_emb.inv_freq
