@@ -92,22 +92,23 @@ def run_folder(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, see
     return repo_root() / "results" / "runs" / run_key(config, paths, probe, seed, steps)
 
 
-def _run_inline(arguments: tuple) -> str:
-    config, paths, probe, seed, steps = arguments
-    run_probe(config, paths, probe, seed, steps, backend="inline")
+def _run_inline(job: tuple) -> str:
+    (config, paths, probe, seed, steps), recompute = job
+    run_probe(config, paths, probe, seed, steps, backend="inline", cache=not recompute)
     return f"{probe.name} seed {seed}"
 
 
-def run_packed(runs: list[tuple], processes: int, progress: bool = True) -> None:
+def run_packed(runs: list[tuple], processes: int, progress: bool = True, recompute: bool = False) -> None:
     """Run independent runs `processes` at a time, each inline in its own spawned process (its policies one after
     another on one core, so no core waits at a barrier for a slower policy), into the run cache.
 
     runs: (config, paths, probe, seed, steps) each. Inline gives the metrics of every other backend, so the cached
-    results are those of a run on the profile's backend."""
+    results are those of a run on the profile's backend. recompute: run even what the cache holds."""
     if not runs:
         return
     with multiprocessing.get_context("spawn").Pool(min(processes, len(runs))) as pool:
-        for _ in tqdm(pool.imap_unordered(_run_inline, runs), total=len(runs), desc=f"runs, {processes} at a time",
+        jobs = [(run, recompute) for run in runs]
+        for _ in tqdm(pool.imap_unordered(_run_inline, jobs), total=len(jobs), desc=f"runs, {processes} at a time",
                       disable=not progress):
             pass
 
@@ -155,7 +156,8 @@ def run_grid(config: RunConfig, zoo_paths: dict[str, str], pairings, probes: lis
     if config.packed_runs > 1:
         missing = [arguments(*job) for job in jobs
                    if not cache or not (run_folder(*arguments(*job)) / "run.json").exists()]
-        run_packed(missing, config.packed_runs, progress)
+        run_packed(missing, config.packed_runs, progress, recompute=not cache)
+        cache = True  # every run of the grid is in the cache now
     all_steps, all_evals = [], []
     for pairing, probe, seed in tqdm(jobs, desc="probe runs", disable=not progress or config.packed_runs > 1):
         steps_df, evals_df = run_probe(*arguments(pairing, probe, seed), backend, cache)
