@@ -32,8 +32,10 @@ smoke: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_grpo_step.py
+	$(PY) benchmarks/bench_rollout.py
 	$(PY) benchmarks/bench_thl.py
 	$(PY) benchmarks/bench_probes.py --no-skip
+	$(PY) benchmarks/bench_packing.py
 
 # after editing a notebook (.ipynb in JupyterLab, or its .py twin in an editor): bring the other side up to date
 sync: $(STAMP)
