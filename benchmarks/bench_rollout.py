@@ -4,8 +4,9 @@ in one run; and the training forward + backward of the two mrl paths.
 The batch is a GRPO step of the default profile's shape: 16 prompts x 8 completions, the arith-ops prompts,
 completions of a fixed length (EOS suppressed) so every path does the same work. Models: the zoo's three
 architectures at the default profile's sizes (random init: the same distribution for every path). Prints
-tokens per second (prompt and completion tokens), the ratio fast / hf, and the share of the machine's
-measured matmul peak (2 x parameters FLOPs per token against the best torch.mm rate on this core count).
+tokens per second (prompt tokens, padding included, and completion tokens), the speed-up hf time / fast time,
+and the share of the machine's measured matmul peak (2 x parameters FLOPs per token of the naive batch
+against the best torch.mm rate on this core count: a path that shares prompt work shows above its true rate).
 
     .venv/bin/python benchmarks/bench_rollout.py [--threads 1] [--repeats 5] [--new-tokens 6]
 """

@@ -17,9 +17,9 @@ from typing import Any, TypeVar, get_type_hints
 import yaml
 
 from mrl.grpo import LEVELS, LOSS_TYPES
+from mrl.mwra import BACKENDS
 
 ENGINES = ("fast", "hf")
-from mrl.mwra import BACKENDS
 
 
 class ConfigError(ValueError):

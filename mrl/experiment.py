@@ -108,7 +108,8 @@ def run_packed(runs: list[tuple], processes: int, progress: bool = True, recompu
         return
     with multiprocessing.get_context("spawn").Pool(min(processes, len(runs))) as pool:
         jobs = [(run, recompute) for run in runs]
-        for _ in tqdm(pool.imap_unordered(_run_inline, jobs), total=len(jobs), desc=f"runs, {processes} at a time",
+        for _ in tqdm(pool.imap_unordered(_run_inline, jobs), total=len(jobs),
+                      desc=f"runs, {min(processes, len(runs))} at a time",
                       disable=not progress):
             pass
 
@@ -154,8 +155,8 @@ def run_grid(config: RunConfig, zoo_paths: dict[str, str], pairings, probes: lis
         return config, paths, probe, seed, steps[pairing] if isinstance(steps, dict) else steps
 
     if config.packed_runs > 1:
-        missing = [arguments(*job) for job in jobs
-                   if not cache or not (run_folder(*arguments(*job)) / "run.json").exists()]
+        missing = {run_folder(*arguments(*job)): arguments(*job) for job in jobs}   # a repeated job runs once
+        missing = [run for folder, run in missing.items() if not cache or not (folder / "run.json").exists()]
         run_packed(missing, config.packed_runs, progress, recompute=not cache)
         cache = True  # every run of the grid is in the cache now
     all_steps, all_evals = [], []

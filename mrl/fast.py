@@ -6,9 +6,10 @@ arithmetic: the same equations as `transformers` written as a few tensor calls p
 preallocated KV cache for sampling. The parameters are the `transformers` model's own tensors (no copy),
 so gradients reach them and the optimizer, checkpoints and the `hf` path see one model.
 
-`fast_forward(model)` returns a `FastForward` for a model it knows exactly (default rotary embeddings, no
-sliding window, no biases it does not handle) and None otherwise: the caller then uses `transformers`.
-The log-probs equal the `transformers` forward within 1e-5 (tests/test_fast.py, per architecture).
+`fast_forward(model)` returns a `FastForward` for a model it knows exactly (float32 on the CPU, no dropout,
+default rotary embeddings, no sliding window, no MLP biases) and None otherwise: the caller then uses
+`transformers`. On the real (unmasked) positions the log-probs equal the `transformers` forward within 1e-5
+(tests/test_fast.py, per architecture).
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class FastForward:
 
     def __init__(self, model):
         config = model.config
-        self.model, self.arch = model, config.model_type
+        self.arch = config.model_type
         self.n_heads = config.num_attention_heads if self.arch != "gpt2" else config.n_head
         self.n_kv = getattr(config, "num_key_value_heads", None) or self.n_heads
         d = config.hidden_size if self.arch != "gpt2" else config.n_embd
@@ -69,7 +70,7 @@ class FastForward:
                                          (layer.post_attention_layernorm.weight, None),
                                          (m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight)))
             self.final_norm = (base.norm.weight, None)
-            self.inv_freq = base.rotary_emb.inv_freq
+            self.rotary_embedding = base.rotary_emb
         self.lm_head = model.lm_head.weight
 
     # --- pieces ---------------------------------------------------------------------------------------
@@ -82,7 +83,7 @@ class FastForward:
 
     def rotary(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
         """cos, sin of the rotary embedding, (B, 1, L, head_dim) each."""
-        freqs = position_ids[..., None].float() * self.inv_freq
+        freqs = position_ids[..., None].float() * self.rotary_embedding.inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos()[:, None], emb.sin()[:, None]
 
@@ -172,7 +173,7 @@ class FastForward:
         shared prompt sums over its group, exactly as the repeated computation's would.
 
         prompt_ids, prompt_mask: (B, P) left-padded; completion_ids, completion_mask: (B, T)."""
-        unique, inverse = torch.unique(prompt_ids, dim=0, return_inverse=True)
+        unique, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask], 1), dim=0, return_inverse=True)
         if len(unique) == len(prompt_ids):
             ids, mask = torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1)
             return self.forward(ids, mask, positions_of(mask), keep=completion_ids.size(1) + 1)
@@ -210,7 +211,7 @@ class FastForward:
 
         A prompt repeated in the batch (a GRPO group) is run once and its keys, values and logits are copied
         to each of its rows: the prompt's computation does not depend on what follows it."""
-        unique, inverse = torch.unique(input_ids, dim=0, return_inverse=True)
+        unique, inverse = torch.unique(torch.cat([input_ids, mask], 1), dim=0, return_inverse=True)
         first = torch.full((len(unique),), len(input_ids), dtype=torch.long).scatter_reduce(
             0, inverse, torch.arange(len(input_ids)), reduce="amin")
         own = self.new_cache(len(unique), input_ids.size(1))  # exactly the prompt's length: attention over it all
@@ -245,7 +246,8 @@ class FastForward:
 def causal_bias(key_mask: Tensor, queries: int) -> Tensor:
     """Additive attention bias (B, 1, Lq, Lk), 0 where allowed and -inf elsewhere: the queries are the last Lq of
     the Lk positions; query i sees every real key (key_mask 1) up to its own position, and itself always (a
-    padded query row stays finite; its output is never used). key_mask: (B, Lk)."""
+    padded query row stays finite; transformers masks it differently, so its output differs and callers mask
+    it). key_mask: (B, Lk)."""
     keys = key_mask.size(1)
     offset = keys - queries
     causal = torch.ones(queries, keys, dtype=torch.bool).tril(offset)
@@ -266,7 +268,12 @@ def fast_forward(model) -> FastForward | None:
     """A FastForward over `model`'s weights when its configuration is one this file implements exactly, else None."""
     config = model.config
     arch = getattr(config, "model_type", None)
-    if arch not in SUPPORTED:
+    parameter = next(model.parameters())
+    if arch not in SUPPORTED or parameter.dtype != torch.float32 or parameter.device.type != "cpu":
+        return None
+    dropout = [getattr(config, name, 0.0) or 0.0 for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop",
+                                                               "attention_dropout")]
+    if any(p > 0 for p in dropout):   # the fast path applies no dropout
         return None
     if arch == "gpt2":
         exact = (config.activation_function == "gelu_new" and config.scale_attn_weights

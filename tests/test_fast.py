@@ -111,3 +111,29 @@ def test_an_unknown_checkpoint_falls_back_to_transformers():
     a = completion_logprobs(odd, ids, mask, ids, mask, engine="fast")
     b = completion_logprobs(odd, ids, mask, ids, mask, engine="hf")
     assert torch.equal(a, b) and math.isfinite(a.sum().item())
+
+
+def test_rows_with_the_same_ids_but_another_mask_are_not_shared():
+    """A pad id that is also a real token (pad = EOS, as in GPT-2 checkpoints): two rows with equal ids and different
+    masks are different prompts, and the shared-prompt paths must not merge them."""
+    model = model_of(SHAPES[0]).eval()
+    ids = torch.tensor([[0, 5, 6], [0, 5, 6], [0, 5, 6]])
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1], [0, 1, 1]])
+    completion, completion_mask = torch.tensor([[7, 8]] * 3), torch.ones(3, 2, dtype=torch.long)
+    fast = completion_logprobs(model, ids, mask, completion, completion_mask, engine="fast")
+    hf = completion_logprobs(model, ids, mask, completion, completion_mask, engine="hf")
+    torch.testing.assert_close(fast, hf, atol=1e-5, rtol=0)
+    sampled = {engine: sample_completions(model, ids, mask, max_new_tokens=3, eos_id=1, pad_id=0,
+                                          generator=torch.Generator().manual_seed(0), engine=engine)
+               for engine in ("fast", "hf")}
+    torch.testing.assert_close(sampled["fast"][2], sampled["hf"][2], atol=1e-5, rtol=0)
+
+
+def test_models_the_fast_path_would_compute_differently_fall_back():
+    """Dropout (never applied by the fast path) and other dtypes go to transformers."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    with_dropout = GPT2LMHeadModel(GPT2Config(vocab_size=20, n_positions=16, n_embd=32, n_layer=1, n_head=2))
+    assert with_dropout.config.resid_pdrop > 0 and fast_forward(with_dropout) is None
+    assert fast_forward(model_of(SHAPES[2]).to(torch.bfloat16)) is None
+    assert fast_forward(model_of(SHAPES[2])) is not None
