@@ -7,8 +7,8 @@ every profile, and stay here.
 A run is keyed by the hash of everything its numbers depend on (task, zoo folders, GRPO settings with
 seed and steps, probe, policies, and the source code of the mrl package); its steps and evals are
 stored under results/runs/<key>/ and read back when the same run is asked for again (a notebook
-re-run, or HACPO's notebook reusing the MRL probes' runs). Any edit of mrl/ makes new keys, so a cached
-run never outlives the code that produced it. The backend is not part of the key: inline, process and
+re-run, or HACPO's notebook reusing the MRL probes' runs). Any edit of mrl/'s code (not its docstrings or
+comments) makes new keys, so a cached run never outlives the code that produced it. The backend is not part of the key: inline, process and
 ray give the same metrics.
 """
 from __future__ import annotations
@@ -92,10 +92,9 @@ def run_folder(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, see
     return repo_root() / "results" / "runs" / run_key(config, paths, probe, seed, steps)
 
 
-def _run_inline(job: tuple) -> str:
-    (config, paths, probe, seed, steps), recompute = job
-    run_probe(config, paths, probe, seed, steps, backend="inline", cache=not recompute)
-    return f"{probe.name} seed {seed}"
+def _run_inline(job: tuple) -> None:
+    run, recompute = job
+    run_probe(*run, backend="inline", cache=not recompute)
 
 
 def run_packed(runs: list[tuple], processes: int, progress: bool = True, recompute: bool = False) -> None:
@@ -155,8 +154,8 @@ def run_grid(config: RunConfig, zoo_paths: dict[str, str], pairings, probes: lis
         return config, paths, probe, seed, steps[pairing] if isinstance(steps, dict) else steps
 
     if config.packed_runs > 1:
-        missing = {run_folder(*arguments(*job)): arguments(*job) for job in jobs}   # a repeated job runs once
-        missing = [run for folder, run in missing.items() if not cache or not (folder / "run.json").exists()]
+        runs = {run_folder(*run): run for run in (arguments(*job) for job in jobs)}   # a repeated job runs once
+        missing = [run for folder, run in runs.items() if not cache or not (folder / "run.json").exists()]
         run_packed(missing, config.packed_runs, progress, recompute=not cache)
         cache = True  # every run of the grid is in the cache now
     all_steps, all_evals = [], []

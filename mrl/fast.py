@@ -81,8 +81,10 @@ class FastForward:
             return F.layer_norm(x, (x.size(-1),), weight, bias, self.eps)
         return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
-    def rotary(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
-        """cos, sin of the rotary embedding, (B, 1, L, head_dim) each."""
+    def rotary(self, position_ids: Tensor) -> tuple[Tensor, Tensor] | None:
+        """cos, sin of the rotary embedding, (B, 1, L, head_dim) each; None for gpt2 (learned positions)."""
+        if self.arch == "gpt2":
+            return None
         freqs = position_ids[..., None].float() * self.rotary_embedding.inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos()[:, None], emb.sin()[:, None]
@@ -153,42 +155,41 @@ class FastForward:
 
     # --- whole sequences ----------------------------------------------------------------------------
 
-    def forward(self, input_ids: Tensor, mask: Tensor, position_ids: Tensor, keep: int | None = None) -> Tensor:
+    def forward(self, input_ids: Tensor, mask: Tensor, position_ids: Tensor, keep: int | None = None,
+                cache=None) -> Tensor:
         """Logits (B, keep or L, V) of every position (the last `keep` ones), causal over the real tokens.
-        input_ids, mask, position_ids: (B, L), left-padded."""
+        input_ids, mask, position_ids: (B, L), left-padded. cache: new_cache(B, L) to fill with the keys and
+        values (a prefill), or None."""
         bias = causal_bias(mask, input_ids.size(1))
         x = self.embed_tokens(input_ids, position_ids)
-        rope = self.rotary(position_ids) if self.arch != "gpt2" else None
-        for layer in self.layers:
-            x = self.block(layer, x, rope, bias)
+        rope = self.rotary(position_ids)
+        for layer, layer_cache in zip(self.layers, cache or [None] * len(self.layers)):
+            x = self.block(layer, x, rope, bias, layer_cache)
         if keep is not None:
             x = x[:, -keep:]
         return self.logits(x)
 
     def completion_logits(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                          completion_mask: Tensor) -> Tensor:
+                          completion_mask: Tensor, position_ids: Tensor) -> Tensor:
         """Logits (B, T + 1, V) at the last prompt position and every completion position: forward(prompt +
         completion, keep=T + 1), with each distinct prompt of the batch run once (a GRPO group repeats it G
         times). The completion rows attend to their prompt's keys and values by index, so the gradient of a
         shared prompt sums over its group, exactly as the repeated computation's would.
 
-        prompt_ids, prompt_mask: (B, P) left-padded; completion_ids, completion_mask: (B, T)."""
-        unique, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask], 1), dim=0, return_inverse=True)
-        if len(unique) == len(prompt_ids):
-            ids, mask = torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1)
-            return self.forward(ids, mask, positions_of(mask), keep=completion_ids.size(1) + 1)
-        first = torch.full((len(unique),), len(prompt_ids), dtype=torch.long).scatter_reduce(
-            0, inverse, torch.arange(len(prompt_ids)), reduce="amin")
-        p_ids, p_mask = prompt_ids[first], prompt_mask[first]
-        prompt_len, length = prompt_ids.size(1), completion_ids.size(1)
+        prompt_ids, prompt_mask: (B, P) left-padded; completion_ids, completion_mask: (B, T); position_ids:
+        (B, P + T) of the whole sequences."""
         mask = torch.cat([prompt_mask, completion_mask], 1)
-        all_positions = positions_of(mask)
-        prompt_bias = causal_bias(p_mask, prompt_len)
+        first, inverse = distinct_rows(prompt_ids, prompt_mask)
+        if len(first) == len(prompt_ids):
+            return self.forward(torch.cat([prompt_ids, completion_ids], 1), mask, position_ids,
+                                keep=completion_ids.size(1) + 1)
+        prompt_len, length = prompt_ids.size(1), completion_ids.size(1)
+        prompt_positions, completion_positions = position_ids[first, :prompt_len], position_ids[:, prompt_len:]
+        prompt_bias = causal_bias(prompt_mask[first], prompt_len)
         completion_bias = causal_bias(mask, length)   # completion queries see the prompt and the completion so far
-        x_p = self.embed_tokens(p_ids, all_positions[first, :prompt_len])
-        x_c = self.embed_tokens(completion_ids, all_positions[:, prompt_len:])
-        rope_p = self.rotary(all_positions[first, :prompt_len]) if self.arch != "gpt2" else None
-        rope_c = self.rotary(all_positions[:, prompt_len:]) if self.arch != "gpt2" else None
+        x_p = self.embed_tokens(prompt_ids[first], prompt_positions)
+        x_c = self.embed_tokens(completion_ids, completion_positions)
+        rope_p, rope_c = self.rotary(prompt_positions), self.rotary(completion_positions)
         for layer in self.layers:
             q_p, k_p, v_p = self.project_qkv(layer, self.norm(x_p, layer.norm1), rope_p)
             q_c, k_c, v_c = self.project_qkv(layer, self.norm(x_c, layer.norm1), rope_c)
@@ -211,23 +212,13 @@ class FastForward:
 
         A prompt repeated in the batch (a GRPO group) is run once and its keys, values and logits are copied
         to each of its rows: the prompt's computation does not depend on what follows it."""
-        unique, inverse = torch.unique(torch.cat([input_ids, mask], 1), dim=0, return_inverse=True)
-        first = torch.full((len(unique),), len(input_ids), dtype=torch.long).scatter_reduce(
-            0, inverse, torch.arange(len(input_ids)), reduce="amin")
-        own = self.new_cache(len(unique), input_ids.size(1))  # exactly the prompt's length: attention over it all
-        logits = self._prefill(own, input_ids[first], mask[first], position_ids[first])
+        first, inverse = distinct_rows(input_ids, mask)
         length = input_ids.size(1)
+        own = self.new_cache(len(first), length)  # exactly the prompt's length: attention over all of it
+        logits = self.forward(input_ids[first], mask[first], position_ids[first], keep=1, cache=own)[:, 0]
         for (k, v), (k_own, v_own) in zip(cache, own):
             k[:, :, :length], v[:, :, :length] = k_own[inverse], v_own[inverse]
         return logits[inverse]
-
-    def _prefill(self, cache, input_ids: Tensor, mask: Tensor, position_ids: Tensor) -> Tensor:
-        bias = causal_bias(mask, input_ids.size(1))
-        x = self.embed_tokens(input_ids, position_ids)
-        rope = self.rotary(position_ids) if self.arch != "gpt2" else None
-        for layer, layer_cache in zip(self.layers, cache):
-            x = self.block(layer, x, rope, bias, layer_cache, 0)
-        return self.logits(x[:, -1])
 
     def decode(self, cache, token: Tensor, at: int, key_mask: Tensor, position: Tensor) -> Tensor:
         """One new token per row (B,) written at cache position `at`, attending to the cache positions up to `at`
@@ -237,7 +228,7 @@ class FastForward:
         key_bias = key_bias[:, None, None]
         position_ids = position[:, None]
         x = self.embed_tokens(token[:, None], position_ids)
-        rope = self.rotary(position_ids) if self.arch != "gpt2" else None
+        rope = self.rotary(position_ids)
         for layer, layer_cache in zip(self.layers, cache):
             x = self.block(layer, x, rope, key_bias, layer_cache, at)
         return self.logits(x[:, 0])
@@ -256,9 +247,13 @@ def causal_bias(key_mask: Tensor, queries: int) -> Tensor:
     return torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))[:, None]
 
 
-def positions_of(mask: Tensor) -> Tensor:
-    """position_ids = cumsum(mask) - 1, clamped at 0 on left padding (as mrl.rollout.positions). (B, L)."""
-    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+def distinct_rows(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """(first, inverse): the index of the first row of each distinct (ids, mask) row, and each row's distinct
+    row, so that ids[first][inverse] == ids. ids, mask: (B, L) -> (U,), (B,)."""
+    unique, inverse = torch.unique(torch.cat([ids, mask], 1), dim=0, return_inverse=True)
+    first = torch.full((len(unique),), len(ids), dtype=torch.long).scatter_reduce(
+        0, inverse, torch.arange(len(ids)), reduce="amin")
+    return first, inverse
 
 
 SUPPORTED = ("gpt2", "llama", "qwen2")

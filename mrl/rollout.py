@@ -101,15 +101,15 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
                         completion_mask: Tensor, engine: str = "hf") -> Tensor:
     """log pi(y_t | x, y_<t) for every completion token. Inputs (B, P) and (B, T); returns (B, T).
     engine: "fast" or "hf" (see sample_completions); both carry gradient to the model's parameters."""
-    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention = torch.cat([prompt_mask, completion_mask], dim=1)
-    t = completion_ids.size(1)
     fast = engine_for(model, engine)
     if fast is not None:
-        logits = fast.completion_logits(prompt_ids, prompt_mask, completion_ids, completion_mask)[:, :-1].float()
+        logits = fast.completion_logits(prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                        positions(attention))
     else:
-        logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions(attention),
-                       logits_to_keep=t + 1).logits[:, :-1].float()
+        logits = model(input_ids=torch.cat([prompt_ids, completion_ids], dim=1), attention_mask=attention,
+                       position_ids=positions(attention), logits_to_keep=completion_ids.size(1) + 1).logits
+    logits = logits[:, :-1].float()
     return torch.log_softmax(logits, dim=-1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
 
 
