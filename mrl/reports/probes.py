@@ -135,13 +135,19 @@ def stability_table(steps: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
+def probe_order(evals: pd.DataFrame) -> list[str]:
+    """The probes in the grid's order: every probe figure colours probe i with the i-th colour."""
+    return list(dict.fromkeys(evals.probe))
+
+
 def accuracy_figure(evals: pd.DataFrame):
     """Overall accuracy vs own rollouts per probe; rows: pairing, columns: policy; solid held-out, dashed pool;
     line: mean over seeds, band: min to max."""
     curves = with_overall(evals)
     curves = curves[curves.skill == "overall"]
     curves = curves.assign(run=curves.pairing + " | " + curves.policy)
-    grid = sns.relplot(data=curves, x="rollouts", y="accuracy", hue="probe", style="split", col="run",
+    grid = sns.relplot(data=curves, x="rollouts", y="accuracy", hue="probe", hue_order=probe_order(evals),
+                       style="split", col="run",
                        col_wrap=min(5, curves.run.nunique()), kind="line", errorbar=("pi", 100), height=2.8,
                        aspect=1.1, style_order=["held-out", "pool"], facet_kws={"sharey": False})
     grid.figure.suptitle("Overall greedy accuracy vs own rollouts (mean over seeds, band: min-max)", y=1.02)
@@ -154,7 +160,8 @@ def rescue_figure(evals: pd.DataFrame):
     mask = [lacks.get((p, q)) == s for p, q, s in zip(evals.pairing, evals.policy, evals.skill)]
     rescue = evals[mask]
     rescue = rescue.assign(run=rescue.pairing + " | " + rescue.policy + " lacks " + rescue.skill)
-    grid = sns.relplot(data=rescue, x="rollouts", y="accuracy", hue="probe", style="split", col="run",
+    grid = sns.relplot(data=rescue, x="rollouts", y="accuracy", hue="probe", hue_order=probe_order(evals),
+                       style="split", col="run",
                        col_wrap=min(5, rescue.run.nunique()), kind="line", errorbar=("pi", 100), height=2.8,
                        aspect=1.1, style_order=["held-out", "pool"], facet_kws={"sharey": False})
     grid.figure.suptitle("Rescue skill: accuracy on the skill each policy lacks (mean over seeds, band: min-max)",
