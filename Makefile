@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_thl.py
 	$(PY) benchmarks/bench_probes.py --no-skip
 	$(PY) benchmarks/bench_packing.py
+	$(PY) benchmarks/bench_warmup.py
 
 # after editing a notebook (.ipynb in JupyterLab, or its .py twin in an editor): bring the other side up to date
 sync: $(STAMP)

@@ -25,7 +25,8 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from mrl.config import RunConfig, RunnerConfig, config_hash, to_dict
+from mrl.config import (ExperimentsConfig, HacpoGridConfig, MwraTimingConfig, ProbeGridConfig, RunConfig, RunnerConfig,
+                        config_hash, to_dict)
 from mrl.probes import ProbeConfig, as_probe_config, probe_config
 from mrl.results import git_sha, repo_root
 from mrl.runner import run_concurrent
@@ -147,24 +148,71 @@ def run_grid(config: RunConfig, zoo_paths: dict[str, str], pairings, probes: lis
     steps: RL steps of every run, or {pairing: steps}. backend: None takes the profile's. With config.packed_runs
     > 1 the runs missing from the cache run that many at a time, inline (run_packed), whatever the backend."""
     probes = [as_probe_config(entry) for entry in probes]
-    jobs = [(pairing, probe, seed) for pairing in pairings for probe in probes for seed in seeds]
-
-    def arguments(pairing, probe, seed):
+    labelled = []
+    for pairing in pairings:
         paths = {name: zoo_paths[name] for name in config.pairing(pairing)}
-        return config, paths, probe, seed, steps[pairing] if isinstance(steps, dict) else steps
+        for probe in probes:
+            for seed in seeds:
+                run = (config, paths, probe, seed, steps[pairing] if isinstance(steps, dict) else steps)
+                labelled.append(({"pairing": pairing, "probe": probe_label(probe), "seed": seed}, run))
+    return run_labelled(labelled, config.packed_runs, backend, cache, progress)
 
-    if config.packed_runs > 1:
-        runs = {run_folder(*run): run for run in (arguments(*job) for job in jobs)}   # a repeated job runs once
+
+def run_labelled(labelled: list[tuple[dict, tuple]], packed_runs: int, backend: str | None = None,
+                 cache: bool = True, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(steps, evals) of runs (config, paths, probe, seed, steps), each with its label's columns.
+
+    With packed_runs > 1 the runs missing from the cache first run that many at a time (run_packed)."""
+    if packed_runs > 1:
+        runs = {run_folder(*run): run for _, run in labelled}   # a repeated run runs once
         missing = [run for folder, run in runs.items() if not cache or not (folder / "run.json").exists()]
-        run_packed(missing, config.packed_runs, progress, recompute=not cache)
-        cache = True  # every run of the grid is in the cache now
+        run_packed(missing, packed_runs, progress, recompute=not cache)
+        cache = True  # every run is in the cache now
     all_steps, all_evals = [], []
-    for pairing, probe, seed in tqdm(jobs, desc="probe runs", disable=not progress or config.packed_runs > 1):
-        steps_df, evals_df = run_probe(*arguments(pairing, probe, seed), backend, cache)
-        label = {"pairing": pairing, "probe": probe_label(probe), "seed": seed}
+    for label, run in tqdm(labelled, desc="probe runs", disable=not progress or packed_runs > 1):
+        steps_df, evals_df = run_probe(*run, backend, cache)
         all_steps.append(steps_df.assign(**label))
         all_evals.append(evals_df.assign(**label))
     return pd.concat(all_steps, ignore_index=True), pd.concat(all_evals, ignore_index=True)
+
+
+def heldout_config(config: RunConfig, zoo_seed: int) -> RunConfig:
+    """The profile of the held-out experiment on one zoo seed: its task and zoo (warm-up seed `zoo_seed`), its
+    pairing, the profile's GRPO settings with the held-out evaluation cadence, and the profile's execution."""
+    heldout = config.experiments.heldout
+    name = "+".join(heldout.pairing)
+    zoo = dataclasses.replace(heldout.zoo, warmup=dataclasses.replace(heldout.zoo.warmup, seed=zoo_seed))
+    grids = ExperimentsConfig(mwra=MwraTimingConfig(pairing=name),
+                              probe=ProbeGridConfig(pairings=[name], steps={name: heldout.steps}),
+                              hacpo=HacpoGridConfig(pairings=[name]), heldout=heldout)
+    return dataclasses.replace(config, task=heldout.task, zoo=zoo, policies={},
+                               grpo=dataclasses.replace(config.grpo, eval_every=heldout.eval_every),
+                               pairings={name: list(heldout.pairing)}, notebooks=[], experiments=grids)
+
+
+def heldout_zoos(config: RunConfig, progress: bool = True) -> dict[int, dict[str, str]]:
+    """{zoo seed: {name: checkpoint folder}} of the held-out experiment, each zoo built when missing."""
+    return {seed: policy_paths(heldout_config(config, seed), progress)
+            for seed in config.experiments.heldout.zoo_seeds}
+
+
+def heldout_grid(config: RunConfig, backend: str | None = None, cache: bool = True,
+                 progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every run of the held-out experiment: each probe on the first zoo seed, the zoo_seed_probes on every zoo
+    seed, every RL seed; steps and evals with columns pairing, probe, seed and zoo_seed."""
+    heldout = config.experiments.heldout
+    probes = [as_probe_config(entry) for entry in heldout.probes]
+    labelled = []
+    for zoo_seed, paths in heldout_zoos(config, progress).items():
+        run_config = heldout_config(config, zoo_seed)
+        for probe in probes:
+            if zoo_seed != heldout.zoo_seeds[0] and probe.name not in heldout.zoo_seed_probes:
+                continue
+            for seed in heldout.seeds:
+                label = {"pairing": "+".join(heldout.pairing), "probe": probe_label(probe), "seed": seed,
+                         "zoo_seed": zoo_seed}
+                labelled.append((label, (run_config, paths, probe, seed, heldout.steps)))
+    return run_labelled(labelled, config.packed_runs, backend, cache, progress)
 
 
 def probe_label(probe: ProbeConfig) -> str:

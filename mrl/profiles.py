@@ -19,7 +19,7 @@ def load_profile(profile: str) -> RunConfig:
         raise ValueError(f"profile={profile!r} is not allowed; expected one of {list(PROFILES)}")
     config = load_config(repo_root() / "configs" / f"{profile}.yaml")
     config.policies = {name: str(repo_root() / path) for name, path in config.policies.items()}
-    for grid in (config.experiments.probe, config.experiments.hacpo):
+    for grid in (config.experiments.probe, config.experiments.hacpo, config.experiments.heldout):
         for entry in grid.probes:
             as_probe_config(entry)
     return config

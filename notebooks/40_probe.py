@@ -53,6 +53,7 @@ import dataclasses
 import pandas as pd
 from mrl.experiment import policy_paths, run_grid
 from mrl.notebook import setup_notebook
+from mrl.reports.paired import paired_table
 from mrl.reports.probes import accuracy_figure, main_table, rescue_figure, stability_table
 from mrl.results import save_figure, write_table
 
@@ -76,13 +77,9 @@ print(f"{len(steps_df.groupby(['pairing', 'probe', 'seed']))} runs, {time.perf_c
 
 # %% [markdown]
 # ## Main results: held-out accuracy per skill (mean ± 95% CI over seeds)
-#
-# `own rollouts`: completions each policy sampled; `peer used`: peer samples (PRP) or peer demonstrations
-# (SGT) that entered its loss; `rollouts to GRPO's final`: own rollouts until the overall accuracy first
-# reached independent GRPO's final accuracy (0: it started there), averaged over the seeds that reached it.
 
 # %%
-held_out_numbers, held_out = main_table(evals, steps_df, "held-out")
+held_out_numbers, held_out = main_table(evals, "held-out")
 write_table(held_out, "probe_main", run.tables,
             caption=f"Main results: held-out greedy accuracy after {steps_text} steps, mean ± 95% CI over seeds "
                     f"{grid.seeds} ({config.grpo.prompts_per_step} prompts x {config.grpo.group_size} samples per step).")
@@ -90,10 +87,27 @@ held_out_numbers.to_csv(run.folder / "probe_main_numbers.csv", index=False)
 held_out
 
 # %% [markdown]
+# ## Each probe against GRPO, paired on the seeds (held-out prompts)
+#
+# Runs of one seed share prompts and sampling seeds at every step, so each probe is compared with GRPO seed by
+# seed: the mean paired difference and its 95% t interval over the seeds; bold only when the interval excludes 0.
+# The weak skill is the one a policy lacks most against its best peer at step 0. `rollouts to grpo's final weak`:
+# own rollouts until the weak skill's held-out accuracy reaches GRPO's final one (mean over GRPO's seeds),
+# interpolated between evaluations, mean over the seeds that reach it (`reached`); `peer used`: peer samples
+# (PRP, naive) or demonstrations (SGT) that entered the loss.
+
+# %%
+paired_numbers, paired = paired_table(evals, steps_df, "held-out")
+write_table(paired, "probe_paired", run.tables,
+            caption=f"Each probe against GRPO after {steps_text} steps, held-out greedy accuracy: paired difference "
+                    f"with its 95% t interval over seeds {grid.seeds} (n = `runs`); bold: the interval excludes 0 (and n >= 3).")
+paired
+
+# %% [markdown]
 # ## The same on the RL pool prompts (where the policies train)
 
 # %%
-pool_numbers, pool = main_table(evals, steps_df, "pool")
+pool_numbers, pool = main_table(evals, "pool")
 write_table(pool, "probe_pool", run.tables,
             caption=f"RL-pool greedy accuracy after {steps_text} steps, mean ± 95% CI over seeds {grid.seeds}.")
 pool

@@ -46,6 +46,7 @@ import pandas as pd
 from mrl.experiment import CLIPPING_MINIBATCHES, hacpo_ablations, policy_paths, run_grid
 from mrl.notebook import setup_notebook
 from mrl.probes import as_probe_config, probe_config
+from mrl.reports.paired import paired_table
 from mrl.reports.probes import hyperparameter_table, peer_clip_table, stepwise_clipping_figure, summary_table
 from mrl.results import save_figure, write_table
 
@@ -70,6 +71,21 @@ write_table(comparison, "hacpo_comparison", run.tables,
             caption=f"HACPO and baselines on {grid.pairings}, {grid.steps} steps, greedy accuracy at the end "
                     f"(overall and on the skill each policy lacks), mean ± 95% CI over seeds {grid.seeds}.")
 comparison
+
+# %% [markdown]
+# ## Each arm against GRPO, paired on the seeds (held-out prompts)
+#
+# As in 40_probe: the paired difference to GRPO with its 95% t interval over the seeds, bold only when it
+# excludes 0; rollouts to reach GRPO's final weak-skill accuracy, with GSPO at G and 2G (HACPO's "half the
+# rollouts" claim); the claims ledger in 70_heldout compares HACPO with GSPO directly.
+
+# %%
+paired_numbers, paired = paired_table(evals, steps_df, "held-out")
+write_table(paired, "hacpo_paired", run.tables,
+            caption=f"HACPO and baselines against GRPO on {grid.pairings}, {grid.steps} steps, held-out greedy "
+                    f"accuracy: paired difference with its 95% t interval over seeds {grid.seeds} (n = `runs`); "
+                    f"bold: the interval excludes 0 (and n >= 3).")
+paired
 
 # %% [markdown]
 # ## Ablations (one seed): advantage estimator, omega, alpha, clipping, ratio

@@ -50,9 +50,10 @@ def final_accuracy(evals: pd.DataFrame) -> pd.DataFrame:
     return with_overall(last)
 
 
-def main_table(evals: pd.DataFrame, steps: pd.DataFrame, split: str = "held-out") -> tuple[pd.DataFrame, pd.DataFrame]:
+def main_table(evals: pd.DataFrame, split: str = "held-out") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(numeric long table, formatted wide table) of the final accuracy per skill and overall on `split`,
-    mean and 95% CI over seeds, with rollouts used and the rollouts needed to reach GRPO's final accuracy."""
+    mean and 95% CI over seeds. The paired comparison with GRPO, rollouts to reach it and the experience used
+    are `mrl.reports.paired.paired_table`'s."""
     final = final_accuracy(evals)
     final = final[final.split == split]
     numeric = final.groupby(KEYS + ["skill"], sort=False).accuracy.agg(mean="mean", ci95=ci95, seeds="count")
@@ -60,47 +61,13 @@ def main_table(evals: pd.DataFrame, steps: pd.DataFrame, split: str = "held-out"
     wide = numeric.assign(cell=[_cell(m, c) for m, c in zip(numeric["mean"], numeric.ci95)])
     wide = wide.pivot_table(index=KEYS, columns="skill", values="cell", aggfunc="first", sort=False)
     wide = wide[[c for c in ("S1", "S2", "S3", "overall") if c in wide.columns]]
-    usage = rollouts_used(steps, evals)
-    reach = rollouts_to_reach_grpo(evals, split)
-    wide = wide.join(usage).join(reach).reset_index()
+    wide = wide.reset_index()
     wide["rescue skill"] = [rescue_skills(evals).get((p, q), "") for p, q in zip(wide.pairing, wide.policy)]
     return numeric, wide
 
 
 def _cell(mean: float, half: float) -> str:
     return f"{mean:.3f}" if np.isnan(half) else f"{mean:.3f} ± {half:.3f}"
-
-
-def rollouts_used(steps: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
-    """Own rollouts sampled per run, and peer experience consumed (prp: samples, sgt: demos), means over seeds."""
-    runs = steps.groupby(KEYS + ["seed"])
-    table = pd.DataFrame({"own rollouts": evals.groupby(KEYS + ["seed"]).rollouts.max()})
-    for column, label in PEER_USE.items():
-        if column in steps.columns:
-            table[label] = runs[column].sum(min_count=1)
-    table = table.groupby(KEYS, sort=False).mean()
-    peer_cols = [label for label in PEER_USE.values() if label in table.columns]
-    table["peer used"] = table[peer_cols].sum(axis=1, min_count=1).fillna(0).round().astype(int) if peer_cols else 0
-    return table[["own rollouts", "peer used"]]
-
-
-def rollouts_to_reach_grpo(evals: pd.DataFrame, split: str = "held-out") -> pd.DataFrame:
-    """Per pairing, probe and policy: own rollouts until the overall `split` accuracy first reaches
-    independent GRPO's final accuracy (mean over GRPO's seeds), as mean over the seeds that reach it,
-    and how many seeds reach it."""
-    curves = with_overall(evals)
-    curves = curves[(curves.split == split) & (curves.skill == "overall")]
-    grpo_final = final_accuracy(evals)
-    grpo_final = grpo_final[(grpo_final.probe == "grpo") & (grpo_final.split == split)
-                            & (grpo_final.skill == "overall")].groupby(["pairing", "policy"]).accuracy.mean()
-    rows = []
-    for (pairing, probe, policy, seed), curve in curves.groupby(KEYS + ["seed"], sort=False):
-        target = grpo_final.get((pairing, policy), np.nan)
-        hit = curve[curve.accuracy >= target - 1e-12].sort_values("step")
-        rows.append({"pairing": pairing, "probe": probe, "policy": policy, "seed": seed,
-                     "rollouts": hit.rollouts.iloc[0] if len(hit) else np.nan})
-    frame = pd.DataFrame(rows).groupby(KEYS, sort=False).rollouts
-    return pd.DataFrame({"rollouts to GRPO's final": frame.mean(), "seeds reaching it": frame.count()})
 
 
 def stability_table(steps: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,232 @@
+"""Paired statistics against independent GRPO, and rollouts-to-reach (SPEC section 10; issue: held-out experiment).
+
+Every run of a grid shares its prompts and sampling seeds per step with the GRPO run of the same RL seed (and zoo
+seed), so a probe is compared with GRPO run by run: d_s = value(probe, s) - value(grpo, s) over the shared seeds s,
+and the 95% interval of mean(d) is Student's t with n - 1 degrees of freedom. A difference is called real only when
+that interval excludes 0 and it rests on at least MIN_PAIRS pairs (two pairs that agree exactly, common with
+accuracies on a few prompts, give an interval of width 0).
+"""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from scipy.stats import t as student_t
+
+from mrl.reports.probes import KEYS, PEER_USE, final_accuracy, probe_order, rescue_skills
+
+BASELINE = "grpo"
+MIN_PAIRS = 3
+
+
+def t_interval(values) -> tuple[float, float, float]:
+    """(mean, low, high) of the 95% t interval of the mean of `values` (NaNs dropped); low = high = NaN below 2."""
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
+    if len(values) == 0:
+        return float("nan"), float("nan"), float("nan")
+    mean = float(values.mean())
+    if len(values) < 2:
+        return mean, float("nan"), float("nan")
+    half = float(student_t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values)))
+    return mean, mean - half, mean + half
+
+
+def is_real(low: float, high: float, n: int) -> bool:
+    """A difference is real when its interval excludes 0 and rests on at least MIN_PAIRS pairs."""
+    return bool(n >= MIN_PAIRS and (low > 0 or high < 0))
+
+
+def pair_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns that identify a shared draw: the RL seed, and the zoo seed where the grid has several."""
+    return ["seed"] + (["zoo_seed"] if "zoo_seed" in frame.columns else [])
+
+
+def paired_differences(values: pd.DataFrame, column: str, baseline: str = BASELINE) -> pd.DataFrame:
+    """values: one row per run and policy (columns pairing, probe, policy, seed[, zoo_seed], `column`).
+
+    Returns per (pairing, probe, policy), probes other than `baseline`: mean difference to the baseline over the
+    shared seeds, its 95% interval [low, high], the number of pairs n and `real` (the interval excludes 0)."""
+    pairs = pair_columns(values)
+    base = values[values.probe == baseline].set_index(["pairing", "policy", *pairs])[column]
+    rows = []
+    for (pairing, probe, policy), group in values[values.probe != baseline].groupby(KEYS, sort=False):
+        index = pd.MultiIndex.from_frame(group[["pairing", "policy", *pairs]])
+        shared = index.isin(base.index)
+        diffs = group[column].to_numpy()[shared] - base.loc[index[shared]].to_numpy()
+        mean, low, high = t_interval(diffs)
+        n = int(np.isfinite(diffs).sum())
+        rows.append({"pairing": pairing, "probe": probe, "policy": policy, "diff": mean, "low": low, "high": high,
+                     "n": n, "real": is_real(low, high, n)})
+    return pd.DataFrame(rows, columns=KEYS + ["diff", "low", "high", "n", "real"])
+
+
+def rollouts_to_reach(rollouts, accuracy, target: float) -> float:
+    """Own rollouts at which a learning curve first reaches `target`, linearly interpolated between the two
+    evaluations around the crossing: r = r_{i-1} + (target - a_{i-1}) / (a_i - a_{i-1}) * (r_i - r_{i-1}) for the
+    first i with a_i >= target. rollouts[0] when it starts there; NaN when it never reaches it (or target is NaN).
+    rollouts, accuracy: (E,) in evaluation order."""
+    rollouts, accuracy = np.asarray(rollouts, dtype=float), np.asarray(accuracy, dtype=float)
+    if np.isnan(target):
+        return float("nan")
+    hits = np.flatnonzero(accuracy >= target - 1e-12)
+    if len(hits) == 0:
+        return float("nan")
+    i = hits[0]
+    if i == 0:
+        return float(rollouts[0])
+    a0, a1, r0, r1 = accuracy[i - 1], accuracy[i], rollouts[i - 1], rollouts[i]
+    return float(r0 + (target - a0) / (a1 - a0) * (r1 - r0))
+
+
+def weak_skill_evals(evals: pd.DataFrame, split: str = "held-out") -> pd.DataFrame:
+    """The `split` evaluations on each policy's weak skill (the one it lacks most against its best peer at
+    step 0: `rescue_skills`)."""
+    weak = rescue_skills(evals)
+    rows = evals[evals.split == split]
+    return rows[[weak.get((p, q)) == s for p, q, s in zip(rows.pairing, rows.policy, rows.skill)]]
+
+
+def reach_table(evals: pd.DataFrame, split: str = "held-out") -> pd.DataFrame:
+    """Per pairing, probe and policy: own rollouts until the weak-skill `split` accuracy reaches independent GRPO's
+    final one (mean over GRPO's RL seeds on the same zoo seed), per run by `rollouts_to_reach`; the mean over the
+    runs that reach it and how many of all runs do."""
+    weak = weak_skill_evals(evals, split)
+    pairs = pair_columns(weak)
+    zoo = [c for c in pairs if c != "seed"]
+    grpo_final = final_accuracy(weak)
+    grpo_final = grpo_final[(grpo_final.probe == BASELINE) & (grpo_final.skill != "overall")]
+    targets = grpo_final.groupby(["pairing", "policy", *zoo]).accuracy.mean()
+    rows = []
+    for key, curve in weak.groupby(KEYS + pairs, sort=False):
+        pairing, probe, policy = key[:3]
+        target = targets.get((pairing, policy, *key[4:]), np.nan)
+        curve = curve.sort_values("step")
+        rows.append({"pairing": pairing, "probe": probe, "policy": policy,
+                     "rollouts": rollouts_to_reach(curve.rollouts, curve.accuracy, target)})
+    reach = pd.DataFrame(rows).groupby(KEYS, sort=False).rollouts
+    table = pd.DataFrame({"rollouts to GRPO's final (weak)": reach.mean(),
+                          "reached": reach.count().astype(str) + "/" + reach.size().astype(str)})
+    return table
+
+
+def final_values(evals: pd.DataFrame, split: str = "held-out") -> pd.DataFrame:
+    """One row per run and policy: final `split` accuracy on the weak skill ("weak") and over all skills
+    ("overall")."""
+    final = final_accuracy(evals)
+    final = final[final.split == split]
+    weak = rescue_skills(evals)
+    keys = KEYS + pair_columns(final)
+    is_weak = [weak.get((p, q)) == s for p, q, s in zip(final.pairing, final.policy, final.skill)]
+    out = final[is_weak].set_index(keys).accuracy.rename("weak").to_frame()
+    out["overall"] = final[final.skill == "overall"].set_index(keys).accuracy
+    return out.reset_index()
+
+
+def peer_use(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per pairing, probe and policy: peer samples (prp, naive, hacpo) or demonstrations (sgt) that entered the
+    loss, summed over a run's steps, mean over runs."""
+    keys = KEYS + pair_columns(steps)
+    used = pd.Series(0.0, index=steps.groupby(keys, sort=False).size().index)
+    for column in PEER_USE:
+        if column in steps.columns:
+            used = used + steps.groupby(keys, sort=False)[column].sum(min_count=1).fillna(0)
+    return used.groupby(level=[0, 1, 2], sort=False).mean().rename("peer used").to_frame()
+
+
+def own_rollouts(evals: pd.DataFrame) -> pd.Series:
+    """Per pairing, probe and policy: own completions sampled in a run (at its last evaluation), mean over runs."""
+    return evals.groupby(KEYS + pair_columns(evals), sort=False).rollouts.max().groupby(
+        level=[0, 1, 2], sort=False).mean().rename("own rollouts")
+
+
+def interval_cell(mean: float, low: float, high: float, real: bool) -> str:
+    """'+0.123 [+0.050, +0.196]', in bold when real; the mean alone when there is one pair."""
+    if np.isnan(mean):
+        return ""
+    if np.isnan(low):
+        return f"{mean:+.3f}"
+    text = f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+    return f"**{text}**" if real else text
+
+
+def paired_table(evals: pd.DataFrame, steps: pd.DataFrame, split: str = "held-out") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(numbers, formatted table) per pairing, probe and policy: final weak-skill and overall `split` accuracy
+    (mean over runs), their paired differences to GRPO with 95% intervals (bold: real), rollouts to reach GRPO's
+    final weak-skill accuracy, own rollouts and peer experience used, and the number of runs."""
+    values = final_values(evals, split)
+    means = values.groupby(KEYS, sort=False)[["weak", "overall"]].mean()
+    runs = values.groupby(KEYS, sort=False).size().rename("runs")
+    weak_skill = pd.Series({k: v for k, v in rescue_skills(evals).items()}, name="weak skill")
+    numbers = means.join(runs)
+    for column in ("weak", "overall"):
+        diff = paired_differences(values, column).set_index(KEYS)
+        numbers = numbers.join(diff.add_prefix(f"{column} Δ "))
+    numbers = numbers.join(reach_table(evals, split)).join(own_rollouts(evals)).join(peer_use(steps)).reset_index()
+    numbers.insert(2, "weak skill", [weak_skill.get((p, q), "") for p, q in zip(numbers.pairing, numbers.policy)])
+    table = numbers[KEYS[:1] + ["policy", "weak skill", "probe", "runs"]].copy()
+    table["weak"] = numbers.weak.round(3)
+    table["Δ weak vs grpo [95% CI]"] = [interval_cell(*r) for r in numbers[
+        ["weak Δ diff", "weak Δ low", "weak Δ high", "weak Δ real"]].itertuples(index=False)]
+    table["overall"] = numbers.overall.round(3)
+    table["Δ overall vs grpo [95% CI]"] = [interval_cell(*r) for r in numbers[
+        ["overall Δ diff", "overall Δ low", "overall Δ high", "overall Δ real"]].itertuples(index=False)]
+    table["rollouts to grpo's final weak"] = numbers["rollouts to GRPO's final (weak)"].round(0)
+    table["reached"] = numbers["reached"]
+    table["own rollouts"] = numbers["own rollouts"].round(0).astype(int)
+    table["peer used"] = numbers["peer used"].round(0).astype(int)
+    return numbers, table
+
+
+def curve_band(frame: pd.DataFrame, x: str, y: str, by: list[str]) -> pd.DataFrame:
+    """Mean of y per (by, x) and its 95% t interval over the runs (low, high), as columns mean/low/high."""
+    rows = []
+    for key, group in frame.groupby(by + [x], sort=False):
+        mean, low, high = t_interval(group[y])
+        rows.append({**dict(zip(by + [x], key)), "mean": mean, "low": low, "high": high})
+    return pd.DataFrame(rows)
+
+
+def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str, list[str]] | None = None,
+                      split: str = "held-out", smooth: int = 10):
+    """One row per policy. A panel per group of probes (`panels`: {title: probes}; None: one panel of all): the
+    weak skill's `split` accuracy vs own rollouts, one line per probe (mean over runs), band: the 95% t interval
+    over runs, as in the tables (clipped to [0, 1]). Last panel: training reward (the policy's mean reward per step,
+    rolling mean over `smooth` steps, mean over runs) vs step, every probe, lines only."""
+    weak = weak_skill_evals(evals, split)
+    order = probe_order(evals)
+    panels = panels or {"probes": order}
+    colours = {p: f"C{i % 10}" for i, p in enumerate(order)}
+    runs = list(dict.fromkeys(zip(weak.pairing, weak.policy, weak.skill)))
+    fig, axes = plt.subplots(len(runs), len(panels) + 1, figsize=(4.6 * (len(panels) + 1), 3.4 * len(runs)),
+                             squeeze=False)
+    accuracy = curve_band(weak, "rollouts", "accuracy", ["pairing", "policy", "probe"])
+    reward = steps.sort_values("step").assign(
+        smoothed=lambda f: f.groupby(KEYS + pair_columns(f)).reward.transform(
+            lambda r: r.rolling(smooth, min_periods=1).mean()))
+    reward = reward.groupby(["pairing", "policy", "probe", "step"], sort=False).smoothed.mean().reset_index()
+    n_runs = weak.groupby(["pairing", "policy", "probe"]).apply(lambda g: len(g.groupby(pair_columns(g))),
+                                                                include_groups=False)
+    for row, (pairing, policy, skill) in enumerate(runs):
+        for ax, (title, probes) in zip(axes[row], panels.items()):
+            for probe in [p for p in order if p in probes]:
+                line = accuracy[(accuracy.pairing == pairing) & (accuracy.policy == policy) & (accuracy.probe == probe)]
+                if line.empty:
+                    continue
+                ax.plot(line.rollouts, line["mean"], color=colours[probe], lw=1.4,
+                        label=f"{probe} (n={n_runs.get((pairing, policy, probe), 0)})")
+                ax.fill_between(line.rollouts, line["low"].clip(0, 1), line["high"].clip(0, 1),
+                                color=colours[probe], alpha=0.12, lw=0)
+            ax.set(xlabel="own rollouts", ylabel=f"{split} accuracy on {skill}",
+                   title=f"{policy}'s weak skill {skill}: {title}")
+            ax.legend(fontsize=7)
+        ax = axes[row][-1]
+        for probe in order:
+            line = reward[(reward.pairing == pairing) & (reward.policy == policy) & (reward.probe == probe)]
+            ax.plot(line.step, line.smoothed, color=colours[probe], lw=1.0, label=probe)
+        ax.set(xlabel="RL step", ylabel=f"training reward ({smooth}-step mean)", title=f"{policy}: training reward")
+        ax.legend(fontsize=6, ncol=2)
+    fig.suptitle(f"{pairing}: weak skill ({split} prompts) vs own rollouts, mean over runs, band: 95% t interval; "
+                 "training reward", y=1.0)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,140 @@
+"""Paired statistics against GRPO, the rollouts-to-reach metric, the claims ledger's rule, and the held-out
+experiment's split (hand-made cases with known answers)."""
+import math
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import t as student_t
+
+from mrl.config import SKILLS
+from mrl.experiment import heldout_config
+from mrl.profiles import load_profile
+from mrl.reports.claims import claims_ledger, verdict
+from mrl.reports.paired import paired_differences, paired_table, reach_table, rollouts_to_reach, t_interval
+from mrl.tasks import ArithTask
+
+
+def test_t_interval_by_hand():
+    mean, low, high = t_interval([1.0, 2.0, 3.0])
+    half = student_t.ppf(0.975, 2) * 1.0 / math.sqrt(3)   # sd of 1, 2, 3 is 1
+    assert mean == 2.0 and low == pytest.approx(2.0 - half) and high == pytest.approx(2.0 + half)
+    assert math.isnan(t_interval([0.5])[1])
+
+
+def _values(grpo, probe, name="sgt", order=None):
+    rows = [{"pairing": "A+B", "probe": "grpo", "policy": "A", "seed": s, "v": v} for s, v in enumerate(grpo)]
+    rows += [{"pairing": "A+B", "probe": name, "policy": "A", "seed": s, "v": v} for s, v in enumerate(probe)]
+    frame = pd.DataFrame(rows)
+    return frame.sample(frac=1.0, random_state=order) if order is not None else frame
+
+
+def test_paired_difference_pairs_by_seed_and_calls_it_real_only_outside_zero():
+    # diffs 0.10, 0.15, 0.10: mean 0.1167, sd 0.0289, half-width 4.303 * 0.0289 / sqrt(3) = 0.0717
+    row = paired_differences(_values([0.1, 0.2, 0.3], [0.2, 0.35, 0.4], order=3), "v").iloc[0]
+    assert row["diff"] == pytest.approx(0.35 / 3) and row.n == 3 and row.real
+    assert row.low == pytest.approx(0.35 / 3 - student_t.ppf(0.975, 2) * np.std([0.1, 0.15, 0.1], ddof=1) / math.sqrt(3))
+    # the same means unpaired-looking: diffs +0.2, -0.1, +0.05 straddle 0
+    row = paired_differences(_values([0.1, 0.4, 0.3], [0.3, 0.3, 0.35]), "v").iloc[0]
+    assert not row.real and row.low < 0 < row.high
+    # two pairs that agree exactly give an interval of width 0: too few to call real
+    row = paired_differences(_values([0.1, 0.2], [0.2, 0.3]), "v").iloc[0]
+    assert row.low == pytest.approx(0.1) and not row.real
+
+
+def test_paired_difference_uses_only_shared_zoo_seeds():
+    values = pd.DataFrame([{"pairing": "A+B", "probe": p, "policy": "A", "seed": s, "zoo_seed": z, "v": v}
+                           for p, z, s, v in [("grpo", 0, 0, .1), ("grpo", 0, 1, .2), ("grpo", 1, 0, .9),
+                                              ("xgrpo", 0, 0, .2), ("xgrpo", 0, 1, .3)]])
+    row = paired_differences(values, "v").iloc[0]
+    assert row.n == 2 and row["diff"] == pytest.approx(0.1)
+
+
+def test_rollouts_to_reach_interpolates():
+    assert rollouts_to_reach([0, 100, 200], [0.1, 0.3, 0.5], 0.4) == pytest.approx(150.0)
+    assert rollouts_to_reach([0, 100, 200], [0.1, 0.3, 0.5], 0.5) == pytest.approx(200.0)
+
+
+def test_rollouts_to_reach_never_and_at_start():
+    assert math.isnan(rollouts_to_reach([0, 100, 200], [0.1, 0.3, 0.35], 0.4))
+    assert rollouts_to_reach([0, 100, 200], [0.5, 0.3, 0.6], 0.4) == 0.0
+    assert math.isnan(rollouts_to_reach([0, 100], [0.5, 0.6], float("nan")))
+    # the first crossing counts, not a later one after a dip
+    assert rollouts_to_reach([0, 100, 200, 300], [0.0, 0.6, 0.2, 0.8], 0.3) == pytest.approx(50.0)
+
+
+def _evals(curves):
+    """Hand-made evals of a pair: A strong on S1, B strong on S2 (so A's weak skill is S2); curves gives A's
+    held-out S2 accuracy per (probe, seed) at rollouts 0, 100, 200."""
+    rows = []
+    for (probe, seed), curve in curves.items():
+        for step, (rollouts, acc) in enumerate(zip([0, 100, 200], curve)):
+            for policy, own in (("A", "S1"), ("B", "S2")):
+                for skill in ("S1", "S2"):
+                    value = acc if (policy, skill) == ("A", "S2") else (0.9 if skill == own else 0.05)
+                    rows.append({"pairing": "A+B", "probe": probe, "seed": seed, "policy": policy, "step": step,
+                                 "rollouts": rollouts, "split": "held-out", "skill": skill, "accuracy": value})
+    return pd.DataFrame(rows)
+
+
+def test_reach_table_targets_grpos_final_weak_skill_and_counts_who_reaches():
+    evals = _evals({("grpo", 0): [0.1, 0.3, 0.4], ("grpo", 1): [0.1, 0.2, 0.4],
+                    ("sgt", 0): [0.1, 0.5, 0.6], ("sgt", 1): [0.1, 0.2, 0.3]})
+    table = reach_table(evals).loc[("A+B", "sgt", "A")]
+    # target 0.4: seed 0 crosses between 0.1 @ 0 and 0.5 @ 100 -> 75 rollouts; seed 1 never does
+    assert table["rollouts to GRPO's final (weak)"] == pytest.approx(75.0) and table["reached"] == "1/2"
+    assert reach_table(evals).loc[("A+B", "grpo", "A"), "reached"] == "2/2"
+
+
+def test_paired_table_reads_the_weak_skill():
+    evals = _evals({("grpo", 0): [0.1, 0.3, 0.4], ("grpo", 1): [0.1, 0.2, 0.4],
+                    ("sgt", 0): [0.1, 0.5, 0.6], ("sgt", 1): [0.1, 0.2, 0.5]})
+    steps = pd.DataFrame([{"pairing": "A+B", "probe": p, "seed": s, "policy": q, "step": 1, "reward": 0.5,
+                           "grad_norm": 1.0, "rescue_size": 2 if p == "sgt" else np.nan}
+                          for p in ("grpo", "sgt") for s in (0, 1) for q in ("A", "B")])
+    numbers, table = paired_table(evals, steps)
+    a = numbers.set_index(["policy", "probe"]).loc[("A", "sgt")]
+    assert a["weak skill"] == "S2" and a["weak Δ diff"] == pytest.approx(0.15) and a["peer used"] == 2
+    assert numbers.set_index(["policy", "probe"]).loc[("B", "sgt"), "weak skill"] == "S1"
+
+
+@pytest.mark.parametrize("diffs, no_loss, expected", [
+    ([(0.1, 0.05, 0.15), (0.2, 0.1, 0.3)], False, "reproduced"),
+    ([(0.1, 0.05, 0.15), (0.02, -0.1, 0.14)], False, "mixed"),
+    ([(0.02, -0.1, 0.14), (-0.2, -0.3, -0.1)], False, "not reproduced"),
+    ([(-0.02, -0.1, 0.06), (0.01, -0.1, 0.12)], True, "reproduced"),
+    ([(-0.2, -0.3, -0.1), (0.01, -0.1, 0.12)], True, "not reproduced"),
+    ([], False, "not run"),
+])
+def test_verdict_rule(diffs, no_loss, expected):
+    frame = pd.DataFrame([{"diff": d, "low": lo, "high": hi, "real": lo > 0 or hi < 0} for d, lo, hi in diffs],
+                         columns=["diff", "low", "high", "real"])
+    assert verdict(frame, no_loss) == expected
+
+
+def test_claims_ledger_marks_missing_probes_not_run():
+    evals = _evals({("grpo", 0): [0.1, 0.3, 0.4], ("grpo", 1): [0.1, 0.2, 0.4],
+                    ("grpo", 2): [0.1, 0.3, 0.45], ("sgt", 0): [0.1, 0.5, 0.6], ("sgt", 1): [0.1, 0.4, 0.6],
+                    ("sgt", 2): [0.1, 0.4, 0.7]})
+    steps = pd.DataFrame([{"pairing": "A+B", "probe": p, "seed": s, "policy": q, "step": t, "reward": 0.5,
+                           "grad_norm": 1.0 + t} for p in ("grpo", "sgt") for s in (0, 1, 2) for q in ("A", "B")
+                          for t in (1, 2)])
+    ledger = claims_ledger({"r": (evals, steps)}, {"r": {("A+B", "A"): "S2", ("A+B", "B"): "S1"}}).set_index("claim")
+    sgt = ledger.loc["SGT is the favourable point: it beats independent GRPO"]
+    assert sgt.verdict == "mixed"   # A's S2 gains 0.2, 0.2, 0.25 (real), B's S1 does not move
+    assert (ledger.drop(index=sgt.name).verdict == "not run").all()
+
+
+@pytest.mark.parametrize("profile", ["smoke", "default"])
+def test_heldout_split_never_meets_training_or_leak_prompts(profile):
+    config = heldout_config(load_profile(profile), zoo_seed=0)
+    task = ArithTask(config.task)
+    pair = lambda p: tuple(p.pid.split("/")[2:])  # noqa: E731  (a, b) of a problem, whatever its form
+    held_out = {pair(p) for s in SKILLS for p in task.test[s]}
+    assert len(held_out) == config.task.test_per_skill
+    for family in config.zoo.families:
+        for key in family.warmup_mix:
+            assert not held_out & {pair(p) for p in task.source(key)}, (family.name, key)
+    rl = task.rl_prompts(random.Random(0), 5000)
+    assert not held_out & {pair(p) for p in rl} and config.task.pool_per_skill == 0
