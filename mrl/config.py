@@ -283,9 +283,9 @@ PAIRING_NAME = re.compile(r"^[A-Za-z0-9]+(\+[A-Za-z0-9]+)*$")
 
 
 def _int_list(cls: str, name: str, values: Any, minimum: int = 0) -> None:
-    require(isinstance(values, list) and len(values) > 0
+    require(isinstance(values, list) and len(values) > 0 and len(set(values)) == len(values)
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in values),
-            cls, name, values, f"a non-empty list of integers >= {minimum}")
+            cls, name, values, f"a non-empty list of distinct integers >= {minimum}")
 
 
 def _probe_entries(cls: str, name: str, values: Any) -> None:
@@ -413,7 +413,7 @@ class HeldoutConfig:
                                                                 pool_per_skill=0, leak_n=20))
     """the task and its splits: pool_per_skill 0 draws fresh training prompts every RL step"""
     zoo: ZooConfig = field(default_factory=lambda: ZooConfig(families=heldout_families(), max_positions=40))
-    """the families and their warm-up (warmup.seed is the first zoo seed)"""
+    """the families and their warm-up (its warmup.seed is replaced by each of zoo_seeds)"""
     pairing: list = field(default_factory=lambda: ["A", "B"])
     """the two policies trained together (each one's weak form is the other's own form)"""
     probes: list = field(default_factory=lambda: ["grpo", "sgt"])
@@ -438,13 +438,15 @@ class HeldoutConfig:
                 f"name={self.task.name}, pool_per_skill={self.task.pool_per_skill}",
                 "arith-forms with pool_per_skill 0 (fresh prompts)")
         families = [f.name for f in self.zoo.families]
-        require(isinstance(self.pairing, list) and len(self.pairing) >= 2 and set(self.pairing) <= set(families), c,
-                "pairing", self.pairing, f"two or more policies drawn from {families}")
+        require(isinstance(self.pairing, list) and len(set(self.pairing)) == len(self.pairing) >= 2
+                and set(self.pairing) <= set(families), c, "pairing", self.pairing,
+                f"two or more distinct policies drawn from {families}")
         _probe_entries(c, "probes", self.probes)
         names = [p if isinstance(p, str) else p.get("name") for p in self.probes]
         require("grpo" in names, c, "probes", names, "a list that includes grpo (the paired baseline)")
-        require(isinstance(self.zoo_seed_probes, list) and set(self.zoo_seed_probes) <= set(names), c,
-                "zoo_seed_probes", self.zoo_seed_probes, f"probe names drawn from {names}")
+        require(isinstance(self.zoo_seed_probes, list) and set(self.zoo_seed_probes) <= set(names)
+                and ("grpo" in self.zoo_seed_probes or len(self.zoo_seeds) == 1), c, "zoo_seed_probes",
+                self.zoo_seed_probes, f"probe names drawn from {names}, grpo among them (each zoo seed needs its baseline)")
         _int_list(c, "seeds", self.seeds)
         _int_list(c, "zoo_seeds", self.zoo_seeds)
         for f in ("steps", "eval_every"):

@@ -7,8 +7,8 @@ every profile, and stay here.
 A run is keyed by the hash of everything its numbers depend on (task, zoo folders, GRPO settings with
 seed and steps, probe, policies, and the source code of the mrl package); its steps and evals are
 stored under results/runs/<key>/ and read back when the same run is asked for again (a notebook
-re-run, or HACPO's notebook reusing the MRL probes' runs). Any edit of mrl/'s code (not its docstrings or
-comments) makes new keys, so a cached run never outlives the code that produced it. The backend is not part of the key: inline, process and
+re-run, or HACPO's notebook reusing the MRL probes' runs). Any edit of mrl/'s code (not its docstrings,
+comments or mrl/reports/) makes new keys, so a cached run never outlives the code that produced it. The backend is not part of the key: inline, process and
 ray give the same metrics.
 """
 from __future__ import annotations
@@ -61,11 +61,12 @@ def hacpo_ablations() -> dict[str, list[ProbeConfig]]:
 
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """sha256 over the code of every source file of the mrl package (sorted by path): its syntax tree without
-    docstrings, so an edited comment or docstring keeps the cached runs, any change of code does not."""
+    """sha256 over the code of every source file of the mrl package a run can execute (sorted by path; mrl/reports/,
+    which only reads finished runs into tables and figures, is left out): its syntax tree without docstrings, so an
+    edited comment, docstring or report keeps the cached runs, any change of the runs' code does not."""
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for source in sorted(package.rglob("*.py")):
+    for source in sorted(p for p in package.rglob("*.py") if p.relative_to(package).parts[0] != "reports"):
         digest.update(str(source.relative_to(package)).encode() + code_without_docs(source.read_text()).encode())
     return digest.hexdigest()[:16]
 

@@ -100,7 +100,7 @@ held_out
 paired_numbers, paired = paired_table(evals, steps_df, "held-out")
 write_table(paired, "probe_paired", run.tables,
             caption=f"Each probe against GRPO after {steps_text} steps, held-out greedy accuracy: paired difference "
-                    f"with its 95% t interval over seeds {grid.seeds} (n = `runs`); bold: the interval excludes 0 (and n >= 3).")
+                    f"with its 95% t interval over seeds {grid.seeds} (n = `pairs`); bold: the interval excludes 0 (and n >= 3).")
 paired
 
 # %% [markdown]

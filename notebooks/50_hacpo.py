@@ -83,7 +83,7 @@ comparison
 paired_numbers, paired = paired_table(evals, steps_df, "held-out")
 write_table(paired, "hacpo_paired", run.tables,
             caption=f"HACPO and baselines against GRPO on {grid.pairings}, {grid.steps} steps, held-out greedy "
-                    f"accuracy: paired difference with its 95% t interval over seeds {grid.seeds} (n = `runs`); "
+                    f"accuracy: paired difference with its 95% t interval over seeds {grid.seeds} (n = `pairs`); "
                     f"bold: the interval excludes 0 (and n >= 3).")
 paired
 

@@ -32,7 +32,9 @@
 #
 # **Statistics.** Runs of one RL seed share prompts and sampling seeds at every step, whatever the probe, so
 # each probe is compared with GRPO run by run: the paired difference, its 95% t interval over the pairs (RL
-# seeds, and zoo seeds where a probe runs on several), called real only when the interval excludes 0 and n >= 3 (bold).
+# seeds; for GRPO and SGT the pairs of both zoo seeds pooled, as if independent: with two zoo seeds the
+# zoo-to-zoo spread is seen, not estimated), called real only when the interval excludes 0 and n >= 3 (bold).
+# A row's accuracy means are over its own runs, on the zoo seeds it lists.
 # `rollouts to grpo's final weak`: own rollouts until the weak form's held-out accuracy reaches GRPO's final
 # one (mean over GRPO's seeds on the same zoo), linearly interpolated between evaluations; `reached` counts
 # the runs that get there.
@@ -104,9 +106,10 @@ runs_text = f"{len(heldout.seeds)} RL seeds {heldout.seeds} on zoo seed {heldout
     f"; {', '.join(heldout.zoo_seed_probes)} also on zoo seed(s) {heldout.zoo_seeds[1:]}" if heldout.zoo_seeds[1:] else "")
 write_table(table, "heldout_main", run.tables,
             caption=f"Held-out experiment ({heldout.task.name}, fresh prompts, {heldout.steps} steps): final greedy "
-                    f"held-out accuracy on each policy's weak form and overall (mean over runs), and the paired "
-                    f"difference to GRPO with its 95% t interval over the runs' shared seeds ({runs_text}; `runs` "
-                    f"gives n per row). Bold: the interval excludes 0 (and n >= 3).")
+                    f"held-out accuracy on each policy's weak form and overall (mean over the row's runs, on the zoo "
+                    f"seeds it lists), and the paired difference to GRPO with its 95% t interval over the shared "
+                    f"seeds ({runs_text}; pairs of both zoo seeds pooled; `pairs` gives n). Bold: the interval "
+                    f"excludes 0 (and n >= 3).")
 table
 
 # %%
@@ -120,7 +123,8 @@ save_figure(weak_skill_figure(evals, steps_df, panels), "heldout_weak_skill", ru
 # The pool regime is `arith-ops` with a fixed RL pool: the runs of 50_hacpo's comparison (the MRL probes' runs are
 # 40_probe's), read from the run cache; accuracy there is also measured on held-out prompts. The verdict rule is
 # in `mrl/reports/claims.py`: reproduced when every policy's paired difference is real in the claimed direction,
-# not reproduced when none is, mixed otherwise.
+# mixed when some are, not reproduced when none is, inconclusive with fewer than 3 pairs; the no-loss claim
+# (XGRPO) is a non-inferiority test with a 0.05 margin.
 
 # %%
 pool_grid = config.experiments.hacpo

@@ -38,15 +38,17 @@ def test_paired_difference_pairs_by_seed_and_calls_it_real_only_outside_zero():
     # the same means unpaired-looking: diffs +0.2, -0.1, +0.05 straddle 0
     row = paired_differences(_values([0.1, 0.4, 0.3], [0.3, 0.3, 0.35]), "v").iloc[0]
     assert not row.real and row.low < 0 < row.high
-    # two pairs that agree exactly give an interval of width 0: too few to call real
+    # pairs that agree exactly give an interval of width 0: no evidence, with two pairs or three
     row = paired_differences(_values([0.1, 0.2], [0.2, 0.3]), "v").iloc[0]
     assert row.low == pytest.approx(0.1) and not row.real
+    assert not paired_differences(_values([0.1, 0.2, 0.3], [0.2, 0.3, 0.4]), "v").iloc[0].real
 
 
 def test_paired_difference_uses_only_shared_zoo_seeds():
     values = pd.DataFrame([{"pairing": "A+B", "probe": p, "policy": "A", "seed": s, "zoo_seed": z, "v": v}
                            for p, z, s, v in [("grpo", 0, 0, .1), ("grpo", 0, 1, .2), ("grpo", 1, 0, .9),
                                               ("xgrpo", 0, 0, .2), ("xgrpo", 0, 1, .3)]])
+    values = values.iloc[[2, 4, 1, 3, 0]]   # GRPO's other zoo seed first: rows never pair by order
     row = paired_differences(values, "v").iloc[0]
     assert row.n == 2 and row["diff"] == pytest.approx(0.1)
 
@@ -103,13 +105,14 @@ def test_paired_table_reads_the_weak_skill():
     ([(0.1, 0.05, 0.15), (0.2, 0.1, 0.3)], False, "reproduced"),
     ([(0.1, 0.05, 0.15), (0.02, -0.1, 0.14)], False, "mixed"),
     ([(0.02, -0.1, 0.14), (-0.2, -0.3, -0.1)], False, "not reproduced"),
-    ([(-0.02, -0.1, 0.06), (0.01, -0.1, 0.12)], True, "reproduced"),
-    ([(-0.2, -0.3, -0.1), (0.01, -0.1, 0.12)], True, "not reproduced"),
+    ([(-0.02, -0.04, 0.0), (0.01, -0.03, 0.05)], True, "reproduced"),       # any loss is under the 0.05 margin
+    ([(-0.02, -0.1, 0.06), (0.01, -0.1, 0.12)], True, "inconclusive"),      # could hide a loss beyond the margin
+    ([(-0.2, -0.3, -0.1), (0.01, -0.03, 0.05)], True, "not reproduced"),
     ([], False, "not run"),
 ])
 def test_verdict_rule(diffs, no_loss, expected):
-    frame = pd.DataFrame([{"diff": d, "low": lo, "high": hi, "real": lo > 0 or hi < 0} for d, lo, hi in diffs],
-                         columns=["diff", "low", "high", "real"])
+    frame = pd.DataFrame([{"diff": d, "low": lo, "high": hi, "n": 3, "real": lo > 0 or hi < 0}
+                          for d, lo, hi in diffs], columns=["diff", "low", "high", "n", "real"])
     assert verdict(frame, no_loss) == expected
 
 
@@ -138,3 +141,29 @@ def test_heldout_split_never_meets_training_or_leak_prompts(profile):
             assert not held_out & {pair(p) for p in task.source(key)}, (family.name, key)
     rl = task.rl_prompts(random.Random(0), 5000)
     assert not held_out & {pair(p) for p in rl} and config.task.pool_per_skill == 0
+
+
+def test_verdict_is_inconclusive_on_too_few_pairs():
+    frame = pd.DataFrame([{"diff": 0.2, "low": 0.2, "high": 0.2, "n": 2, "real": False}])
+    assert verdict(frame, no_loss=False) == "inconclusive" and verdict(frame, no_loss=True) == "inconclusive"
+
+
+def test_heldout_runs_have_their_own_cache_keys():
+    from mrl.experiment import run_key
+    from mrl.probes import probe_config
+
+    profile = load_profile("smoke")
+    grpo = probe_config("grpo")
+    paths = lambda c: {f.name: f"/zoo/{f.name}-{c.zoo.warmup.seed}-{c.task.name}" for f in c.zoo.families[:2]}  # noqa: E731
+    keys = {run_key(c, paths(c), grpo, 0, 4) for c in (profile, heldout_config(profile, 0), heldout_config(profile, 1))}
+    assert len(keys) == 3
+
+
+@pytest.mark.parametrize("knobs, field", [({"zoo_seeds": [0, 1], "zoo_seed_probes": ["sgt"]}, "zoo_seed_probes"),
+                                          ({"probes": ["sgt"], "zoo_seed_probes": []}, "probes"),
+                                          ({"seeds": [0, 0]}, "seeds"), ({"pairing": ["A", "A"]}, "pairing")])
+def test_heldout_config_names_the_bad_field(knobs, field):
+    from mrl.config import ConfigError, HeldoutConfig
+
+    with pytest.raises(ConfigError, match=field):
+        HeldoutConfig(**knobs)

@@ -2,12 +2,14 @@
 
 A claim is a comparison "probe beats reference" on a per-run value, paired on the shared seeds
 (`mrl.reports.paired`). Verdicts, per regime, over the policies of the pairing:
-  reproduced      every policy's difference is in the claimed direction and real (its 95% interval excludes 0, at
-                  least 3 pairs: `mrl.reports.paired.is_real`);
-  not reproduced  no policy's difference is real in the claimed direction;
-  mixed           otherwise (real for some policies, not for others);
-  not run         the grid of that regime has no runs of one of the two probes.
-For a "no loss" claim (XGRPO keeps support), the rule is turned round: reproduced when no policy shows a real loss.
+  not run         the grid of that regime has no runs of one of the two probes;
+  inconclusive    fewer than MIN_PAIRS (3) shared seeds for some policy: too few to call anything;
+  reproduced      every policy's difference is in the claimed direction and real (its 95% interval excludes 0);
+  mixed           real in the claimed direction for some policies, not for others;
+  not reproduced  no policy's difference is real in the claimed direction.
+A "no loss" claim (XGRPO keeps support) is a non-inferiority test with margin NO_LOSS_MARGIN: reproduced when every
+policy's interval lies above -margin, not reproduced when some policy shows a real loss beyond it (its interval
+below 0 and its mean below -margin), inconclusive otherwise.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from mrl.reports.paired import final_values, interval_cell, pair_columns, paired_differences
+from mrl.reports.paired import MIN_PAIRS, final_values, interval_cell, pair_columns, paired_differences
 from mrl.reports.probes import KEYS
 
 
@@ -35,7 +37,8 @@ class Claim:
 CLAIMS = (
     Claim("MRL", "SGT is the favourable point: it beats independent GRPO", "sgt", "grpo", "weak"),
     Claim("MRL", "PRP pays density-ratio variance and the THL residual: it trails SGT", "sgt", "prp", "weak"),
-    Claim("MRL", "XGRPO keeps on-policy support: no loss on the policy's own skills against GRPO", "xgrpo", "grpo",
+    Claim("MRL", "XGRPO keeps on-policy support: no loss (beyond 0.05) on the policy's own skills against GRPO",
+          "xgrpo", "grpo",
           "own", no_loss=True),
     Claim("MRL", "PRP is less stable than GRPO: larger spread of the gradient norm", "prp", "grpo",
           "grad_norm_std"),
@@ -44,6 +47,8 @@ CLAIMS = (
           "gspo_x2", "weak"),
     Claim("GRAFT", "HACPO trails GRPO across families (GRAFT's re-implementation)", "grpo", "hacpo", "weak"),
 )
+
+NO_LOSS_MARGIN = 0.05  # accuracy: a loss on own skills smaller than 5 points counts as no loss
 
 VALUE_NAMES = {"weak": "weak-skill held-out accuracy", "overall": "overall held-out accuracy",
                "own": "held-out accuracy on own skills", "grad_norm_std": "grad-norm std over steps"}
@@ -70,11 +75,15 @@ def claim_values(evals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def verdict(diffs: pd.DataFrame, no_loss: bool) -> str:
-    """The ledger's rule over the policies' paired differences (columns diff, low, high, real)."""
+    """The ledger's rule over the policies' paired differences (columns diff, low, high, n, real)."""
     if diffs.empty:
         return "not run"
+    if (diffs.n < MIN_PAIRS).any():
+        return "inconclusive"
     if no_loss:
-        return "not reproduced" if (diffs.real & (diffs["diff"] < 0)).any() else "reproduced"
+        if (diffs.low > -NO_LOSS_MARGIN).all():
+            return "reproduced"
+        return "not reproduced" if (diffs.real & (diffs["diff"] < -NO_LOSS_MARGIN)).any() else "inconclusive"
     hits = diffs.real & (diffs["diff"] > 0)
     if hits.all():
         return "reproduced"

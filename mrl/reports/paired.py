@@ -3,8 +3,8 @@
 Every run of a grid shares its prompts and sampling seeds per step with the GRPO run of the same RL seed (and zoo
 seed), so a probe is compared with GRPO run by run: d_s = value(probe, s) - value(grpo, s) over the shared seeds s,
 and the 95% interval of mean(d) is Student's t with n - 1 degrees of freedom. A difference is called real only when
-that interval excludes 0 and it rests on at least MIN_PAIRS pairs (two pairs that agree exactly, common with
-accuracies on a few prompts, give an interval of width 0).
+that interval excludes 0, rests on at least MIN_PAIRS pairs and has a width (pairs that agree exactly, common
+with accuracies on a few hundred prompts, give an interval of width 0).
 """
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ def t_interval(values) -> tuple[float, float, float]:
 
 
 def is_real(low: float, high: float, n: int) -> bool:
-    """A difference is real when its interval excludes 0 and rests on at least MIN_PAIRS pairs."""
-    return bool(n >= MIN_PAIRS and (low > 0 or high < 0))
+    """A difference is real when its interval excludes 0, rests on at least MIN_PAIRS pairs and has a width (pairs
+    that all agree, as accuracies on a few hundred prompts can, make the t interval degenerate: no evidence)."""
+    return bool(n >= MIN_PAIRS and high - low > 1e-9 and (low > 0 or high < 0))
 
 
 def pair_columns(frame: pd.DataFrame) -> list[str]:
@@ -152,19 +153,25 @@ def interval_cell(mean: float, low: float, high: float, real: bool) -> str:
 
 def paired_table(evals: pd.DataFrame, steps: pd.DataFrame, split: str = "held-out") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(numbers, formatted table) per pairing, probe and policy: final weak-skill and overall `split` accuracy
-    (mean over runs), their paired differences to GRPO with 95% intervals (bold: real), rollouts to reach GRPO's
-    final weak-skill accuracy, own rollouts and peer experience used, and the number of runs."""
+    (mean over the row's runs, on the zoo seeds it lists), their paired differences to GRPO with 95% intervals over
+    the pairs (bold: real), rollouts to reach GRPO's final weak-skill accuracy, own rollouts and peer experience
+    used, the number of runs and of pairs with GRPO."""
     values = final_values(evals, split)
     means = values.groupby(KEYS, sort=False)[["weak", "overall"]].mean()
     runs = values.groupby(KEYS, sort=False).size().rename("runs")
     weak_skill = pd.Series({k: v for k, v in rescue_skills(evals).items()}, name="weak skill")
     numbers = means.join(runs)
+    if "zoo_seed" in values.columns:
+        numbers["zoo seeds"] = values.groupby(KEYS, sort=False).zoo_seed.agg(
+            lambda z: ", ".join(str(v) for v in sorted(set(z))))
     for column in ("weak", "overall"):
         diff = paired_differences(values, column).set_index(KEYS)
         numbers = numbers.join(diff.add_prefix(f"{column} Δ "))
     numbers = numbers.join(reach_table(evals, split)).join(own_rollouts(evals)).join(peer_use(steps)).reset_index()
     numbers.insert(2, "weak skill", [weak_skill.get((p, q), "") for p, q in zip(numbers.pairing, numbers.policy)])
-    table = numbers[KEYS[:1] + ["policy", "weak skill", "probe", "runs"]].copy()
+    columns = ["pairing", "policy", "weak skill", "probe", "runs"] + (["zoo seeds"] if "zoo seeds" in numbers else [])
+    table = numbers[columns].copy()
+    table["pairs"] = numbers["weak Δ n"].astype("Int64")
     table["weak"] = numbers.weak.round(3)
     table["Δ weak vs grpo [95% CI]"] = [interval_cell(*r) for r in numbers[
         ["weak Δ diff", "weak Δ low", "weak Δ high", "weak Δ real"]].itertuples(index=False)]
@@ -190,8 +197,9 @@ def curve_band(frame: pd.DataFrame, x: str, y: str, by: list[str]) -> pd.DataFra
 def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str, list[str]] | None = None,
                       split: str = "held-out", smooth: int = 10):
     """One row per policy. A panel per group of probes (`panels`: {title: probes}; None: one panel of all): the
-    weak skill's `split` accuracy vs own rollouts, one line per probe (mean over runs), band: the 95% t interval
-    over runs, as in the tables (clipped to [0, 1]). Last panel: training reward (the policy's mean reward per step,
+    weak skill's `split` accuracy vs own rollouts, one line per probe (mean over runs), band: the 95% t interval of
+    that probe's mean over its runs (clipped to [0, 1]); unpaired, so overlapping bands do not mean "no difference":
+    the tables' paired intervals decide that. Last panel: training reward (the policy's mean reward per step,
     rolling mean over `smooth` steps, mean over runs) vs step, every probe, lines only."""
     weak = weak_skill_evals(evals, split)
     order = probe_order(evals)
@@ -226,7 +234,7 @@ def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str
             ax.plot(line.step, line.smoothed, color=colours[probe], lw=1.0, label=probe)
         ax.set(xlabel="RL step", ylabel=f"training reward ({smooth}-step mean)", title=f"{policy}: training reward")
         ax.legend(fontsize=6, ncol=2)
-    fig.suptitle(f"{pairing}: weak skill ({split} prompts) vs own rollouts, mean over runs, band: 95% t interval; "
-                 "training reward", y=1.0)
+    fig.suptitle(f"{pairing}: weak skill ({split} prompts) vs own rollouts, mean over runs, band: 95% t interval of "
+                 "each probe's mean (unpaired; the tables pair on seeds); training reward", y=1.0)
     fig.tight_layout()
     return fig

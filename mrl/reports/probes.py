@@ -46,7 +46,9 @@ def rescue_skills(evals: pd.DataFrame) -> dict[tuple[str, str], str]:
 
 
 def final_accuracy(evals: pd.DataFrame) -> pd.DataFrame:
-    last = evals[evals.step == evals.groupby(KEYS + ["seed"]).step.transform("max")]
+    """Each run's last evaluation (a run: pairing, probe, policy, seed and, where present, zoo seed), with overall."""
+    run = KEYS + ["seed"] + (["zoo_seed"] if "zoo_seed" in evals.columns else [])
+    last = evals[evals.step == evals.groupby(run).step.transform("max")]
     return with_overall(last)
 
 
