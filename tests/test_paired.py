@@ -167,3 +167,16 @@ def test_heldout_config_names_the_bad_field(knobs, field):
 
     with pytest.raises(ConfigError, match=field):
         HeldoutConfig(**knobs)
+
+
+def test_claims_ledger_judges_each_zoo_seed_on_its_own():
+    runs = {("grpo", s): [0.1, 0.3, 0.4] for s in range(3)}
+    runs.update({("sgt", s): [0.1, 0.5, 0.6 + 0.01 * s] for s in range(3)})
+    zoo1 = {key: [a + 0.3 for a in curve] for key, curve in runs.items()}   # another warm-up, a higher start
+    evals = pd.concat([_evals(runs).assign(zoo_seed=0), _evals(zoo1).assign(zoo_seed=1)], ignore_index=True)
+    steps = pd.DataFrame([{"pairing": "A+B", "probe": p, "seed": s, "zoo_seed": z, "policy": q, "step": t,
+                           "reward": 0.5, "grad_norm": 1.0 + t} for p in ("grpo", "sgt") for s in range(3)
+                          for z in (0, 1) for q in ("A", "B") for t in (1, 2)])
+    row = claims_ledger({"r": (evals, steps)}, {"r": {("A+B", "A"): "S2"}}).iloc[0]
+    assert "A (S2), zoo 0: **+0.210" in row["evidence (paired difference, 95% CI)"]
+    assert "A (S2), zoo 1: **+0.210" in row["evidence (paired difference, 95% CI)"]

@@ -1,7 +1,9 @@
 """The claims ledger: each claim of the two papers, our paired evidence in each regime, and a verdict from a rule.
 
 A claim is a comparison "probe beats reference" on a per-run value, paired on the shared seeds
-(`mrl.reports.paired`). Verdicts, per regime, over the policies of the pairing:
+(`mrl.reports.paired`), within each zoo seed where a regime has several (two warm-ups can start a policy's weak
+skill at different levels, so each (policy, zoo seed) is its own unit, its interval over the RL seeds). Verdicts,
+per regime, over the units:
   not run         the grid of that regime has no runs of one of the two probes;
   inconclusive    fewer than MIN_PAIRS (3) shared seeds for some policy: too few to call anything;
   reproduced      every policy's difference is in the claimed direction and real (its 95% interval excludes 0);
@@ -90,12 +92,23 @@ def verdict(diffs: pd.DataFrame, no_loss: bool) -> str:
     return "mixed" if hits.any() else "not reproduced"
 
 
+def unit_differences(pair: pd.DataFrame, claim: Claim) -> pd.DataFrame:
+    """Paired differences of a claim per policy, and per zoo seed where the runs have several (column `zoo`)."""
+    if "zoo_seed" not in pair.columns or pair.zoo_seed.nunique() == 1:
+        return paired_differences(pair, claim.value, baseline=claim.reference).assign(zoo=None)
+    shared = [z for z, runs in pair.groupby("zoo_seed") if set(runs.probe) == {claim.probe, claim.reference}]
+    return pd.concat([paired_differences(pair[pair.zoo_seed == z], claim.value, baseline=claim.reference).assign(zoo=z)
+                      for z in shared], ignore_index=True)
+
+
 def evidence(diffs: pd.DataFrame, claim: Claim, values: pd.DataFrame, weak: dict) -> str:
-    """'A (S2): +0.120 [+0.050, +0.190]; B (S3): ...' with n runs, the ESS fraction where PRP is involved."""
+    """'A (S2): +0.120 [+0.050, +0.190]; B (S3): ...' (per zoo seed where there are several) with n runs, the ESS
+    fraction where PRP is involved."""
     parts = []
     for row in diffs.itertuples(index=False):
         skill = f" ({weak.get((row.pairing, row.policy), '')})" if claim.value == "weak" else ""
-        parts.append(f"{row.policy}{skill}: {interval_cell(row.diff, row.low, row.high, row.real)}")
+        zoo = f", zoo {row.zoo}" if row.zoo is not None and row.zoo == row.zoo else ""
+        parts.append(f"{row.policy}{skill}{zoo}: {interval_cell(row.diff, row.low, row.high, row.real)}")
     text = "; ".join(parts) + (f" (n={int(diffs.n.min())})" if len(diffs) else "")
     if "prp" in (claim.probe, claim.reference) and "ess_fraction" in values.columns:
         ess = values[values.probe == "prp"].ess_fraction
@@ -114,9 +127,9 @@ def claims_ledger(regimes: dict[str, tuple[pd.DataFrame, pd.DataFrame]], weak_sk
             values = claim_values(evals, steps)
             pair = values[values.probe.isin([claim.probe, claim.reference])]
             if set(pair.probe) != {claim.probe, claim.reference}:
-                diffs = pd.DataFrame(columns=KEYS + ["diff", "low", "high", "n", "real"])
+                diffs = pd.DataFrame(columns=KEYS + ["diff", "low", "high", "n", "real", "zoo"])
             else:
-                diffs = paired_differences(pair, claim.value, baseline=claim.reference)
+                diffs = unit_differences(pair, claim)
             rows.append({"paper": claim.paper, "claim": claim.claim, "regime": regime,
                          "comparison": f"{claim.probe} - {claim.reference}, {VALUE_NAMES[claim.value]}",
                          "evidence (paired difference, 95% CI)": evidence(diffs, claim, values,

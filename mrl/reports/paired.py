@@ -195,14 +195,15 @@ def curve_band(frame: pd.DataFrame, x: str, y: str, by: list[str]) -> pd.DataFra
 
 
 def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str, list[str]] | None = None,
-                      split: str = "held-out", smooth: int = 10):
+                      split: str = "held-out", smooth: int = 10, order: list[str] | None = None):
     """One row per policy. A panel per group of probes (`panels`: {title: probes}; None: one panel of all): the
     weak skill's `split` accuracy vs own rollouts, one line per probe (mean over runs), band: the 95% t interval of
     that probe's mean over its runs (clipped to [0, 1]); unpaired, so overlapping bands do not mean "no difference":
     the tables' paired intervals decide that. Last panel: training reward (the policy's mean reward per step,
-    rolling mean over `smooth` steps, mean over runs) vs step, every probe, lines only."""
+    rolling mean over `smooth` steps, mean over runs) vs step, every probe, lines only. order: the grid's probes,
+    which fixes each probe's colour (None: the order of `evals`)."""
     weak = weak_skill_evals(evals, split)
-    order = probe_order(evals)
+    order = order or probe_order(evals)
     panels = panels or {"probes": order}
     colours = {p: f"C{i % 10}" for i, p in enumerate(order)}
     runs = list(dict.fromkeys(zip(weak.pairing, weak.policy, weak.skill)))
@@ -231,10 +232,13 @@ def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str
         ax = axes[row][-1]
         for probe in order:
             line = reward[(reward.pairing == pairing) & (reward.policy == policy) & (reward.probe == probe)]
+            if line.empty:
+                continue
             ax.plot(line.step, line.smoothed, color=colours[probe], lw=1.0, label=probe)
         ax.set(xlabel="RL step", ylabel=f"training reward ({smooth}-step mean)", title=f"{policy}: training reward")
         ax.legend(fontsize=6, ncol=2)
-    fig.suptitle(f"{pairing}: weak skill ({split} prompts) vs own rollouts, mean over runs, band: 95% t interval of "
-                 "each probe's mean (unpaired; the tables pair on seeds); training reward", y=1.0)
+    zoo = f", zoo seed {evals.zoo_seed.iloc[0]}" if "zoo_seed" in evals and evals.zoo_seed.nunique() == 1 else ""
+    fig.suptitle(f"{pairing}{zoo}: weak skill ({split} prompts) vs own rollouts, mean over runs; training reward\n"
+                 "band: 95% t interval of each probe's mean (unpaired; the tables pair on seeds)", y=1.0)
     fig.tight_layout()
     return fig
