@@ -1,6 +1,7 @@
 """The zoo: tokenizers that split numbers differently, checkpoints that round-trip, a cache that rebuilds on change."""
 import json
 
+import pytest
 import torch
 
 from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig
@@ -50,11 +51,13 @@ def test_build_cache_and_roundtrip(tmp_path):
     assert json.loads((zoo["B"].path / "zoo.json").read_text())["family"]["d_ff"] == 64
 
 
-def test_parallel_build_equals_inline_build(tmp_path):
-    """Warm-up in spawned worker processes (1 thread each) is deterministic: same weights as inline."""
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_parallel_build_equals_inline_build(tmp_path, precision):
+    """Warm-up in spawned worker processes (1 thread each) is deterministic, under bf16 autocast too: same weights
+    as inline."""
     task_cfg = TaskConfig(test_per_skill=20, pool_per_skill=5)
     families = [FamilyConfig(name=n, arch=a, tokenizer="bpe", **SMALL) for n, a in (("A", "gpt2"), ("B", "qwen2"))]
-    warmup = WarmupConfig(steps=10, batch_size=16, lr_warmup_steps=2)
+    warmup = WarmupConfig(steps=10, batch_size=16, lr_warmup_steps=2, precision=precision)
     inline = build_zoo(task_cfg, ZooConfig(families=families, warmup=warmup, workers=1), tmp_path / "i", False)
     spawned = build_zoo(task_cfg, ZooConfig(families=families, warmup=warmup, workers=2), tmp_path / "p", False)
     for name in ("A", "B"):
