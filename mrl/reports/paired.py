@@ -194,51 +194,72 @@ def curve_band(frame: pd.DataFrame, x: str, y: str, by: list[str]) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
+def paired_curves(weak: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+    """Per pairing, probe, policy and evaluation step: the paired difference to the baseline over the shared seeds,
+    its 95% interval and whether it is real (paired_differences at every step). weak: rows of one skill per policy."""
+    frames = [paired_differences(at_step, "accuracy", baseline).assign(step=step)
+              for step, at_step in weak.groupby("step", sort=True)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str, list[str]] | None = None,
                       split: str = "held-out", smooth: int = 10, order: list[str] | None = None):
-    """One row per policy. A panel per group of probes (`panels`: {title: probes}; None: one panel of all): the
-    weak skill's `split` accuracy vs own rollouts, one line per probe (mean over runs), band: the 95% t interval of
-    that probe's mean over its runs (clipped to [0, 1]); unpaired, so overlapping bands do not mean "no difference":
-    the tables' paired intervals decide that. Last panel: training reward (the policy's mean reward per step,
-    rolling mean over `smooth` steps, mean over runs) vs step, every probe, lines only. order: the grid's probes,
-    which fixes each probe's colour (None: the order of `evals`)."""
+    """Two rows per policy, a column per group of probes (`panels`: {title: probes}; None: one group of all).
+    Upper row: the weak skill's `split` accuracy vs own rollouts, one line per probe (mean over runs), band: the 95%
+    t interval of that probe's mean over its runs (clipped to [0, 1]; unpaired). Lower row: the paired difference
+    to GRPO vs RL step, band: its 95% t interval over the shared seeds, the tables' interval at the last step. Last
+    column, upper row: training reward (the policy's mean reward per step, rolling mean over `smooth` steps, mean
+    over runs) vs step, lines only. order: the grid's probes, which fixes each probe's colour (None: `evals`')."""
     weak = weak_skill_evals(evals, split)
     order = order or probe_order(evals)
     panels = panels or {"probes": order}
     colours = {p: f"C{i % 10}" for i, p in enumerate(order)}
     runs = list(dict.fromkeys(zip(weak.pairing, weak.policy, weak.skill)))
-    fig, axes = plt.subplots(len(runs), len(panels) + 1, figsize=(4.6 * (len(panels) + 1), 3.4 * len(runs)),
+    fig, axes = plt.subplots(2 * len(runs), len(panels) + 1, figsize=(4.6 * (len(panels) + 1), 6.4 * len(runs)),
                              squeeze=False)
     accuracy = curve_band(weak, "rollouts", "accuracy", ["pairing", "policy", "probe"])
+    paired = paired_curves(weak)
     reward = steps.sort_values("step").assign(
         smoothed=lambda f: f.groupby(KEYS + pair_columns(f)).reward.transform(
             lambda r: r.rolling(smooth, min_periods=1).mean()))
     reward = reward.groupby(["pairing", "policy", "probe", "step"], sort=False).smoothed.mean().reset_index()
     n_runs = weak.groupby(["pairing", "policy", "probe"]).apply(lambda g: len(g.groupby(pair_columns(g))),
                                                                 include_groups=False)
-    for row, (pairing, policy, skill) in enumerate(runs):
-        for ax, (title, probes) in zip(axes[row], panels.items()):
+    for index, (pairing, policy, skill) in enumerate(runs):
+        top, bottom = axes[2 * index], axes[2 * index + 1]
+        of_policy = lambda frame, probe: frame[(frame.pairing == pairing) & (frame.policy == policy)  # noqa: E731
+                                               & (frame.probe == probe)]
+        for ax, low_ax, (title, probes) in zip(top, bottom, panels.items()):
             for probe in [p for p in order if p in probes]:
-                line = accuracy[(accuracy.pairing == pairing) & (accuracy.policy == policy) & (accuracy.probe == probe)]
-                if line.empty:
-                    continue
-                ax.plot(line.rollouts, line["mean"], color=colours[probe], lw=1.4,
-                        label=f"{probe} (n={n_runs.get((pairing, policy, probe), 0)})")
-                ax.fill_between(line.rollouts, line["low"].clip(0, 1), line["high"].clip(0, 1),
-                                color=colours[probe], alpha=0.12, lw=0)
+                line = of_policy(accuracy, probe)
+                if not line.empty:
+                    ax.plot(line.rollouts, line["mean"], color=colours[probe], lw=1.4,
+                            label=f"{probe} (n={n_runs.get((pairing, policy, probe), 0)})")
+                    ax.fill_between(line.rollouts, line["low"].clip(0, 1), line["high"].clip(0, 1),
+                                    color=colours[probe], alpha=0.12, lw=0)
+                diff = of_policy(paired, probe) if not paired.empty else paired
+                if not diff.empty:
+                    low_ax.plot(diff.step, diff["diff"], color=colours[probe], lw=1.4, label=probe)
+                    low_ax.fill_between(diff.step, diff["low"], diff["high"], color=colours[probe], alpha=0.12, lw=0)
             ax.set(xlabel="own rollouts", ylabel=f"{split} accuracy on {skill}",
                    title=f"{policy}'s weak skill {skill}: {title}")
             ax.legend(fontsize=7)
-        ax = axes[row][-1]
+            low_ax.axhline(0.0, color="k", lw=0.8)
+            low_ax.set(xlabel="RL step", ylabel=f"difference to {BASELINE} on {skill}",
+                       title=f"{policy}: paired difference to {BASELINE}, 95% interval")
+            if low_ax.get_legend_handles_labels()[0]:
+                low_ax.legend(fontsize=7)
+        ax = top[-1]
         for probe in order:
-            line = reward[(reward.pairing == pairing) & (reward.policy == policy) & (reward.probe == probe)]
-            if line.empty:
-                continue
-            ax.plot(line.step, line.smoothed, color=colours[probe], lw=1.0, label=probe)
+            line = of_policy(reward, probe)
+            if not line.empty:
+                ax.plot(line.step, line.smoothed, color=colours[probe], lw=1.0, label=probe)
         ax.set(xlabel="RL step", ylabel=f"training reward ({smooth}-step mean)", title=f"{policy}: training reward")
         ax.legend(fontsize=6, ncol=2)
+        bottom[-1].axis("off")
     zoo = f", zoo seed {evals.zoo_seed.iloc[0]}" if "zoo_seed" in evals and evals.zoo_seed.nunique() == 1 else ""
-    fig.suptitle(f"{pairing}{zoo}: weak skill ({split} prompts) vs own rollouts, mean over runs; training reward\n"
-                 "band: 95% t interval of each probe's mean (unpaired; the tables pair on seeds)", y=1.0)
+    fig.suptitle(f"{pairing}{zoo}: weak skill ({split} prompts), mean over runs (band: 95% t interval of each probe's "
+                 f"mean, unpaired),\npaired difference to {BASELINE} (band: its 95% t interval over the shared seeds), "
+                 "training reward", y=1.0)
     fig.tight_layout()
     return fig
