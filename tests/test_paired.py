@@ -12,7 +12,8 @@ from mrl.config import SKILLS
 from mrl.experiment import heldout_config
 from mrl.profiles import load_profile
 from mrl.reports.claims import claims_ledger, verdict
-from mrl.reports.paired import paired_differences, paired_table, reach_table, rollouts_to_reach, t_interval
+from mrl.reports.paired import (final_values, paired_differences, paired_table, reach_table, rollouts_to_reach,
+                                t_interval)
 from mrl.tasks import ArithTask
 
 
@@ -180,3 +181,15 @@ def test_claims_ledger_judges_each_zoo_seed_on_its_own():
     row = claims_ledger({"r": (evals, steps)}, {"r": {("A+B", "A"): "S2"}}).iloc[0]
     assert "A (S2), zoo 0: **+0.210" in row["evidence (paired difference, 95% CI)"]
     assert "A (S2), zoo 1: **+0.210" in row["evidence (paired difference, 95% CI)"]
+
+
+def test_paired_curves_end_at_the_tables_interval():
+    from mrl.reports.paired import paired_curves, weak_skill_evals
+
+    evals = _evals({("grpo", 0): [0.1, 0.3, 0.4], ("grpo", 1): [0.1, 0.2, 0.4], ("grpo", 2): [0.1, 0.3, 0.45],
+                    ("sgt", 0): [0.1, 0.5, 0.6], ("sgt", 1): [0.1, 0.4, 0.6], ("sgt", 2): [0.1, 0.4, 0.7]})
+    curves = paired_curves(weak_skill_evals(evals)).set_index(["policy", "step"])
+    last = paired_differences(final_values(evals).rename(columns={"weak": "accuracy"}), "accuracy").set_index("policy")
+    assert curves.loc[("A", 2), "diff"] == pytest.approx(last.loc["A", "diff"])
+    assert curves.loc[("A", 2), "low"] == pytest.approx(last.loc["A", "low"])
+    assert curves.loc[("A", 0), "diff"] == 0.0 and not curves.loc[("A", 0), "real"]
