@@ -446,7 +446,8 @@ class HeldoutConfig:
         require("grpo" in names, c, "probes", names, "a list that includes grpo (the paired baseline)")
         require(isinstance(self.zoo_seed_probes, list) and set(self.zoo_seed_probes) <= set(names)
                 and ("grpo" in self.zoo_seed_probes or len(self.zoo_seeds) == 1), c, "zoo_seed_probes",
-                self.zoo_seed_probes, f"probe names drawn from {names}, grpo among them (each zoo seed needs its baseline)")
+                self.zoo_seed_probes,
+                f"probe names drawn from {names}, grpo among them (each zoo seed needs its baseline)")
         _int_list(c, "seeds", self.seeds)
         _int_list(c, "zoo_seeds", self.zoo_seeds)
         for f in ("steps", "eval_every"):

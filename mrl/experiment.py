@@ -8,8 +8,8 @@ A run is keyed by the hash of everything its numbers depend on (task, zoo folder
 seed and steps, probe, policies, and the source code of the mrl package); its steps and evals are
 stored under results/runs/<key>/ and read back when the same run is asked for again (a notebook
 re-run, or HACPO's notebook reusing the MRL probes' runs). Any edit of mrl/'s code (not its docstrings,
-comments or mrl/reports/) makes new keys, so a cached run never outlives the code that produced it. The backend is not part of the key: inline, process and
-ray give the same metrics.
+comments or mrl/reports/) makes new keys, so a cached run never outlives the code that produced it. The backend is
+not part of the key: inline, process and ray give the same metrics.
 """
 from __future__ import annotations
 

@@ -152,7 +152,8 @@ def warm_up(model, tokenizer, task: ArithTask, family: FamilyConfig, cfg: Warmup
     for _ in bar:
         batch = [rng.choice(sources[k]) for k in rng.choices(keys, weights, k=cfg.batch_size)]
         prompt, prompt_mask, answer, answer_mask = _collate(batch, tokenizer.pad_token_id)
-        with torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
+        device = next(model.parameters()).device.type
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
             logp = completion_logprobs(model, prompt, prompt_mask, answer, answer_mask, engine="fast")
         loss = -(logp * answer_mask).sum() / answer_mask.sum()
         optimizer.zero_grad(set_to_none=True)

@@ -151,7 +151,8 @@ def interval_cell(mean: float, low: float, high: float, real: bool) -> str:
     return f"**{text}**" if real else text
 
 
-def paired_table(evals: pd.DataFrame, steps: pd.DataFrame, split: str = "held-out") -> tuple[pd.DataFrame, pd.DataFrame]:
+def paired_table(evals: pd.DataFrame, steps: pd.DataFrame,
+                 split: str = "held-out") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(numbers, formatted table) per pairing, probe and policy: final weak-skill and overall `split` accuracy
     (mean over the row's runs, on the zoo seeds it lists), their paired differences to GRPO with 95% intervals over
     the pairs (bold: real), rollouts to reach GRPO's final weak-skill accuracy, own rollouts and peer experience
