@@ -52,8 +52,9 @@ def main():
         keys, weights = zip(*sorted(family.warmup_mix.items()))
         sources = _encode_sources(tokenizer, task, keys)
         rng = random.Random(0)
-        batches = [_collate([rng.choice(sources[k]) for k in rng.choices(keys, weights, k=config.zoo.warmup.batch_size)],
-                            tokenizer.pad_token_id) for _ in range(args.steps)]
+        size = config.zoo.warmup.batch_size
+        batches = [_collate([rng.choice(sources[k]) for k in rng.choices(keys, weights, k=size)], tokenizer.pad_token_id)
+                   for _ in range(args.steps)]
         times = {label: step_ms(family, tokenizer, batches, config.zoo.max_positions, engine, bf16)
                  for label, engine, bf16 in VARIANTS}
         reference = times[VARIANTS[0][0]]

@@ -35,7 +35,8 @@ def test_paired_difference_pairs_by_seed_and_calls_it_real_only_outside_zero():
     # diffs 0.10, 0.15, 0.10: mean 0.1167, sd 0.0289, half-width 4.303 * 0.0289 / sqrt(3) = 0.0717
     row = paired_differences(_values([0.1, 0.2, 0.3], [0.2, 0.35, 0.4], order=3), "v").iloc[0]
     assert row["diff"] == pytest.approx(0.35 / 3) and row.n == 3 and row.real
-    assert row.low == pytest.approx(0.35 / 3 - student_t.ppf(0.975, 2) * np.std([0.1, 0.15, 0.1], ddof=1) / math.sqrt(3))
+    half = student_t.ppf(0.975, 2) * np.std([0.1, 0.15, 0.1], ddof=1) / math.sqrt(3)
+    assert row.low == pytest.approx(0.35 / 3 - half)
     # the same means unpaired-looking: diffs +0.2, -0.1, +0.05 straddle 0
     row = paired_differences(_values([0.1, 0.4, 0.3], [0.3, 0.3, 0.35]), "v").iloc[0]
     assert not row.real and row.low < 0 < row.high
@@ -155,7 +156,8 @@ def test_heldout_runs_have_their_own_cache_keys():
 
     profile = load_profile("smoke")
     grpo = probe_config("grpo")
-    paths = lambda c: {f.name: f"/zoo/{f.name}-{c.zoo.warmup.seed}-{c.task.name}" for f in c.zoo.families[:2]}  # noqa: E731
+    def paths(c):
+        return {f.name: f"/zoo/{f.name}-{c.zoo.warmup.seed}-{c.task.name}" for f in c.zoo.families[:2]}
     keys = {run_key(c, paths(c), grpo, 0, 4) for c in (profile, heldout_config(profile, 0), heldout_config(profile, 1))}
     assert len(keys) == 3
 

@@ -204,16 +204,21 @@ def paired_curves(weak: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
 
 
 def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str, list[str]] | None = None,
-                      split: str = "held-out", smooth: int = 10, order: list[str] | None = None):
+                      split: str = "held-out", smooth: int = 10, zoo_seed: int | None = None):
     """Two rows per policy, a column per group of probes (`panels`: {title: probes}; None: one group of all).
     Upper row: the weak skill's `split` accuracy vs own rollouts, one line per probe (mean over runs), band: the 95%
     t interval of that probe's mean over its runs (clipped to [0, 1]; unpaired). Lower row: the paired difference
     to GRPO vs RL step, band: its 95% t interval over the shared seeds, the tables' interval at the last step. Last
     column, upper row: training reward (the policy's mean reward per step, rolling mean over `smooth` steps, mean
-    over runs) vs step, lines only. order: the grid's probes, which fixes each probe's colour (None: `evals`')."""
+    over runs) vs step, lines only. zoo_seed: only the runs on that zoo seed (a group keeps the probes that ran
+    there, if two or more did). Each probe's colour follows the grid's order (`probe_order` of all of `evals`)."""
+    order = probe_order(evals)
+    if zoo_seed is not None:
+        evals, steps = evals[evals.zoo_seed == zoo_seed], steps[steps.zoo_seed == zoo_seed]
+    ran = set(evals.probe)
+    panels = {title: [p for p in probes if p in ran] for title, probes in (panels or {"probes": order}).items()
+              if len(set(probes) & ran) > 1}
     weak = weak_skill_evals(evals, split)
-    order = order or probe_order(evals)
-    panels = panels or {"probes": order}
     colours = {p: f"C{i % 10}" for i, p in enumerate(order)}
     runs = list(dict.fromkeys(zip(weak.pairing, weak.policy, weak.skill)))
     fig, axes = plt.subplots(2 * len(runs), len(panels) + 1, figsize=(4.6 * (len(panels) + 1), 6.4 * len(runs)),
