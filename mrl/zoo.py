@@ -60,6 +60,14 @@ def train_tokenizer(kind: str, corpus: list[str], vocab_size: int, max_length: i
     else:
         raise ValueError(f"tokenizer kind {kind!r} is not allowed; expected one of ['bpe', 'unigram', 'wordpiece']")
     tok.train_from_iterator(corpus, trainer=trainer)
+    if kind == "unigram":
+        # the Unigram trainer orders pieces of equal score in a run-dependent way (same pieces and scores, other
+        # ids); renumber by score, then piece, so a rebuilt zoo is bit-identical
+        learnt = json.loads(tok.to_str())["model"]["vocab"]
+        specials = [entry for entry in learnt if entry[0] in SPECIAL_TOKENS]
+        others = sorted((entry for entry in learnt if entry[0] not in SPECIAL_TOKENS), key=lambda e: (-e[1], e[0]))
+        ordered = sorted(specials, key=lambda e: SPECIAL_TOKENS.index(e[0])) + others
+        tok.model = models.Unigram([(piece, score) for piece, score in ordered], unk_id=SPECIAL_TOKENS.index("<unk>"))
     if kind == "wordpiece":
         # the WordPiece trainer assigns ids in a run-dependent order (same tokens, shuffled ids);
         # renumber canonically so a rebuilt zoo is bit-identical

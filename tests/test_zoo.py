@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig
+from mrl.tasks import ArithTask
 from mrl.zoo import build_zoo, check_composition, family_dir, train_tokenizer
 
 SMALL = dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=64)
@@ -70,3 +71,16 @@ def test_tokenizer_training_is_reproducible(arith_task):
     for kind, vocab in (("bpe", 48), ("unigram", 40), ("wordpiece", 60)):
         runs = [train_tokenizer(kind, arith_task.corpus, vocab, 48).get_vocab() for _ in range(3)]
         assert runs[0] == runs[1] == runs[2], kind
+
+
+def test_unigram_ids_are_canonical_where_scores_tie():
+    """arith-forms gives Unigram pieces of equal score, which its trainer orders run by run; ids follow the score,
+    then the piece, so every build gets the same ids."""
+    import json
+
+    task = ArithTask(TaskConfig(name="arith-forms", test_per_skill=400, pool_per_skill=0, leak_n=20))
+    vocab = json.loads(train_tokenizer("unigram", task.corpus, 24, 40).backend_tokenizer.to_str())["model"]["vocab"]
+    learnt = [(piece, score) for piece, score in vocab[3:]]
+    assert [piece for piece, _ in vocab[:3]] == ["<pad>", "<eos>", "<unk>"]
+    assert learnt == sorted(learnt, key=lambda e: (-e[1], e[0]))
+    assert len({score for _, score in learnt}) < len(learnt)   # the case that matters: some scores tie
