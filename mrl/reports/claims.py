@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from mrl.reports.paired import MIN_PAIRS, final_values, interval_cell, pair_columns, paired_differences
-from mrl.reports.probes import KEYS
+from mrl.reports.probes import KEYS, final_accuracy
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,8 @@ def claim_values(evals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     skills (the others), the std of its gradient norm over steps and its mean ESS fraction (PRP)."""
     values = final_values(evals, "held-out")
     keys = KEYS + pair_columns(values)
-    final = evals[(evals.split == "held-out")]
-    final = final[final.step == final.groupby(keys).step.transform("max")]
+    final = final_accuracy(evals)
+    final = final[(final.split == "held-out") & (final.skill != "overall")]
     weak = values.set_index(keys)
     own = []
     for key, group in final.groupby(keys, sort=False):

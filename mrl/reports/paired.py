@@ -11,9 +11,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from scipy.stats import t as student_t
 
-from mrl.reports.probes import KEYS, PEER_USE, final_accuracy, probe_order, rescue_skills
+from mrl.reports.probes import KEYS, PEER_USE, ci95, final_accuracy, probe_order, rescue_skills
 
 BASELINE = "grpo"
 MIN_PAIRS = 3
@@ -23,12 +22,8 @@ def t_interval(values) -> tuple[float, float, float]:
     """(mean, low, high) of the 95% t interval of the mean of `values` (NaNs dropped); low = high = NaN below 2."""
     values = np.asarray(values, dtype=float)
     values = values[~np.isnan(values)]
-    if len(values) == 0:
-        return float("nan"), float("nan"), float("nan")
-    mean = float(values.mean())
-    if len(values) < 2:
-        return mean, float("nan"), float("nan")
-    half = float(student_t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values)))
+    mean = float(values.mean()) if len(values) else float("nan")
+    half = ci95(values)
     return mean, mean - half, mean + half
 
 
