@@ -18,15 +18,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
-import shutil
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from tqdm.auto import tqdm
 
+from mrl import checkpoint
 from mrl.actor import ActorConfig, PolicyActor
 from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads, raise_first_failure
@@ -34,8 +33,6 @@ from mrl.probes import ProbeConfig, get_probe
 from mrl.see import Exchange, PolicySpec
 from mrl.seeding import step_prompts
 from mrl.tasks import make_task
-
-STEP_DIR = "step-{:06d}"
 
 
 @dataclass
@@ -55,31 +52,27 @@ class RunRecord:
 
 
 def latest_checkpoint(folder: str | Path) -> Path | None:
-    """The newest complete checkpoint folder (a half-written one is never named step-*)."""
-    done = sorted(p for p in Path(folder).glob("step-*")
-                  if re.fullmatch(r"step-\d{6}", p.name) and (p / "state.pt").exists())  # never a *.tmp
-    return done[-1] if done else None
+    """The newest finished checkpoint folder of a run (see mrl.checkpoint)."""
+    return checkpoint.latest(folder)
 
 
-def save_checkpoint(folder: str | Path, step: int, backend, exchange: Exchange, record: RunRecord) -> Path:
-    states, failures = backend.call({w: ("state_dict", ()) for w in backend.workers})
-    raise_first_failure(failures, "while checkpointing: ")
-    target = Path(folder) / STEP_DIR.format(step)
-    staging = Path(folder) / (STEP_DIR.format(step) + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    torch.save({"step": step, "workers": states, "exchange": exchange.state_dict(),
-                "record": {k: v for k, v in record.__dict__.items()
-                           if k not in ("timeline", "startup_seconds", "wall_seconds")}}, staging / "state.pt")
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(staging, target)
-    return target
+def save_checkpoint(folder: str | Path, step: int, backend, exchange: Exchange, record: RunRecord, identity: dict,
+                    cfg: RunnerConfig) -> Path:
+    """Every live worker's state (within the step deadline, failures handled by the failure policy), the
+    exchange and the metrics so far, written atomically with the run's identity."""
+    states = _phase(backend, {w: ("state_dict", ()) for w in backend.workers}, step, record, cfg,
+                    "while checkpointing: ")
+    state = {"step": step, "workers": states, "exchange": exchange.state_dict(),
+             "record": {k: v for k, v in record.__dict__.items()
+                        if k not in ("timeline", "startup_seconds", "wall_seconds")}}
+    return checkpoint.save(folder, step, state, identity)
 
 
 def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg: GrpoConfig,
                    cfg: RunnerConfig, checkpoint_dir: str | Path | None = None, resume: bool = False,
                    threads: int | None = 1, progress: bool = True, run_id: str = "run",
-                   actor_cls: type = PolicyActor, probe_cfg: ProbeConfig | None = None) -> RunRecord:
+                   actor_cls: type = PolicyActor, probe_cfg: ProbeConfig | None = None,
+                   experience_dir: str | Path | None = None) -> RunRecord:
     """Train the policies at `policy_paths` ({name: checkpoint folder}, one or more) together for grpo_cfg.steps steps.
 
     probe_cfg: the sharing probe and its knobs (default grpo: independent policies that still publish experience);
@@ -87,6 +80,11 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     threads: torch threads per worker (1 keeps runs bit-reproducible); None plans them with
     `mwra.plan_threads` from each policy's declared cost (its parameter count) over this machine's cores.
     actor_cls: the worker class (a PolicyActor subclass, e.g. one that injects faults in tests).
+    experience_dir: where the exchange's accepted records are logged, one atomic write per step (sync) or per
+    checkpoint (async), readable with `mrl.see.replay`; None: `checkpoint_dir/experience` when checkpointing,
+    else no log.
+    resume: continue from the newest intact checkpoint in checkpoint_dir (damaged ones are skipped and named
+    in the events); a checkpoint of another experiment (seed, probe, policies, steps, ...) is refused.
     """
     if len(policy_paths) < 1:
         raise ValueError("a run needs at least one policy; policy_paths is empty")
@@ -103,6 +101,12 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     if cfg.mode == "async" and probe.kinds:
         raise ValueError(f"mode='async' runs probes that share nothing (grpo); probe {probe.name!r} collects "
                          f"{list(probe.kinds)} from the same step, which needs mode='sync'")
+    identity = checkpoint.run_identity(policy_paths, task_cfg, grpo_cfg, probe_cfg, cfg, run_id)
+    found, state, skipped = None, None, []
+    if resume and checkpoint_dir is not None:
+        found, state, skipped = checkpoint.load_latest(checkpoint_dir, identity)  # before any worker starts
+    if experience_dir is None and checkpoint_dir is not None:
+        experience_dir = Path(checkpoint_dir) / "experience"
     task = make_task(task_cfg)
     if threads is None:
         costs = {name: json.loads((Path(path) / "zoo.json").read_text())["n_params"]
@@ -115,29 +119,26 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
                                                      peer_paths), num_cpus=plan[name])
              for name, path in policy_paths.items()]
     begin = time.perf_counter()
-    backend = make_backend(cfg.backend, specs)
+    backend = make_backend(cfg.backend, specs)  # building the workers has its own deadline (start_timeout)
     startup = time.perf_counter() - begin
-    record, first_step = RunRecord(workers=list(policy_paths)), 1
-    policies = backend.call({w: ("policy_spec", ()) for w in backend.workers})[0]
-    exchange = Exchange({name: PolicySpec(**spec) for name, spec in policies.items()})
+    record = RunRecord(**state["record"]) if state is not None else RunRecord(workers=list(policy_paths))
+    first_step = state["step"] + 1 if state is not None else 1
     try:
-        checkpoint = latest_checkpoint(checkpoint_dir) if (resume and checkpoint_dir) else None
-        if checkpoint is not None:
-            state = torch.load(checkpoint / "state.pt", weights_only=False)
-            for name in list(backend.workers):
-                if name not in state["workers"]:
-                    backend.drop(name)  # it had been dropped before the checkpoint
-            _, failures = backend.call({w: ("load_state_dict", (state["workers"][w],)) for w in backend.workers})
-            raise_first_failure(failures)
-            exchange.load_state_dict(state["exchange"])
-            record = RunRecord(**state["record"])
-            first_step = state["step"] + 1
-            record.events.append({"step": state["step"], "event": f"resumed from {checkpoint.name}"})
+        policies = _phase(backend, {w: ("policy_spec", ()) for w in backend.workers}, first_step - 1, record, cfg,
+                          "at start-up: ")
+        exchange = Exchange({name: PolicySpec(**spec) for name, spec in policies.items()}, log_dir=experience_dir)
+        if state is not None:
+            _restore(backend, exchange, state, found.name, record, cfg)
+        for name, reason in skipped:
+            warnings.warn(f"skipped damaged checkpoint {name}: {reason}", stacklevel=2)
+            record.events.append({"step": first_step - 1, "event": f"skipped damaged checkpoint {name}: {reason}"})
+        if found is not None:
+            record.events.append({"step": first_step - 1, "event": f"resumed from {found.name}"})
         if first_step == 1:
             _evaluate(backend, 0, record, grpo_cfg, cfg)
         loop_start = time.perf_counter()
         run_loop = _run_async if cfg.mode == "async" else _run_sync
-        run_loop(backend, task, grpo_cfg, cfg, exchange, record, first_step, checkpoint_dir, progress, probe)
+        run_loop(backend, task, grpo_cfg, cfg, exchange, record, first_step, checkpoint_dir, progress, probe, identity)
         record.counters = dict(exchange.counters)
         record.wall_seconds = time.perf_counter() - loop_start
         record.startup_seconds = startup
@@ -147,9 +148,19 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
         backend.close()
 
 
+def _restore(backend, exchange: Exchange, state: dict, name: str, record: RunRecord, cfg: RunnerConfig) -> None:
+    """Load a checkpoint's state into the workers (within the step deadline) and into the exchange."""
+    for worker in list(backend.workers):
+        if worker not in state["workers"]:
+            backend.drop(worker)  # it had been dropped before the checkpoint
+    _phase(backend, {w: ("load_state_dict", (state["workers"][w],)) for w in backend.workers}, state["step"], record,
+           cfg, f"while resuming from {name}: ")
+    exchange.load_state_dict(state["exchange"])
+
+
 def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: Exchange, record: RunRecord,
-              first_step: int, checkpoint_dir, progress: bool, probe) -> None:
-    """Two barriers per step (rollout, update); the peers' records are collected in between."""
+              first_step: int, checkpoint_dir, progress: bool, probe, identity: dict) -> None:
+    """Two barriers per step (rollout, update); the peers' records are collected in between and logged."""
     steps = range(first_step, grpo_cfg.steps + 1)
     for step in tqdm(steps, desc=f"{cfg.backend} x{len(backend.workers)} {probe.name}", disable=not progress,
                      mininterval=5):
@@ -158,6 +169,7 @@ def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: 
         rollouts = _phase(backend, {w: ("rollout", (step, problems)) for w in backend.workers}, step, record, cfg)
         for name in sorted(rollouts):  # a fixed order, whatever order the workers answered in
             exchange.publish_many(rollouts[name]["records"])
+        exchange.flush(step)
         calls = {w: ("update", (step, collect_for(exchange, probe.kinds, w, problems, task, cfg.max_staleness)))
                  for w in sorted(rollouts)}
         updates = _phase(backend, calls, step, record, cfg)
@@ -173,7 +185,7 @@ def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: 
             _evaluate(backend, step, record, grpo_cfg, cfg)
         record.counters = dict(exchange.counters)
         if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-            save_checkpoint(checkpoint_dir, step, backend, exchange, record)
+            save_checkpoint(checkpoint_dir, step, backend, exchange, record, identity, cfg)
 
 
 def collect_for(exchange: Exchange, kinds, receiver: str, problems, task, max_staleness: int | None) -> dict:
@@ -189,11 +201,12 @@ def collect_for(exchange: Exchange, kinds, receiver: str, problems, task, max_st
 
 
 def _run_async(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: Exchange, record: RunRecord,
-               first_step: int, checkpoint_dir, progress: bool, probe=None) -> None:
+               first_step: int, checkpoint_dir, progress: bool, probe, identity: dict) -> None:
     """Bounded-staleness clock: a worker starts step s once s <= (slowest worker's next step) + staleness.
 
     Checkpoint steps are barriers (every worker finishes them before anyone goes on), so a
-    checkpoint is a consistent cut. `record.events` logs each dispatch's lead over the slowest.
+    checkpoint is a consistent cut; the experience log is written at each of them and at the end.
+    `record.events` logs each dispatch's lead over the slowest.
     """
     next_step = {w: first_step for w in backend.workers}
     running: set = set()
@@ -245,7 +258,9 @@ def _run_async(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange:
         record.counters = dict(exchange.counters)
         if cfg.checkpoint_every and done and done % cfg.checkpoint_every == 0 and not running \
                 and all(next_step[w] == done + 1 for w in next_step):
-            save_checkpoint(checkpoint_dir, done, backend, exchange, record)
+            exchange.flush(done)
+            save_checkpoint(checkpoint_dir, done, backend, exchange, record, identity, cfg)
+    exchange.flush(exchange.clock)
     for key in sorted(pending_rows):
         record.steps.append(pending_rows.pop(key))
     record.evals.sort(key=lambda row: (row["step"], row["policy"]))
@@ -257,15 +272,16 @@ def _next_checkpoint(step: int, every: int) -> int | None:
     return None if not every else ((step + every - 1) // every) * every
 
 
-def _phase(backend, calls: dict, step: int, record: RunRecord, cfg: RunnerConfig) -> dict:
-    """One barrier: results of the workers that answered; failures handled by the failure policy."""
+def _phase(backend, calls: dict, step: int, record: RunRecord, cfg: RunnerConfig, context: str = "") -> dict:
+    """One barrier with the step deadline: results of the workers that answered; failures handled by the
+    failure policy (fail: raise WorkerFailed; continue: drop the worker, an event names it)."""
     results, failures = backend.call(calls, timeout=cfg.step_timeout)
     if failures:
         if cfg.failure_policy == "fail":
-            raise_first_failure(failures)
+            raise_first_failure(failures, context)
         for name, reason in failures.items():
             backend.drop(name)
-            record.events.append({"step": step, "event": f"dropped {name}: {reason.splitlines()[0]}"})
+            record.events.append({"step": step, "event": f"dropped {name}: {context}{reason.splitlines()[0]}"})
         if not backend.workers:
             raise WorkerFailed(next(iter(failures)), "no worker is left")
     return results

@@ -323,15 +323,6 @@ def test_bad_peer_records_are_rejected_and_the_run_goes_on(paths):
     assert metrics(record) == metrics(clean)  # nothing malformed reached any policy
 
 
-def test_latest_checkpoint_ignores_half_written_folders(tmp_path):
-    (tmp_path / "step-000004").mkdir()
-    (tmp_path / "step-000004" / "state.pt").write_bytes(b"complete")
-    (tmp_path / "step-000006.tmp").mkdir()  # a save interrupted by SIGKILL
-    (tmp_path / "step-000006.tmp" / "state.pt").write_bytes(b"trunc")
-    (tmp_path / "step-000008").mkdir()  # no state.pt yet
-    assert latest_checkpoint(tmp_path).name == "step-000004"
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("probe", ["prp", "prp_naive", "xgrpo", "sgt", "hacpo", "naive"])
 def test_sharing_probes_use_their_peers_across_tokenizers(paths, probe):
@@ -403,3 +394,128 @@ def test_packed_runs_give_the_one_at_a_time_results(paths, tmp_path, monkeypatch
     drop = lambda df: df.drop(columns=[c for c in df.columns if c.endswith("seconds")])  # noqa: E731
     for packed in (2, "cached"):
         assert drop(frames[packed][0]).equals(drop(frames[1][0])) and frames[packed][1].equals(frames[1][1])
+
+
+# --- reliability: deadlines everywhere, resume only into the same experiment, damaged checkpoints, the log ----
+
+class SlowCheckpointActor(PolicyActor):
+    """Worker C never answers state_dict, or (die=True) dies in it; optionally hangs at start-up or resume."""
+
+    hang_in = "state_dict"
+
+    def _fault(self):
+        if self.name == "C":
+            if self.hang_in == "die":
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(3600)
+
+    def state_dict(self):
+        if self.hang_in in ("state_dict", "die"):
+            self._fault()
+        return super().state_dict()
+
+    def policy_spec(self):
+        if self.hang_in == "policy_spec":
+            self._fault()
+        return super().policy_spec()
+
+    def load_state_dict(self, state):
+        if self.hang_in == "load_state_dict":
+            self._fault()
+        return super().load_state_dict(state)
+
+
+def faulty(where: str) -> type:
+    return type(f"Faulty_{where}", (SlowCheckpointActor,), {"hang_in": where})
+
+
+Faulty_state_dict, Faulty_die, Faulty_policy_spec, Faulty_load_state_dict = (
+    faulty(w) for w in ("state_dict", "die", "policy_spec", "load_state_dict"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("actor", [Faulty_state_dict, Faulty_policy_spec], ids=["checkpoint", "start-up"])
+def test_a_worker_that_never_answers_fails_the_run_within_the_deadline(paths, tmp_path, actor):
+    cfg = RunnerConfig(backend="process", step_timeout=5, failure_policy="fail", checkpoint_every=2)
+    start = time.monotonic()
+    with pytest.raises(WorkerFailed, match=f"worker 'C' failed: .*no answer to {actor.hang_in} within 5.0 s"):
+        run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, progress=False, actor_cls=actor)
+    assert time.monotonic() - start < 90
+    assert latest_checkpoint(tmp_path) is None
+
+
+@pytest.mark.slow
+def test_a_worker_that_hangs_while_resuming_fails_within_the_deadline(paths, tmp_path):
+    grpo = dataclasses.replace(GRPO, steps=2)
+    run_concurrent(paths, TASK, grpo, RunnerConfig(checkpoint_every=2), checkpoint_dir=tmp_path, progress=False)
+    cfg = RunnerConfig(backend="process", step_timeout=5, checkpoint_every=2)
+    with pytest.raises(WorkerFailed, match="while resuming from step-000002: no answer to load_state_dict"):
+        run_concurrent(paths, TASK, grpo, cfg, checkpoint_dir=tmp_path, resume=True, progress=False,
+                       actor_cls=Faulty_load_state_dict)
+
+
+@pytest.mark.slow
+def test_a_worker_dying_while_checkpointing_is_dropped_with_continue(paths, tmp_path):
+    cfg = RunnerConfig(backend="process", step_timeout=60, failure_policy="continue", checkpoint_every=2)
+    record = run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, progress=False, actor_cls=Faulty_die)
+    assert [r["step"] for r in record.steps if r["policy"] == "C"] == [1, 2]
+    assert [r["step"] for r in record.steps if r["policy"] == "A"] == list(range(1, GRPO.steps + 1))
+    assert any(e["event"].startswith("dropped C: while checkpointing: its process died") for e in record.events)
+    state = torch.load(latest_checkpoint(tmp_path) / "state.pt", weights_only=False)
+    assert latest_checkpoint(tmp_path).name == "step-000006" and sorted(state["workers"]) == ["A", "B"]
+
+
+@pytest.fixture(scope="module")
+def two_step_checkpoint(paths, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ckpt")
+    two = {k: paths[k] for k in "AB"}
+    run_concurrent(two, TASK, dataclasses.replace(GRPO, steps=4), RunnerConfig(checkpoint_every=2),
+                   checkpoint_dir=folder, progress=False)
+    shutil.rmtree(folder / "step-000004")  # as if killed after step 2's checkpoint
+    return folder
+
+
+@pytest.mark.parametrize("change, named", [
+    (dict(grpo=dataclasses.replace(GRPO, steps=4, seed=1)), "seed: the checkpoint has 0, this run has 1"),
+    (dict(probe_cfg=probe_config("sgt")), "probe: the checkpoint has"),
+    (dict(grpo=dataclasses.replace(GRPO, steps=10)), "steps: the checkpoint has 4, this run has 10"),
+    (dict(policies="AC"), "policies: the checkpoint has"),
+])
+def test_resuming_another_experiment_is_refused_naming_both_values(paths, two_step_checkpoint, change, named):
+    policies = {k: paths[k] for k in change.pop("policies", "AB")}
+    grpo = change.pop("grpo", dataclasses.replace(GRPO, steps=4))
+    with pytest.raises(ConfigError, match="another run") as err:
+        run_concurrent(policies, TASK, grpo, RunnerConfig(checkpoint_every=2), checkpoint_dir=two_step_checkpoint,
+                       resume=True, progress=False, **change)
+    assert named in str(err.value)
+
+
+@pytest.mark.slow
+def test_a_damaged_newest_checkpoint_is_skipped_and_the_run_still_ends_as_uninterrupted(paths, tmp_path):
+    two = {k: paths[k] for k in "AB"}
+    grpo = dataclasses.replace(GRPO, steps=6)
+    whole = run_concurrent(two, TASK, grpo, RunnerConfig(checkpoint_every=2), checkpoint_dir=tmp_path / "a",
+                           progress=False)
+    shutil.rmtree(tmp_path / "a" / "step-000006")
+    state = tmp_path / "a" / "step-000004" / "state.pt"
+    state.write_bytes(state.read_bytes()[:-1000])  # a torn write of the newest one
+    with pytest.warns(UserWarning, match="skipped damaged checkpoint step-000004"):
+        resumed = run_concurrent(two, TASK, grpo, RunnerConfig(checkpoint_every=2), checkpoint_dir=tmp_path / "a",
+                                 resume=True, progress=False)
+    events = [e["event"] for e in resumed.events]
+    assert any(e.startswith("skipped damaged checkpoint step-000004: state.pt does not match") for e in events)
+    assert "resumed from step-000002" in events
+    assert metrics(resumed) == metrics(whole)
+
+
+@pytest.mark.slow
+def test_a_checkpointed_run_logs_every_accepted_record_once_per_step(paths, tmp_path):
+    from mrl.see import replay
+
+    two = {k: paths[k] for k in "AB"}
+    record = run_concurrent(two, TASK, GRPO, RunnerConfig(checkpoint_every=3), checkpoint_dir=tmp_path,
+                            progress=False, probe_cfg=probe_config("sgt"))
+    logged = list(replay(tmp_path / "experience"))
+    assert sorted({step for step, _ in logged}) == list(range(1, GRPO.steps + 1))
+    accepted = sum(v for k, v in record.counters.items() if k.startswith("accepted/"))
+    assert len(logged) == accepted > 0
