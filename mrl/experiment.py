@@ -20,6 +20,8 @@ import hashlib
 import json
 import multiprocessing
 import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pandas as pd
@@ -99,20 +101,58 @@ def _run_inline(job: tuple) -> None:
     run_probe(*run, backend="inline", cache=not recompute)
 
 
-def run_packed(runs: list[tuple], processes: int, progress: bool = True, recompute: bool = False) -> None:
+def run_packed(runs: list[tuple], processes: int, progress: bool = True, recompute: bool = False,
+               job=_run_inline) -> None:
     """Run independent runs `processes` at a time, each inline in its own spawned process (its policies one after
     another on one core, so no core waits at a barrier for a slower policy), into the run cache.
 
     runs: (config, paths, probe, seed, steps) each. Inline gives the metrics of every other backend, so the cached
-    results are those of a run on the profile's backend. recompute: run even what the cache holds."""
+    results are those of a run on the profile's backend. recompute: run even what the cache holds.
+    Nothing hangs: a run process that dies raises at once, naming the runs in flight, and one that finishes
+    nothing within `packed_deadline` is killed with the others; finished runs stay in the cache either way.
+    job: what runs one (run, recompute) in a packed process (tests inject faults here)."""
     if not runs:
         return
-    with multiprocessing.get_context("spawn").Pool(min(processes, len(runs))) as pool:
-        jobs = [(run, recompute) for run in runs]
-        for _ in tqdm(pool.imap_unordered(_run_inline, jobs), total=len(jobs),
-                      desc=f"runs, {min(processes, len(runs))} at a time",
-                      disable=not progress):
-            pass
+    processes = min(processes, len(runs))
+    before = set(multiprocessing.active_children())
+    executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        pending = {executor.submit(job, (run, recompute)): run for run in runs}
+        with tqdm(total=len(runs), desc=f"runs, {processes} at a time", disable=not progress) as bar:
+            while pending:
+                deadline = packed_deadline([pending[f] for f in pending])
+                done, _ = wait(pending, timeout=deadline, return_when=FIRST_COMPLETED)
+                if not done:
+                    raise TimeoutError(f"no packed run finished within {deadline:.0f} s (step_timeout x the steps "
+                                       f"of the longest run in flight); in flight: {_describe(pending.values())}")
+                for future in done:
+                    run = pending.pop(future)
+                    try:
+                        future.result()
+                    except BrokenProcessPool:
+                        raise RuntimeError(f"a packed run's process died (killed, or out of memory) while running "
+                                           f"{_describe([run, *pending.values()])}; finished runs are cached, "
+                                           f"run again to continue") from None
+                    bar.update(1)
+    except BaseException:
+        executor.shutdown(wait=False, cancel_futures=True)
+        for child in set(multiprocessing.active_children()) - before:  # a stuck run is killed, not waited for
+            child.kill()
+        raise
+    executor.shutdown()
+
+
+def packed_deadline(runs: list[tuple]) -> float:
+    """Seconds within which one of `runs` must finish: the step deadline for each phase of the longest
+    (rollout and update per step, an evaluation every eval_every steps and at 0)."""
+    def phases(run):
+        config, _, _, _, steps = run
+        return 2 * steps + steps // max(1, min(config.grpo.eval_every, steps)) + 2
+    return max(run[0].step_timeout * phases(run) for run in runs)
+
+
+def _describe(runs) -> str:
+    return ", ".join(f"{probe_label(probe)} seed {seed} of {'+'.join(paths)}" for _, paths, probe, seed, _ in runs)
 
 
 def run_probe(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: int, steps: int,

@@ -396,6 +396,30 @@ def test_packed_runs_give_the_one_at_a_time_results(paths, tmp_path, monkeypatch
         assert drop(frames[packed][0]).equals(drop(frames[1][0])) and frames[packed][1].equals(frames[1][1])
 
 
+def dying_job(job):
+    """A packed run whose process is killed (seed 1), beside one that finishes (seed 0)."""
+    (_, _, _, seed, _), _ = job
+    if seed == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def stuck_job(job):
+    time.sleep(3600)
+
+
+@pytest.mark.parametrize("job, error", [(dying_job, "process died .* seed 1"), (stuck_job, "no packed run finished")])
+def test_a_packed_run_that_dies_or_hangs_never_hangs_the_grid(job, error):
+    from mrl.config import RunConfig
+    from mrl.experiment import run_packed
+
+    config = RunConfig(task=TASK, grpo=dataclasses.replace(GRPO, steps=1, eval_every=1), step_timeout=1.0)
+    runs = [(config, {"A": "a", "B": "b"}, probe_config("grpo"), seed, 1) for seed in (0, 1)]
+    start = time.monotonic()
+    with pytest.raises((RuntimeError, TimeoutError), match=error):
+        run_packed(runs, 2, progress=False, job=job)
+    assert time.monotonic() - start < 60
+
+
 # --- reliability: deadlines everywhere, resume only into the same experiment, damaged checkpoints, the log ----
 
 class SlowCheckpointActor(PolicyActor):
