@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mrl-installed
 PROFILE ?= default
 
-.PHONY: install test unit nbval reproduce smoke bench lab sync clean-models
+.PHONY: install test unit nbval soak reproduce smoke bench lab sync clean-models
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ unit: $(STAMP)
 
 nbval: $(STAMP)
 	$(PY) -m pytest -q --nbval-lax --nbval-current-env notebooks/smoke
+
+# several minutes: a 200-step run under random worker kills, run kills and checkpoint damage (tests/test_soak.py)
+soak: $(STAMP)
+	$(PY) -m pytest -q -s -m soak tests/test_soak.py
 
 reproduce: $(STAMP)
 	$(PY) -m mrl.reproduce --profile $(PROFILE)

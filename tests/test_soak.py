@@ -1,0 +1,119 @@
+"""Soak: a 200-step, 3-policy run on the process backend under random faults ends with the metrics and the
+experience log of an uninterrupted run.
+
+Faults, drawn from a seeded schedule: a SIGKILL of one worker process (the run fails by name and is
+restarted), a SIGKILL of the whole run, and after either, damage to the newest checkpoint (truncated,
+emptied or one flipped byte), which resume must skip. Outside `make test` (several minutes): `make soak`.
+"""
+import json
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from mrl.config import FamilyConfig, GrpoConfig, RunnerConfig, TaskConfig, WarmupConfig, ZooConfig
+from mrl.runner import latest_checkpoint, run_concurrent
+from mrl.see import replay
+from mrl.zoo import build_zoo
+
+pytestmark = pytest.mark.soak
+
+TASK = TaskConfig(max_operand=9, test_per_skill=10, pool_per_skill=5, leak_n=10)
+GRPO = GrpoConfig(steps=200, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=25, seed=0)
+SMALL = dict(d_model=64, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=128)
+RUNNER = RunnerConfig(backend="process", step_timeout=120, failure_policy="fail", checkpoint_every=5)
+
+RUN = """
+import pickle, sys
+from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
+from mrl.probes import probe_config
+from mrl.runner import run_concurrent
+
+if __name__ == "__main__":
+    record = run_concurrent({paths}, TaskConfig(**{task}), GrpoConfig(**{grpo}), RunnerConfig(**{runner}),
+                            checkpoint_dir=sys.argv[1], resume=True, progress=False, probe_cfg=probe_config("sgt"))
+    with open(sys.argv[2], "wb") as handle:
+        pickle.dump(record, handle)
+"""
+
+
+def metrics(record):
+    return ([{k: v for k, v in row.items() if not k.endswith("seconds")} for row in record.steps], record.evals)
+
+
+def damage_newest(folder, rng) -> str | None:
+    newest = latest_checkpoint(folder)
+    if newest is None:
+        return None
+    state = newest / "state.pt"
+    data = state.read_bytes()
+    how = rng.choice(["truncated", "emptied", "flipped"])
+    if how == "truncated":
+        data = data[: rng.randrange(len(data))]
+    elif how == "emptied":
+        data = b""
+    else:
+        data = bytearray(data)
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        data = bytes(data)
+    state.write_bytes(data)
+    return f"{newest.name} {how}"
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    mix = {"S1": 0.34, "S2": 0.33, "S3": 0.33}
+    families = [FamilyConfig(name="A", arch="gpt2", tokenizer="bpe", **SMALL, warmup_mix=mix),
+                FamilyConfig(name="B", arch="llama", tokenizer="unigram", vocab_size=40, **SMALL, warmup_mix=mix),
+                FamilyConfig(name="C", arch="qwen2", tokenizer="wordpiece", vocab_size=60, **SMALL, warmup_mix=mix)]
+    zoo = build_zoo(TASK, ZooConfig(families=families, warmup=WarmupConfig(steps=150, batch_size=64, lr_warmup_steps=10),
+                                    workers=2), root=tmp_path_factory.mktemp("zoo"), progress=False)
+    return {name: str(policy.path) for name, policy in zoo.items()}
+
+
+def test_a_run_under_random_kills_and_damage_ends_as_an_uninterrupted_one(paths, tmp_path):
+    from mrl.probes import probe_config
+
+    reference = run_concurrent(paths, TASK, GRPO, RunnerConfig(checkpoint_every=0), progress=False,
+                               experience_dir=tmp_path / "reference-log", probe_cfg=probe_config("sgt"))
+    script = tmp_path / "run.py"
+    script.write_text(RUN.format(paths=paths, task=TASK.__dict__, grpo=GRPO.__dict__, runner=RUNNER.__dict__))
+    ckpt, out = tmp_path / "ckpt", tmp_path / "record.pkl"
+    rng = random.Random(0)
+    tally = {"worker kills": 0, "run kills": 0, "damaged": [], "restarts": 0}
+    while True:
+        process = subprocess.Popen([sys.executable, str(script), str(ckpt), str(out)], stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(4, 20))
+        if process.poll() is not None:
+            if process.returncode == 0:
+                break
+            tally["restarts"] += 1
+            continue
+        workers = psutil.Process(process.pid).children()
+        if workers and rng.random() < 0.5:
+            os.kill(rng.choice(workers).pid, signal.SIGKILL)  # the run names it and exits within the deadline
+            tally["worker kills"] += 1
+            process.wait(timeout=120)
+        else:
+            for child in workers:
+                child.kill()  # as a machine crash would take them with it
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            tally["run kills"] += 1
+        if rng.random() < 0.5:
+            tally["damaged"].append(damage_newest(ckpt, rng))
+        tally["restarts"] += 1
+    with open(out, "rb") as handle:
+        record = pickle.load(handle)
+    skipped = [e["event"] for e in record.events if e["event"].startswith("skipped damaged")]
+    logged, expected = list(replay(ckpt / "experience")), list(replay(tmp_path / "reference-log"))
+    print(json.dumps({**tally, "skipped in the final run's lineage": skipped, "records replayed": len(logged)}, indent=1))
+    assert tally["worker kills"] + tally["run kills"] >= 5
+    assert metrics(record) == metrics(reference)
+    assert logged == expected and len(logged) > 0
