@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mrl-installed
 PROFILE ?= default
 
-.PHONY: install test unit nbval soak reproduce smoke bench lab sync clean-models
+.PHONY: install latex test unit nbval soak reproduce smoke bench lab sync clean-models
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,15 @@ install: $(STAMP)
 
 test: unit nbval
 
-unit: $(STAMP)
+# pdflatex for tests/test_tables.py (every paper_tables/*.tex must compile); without root or a Debian
+# mirror the install fails softly and that test is skipped with its reason
+latex:
+	@command -v pdflatex >/dev/null || apt-get install -y -qq --no-install-recommends texlive-latex-base \
+		texlive-latex-recommended >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq \
+		--no-install-recommends texlive-latex-base texlive-latex-recommended >/dev/null 2>&1) || \
+		echo "pdflatex could not be installed: tests/test_tables.py will skip the LaTeX compile"
+
+unit: $(STAMP) latex
 	$(PY) -m pytest -q tests
 
 nbval: $(STAMP)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -63,8 +64,32 @@ def start_run(notebook: str, profile: str, config, seed: int, extra: dict | None
     return folder
 
 
+LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+LATEX_SYMBOLS = {"Δ": r"$\Delta$", "±": r"$\pm$", "×": r"$\times$", "≥": r"$\geq$", "≤": r"$\leq$", "κ": r"$\kappa$",
+                 "λ": r"$\lambda$", "τ": r"$\tau$", "γ": r"$\gamma$", "δ": r"$\delta$", "ω": r"$\omega$",
+                 "α": r"$\alpha$", "→": r"$\rightarrow$", "≈": r"$\approx$", "−": "-", "·": r"$\cdot$"}
+BOLD = re.compile(r"\*\*(.+?)\*\*")
+CODE = re.compile(r"`([^`]+)`")
+
+
+def latex_text(text) -> str:
+    """Markdown-ish table text as LaTeX: special characters escaped, Greek and math symbols as math,
+    **bold** as \\textbf, `code` as \\texttt. A character pdflatex cannot set raises ValueError naming it."""
+    out = "".join(LATEX_SPECIAL.get(ch, LATEX_SYMBOLS.get(ch, ch)) for ch in str(text))
+    out = CODE.sub(lambda m: r"\texttt{" + m.group(1) + "}", BOLD.sub(lambda m: r"\textbf{" + m.group(1) + "}", out))
+    unknown = sorted({ch for ch in out if ord(ch) > 127})
+    if unknown:
+        raise ValueError(f"no LaTeX form for {unknown} in {str(text)[:80]!r}; add it to mrl.results.LATEX_SYMBOLS")
+    return out
+
+
 def write_table(df, name: str, folder: Path, caption: str = "", float_format: str = "{:.3f}") -> dict[str, Path]:
-    """Write a DataFrame as name.md, name.csv and name.tex in `folder`; returns the paths."""
+    """Write a DataFrame as name.md, name.csv and name.tex in `folder`; returns the paths.
+
+    float_format: how float cells are shown in .md and .tex (the .csv keeps full precision), e.g. "{:.3f}"
+    for accuracies on a few hundred prompts. The .tex is a complete `table` float (booktabs) whose text is
+    escaped for LaTeX (`latex_text`)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = {ext: folder / f"{name}.{ext}" for ext in ("md", "csv", "tex")}
     df.to_csv(paths["csv"], index=False)
@@ -74,7 +99,9 @@ def write_table(df, name: str, folder: Path, caption: str = "", float_format: st
             formatted[column] = formatted[column].map(lambda v: "" if v != v else float_format.format(v))
     header = f"{caption}\n\n" if caption else ""
     paths["md"].write_text(header + formatted.to_markdown(index=False) + "\n")
-    paths["tex"].write_text(formatted.to_latex(index=False, caption=caption or None, label=f"tab:{name}"))
+    tex = formatted.map(latex_text).rename(columns=latex_text)
+    paths["tex"].write_text(tex.to_latex(index=False, escape=False, caption=latex_text(caption) if caption else None,
+                                         label=f"tab:{name}"))
     return paths
 
 

@@ -1,0 +1,54 @@
+"""Tables: every committed paper_tables/*.tex, and a table holding every character our tables use, compile
+with pdflatex into a document (skipped, with the reason, where no LaTeX engine is installed: `make test`
+installs Debian's texlive-latex-base and texlive-latex-recommended first)."""
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mrl.results import latex_text, write_table
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLES = sorted((ROOT / "paper_tables").glob("*.tex"))
+DOCUMENT = r"""\documentclass{article}
+\usepackage[T1]{fontenc}
+\usepackage{booktabs}
+\usepackage[a4paper,landscape,margin=1cm]{geometry}
+\begin{document}
+\input{%s}
+\end{document}
+"""
+needs_latex = pytest.mark.skipif(shutil.which("pdflatex") is None,
+                                 reason="pdflatex is not installed (make test installs texlive-latex-base)")
+
+
+def compile_tex(table: Path, workdir: Path) -> subprocess.CompletedProcess:
+    (workdir / "doc.tex").write_text(DOCUMENT % table.resolve().as_posix())
+    return subprocess.run(["pdflatex", "-halt-on-error", "-interaction=nonstopmode", "doc.tex"], cwd=workdir,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_latex_text_escapes_what_breaks_latex_and_refuses_what_it_cannot_set():
+    assert latex_text("prp_naive 95% a&b #1 $x") == r"prp\_naive 95\% a\&b \#1 \$x"
+    assert latex_text("**+0.05** [-0.01, +0.11]") == r"\textbf{+0.05} [-0.01, +0.11]"
+    assert latex_text("Δ weak ± κ") == r"$\Delta$ weak $\pm$ $\kappa$"
+    with pytest.raises(ValueError, match="no LaTeX form for"):
+        latex_text("ok ✓")
+
+
+@needs_latex
+def test_a_table_with_every_special_character_compiles(tmp_path):
+    df = pd.DataFrame({"probe": ["prp_naive", "gspo_x2"], "Δ weak vs grpo [95% CI]": ["**-0.09** [-0.1, -0.05]", "x"],
+                       "value": [0.1234, float("nan")], "count": [3, 4]})
+    paths = write_table(df, "nasty", tmp_path, caption="on A+B, seeds 0, 1, 2; 95% t interval; `pairs` & #")
+    result = compile_tex(paths["tex"], tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:]
+
+
+@needs_latex
+@pytest.mark.parametrize("table", TABLES, ids=[t.stem for t in TABLES])
+def test_every_committed_table_compiles(table, tmp_path):
+    result = compile_tex(table, tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:]
