@@ -119,12 +119,13 @@ class PolicyActor:
             ids = batch.completion_ids[i, :n].tolist()
             records.append(Rollout(self.config.run_id, self.name, self.version, problem.pid, problem.prompt, text,
                                    ids, batch.sample_logp[i, :n].tolist(), float(batch.rewards[i]),
-                                   "eos" if ids and ids[-1] == batch.eos_id else "length", self.tokenizer_id))
+                                   "eos" if ids and ids[-1] == batch.eos_id else "length", self.tokenizer_id,
+                                   sample=i))
             if batch.rewards[i] > 0:
-                records.append(Success(self.name, self.version, problem.pid, text, self.task.verifier_id))
-        for problem, group in zip(batch.problems, batch.rewards.view(-1, batch.group_size)):
+                records.append(Success(self.name, self.version, problem.pid, text, self.task.verifier_id, sample=i))
+        for x, (problem, group) in enumerate(zip(batch.problems, batch.rewards.view(-1, batch.group_size))):
             records.append(GroupStats(self.name, self.version, problem.pid, batch.group_size, float(group.sum()),
-                                      float((group ** 2).sum())))
+                                      float((group ** 2).sum()), sample=x))
         return records
 
     def update(self, step: int, peer_records: dict | None = None) -> dict:

@@ -7,15 +7,28 @@ Three kinds of record cross between policies:
 
 `Exchange.publish` validates every record on entry (types, finite values, declared ranges, valid
 UTF-8, length caps, known policy ids, ids inside the source vocabulary, tokenizer id, versions not
-from the future). A bad record raises `InvalidExperience` naming the field, is counted by reason,
-and never enters the store, so a bad peer cannot crash or poison a run. `collect` hands a receiver
-its peers' records for some prompts, dropping (and counting) those older than a staleness bound;
-a `Success` is re-verified with the receiver's own verifier first: a peer cannot forge a success.
-Every step's accepted records can be written to Parquet through `datasets` and replayed.
+from the future, group statistics that rewards in range can produce, no exact duplicate). A bad
+record raises `InvalidExperience` naming the field, is counted by reason, and never enters the
+store, so a bad peer cannot crash or poison a run; an accepted one is stored as an immutable copy
+(tuples), so its sender cannot change it afterwards. `collect` hands a receiver its peers' records
+for some prompts, dropping (and counting) those older than a staleness bound; a `Success` is
+re-verified with the receiver's own verifier first: a peer cannot forge a success.
+
+The log: `flush(step)` writes the step's accepted records as one Parquet file per kind (pyarrow), each
+renamed into place, then `step-NNNNNN.json`, the step's manifest (sha256 and record count of every
+file, the policies' specs), last; records stay pending until that write succeeded. `replay` reads only
+what manifests list, checks every checksum and re-validates every record (`ExperienceLogError` names
+the file otherwise).
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import math
+import numbers
+import os
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -23,6 +36,10 @@ from typing import Callable, Iterator
 
 KINDS = ("rollout", "group_stats", "success")
 FINISH_REASONS = ("eos", "length")
+
+
+class ExperienceLogError(ValueError):
+    """An experience log file is missing, altered, torn or holds an invalid record."""
 
 
 class InvalidExperience(ValueError):
@@ -48,6 +65,9 @@ class Rollout:
     reward: float
     finish_reason: str
     tokenizer_id: str
+    sample: int = 0
+    """this record's index among its source's records of the kind in one step (the sample's row; for
+    GroupStats the prompt's position): tells a repeated draw apart from a duplicate publish"""
     kind = "rollout"
 
 
@@ -62,6 +82,9 @@ class GroupStats:
     reward_sum: float
     reward_sq_sum: float
     capability: float | None = None
+    sample: int = 0
+    """this record's index among its source's records of the kind in one step (the sample's row; for
+    GroupStats the prompt's position): tells a repeated draw apart from a duplicate publish"""
     kind = "group_stats"
 
     @property
@@ -78,6 +101,9 @@ class Success:
     prompt_id: str
     completion: str
     verifier_id: str
+    sample: int = 0
+    """this record's index among its source's records of the kind in one step (the sample's row; for
+    GroupStats the prompt's position): tells a repeated draw apart from a duplicate publish"""
     kind = "success"
 
 
@@ -106,6 +132,10 @@ class Limits:
     """highest allowed reward"""
     max_group: int = 4096
     """largest n in GroupStats"""
+    max_id_bytes: int = 256
+    """run, policy, prompt, tokenizer and verifier ids and finish_reason, in UTF-8 bytes"""
+    max_sample: int = 1 << 20
+    """largest sample index"""
 
 
 def _check_type(record, name: str, value, expected: tuple) -> None:
@@ -116,24 +146,35 @@ def _check_type(record, name: str, value, expected: tuple) -> None:
                                         f"{type(value).__name__}; expected {allowed}")
 
 
-def _check_text(record, name: str, value: str, limits: Limits) -> None:
+def _check_text(record, name: str, value: str, cap: int) -> None:
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError:
         raise InvalidExperience("utf8", f"{type(record).__name__}.{name} is not valid UTF-8") from None
-    if size > limits.max_text_bytes:
-        raise InvalidExperience("length", f"{type(record).__name__}.{name} has {size} bytes; "
-                                          f"the cap is {limits.max_text_bytes}")
+    if size > cap:
+        raise InvalidExperience("length", f"{type(record).__name__}.{name} has {size} bytes; the cap is {cap}")
 
 
-def _check_finite(record, name: str, value: float) -> None:
-    if not math.isfinite(value):
-        raise InvalidExperience("non_finite", f"{type(record).__name__}.{name} = {value!r} is not finite")
+def _real(record, name: str, value) -> float:
+    """A real number (int, float, numpy scalar; not bool) as a finite float, or InvalidExperience."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidExperience("type", f"{type(record).__name__}.{name} holds {value!r:.60} of type "
+                                        f"{type(value).__name__}; expected a real number")
+    try:
+        number = float(value)
+    except (OverflowError, ValueError, TypeError):
+        number = math.inf
+    if not math.isfinite(number):
+        raise InvalidExperience("non_finite", f"{type(record).__name__}.{name} = {value!r:.60} is not finite")
+    return number
 
+
+TEXT_FIELDS = ("prompt", "completion")
+ID_FIELDS = ("run_id", "policy_id", "prompt_id", "tokenizer_id", "verifier_id", "finish_reason")
 
 FIELD_TYPES = {
     "run_id": (str,), "policy_id": (str,), "prompt_id": (str,), "prompt": (str,), "completion": (str,),
-    "tokenizer_id": (str,), "verifier_id": (str,), "finish_reason": (str,), "version": (int,), "n": (int,),
+    "tokenizer_id": (str,), "verifier_id": (str,), "finish_reason": (str,), "version": (int,), "n": (int,), "sample": (int,),
     "token_ids": (list, tuple), "logps": (list, tuple), "reward": (int, float), "reward_sum": (int, float),
     "reward_sq_sum": (int, float), "capability": (int, float, type(None)),
 }
@@ -146,17 +187,19 @@ def validate(record, policies: dict[str, PolicySpec], clock: int, limits: Limits
                                         f"expected Rollout, GroupStats or Success")
     for f in fields(record):
         _check_type(record, f.name, getattr(record, f.name), FIELD_TYPES[f.name])
+        if f.name in TEXT_FIELDS or f.name in ID_FIELDS:
+            cap = limits.max_text_bytes if f.name in TEXT_FIELDS else limits.max_id_bytes
+            _check_text(record, f.name, getattr(record, f.name), cap)
     name = type(record).__name__
     spec = policies.get(record.policy_id)
     if spec is None:
         raise InvalidExperience("unknown_policy", f"{name}.policy_id = {record.policy_id!r} is not registered; "
                                                   f"known: {sorted(policies)}")
+    if not 0 <= record.sample <= limits.max_sample:
+        raise InvalidExperience("range", f"{name}.sample = {record.sample} is outside [0, {limits.max_sample}]")
     if record.version < 0 or record.version > clock:
         raise InvalidExperience("future_version" if record.version > clock else "range",
                                 f"{name}.version = {record.version} is outside [0, {clock}] (the exchange clock)")
-    for text_field in ("prompt", "completion", "prompt_id"):
-        if hasattr(record, text_field):
-            _check_text(record, text_field, getattr(record, text_field), limits)
     if isinstance(record, Rollout):
         _validate_rollout(record, spec, limits)
     elif isinstance(record, GroupStats):
@@ -181,12 +224,9 @@ def _validate_rollout(record: Rollout, spec: PolicySpec, limits: Limits) -> None
             raise InvalidExperience("out_of_vocab", f"Rollout.token_ids holds {i!r}, outside policy "
                                                     f"{record.policy_id!r}'s vocabulary [0, {spec.vocab_size})")
     for value in record.logps:
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise InvalidExperience("type", f"Rollout.logps holds {value!r}; expected floats")
-        _check_finite(record, "logps", value)
-        if value > 0:
+        if _real(record, "logps", value) > 0:
             raise InvalidExperience("range", f"Rollout.logps holds {value}; log-probabilities are <= 0")
-    _check_finite(record, "reward", record.reward)
+    _real(record, "reward", record.reward)
     if not limits.reward_min <= record.reward <= limits.reward_max:
         raise InvalidExperience("range", f"Rollout.reward = {record.reward} is outside "
                                          f"[{limits.reward_min}, {limits.reward_max}]")
@@ -195,22 +235,31 @@ def _validate_rollout(record: Rollout, spec: PolicySpec, limits: Limits) -> None
 def _validate_group_stats(record: GroupStats, limits: Limits) -> None:
     if not 1 <= record.n <= limits.max_group:
         raise InvalidExperience("range", f"GroupStats.n = {record.n} is outside [1, {limits.max_group}]")
-    for name in ("reward_sum", "reward_sq_sum"):
-        _check_finite(record, name, getattr(record, name))
-    low, high = record.n * limits.reward_min, record.n * limits.reward_max
-    if not low <= record.reward_sum <= high:
-        raise InvalidExperience("range", f"GroupStats.reward_sum = {record.reward_sum} is outside [{low}, {high}] "
-                                         f"for n = {record.n}")
-    # n * sum(r^2) >= (sum r)^2 (Cauchy-Schwarz) and every r^2 <= max(r_min^2, r_max^2)
-    top = record.n * max(limits.reward_min ** 2, limits.reward_max ** 2)
-    if record.reward_sq_sum < 0 or record.reward_sq_sum > top + 1e-9 or \
-            record.n * record.reward_sq_sum < record.reward_sum ** 2 - 1e-9:
-        raise InvalidExperience("range", f"GroupStats.reward_sq_sum = {record.reward_sq_sum} is impossible for "
-                                         f"n = {record.n}, reward_sum = {record.reward_sum}")
+    total, squares = _real(record, "reward_sum", record.reward_sum), _real(record, "reward_sq_sum", record.reward_sq_sum)
+    a, b, n = limits.reward_min, limits.reward_max, record.n
+    if not n * a - 1e-9 <= total <= n * b + 1e-9:
+        raise InvalidExperience("range", f"GroupStats.reward_sum = {total} is outside [{n * a}, {n * b}] for n = {n}")
+    # every r in [a, b] has r^2 <= (a + b) r - a b, so sum r^2 <= (a + b) S - n a b; and n sum r^2 >= S^2
+    top = (a + b) * total - n * a * b
+    if not total ** 2 / n - 1e-9 <= squares <= top + 1e-9:
+        raise InvalidExperience("range", f"GroupStats.reward_sq_sum = {squares} is impossible for n = {n}, "
+                                         f"reward_sum = {total} and rewards in [{a}, {b}] (allowed: "
+                                         f"[{total ** 2 / n:.6g}, {top:.6g}])")
     if record.capability is not None:
-        _check_finite(record, "capability", record.capability)
-        if not 0 <= record.capability <= 1:
+        if not 0 <= _real(record, "capability", record.capability) <= 1:
             raise InvalidExperience("range", f"GroupStats.capability = {record.capability} is outside [0, 1]")
+
+
+def frozen(record):
+    """The record with plain Python numbers and its sequences as tuples (hashable, immutable)."""
+    if isinstance(record, Rollout):
+        return dataclasses.replace(record, token_ids=tuple(int(i) for i in record.token_ids),
+                                   logps=tuple(float(v) for v in record.logps), reward=float(record.reward))
+    if isinstance(record, GroupStats):
+        capability = None if record.capability is None else float(record.capability)
+        return dataclasses.replace(record, reward_sum=float(record.reward_sum),
+                                   reward_sq_sum=float(record.reward_sq_sum), capability=capability)
+    return record
 
 
 @dataclass
@@ -240,11 +289,16 @@ class Exchange:
         """Validate and store a record; InvalidExperience (counted under rejected/<reason>) if malformed."""
         try:
             validate(record, self.policies, self.clock, self.limits)
+            record = frozen(record)
+            bucket = self._store.setdefault((record.kind, record.prompt_id), [])
+            if record in bucket:
+                raise InvalidExperience("duplicate", f"{type(record).__name__} {record.sample} of {record.policy_id!r} "
+                                                     f"for prompt {record.prompt_id!r} was already published")
         except InvalidExperience as err:
             self.counters[f"rejected/{err.reason}"] += 1
             self.counters["rejected"] += 1
             raise
-        self._store.setdefault((record.kind, record.prompt_id), []).append(record)
+        bucket.append(record)
         self._unflushed.append(record)
         self.counters[f"accepted/{record.kind}"] += 1
 
@@ -297,22 +351,16 @@ class Exchange:
         return dropped
 
     def flush(self, step: int | None = None) -> list[Path]:
-        """Write the records accepted since the last flush to log_dir/step-<step>-<kind>.parquet."""
-        records, self._unflushed = self._unflushed, []
-        if self.log_dir is None or not records:
-            return []
-        from datasets import Dataset
+        """Write the records accepted since the last flush as step `step` of the log (see the module docstring).
 
+        The records stay pending until the step's manifest is on disk: if writing fails, the error propagates
+        and the next flush writes them again. Flushing a step again (a resumed run) replaces it atomically."""
+        if self.log_dir is None or not self._unflushed:
+            self._unflushed = [] if self.log_dir is None else self._unflushed
+            return []
         step = self.clock if step is None else step
-        folder = Path(self.log_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for kind in KINDS:
-            rows = [asdict(r) for r in records if r.kind == kind]
-            if rows:
-                path = folder / f"step-{step:06d}-{kind}.parquet"
-                Dataset.from_list(rows).to_parquet(str(path))
-                paths.append(path)
+        paths = write_log_step(Path(self.log_dir), step, self._unflushed, self.policies)
+        self._unflushed = []
         return paths
 
     def state_dict(self) -> dict:
@@ -325,15 +373,88 @@ class Exchange:
         self.counters = Counter(state["counters"])
         self._store = {}
         for kind, row in state["records"]:
-            record = RECORD_TYPES[kind](**row)
+            record = frozen(RECORD_TYPES[kind](**row))
             self._store.setdefault((kind, record.prompt_id), []).append(record)
 
 
-def replay(log_dir: str | Path) -> Iterator[tuple[int, object]]:
-    """(step, record) for every record of a Parquet exchange log, in step order."""
-    from datasets import Dataset
+LOG_FILE = re.compile(r"step-(\d{6})-(rollout|group_stats|success)\.parquet")
+LOG_MANIFEST = "step-{:06d}.json"
 
-    for path in sorted(Path(log_dir).glob("step-*-*.parquet")):
-        _, step, kind = path.stem.split("-", 2)
-        for row in Dataset.from_parquet(str(path)):
-            yield int(step), RECORD_TYPES[kind](**row)
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """write(temporary path), fsync it, then rename it onto `path` (readers see the old or the new file)."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    write(temporary)
+    with open(temporary, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def write_log_step(folder: Path, step: int, records: list, policies: dict) -> list[Path]:
+    """One step of the experience log: a Parquet file per kind, then the step's manifest; returns the files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for kind in KINDS:
+        rows = [asdict(r) for r in records if r.kind == kind]
+        if rows:
+            path = folder / f"step-{step:06d}-{kind}.parquet"
+            _replace_atomically(path, lambda tmp, rows=rows: pq.write_table(pa.Table.from_pylist(rows), tmp))
+            files[path.name] = {"sha256": _sha256(path), "records": len(rows)}
+    manifest = {"step": step, "files": files, "policies": {k: asdict(v) for k, v in sorted(policies.items())}}
+    _replace_atomically(folder / LOG_MANIFEST.format(step),
+                        lambda tmp: tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True)))
+    return [folder / name for name in files]
+
+
+def replay(log_dir: str | Path, limits: Limits = Limits()) -> Iterator[tuple[int, object]]:
+    """(step, record) for every record of an exchange log, in step order, each re-validated.
+
+    Raises ExperienceLogError naming the file when a listed file is missing, its checksum or record count
+    differs from the manifest (altered or truncated), a record is invalid, or a step's record files exist
+    without its manifest (a torn write). Files that are not part of the log are ignored."""
+    import pyarrow.parquet as pq
+
+    folder = Path(log_dir)
+    manifests = {}
+    for path in folder.glob("step-*.json"):
+        if re.fullmatch(r"step-\d{6}\.json", path.name):
+            try:
+                manifests[int(path.name[5:11])] = json.loads(path.read_text())
+            except ValueError as err:
+                raise ExperienceLogError(f"{path}: the manifest is unreadable ({err})") from None
+    listed = {name for m in manifests.values() for name in m.get("files", {})}
+    torn = sorted(p.name for p in folder.glob("step-*.parquet") if LOG_FILE.fullmatch(p.name) and p.name not in listed)
+    if torn:
+        raise ExperienceLogError(f"{folder}: {torn} have no manifest (a write torn by a crash); their step was never "
+                                 f"completed")
+    for step in sorted(manifests):
+        manifest = manifests[step]
+        policies = {k: PolicySpec(**v) for k, v in manifest["policies"].items()}
+        for name, expected in sorted(manifest["files"].items()):
+            path = folder / name
+            if not path.is_file():
+                raise ExperienceLogError(f"{path} is listed in {LOG_MANIFEST.format(step)} but missing")
+            if _sha256(path) != expected["sha256"]:
+                raise ExperienceLogError(f"{path} does not match its checksum in {LOG_MANIFEST.format(step)} "
+                                         f"(altered or truncated)")
+            rows = pq.read_table(path).to_pylist()
+            if len(rows) != expected["records"]:
+                raise ExperienceLogError(f"{path} holds {len(rows)} records; its manifest lists {expected['records']}")
+            for index, row in enumerate(rows):
+                try:
+                    record = frozen(RECORD_TYPES[_kind(name)](**row))
+                    validate(record, policies, step, limits)
+                except (InvalidExperience, TypeError) as err:
+                    raise ExperienceLogError(f"{path}, record {index}: {err}") from None
+                yield step, record
+
+
+def _kind(file_name: str) -> str:
+    return LOG_FILE.fullmatch(file_name).group(2)

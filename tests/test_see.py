@@ -1,12 +1,14 @@
 """SEE: valid records pass, every kind of malformed record is rejected with InvalidExperience and
-counted, staleness is enforced, a forged success never reaches the receiver, logs replay."""
+counted, staleness is enforced, a forged success never reaches the receiver, logs replay and refuse damage."""
+import dataclasses
 import math
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrl.see import Exchange, GroupStats, InvalidExperience, PolicySpec, Rollout, Success, replay
+from mrl.see import (ExperienceLogError, Exchange, GroupStats, InvalidExperience, PolicySpec, Rollout, Success, frozen,
+                     replay)
 
 POLICIES = {"A": PolicySpec(vocab_size=48, tokenizer_id="A:bpe"), "B": PolicySpec(vocab_size=17, tokenizer_id="B:unigram")}
 
@@ -36,19 +38,21 @@ def test_valid_records_are_stored_and_collected_by_peers_only():
     ex.publish(stats())
     ex.publish(Success("A", 4, "train/S1/37/48", "85", "arith"))
     assert ex.counters["accepted/rollout"] == 1 and ex.counters["rejected"] == 0
-    assert ex.collect("B", "rollout", ["train/S1/37/48"])["train/S1/37/48"] == [rollout()]
+    assert ex.collect("B", "rollout", ["train/S1/37/48"])["train/S1/37/48"] == [frozen(rollout())]
     assert ex.collect("A", "rollout", ["train/S1/37/48"])["train/S1/37/48"] == []  # own records excluded
     assert ex.collect("A", "group_stats", ["train/S1/37/48"])["train/S1/37/48"][0].mean == 0.25
 
 
 BAD_ROLLOUTS = {
-    "non_finite": [dict(reward=math.nan), dict(reward=math.inf), dict(logps=[-0.1, math.nan, -0.1])],
+    "non_finite": [dict(reward=math.nan), dict(reward=math.inf), dict(logps=[-0.1, math.nan, -0.1]),
+                   dict(reward=10**400), dict(logps=[-0.1, -10**400, -0.1])],
     "range": [dict(reward=2.0), dict(reward=-0.5), dict(logps=[-0.1, 0.3, -0.1]), dict(finish_reason="stop"),
               dict(version=-1)],
     "type": [dict(reward="1"), dict(version=3.0), dict(token_ids="12 9 1"), dict(completion=85), dict(reward=True),
              dict(logps=[-0.1, "x", -0.1]), dict(policy_id=None)],
-    "utf8": [dict(completion="8\ud8005")],
-    "length": [dict(completion="9" * 5000), dict(token_ids=[3] * 2000, logps=[-0.1] * 2000)],
+    "utf8": [dict(completion="8\ud8005"), dict(run_id="run\udc80")],
+    "length": [dict(completion="9" * 5000), dict(token_ids=[3] * 2000, logps=[-0.1] * 2000),
+               dict(run_id="r" * 10_000_000), dict(prompt_id="p" * 300)],
     "unknown_policy": [dict(policy_id="Z")],
     "out_of_vocab": [dict(token_ids=[12, 48, 1]), dict(token_ids=[-1, 9, 1]), dict(token_ids=[12, 9.0, 1])],
     "future_version": [dict(version=6)],
@@ -71,12 +75,40 @@ def test_malformed_rollouts_are_rejected_and_counted(reason, overrides):
 
 @pytest.mark.parametrize("overrides", [dict(n=0), dict(reward_sum=9.0), dict(reward_sq_sum=-1.0),
                                        dict(reward_sum=4.0, reward_sq_sum=1.0), dict(capability=1.5),
-                                       dict(capability=math.nan), dict(reward_sum=math.inf), dict(n=8.0)])
+                                       dict(capability=math.nan), dict(reward_sum=math.inf), dict(n=8.0),
+                                       dict(reward_sum=0.0, reward_sq_sum=8.0), dict(reward_sum=10**400),
+                                       dict(reward_sum=4.0, reward_sq_sum=4.5), dict(sample=-1)])
 def test_malformed_group_stats_are_rejected(overrides):
     ex = exchange()
     with pytest.raises(InvalidExperience):
         ex.publish(stats(**overrides))
     assert ex.counters["rejected"] == 1
+
+
+def test_every_group_stats_real_rewards_produce_is_accepted():
+    """All 0/1 reward vectors of a group of 8 (and a fractional one): their statistics pass; 0/8 with
+    reward_sq_sum 8 (impossible for rewards in [0, 1]) does not (above)."""
+    for wins in range(9):
+        exchange().publish(stats(reward_sum=float(wins), reward_sq_sum=float(wins)))
+    exchange().publish(stats(n=2, reward_sum=1.0, reward_sq_sum=0.5))  # rewards 0.5 and 0.5
+
+
+def test_a_record_published_twice_is_a_duplicate_but_a_repeated_draw_is_not():
+    ex = exchange()
+    for _ in range(3):
+        ex.publish_many([rollout()])
+    assert ex.counters["accepted/rollout"] == 1 and ex.counters["rejected/duplicate"] == 2
+    ex.publish(rollout(sample=1))  # the same completion sampled again in the group: a second sample
+    assert len(ex.collect("B", "rollout", ["train/S1/37/48"])["train/S1/37/48"]) == 2
+
+
+def test_a_published_record_cannot_be_changed_by_its_sender():
+    ex = exchange()
+    record = rollout()
+    ex.publish(record)
+    record.token_ids[0], record.logps[0] = 47, -9.0  # the inline backend hands over the same objects
+    stored = ex.collect("B", "rollout", ["train/S1/37/48"])["train/S1/37/48"][0]
+    assert stored.token_ids == (12, 9, 1) and stored.logps == (-0.1, -0.2, -0.05)
 
 
 def test_error_message_names_the_field():
@@ -86,14 +118,15 @@ def test_error_message_names_the_field():
         exchange().publish(rollout(policy_id="Z"))
 
 
-field_values = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
+field_values = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.integers(10**300, 10**400),
+                         st.floats(allow_nan=True),
                          st.text(max_size=30), st.lists(st.integers(-100, 200), max_size=8),
                          st.lists(st.floats(allow_nan=True), max_size=8))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(field=st.sampled_from(["run_id", "policy_id", "version", "prompt_id", "prompt", "completion", "token_ids",
-                              "logps", "reward", "finish_reason", "tokenizer_id"]), value=field_values)
+                              "logps", "reward", "finish_reason", "tokenizer_id", "sample"]), value=field_values)
 def test_fuzzed_rollouts_never_crash_and_never_store_bad_records(field, value):
     """Any single corrupted field: either the record is still valid, or publish rejects it with a counted reason."""
     ex = exchange()
@@ -135,8 +168,8 @@ def test_forged_success_is_re_verified_away():
         ex.collect("B", "success", ["train/S1/37/48"])
 
 
-def test_parquet_log_replays_every_accepted_record(tmp_path):
-    ex = Exchange(POLICIES, log_dir=tmp_path)
+def logged_exchange(folder):
+    ex = Exchange(POLICIES, log_dir=folder)
     ex.publish(rollout(version=0))
     ex.publish(stats(version=0))
     ex.publish_many([rollout(version=0, reward=math.nan)])  # rejected, not logged
@@ -144,9 +177,62 @@ def test_parquet_log_replays_every_accepted_record(tmp_path):
     ex.advance(1)
     ex.publish(Success("B", 1, "p1", "7", "arith"))
     ex.flush(1)
+    return ex
+
+
+def test_parquet_log_replays_every_accepted_record(tmp_path):
+    logged_exchange(tmp_path)
     replayed = list(replay(tmp_path))
     assert [(step, type(r).__name__) for step, r in replayed] == [(0, "GroupStats"), (0, "Rollout"), (1, "Success")]
-    assert replayed[1][1] == rollout(version=0) and replayed[0][1] == stats(version=0)
+    assert replayed[1][1] == frozen(rollout(version=0)) and replayed[0][1] == stats(version=0)
+
+
+def test_a_failed_flush_keeps_the_records_for_the_next_one(tmp_path):
+    (tmp_path / "log").write_text("a file where the log folder should be")
+    ex = Exchange(POLICIES, log_dir=tmp_path / "log")
+    ex.advance(1)
+    ex.publish(rollout(version=1))
+    with pytest.raises(OSError):
+        ex.flush(1)
+    (tmp_path / "log").unlink()
+    ex.flush(1)
+    assert [r for _, r in replay(tmp_path / "log")] == [frozen(rollout(version=1))]
+
+
+def flip(path, old: bytes, new: bytes):
+    data = path.read_bytes()
+    assert old in data
+    path.write_bytes(data.replace(old, new, 1))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: flip(d / "step-000000-rollout.parquet", b"37+48=", b"37*48="), "does not match its checksum"),
+    (lambda d: (d / "step-000001-success.parquet").unlink(), "missing"),
+    (lambda d: (d / "step-000001.json").unlink(), "have no manifest"),
+    (lambda d: (d / "step-000000.json").write_text("{"), "unreadable"),
+])
+def test_replay_refuses_an_altered_missing_or_torn_log_naming_the_file(tmp_path, damage, message):
+    logged_exchange(tmp_path)
+    damage(tmp_path)
+    with pytest.raises(ExperienceLogError, match=message):
+        list(replay(tmp_path))
+
+
+def test_replay_ignores_files_that_are_not_part_of_the_log(tmp_path):
+    logged_exchange(tmp_path)
+    for name in ("notes.txt", "step-x-rollout.parquet", "step-000002-other.parquet", ".step-000003-rollout.parquet.tmp"):
+        (tmp_path / name).write_text("foreign")
+    assert len(list(replay(tmp_path))) == 3
+
+
+def test_replay_re_validates_what_it_reads(tmp_path):
+    """A log written with a record that would not pass validation today (a manifest whose checksum matches it)."""
+    from mrl.see import write_log_step
+
+    bad = dataclasses.replace(frozen(rollout(version=0)), token_ids=(12, 99, 1))  # outside A's vocabulary of 48
+    write_log_step(tmp_path, 0, [bad], POLICIES)
+    with pytest.raises(ExperienceLogError, match="record 0: Rollout.token_ids holds 99, outside"):
+        list(replay(tmp_path))
 
 
 def test_state_dict_round_trip():
