@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     notebooks = [f"{stem}.ipynb" for stem in load_profile(args.profile).notebooks]
+    unknown = [p for p in args.only or () if not any(n.startswith(p) for n in notebooks)]
+    if unknown or args.only == []:
+        parser.error(f"--only {' '.join(unknown) or '(nothing)'}: each value must be the start of a notebook name "
+                     f"of the {args.profile} profile: {[n.removesuffix('.ipynb') for n in notebooks]}")
     selected = [n for n in notebooks if args.only is None or any(n.startswith(p) for p in args.only)]
     record = {"profile": args.profile, "git_sha": git_sha(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "notebooks": {}}
@@ -75,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         record["notebooks"][name] = round(seconds, 1)
         print(f"[mrl.reproduce] {name} done in {seconds:.0f} s", flush=True)
     record["total_seconds"] = round(time.perf_counter() - total, 1)
-    suffix = "" if args.only is None else "-only-" + "-".join(args.only)
+    suffix = "" if args.only is None else "-only-" + "-".join(n.split("_")[0] for n in selected)
     out = repo_root() / "results" / f"reproduce-{args.profile}{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2))

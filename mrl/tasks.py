@@ -30,17 +30,25 @@ class Problem:
 
 ARITH_OPS_TEMPLATES = {"S1": "{a}+{b}=", "S2": "{a}-{b}=", "S3": "{b}*{a}="}
 ARITH_FORMS_TEMPLATES = {"S1": "{a}+{b}=", "S2": "add {a} and {b}:", "S3": "{a} plus {b} ="}
-INTEGER_ANSWER = re.compile(r"^-?[0-9]{1,12}$")
+CANONICAL_INTEGER = re.compile(r"0|-?[1-9][0-9]{0,11}")
+
+
+def _text(completion_text, name: str = "completion_text") -> str:
+    if not isinstance(completion_text, str):
+        raise TypeError(f"{name} must be a str (a decoded completion), got {type(completion_text).__name__}")
+    return completion_text
 
 
 def parse_integer(text: str) -> int | None:
-    """The integer a completion states, or None. Strict: optional sign and digits only, no eval."""
-    text = text.strip()
-    return int(text) if INTEGER_ANSWER.match(text) else None
+    """The integer a completion states, or None. Only the canonical form counts: ASCII digits, no sign for 0,
+    no leading zeros, no whitespace of any kind (the zoo's completions are decoded exactly, and a peer's
+    " 18" or "018" is not the string our policies are trained to write), no eval."""
+    text = _text(text)
+    return int(text) if CANONICAL_INTEGER.fullmatch(text) else None
 
 
 def verify_integer(completion_text: str, answer: str) -> float:
-    """1.0 when the completion states exactly the answer's integer, else 0.0."""
+    """1.0 when the completion is exactly the canonical string of the answer's integer, else 0.0."""
     value = parse_integer(completion_text)
     return float(value is not None and value == int(answer))
 
@@ -157,7 +165,7 @@ def math_verify_reward(completion_text: str, final_answer: str) -> float:
     from math_verify import parse, verify
 
     gold = parse(f"${final_answer}$")
-    predicted = parse(completion_text)
+    predicted = parse(_text(completion_text))
     if not gold or not predicted:
         return 0.0
     return float(verify(gold, predicted))

@@ -20,6 +20,7 @@ everything, flagged `exact=False` (totals are still preserved), or raises ThlErr
 from __future__ import annotations
 
 import json
+import numbers
 import re
 import weakref
 from itertools import accumulate
@@ -356,9 +357,27 @@ def _prepare(text: str | None, src_ids, src_tokenizer) -> tuple[str, list[int], 
         if text is None:
             raise ThlError("align needs a text or source ids")
         src_ids = _encode(src_tokenizer, [text])[0]
-    src_ids = [int(i) for i in src_ids]
+    src_ids = token_ids(src_ids)
     pieces = token_pieces(src_tokenizer, src_ids)  # also validates the ids against the source vocabulary
+    if text is None:
+        try:
+            b"".join(pieces).decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ThlError(f"the source ids' bytes are not valid UTF-8 at byte {err.start} (a sequence cut inside "
+                           f"a character?); no text to align") from None
     return (decode_text(src_tokenizer, src_ids) if text is None else text), src_ids, pieces
+
+
+def token_ids(ids) -> list[int]:
+    """The ids as Python ints; ThlError naming the position for anything but an integer (numpy ints included;
+    floats, strings, NaN and bools are refused, never coerced)."""
+    out = []
+    for position, value in enumerate(ids):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ThlError(f"source id at position {position} is {value!r} ({type(value).__name__}); ids must be "
+                           f"integers")
+        out.append(int(value))
+    return out
 
 
 def align(text: str | None, src_tokenizer, dst_tokenizer, src_ids: list[int] | None = None, *,

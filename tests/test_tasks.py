@@ -45,14 +45,28 @@ def test_halves_partition_s3():
     assert not h0 & h1 and h0 | h1 == {p.prompt for p in task.train["S3"]}
 
 
-@pytest.mark.parametrize("text,value", [("42", 42), (" 42 ", 42), ("-7", -7), ("007", 7)])
-def test_parse_integer_accepts_plain_integers(text, value):
+@pytest.mark.parametrize("text,value", [("42", 42), ("-7", -7), ("0", 0), ("120", 120)])
+def test_parse_integer_accepts_canonical_integers(text, value):
     assert parse_integer(text) == value
 
 
-@pytest.mark.parametrize("text", ["40+2", "__import__('os')", "42abc", "4 2", "", "4.2", "1e3", "٤٢"])
+@pytest.mark.parametrize("text", ["40+2", "__import__('os')", "42abc", "4 2", "", "4.2", "1e3", "٤٢", "-0", "+7"])
 def test_parse_integer_never_evaluates(text):
     assert parse_integer(text) is None
+
+
+@pytest.mark.parametrize("forged", ["018", " 18 ", "18\n", "\xa018", "18\u3000", "\t18", "18 ", "0018"])
+def test_a_padded_or_zero_led_answer_is_not_the_answer(forged):
+    """A peer's success is re-verified with this verifier: only the string our policies write counts."""
+    assert verify_integer(forged, "18") == 0.0 and verify_integer("18", "18") == 1.0
+
+
+@pytest.mark.parametrize("value", [18, None, b"18", ["18"]])
+def test_the_verifiers_refuse_what_is_not_text(value):
+    with pytest.raises(TypeError, match="must be a str"):
+        verify_integer(value, "18")
+    with pytest.raises(TypeError, match="must be a str"):
+        math_verify_reward(value, "18")
 
 
 @given(st.text(max_size=20))
@@ -60,7 +74,7 @@ def test_verifier_accepts_only_text_that_is_the_integer(text):
     reward = verify_integer(text, "85")
     assert reward in (0.0, 1.0)
     if reward:
-        assert re.fullmatch(r"\s*0*85\s*", text), text
+        assert text == "85", text
 
 
 @given(st.integers(min_value=-10**6, max_value=10**6))

@@ -135,6 +135,21 @@ def test_bad_input_is_a_typed_error_and_counted(tokenizers):
     assert report.n == 3 and report.invalid == 2
 
 
+@pytest.mark.parametrize("ids, position", [([3, float("nan")], 1), ([3.0, 4], 0), (["3", 4], 0), ([3, True], 1)])
+def test_ids_that_are_not_integers_are_refused_not_coerced(tokenizers, ids, position):
+    with pytest.raises(ThlError, match=f"source id at position {position} is"):
+        align(None, tokenizers["bpe"], tokenizers["unigram"], src_ids=ids)
+    assert align(None, tokenizers["bpe"], tokenizers["unigram"], src_ids=np.array([3, 4])).exact  # numpy ints are ids
+
+
+def test_ids_cut_inside_a_character_are_invalid_utf8_not_inexact(tokenizers):
+    src = tokenizers["cl100k"]
+    ids = src.encode("🙂", add_special_tokens=False)  # byte tokens: the first holds part of the 4-byte character
+    assert len(ids) >= 2 and len(b"".join(token_pieces(src, ids[:1]))) < 4
+    with pytest.raises(ThlError, match="not valid UTF-8"):
+        align(None, src, tokenizers["mistral-sp"], src_ids=ids[:1])
+
+
 def test_empty_completion_gives_no_groups(tokenizers):
     eos = tokenizers["bpe"].eos_token_id
     alignment = align(None, tokenizers["bpe"], tokenizers["unigram"], src_ids=[eos], carry_eos=False)
