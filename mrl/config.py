@@ -1,20 +1,30 @@
 """Typed, YAML-loadable configs for tasks, the model zoo, GRPO training and runs.
 
-Every config is a dataclass with one documented line per field (CleanRL's `Args` style) and a
-`__post_init__` that validates values; `load_config` rejects unknown keys. Errors name the
-field, the value and what is allowed, so a typo in a YAML file fails at load, not mid-run.
+Every config is a pydantic v2 dataclass (`config_dataclass`) with one documented line per field (CleanRL's
+`Args` style): strict scalar types (an int field refuses 2.5, "3" and True; a float field takes ints and
+refuses strings and bools; a bool field refuses "no"), finite floats only, no unknown keys, nested configs
+built from mappings; `__post_init__` adds the checks that span fields. The same validation runs whether a
+config comes from YAML (`load_config`, which also refuses an empty file and duplicate keys), from Python
+(`GrpoConfig(steps=2.5)`, `dataclasses.replace`) or from a notebook's papermill parameters (`override`).
+Every error is a ConfigError naming the field, the value and what is allowed, so a typo fails at load,
+not mid-run.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+import typing
+from dataclasses import field
 from pathlib import Path
-from typing import Any, TypeVar, get_type_hints
+from typing import Annotated, Any, TypeVar, Union
 
+import pydantic
+import pydantic.dataclasses
 import yaml
+from pydantic import Strict, StrictBool, StrictInt, StrictStr
 
 from mrl.grpo import LEVELS, LOSS_TYPES
 from mrl.mwra import BACKENDS
@@ -25,6 +35,69 @@ PRECISIONS = ("fp32", "bf16")
 
 class ConfigError(ValueError):
     """A config field has an unknown name or a value outside what is allowed."""
+
+
+Int = StrictInt
+"""an integer (not a float, a numeric string or a bool)"""
+Float = Annotated[float, Strict()]
+"""a finite real number (ints are taken as floats; strings and bools are not)"""
+Str = StrictStr
+Bool = StrictBool
+PYDANTIC = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)
+EXPECTED = {"int_type": "an integer", "float_type": "a number", "finite_number": "a finite number",
+            "string_type": "a string", "bool_type": "true or false", "list_type": "a list", "dict_type": "a mapping",
+            "dataclass_type": "a mapping of its settings", "unexpected_keyword_argument": "no such key",
+            "missing_argument": "a value (required)"}
+
+
+def _class_at(cls: type, path: tuple) -> type | None:
+    """The config class at a pydantic error location below `cls` (through fields, list items, mapping values)."""
+    for part in path:
+        if typing.get_origin(cls) in (list, dict):
+            cls = typing.get_args(cls)[-1]
+        elif dataclasses.is_dataclass(cls):
+            cls = typing.get_type_hints(cls).get(part)
+        else:
+            return None
+    return cls if dataclasses.is_dataclass(cls) else None
+
+
+def config_error(err: pydantic.ValidationError, cls: type) -> ConfigError:
+    """One ConfigError for pydantic's errors: `Cls.dotted.field = value is not allowed; expected ...` per error;
+    an error raised by a __post_init__ check keeps its own message."""
+    lines = []
+    for item in err.errors(include_url=False):
+        cause = (item.get("ctx") or {}).get("error")
+        if isinstance(cause, ConfigError):
+            lines.append(str(cause))
+            continue
+        where = ".".join([cls.__name__, *(str(part) for part in item["loc"])])
+        if item["type"] == "unexpected_keyword_argument":
+            owner = _class_at(cls, item["loc"][:-1])
+            allowed = sorted(f.name for f in dataclasses.fields(owner)) if owner else "?"
+            lines.append(f"{where.rsplit('.', 1)[0]}: unknown key(s) {[item['loc'][-1]]}; allowed keys are {allowed}")
+            continue
+        expected = EXPECTED.get(item["type"], item["msg"])
+        lines.append(f"{where} = {item.get('input')!r:.80} is not allowed; expected {expected}")
+    return ConfigError("\n".join(dict.fromkeys(lines)))
+
+
+def config_dataclass(cls=None, *, frozen: bool = False):
+    """A validated config class: a pydantic dataclass whose constructor raises ConfigError."""
+    def wrap(cls):
+        cls = pydantic.dataclasses.dataclass(cls, config=PYDANTIC, frozen=frozen)
+        build = cls.__init__
+
+        @functools.wraps(build)
+        def __init__(self, *args, **kwargs):
+            try:
+                build(self, *args, **kwargs)
+            except pydantic.ValidationError as err:
+                raise config_error(err, type(self)) from None
+
+        cls.__init__ = __init__
+        return cls
+    return wrap if cls is None else wrap(cls)
 
 
 def require(ok: bool, cls: str, name: str, value: Any, allowed: str) -> None:
@@ -49,21 +122,21 @@ SKILLS = ("S1", "S2", "S3")
 MIX_KEY = re.compile(r"^(leak:)?(S[123])(\.half[01])?$")
 
 
-@dataclass
+@config_dataclass
 class TaskConfig:
-    name: str = "arith-ops"
+    name: Str = "arith-ops"
     """task family: arith-ops (algorithm gap), arith-forms (format gap), gsm8k (paper profile)"""
-    max_operand: int = 99
+    max_operand: Int = 99
     """operands are drawn from 0..max_operand (multiplication: second operand 0..9)"""
-    test_per_skill: int = 200
+    test_per_skill: Int = 200
     """held-out test prompts per skill, disjoint from every training and RL prompt"""
-    pool_per_skill: int = 50
+    pool_per_skill: Int = 50
     """RL prompt pool per skill (pool regime); 0 means fresh training prompts every step"""
-    leak_n: int = 150
+    leak_n: Int = 150
     """size of the fixed subset of a peer's skill from which the warm-up leak is drawn"""
-    seed: int = 0
+    seed: Int = 0
     """seed of the train/test/pool/leak splits"""
-    data_files: str | None = None
+    data_files: Str | None = None
     """gsm8k only: a local JSON/JSONL file in the GSM8K schema (question, answer '... #### 42')"""
 
     def __post_init__(self):
@@ -84,27 +157,27 @@ ARCHS = ("gpt2", "llama", "qwen2")
 TOKENIZERS = ("bpe", "unigram", "wordpiece")
 
 
-@dataclass
+@config_dataclass
 class FamilyConfig:
-    name: str = "A"
+    name: Str = "A"
     """policy id, e.g. A, B, C"""
-    arch: str = "gpt2"
+    arch: Str = "gpt2"
     """transformers architecture: gpt2, llama, qwen2"""
-    tokenizer: str = "bpe"
+    tokenizer: Str = "bpe"
     """tokenizer kind trained on the task corpus: bpe (byte-level), unigram (Metaspace-free, char-level here), wordpiece (##)"""
-    vocab_size: int = 48
+    vocab_size: Int = 48
     """target vocabulary size of the trained tokenizer (Unigram on digits degenerates to characters)"""
-    d_model: int = 128
+    d_model: Int = 128
     """hidden size"""
-    n_layers: int = 4
+    n_layers: Int = 4
     """transformer blocks"""
-    n_heads: int = 4
+    n_heads: Int = 4
     """attention heads"""
-    n_kv_heads: int = 2
+    n_kv_heads: Int = 2
     """key/value heads (llama, qwen2: grouped-query attention); ignored by gpt2"""
-    d_ff: int = 384
+    d_ff: Int = 384
     """MLP width"""
-    warmup_mix: dict = field(default_factory=lambda: {"S1": 0.75, "S3.half0": 0.22, "leak:S2": 0.03})
+    warmup_mix: dict[Str, Float] = field(default_factory=lambda: {"S1": 0.75, "S3.half0": 0.22, "leak:S2": 0.03})
     """supervised warm-up mixture: keys S1|S2|S3, optional .half0|.half1, prefix leak: for the fixed leak subset; weights sum to 1"""
 
     def __post_init__(self):
@@ -127,21 +200,21 @@ class FamilyConfig:
         require(abs(total - 1) < 1e-6, c, "warmup_mix", self.warmup_mix, f"weights summing to 1 (got {total:.4f})")
 
 
-@dataclass
+@config_dataclass
 class WarmupConfig:
-    steps: int = 1000
+    steps: Int = 1000
     """supervised warm-up steps (completion-only cross-entropy)"""
-    batch_size: int = 256
+    batch_size: Int = 256
     """examples per warm-up step"""
-    lr: float = 3e-3
+    lr: Float = 3e-3
     """AdamW peak learning rate, cosine decay after a linear warm-up"""
-    lr_warmup_steps: int = 50
+    lr_warmup_steps: Int = 50
     """linear learning-rate warm-up steps"""
-    grad_clip: float = 1.0
+    grad_clip: Float = 1.0
     """global gradient-norm clip"""
-    seed: int = 0
+    seed: Int = 0
     """seed of initialisation and the warm-up data stream"""
-    precision: str = "fp32"
+    precision: Str = "fp32"
     """matmul precision of the warm-up forward and backward: fp32, or bf16 (autocast; weights, gradients and
     AdamW state stay fp32; about 2x faster on CPUs with AVX512-BF16)"""
 
@@ -162,23 +235,19 @@ def default_families() -> list[FamilyConfig]:
                          warmup_mix={"S2": 0.75, "S3.half1": 0.22, "leak:S1": 0.03})]
 
 
-@dataclass
+@config_dataclass
 class ZooConfig:
-    families: list = field(default_factory=default_families)
+    families: list[FamilyConfig] = field(default_factory=default_families)
     """the policies' families (FamilyConfig each); at least one"""
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     """supervised warm-up settings shared by every family"""
-    max_positions: int = 48
+    max_positions: Int = 48
     """maximum sequence length of the models"""
-    workers: int = 2
+    workers: Int = 2
     """warm-up processes run at once (1 torch thread each; more than the cores keeps them all busy); 1 = in this process"""
 
     def __post_init__(self):
         c = "ZooConfig"
-        self.families = [f if isinstance(f, FamilyConfig) else _build(FamilyConfig, f, "ZooConfig.families")
-                         for f in self.families]
-        if isinstance(self.warmup, dict):
-            self.warmup = _build(WarmupConfig, self.warmup, "ZooConfig.warmup")
         require(len(self.families) >= 1, c, "families", self.families, "at least one family")
         names = [f.name for f in self.families]
         require(len(set(names)) == len(names), c, "families", names, "distinct family names")
@@ -189,44 +258,44 @@ class ZooConfig:
 SCALES = ("group", "batch", "none")
 
 
-@dataclass
+@config_dataclass
 class GrpoConfig:
-    steps: int = 150
+    steps: Int = 150
     """RL steps (one sampling round and one optimizer step each)"""
-    prompts_per_step: int = 16
+    prompts_per_step: Int = 16
     """prompts per step (P)"""
-    group_size: int = 8
+    group_size: Int = 8
     """completions per prompt (G)"""
-    max_new_tokens: int = 6
+    max_new_tokens: Int = 6
     """maximum completion length, EOS included"""
-    temperature: float = 1.0
+    temperature: Float = 1.0
     """sampling temperature (full softmax, no top-k)"""
-    lr: float = 1e-4
+    lr: Float = 1e-4
     """Adam learning rate (1e-4 was stable; 3e-4 degraded, 1e-3 collapsed in the prototypes)"""
-    grad_clip: float = 1.0
+    grad_clip: Float = 1.0
     """global gradient-norm clip"""
-    loss_type: str = "grpo"
+    loss_type: Str = "grpo"
     """aggregation: grpo, bnpo, dr_grpo, dapo (TRL's definitions)"""
-    level: str = "token"
+    level: Str = "token"
     """importance ratio level: token or sequence (GSPO)"""
-    scale: str = "group"
+    scale: Str = "group"
     """advantage normaliser: group, batch, none"""
-    eps_low: float = 0.2
+    eps_low: Float = 0.2
     """lower clip range"""
-    eps_high: float = 0.2
+    eps_high: Float = 0.2
     """upper clip range"""
-    beta: float = 0.0
+    beta: Float = 0.0
     """k3 KL coefficient against the frozen warm-up policy"""
-    kl_bias_correction: bool = False
+    kl_bias_correction: Bool = False
     """multiply k3 by the importance ratio (TRL's use_bias_correction_kl)"""
-    engine: str = "fast"
+    engine: Str = "fast"
     """sampling and log-prob engine: fast (mrl.fast, for the gpt2 / llama / qwen2 checkpoints it implements
     exactly; any other falls back to transformers) or hf (the transformers forward, the reference)"""
-    skip_zero_advantage: bool = True
+    skip_zero_advantage: Bool = True
     """do not forward sequences with A = 0 (exact when beta = 0; the loss normaliser keeps the full batch)"""
-    eval_every: int = 25
+    eval_every: Int = 25
     """greedy evaluation on pool and held-out prompts every this many steps"""
-    seed: int = 0
+    seed: Int = 0
     """RL seed: prompt order and sampling draw from generators derived from (seed, step, policy)"""
 
     def __post_init__(self):
@@ -247,21 +316,21 @@ class GrpoConfig:
 FAILURE_POLICIES = ("fail", "continue")
 
 
-@dataclass
+@config_dataclass
 class RunnerConfig:
-    backend: str = "inline"
+    backend: Str = "inline"
     """MWRA backend: inline (deterministic), process (one process per policy), ray"""
-    mode: str = "sync"
+    mode: Str = "sync"
     """step clock: sync (a barrier after each phase) or async (a worker runs up to `staleness` steps ahead)"""
-    staleness: int = 1
+    staleness: Int = 1
     """async only: how many steps a worker may run ahead of the slowest one"""
-    step_timeout: float = 600.0
+    step_timeout: Float = 600.0
     """seconds a worker may take for one phase before it is declared failed"""
-    failure_policy: str = "fail"
+    failure_policy: Str = "fail"
     """on a failed worker: fail (raise, keeping the last complete checkpoint) or continue without it"""
-    checkpoint_every: int = 0
+    checkpoint_every: Int = 0
     """write a checkpoint every this many steps (0: never)"""
-    max_staleness: int = 1
+    max_staleness: Int = 1
     """peer experience whose policy version is more than this many steps behind the clock is dropped by SEE;
     a step-s sample comes from version s - 1, so 1 shares exactly the current step's samples"""
 
@@ -279,6 +348,8 @@ class RunnerConfig:
                 self.max_staleness, "an integer >= 1 (a step's own samples are 1 step behind the clock)")
 
 
+ProbeEntry = Union[Str, dict[Str, Any]]
+"""a probe of a grid: a registered name, or a mapping {name: ..., knob: value} (mrl.probes.as_probe_config)"""
 PAIRING_NAME = re.compile(r"^[A-Za-z0-9]+(\+[A-Za-z0-9]+)*$")
 
 
@@ -289,22 +360,31 @@ def _int_list(cls: str, name: str, values: Any, minimum: int = 0) -> None:
 
 
 def _probe_entries(cls: str, name: str, values: Any) -> None:
-    ok = isinstance(values, list) and len(values) > 0 and all(
-        isinstance(v, str) or (isinstance(v, dict) and isinstance(v.get("name"), str)) for v in values)
-    require(ok, cls, name, values, "a non-empty list of probe names or mappings {name: ..., knob: value}")
+    """Every entry a registered probe with valid knobs (checked against mrl.probes' registry)."""
+    from mrl.probes import as_probe_config  # mrl.probes imports this module
+
+    require(isinstance(values, list) and len(values) > 0, cls, name, values,
+            "a non-empty list of probe names or mappings {name: ..., knob: value}")
+    for entry in values:
+        require(isinstance(entry, str) or isinstance(entry.get("name"), str), cls, name, entry,
+                "a probe name or a mapping with a name: {name: ..., knob: value}")
+        try:
+            as_probe_config(entry)
+        except (ConfigError, ValueError, TypeError) as err:
+            raise ConfigError(f"{cls}.{name}: entry {entry!r} is not a valid probe: {err}") from None
 
 
-@dataclass
+@config_dataclass
 class ProbeGridConfig:
     """40_probe: every probe on every pairing and seed, each one run of the runner."""
 
-    pairings: list = field(default_factory=lambda: ["A+B"])
+    pairings: list[Str] = field(default_factory=lambda: ["A+B"])
     """the policy groups trained together, by their names in RunConfig.pairings"""
-    probes: list = field(default_factory=lambda: ["grpo", "prp", "prp_naive", "xgrpo", "sgt"])
+    probes: list[ProbeEntry] = field(default_factory=lambda: ["grpo", "prp", "prp_naive", "xgrpo", "sgt"])
     """the probes, each a registered name or a mapping {name: ..., knob: value} (mrl.probes)"""
-    seeds: list = field(default_factory=lambda: [0])
+    seeds: list[Int] = field(default_factory=lambda: [0])
     """RL seeds of every (pairing, probe)"""
-    steps: dict = field(default_factory=lambda: {"A+B": 4})
+    steps: dict[Str, Int] = field(default_factory=lambda: {"A+B": 4})
     """RL steps per pairing"""
 
     def __post_init__(self):
@@ -318,23 +398,23 @@ class ProbeGridConfig:
                 f"a mapping with a positive integer for every pairing in {self.pairings}")
 
 
-@dataclass
+@config_dataclass
 class HacpoGridConfig:
     """50_hacpo: HACPO and its baselines over seeds (the MRL probes' runs are shared with 40_probe), and its
     ablations on fewer seeds."""
 
-    pairings: list = field(default_factory=lambda: ["A+B"])
+    pairings: list[Str] = field(default_factory=lambda: ["A+B"])
     """the policy groups trained together, by their names in RunConfig.pairings"""
-    probes: list = field(default_factory=lambda: ["hacpo", "gspo", "gspo_x2", "naive", "grpo", "prp", "prp_naive",
+    probes: list[ProbeEntry] = field(default_factory=lambda: ["hacpo", "gspo", "gspo_x2", "naive", "grpo", "prp", "prp_naive",
                                                   "xgrpo", "sgt"])
     """the arms of the comparison table (names or mappings, as in ProbeGridConfig.probes)"""
-    seeds: list = field(default_factory=lambda: [0])
+    seeds: list[Int] = field(default_factory=lambda: [0])
     """RL seeds of the comparison"""
-    steps: int = 4
+    steps: Int = 4
     """RL steps of every comparison run"""
-    ablation_seeds: list = field(default_factory=lambda: [0])
+    ablation_seeds: list[Int] = field(default_factory=lambda: [0])
     """RL seeds of the ablations"""
-    ablation_steps: int = 2
+    ablation_steps: Int = 2
     """RL steps of every ablation run"""
 
     def __post_init__(self):
@@ -349,15 +429,15 @@ class HacpoGridConfig:
                     "an integer >= 1")
 
 
-@dataclass
+@config_dataclass
 class MwraTimingConfig:
     """30_mwra: the same short run on each backend, timed."""
 
-    pairing: str = "A+B"
+    pairing: Str = "A+B"
     """the policy group, by its name in RunConfig.pairings"""
-    steps: int = 4
+    steps: Int = 4
     """RL steps per backend"""
-    backends: list = field(default_factory=lambda: list(BACKENDS))
+    backends: list[Str] = field(default_factory=lambda: list(BACKENDS))
     """the backends to time (the first is the reference the others must match)"""
 
     def __post_init__(self):
@@ -367,19 +447,19 @@ class MwraTimingConfig:
                 c, "backends", self.backends, f"a non-empty list drawn from {list(BACKENDS)}")
 
 
-@dataclass
+@config_dataclass
 class BanditConfig:
     """60_bandit: the contextual-bandit analysis (a reconstruction), its budgets."""
 
-    kappas: list = field(default_factory=lambda: [0.25, 1.0])
+    kappas: list[Float] = field(default_factory=lambda: [0.25, 1.0])
     """support overlaps kappa of the stability-support plane"""
-    reps: int = 200
+    reps: Int = 200
     """Monte Carlo repetitions per point"""
-    dynamics_kappas: list = field(default_factory=lambda: [0.5])
+    dynamics_kappas: list[Float] = field(default_factory=lambda: [0.5])
     """support overlaps of the dynamic simulation"""
-    seeds: list = field(default_factory=lambda: [0])
+    seeds: list[Int] = field(default_factory=lambda: [0])
     """seeds of the dynamic simulation"""
-    steps: int = 30
+    steps: Int = 30
     """steps T of the dynamic simulation"""
 
     def __post_init__(self):
@@ -404,7 +484,7 @@ def heldout_families() -> list[FamilyConfig]:
                          warmup_mix={"S1": 0.495, "S2": 0.495, "leak:S3": 0.01})]
 
 
-@dataclass
+@config_dataclass
 class HeldoutConfig:
     """70_heldout: the held-out experiment (arith-forms, fresh RL prompts every step, a form gap over one shared
     algorithm): its own task and zoo, and a grid paired on GRPO (the same RL seeds and zoo seeds for every probe)."""
@@ -414,26 +494,23 @@ class HeldoutConfig:
     """the task and its splits: pool_per_skill 0 draws fresh training prompts every RL step"""
     zoo: ZooConfig = field(default_factory=lambda: ZooConfig(families=heldout_families(), max_positions=40))
     """the families and their warm-up (its warmup.seed is replaced by each of zoo_seeds)"""
-    pairing: list = field(default_factory=lambda: ["A", "B"])
+    pairing: list[Str] = field(default_factory=lambda: ["A", "B"])
     """the two policies trained together (each one's weak form is the other's own form)"""
-    probes: list = field(default_factory=lambda: ["grpo", "sgt"])
+    probes: list[ProbeEntry] = field(default_factory=lambda: ["grpo", "sgt"])
     """the probes (names or mappings, as in ProbeGridConfig.probes); grpo is the paired baseline and must be one"""
-    seeds: list = field(default_factory=lambda: [0])
+    seeds: list[Int] = field(default_factory=lambda: [0])
     """RL seeds of every probe (on every zoo seed that probe runs on)"""
-    zoo_seeds: list = field(default_factory=lambda: [0])
+    zoo_seeds: list[Int] = field(default_factory=lambda: [0])
     """warm-up seeds (initialisation and data stream) of the zoos; the first runs every probe"""
-    zoo_seed_probes: list = field(default_factory=lambda: ["grpo", "sgt"])
+    zoo_seed_probes: list[Str] = field(default_factory=lambda: ["grpo", "sgt"])
     """the probes that also run on the zoo seeds after the first, so their interval covers the warm-up"""
-    steps: int = 4
+    steps: Int = 4
     """RL steps of every run"""
-    eval_every: int = 2
+    eval_every: Int = 2
     """greedy held-out evaluation every this many steps"""
 
     def __post_init__(self):
         c = "HeldoutConfig"
-        for name, cls in (("task", TaskConfig), ("zoo", ZooConfig)):
-            if isinstance(getattr(self, name), dict):
-                setattr(self, name, _build(cls, getattr(self, name), f"HeldoutConfig.{name}"))
         require(self.task.name == "arith-forms" and self.task.pool_per_skill == 0, c, "task",
                 f"name={self.task.name}, pool_per_skill={self.task.pool_per_skill}",
                 "arith-forms with pool_per_skill 0 (fresh prompts)")
@@ -455,7 +532,7 @@ class HeldoutConfig:
                     "an integer >= 1")
 
 
-@dataclass
+@config_dataclass
 class ExperimentsConfig:
     """The grids and budgets of the notebooks' experiments."""
 
@@ -474,7 +551,7 @@ class ExperimentsConfig:
 NOTEBOOKS = ("00_zoo", "10_grpo_baseline", "20_thl", "30_mwra", "40_probe", "50_hacpo", "60_bandit", "70_heldout")
 
 
-@dataclass
+@config_dataclass
 class RunConfig:
     """A profile: everything `make reproduce` runs on one kind of machine, in one YAML file (configs/<profile>.yaml)."""
 
@@ -484,30 +561,26 @@ class RunConfig:
     """the families and their warm-up"""
     grpo: GrpoConfig = field(default_factory=GrpoConfig)
     """GRPO training of each policy (every probe's own-sample term)"""
-    policies: dict = field(default_factory=dict)
+    policies: dict[Str, Str] = field(default_factory=dict)
     """paper profile: {name: local folder of a pretrained checkpoint}; empty: the zoo built from `zoo`"""
-    pairings: dict = field(default_factory=lambda: {"A+B": ["A", "B"]})
+    pairings: dict[Str, list[Str]] = field(default_factory=lambda: {"A+B": ["A", "B"]})
     """the policy groups trained together: {name: [policy names]}"""
-    backend: str = "inline"
+    backend: Str = "inline"
     """MWRA backend of the experiments' runs: inline, process, ray (same metrics, different wall time)"""
-    step_timeout: float = 900.0
+    step_timeout: Float = 900.0
     """seconds a worker may take for one phase of a step before it is declared failed"""
-    threads: int = 1
+    threads: Int = 1
     """torch threads per policy worker (1 keeps CPU runs bit-reproducible)"""
-    packed_runs: int = 1
+    packed_runs: Int = 1
     """independent runs of a grid executed at once, each inline in its own process (no core waits at a barrier);
     1: one run at a time on `backend`"""
-    notebooks: list = field(default_factory=lambda: list(NOTEBOOKS))
+    notebooks: list[Str] = field(default_factory=lambda: list(NOTEBOOKS))
     """the notebooks `python -m mrl.reproduce` runs for this profile, in order"""
     experiments: ExperimentsConfig = field(default_factory=ExperimentsConfig)
     """the grids and budgets of each notebook's experiment"""
 
     def __post_init__(self):
         c = "RunConfig"
-        for name, cls in (("task", TaskConfig), ("zoo", ZooConfig), ("grpo", GrpoConfig),  # given as mappings
-                          ("experiments", ExperimentsConfig)):
-            if isinstance(getattr(self, name), dict):
-                setattr(self, name, _build(cls, getattr(self, name), f"RunConfig.{name}"))
         for name in ("threads", "packed_runs"):
             require(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, c, name, getattr(self, name),
                     "an integer >= 1")
@@ -536,38 +609,63 @@ class RunConfig:
 C = TypeVar("C")
 
 
-def _build(cls: type[C], values: dict, where: str) -> C:
-    """Instantiate a config dataclass from a mapping, rejecting unknown keys by name."""
-    if not isinstance(values, dict):
-        raise ConfigError(f"{where} must be a mapping, got {type(values).__name__}")
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed keys are {sorted(known)}")
-    hints = get_type_hints(cls)
-    values = dict(values)
-    for k, v in values.items():
-        expected = hints[k]
-        if dataclasses.is_dataclass(expected) and isinstance(v, dict):
-            values[k] = _build(expected, v, f"{where}.{k}")
-            continue
-        if expected in (int, float, str, bool):
-            ok = isinstance(v, expected) and not (expected is int and isinstance(v, bool))
-            if expected is float and isinstance(v, int) and not isinstance(v, bool):
-                ok = True
-            if not ok:
-                raise ConfigError(f"{where}.{k} = {v!r} has type {type(v).__name__}; expected {expected.__name__}")
-    return cls(**values)
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key that appears twice in one mapping (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise ConfigError(f"duplicate key {key!r} at line {key_node.start_mark.line + 1} (first at line "
+                                  f"{seen[key] + 1}){_where(node)}")
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _where(node) -> str:
+    name = node.start_mark.name
+    return "" if name.startswith("<") else f" of {name}"
 
 
 def load_config(source: str | Path | dict, cls: type[C] = RunConfig) -> C:
-    """Load a config from a YAML file, a YAML string or a dict; unknown keys and bad values raise ConfigError."""
+    """Load a config from a YAML file, a YAML string or a dict; an empty file, duplicate or unknown keys and bad
+    values raise ConfigError."""
     if isinstance(source, dict):
         values = source
     else:
-        text = Path(source).read_text() if Path(str(source)).suffix in (".yaml", ".yml") else str(source)
-        values = yaml.safe_load(text) or {}
-    return _build(cls, values, cls.__name__)
+        is_file = Path(str(source)).suffix in (".yaml", ".yml")
+        text = Path(source).read_text() if is_file else str(source)
+        try:
+            values = yaml.load(text, Loader=StrictLoader)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{source if is_file else 'the YAML text'} is not valid YAML: {err}") from None
+        if values is None:
+            raise ConfigError(f"{source if is_file else 'the YAML text'} is empty; a config needs at least one "
+                              f"setting (an empty mapping {{}} takes every default)")
+    if not isinstance(values, dict):
+        raise ConfigError(f"{cls.__name__} must be a mapping of settings, got {type(values).__name__}")
+    return cls(**values)
+
+
+def override(config: C, **values) -> C:
+    """`dataclasses.replace(config, **values)` for a notebook's parameters: a value given as text for a list or
+    mapping field (papermill's `-p probes '["sgt"]'`) is parsed as YAML first; None values are left out."""
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    changes = {}
+    for name, value in values.items():
+        if value is None:
+            continue
+        if name not in fields:
+            raise ConfigError(f"{type(config).__name__} has no setting {name!r}; allowed: {sorted(fields)}")
+        kind = getattr(fields[name].type, "__origin__", fields[name].type)
+        if isinstance(value, str) and (kind in (list, dict) or str(kind).startswith(("list", "dict"))):
+            try:
+                value = yaml.load(value, Loader=StrictLoader)
+            except yaml.YAMLError as err:
+                raise ConfigError(f"{type(config).__name__}.{name} = {value!r} is not valid YAML: {err}") from None
+        changes[name] = value
+    return dataclasses.replace(config, **changes)
 
 
 def to_dict(config: Any) -> dict:

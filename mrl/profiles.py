@@ -2,12 +2,11 @@
 
 A profile is one YAML file, configs/<profile>.yaml, and holds everything its runs need: the task, the zoo
 (or pretrained checkpoints), GRPO, the pairings, the backend and timeouts, the notebooks to run and each
-experiment's grid. `load_profile` returns it validated: every field and every probe entry of the grids.
+experiment's grid. `load_profile` returns it validated (mrl.config): every field and every probe entry of the grids.
 """
 from __future__ import annotations
 
 from mrl.config import RunConfig, load_config
-from mrl.probes import as_probe_config
 from mrl.results import repo_root
 
 PROFILES = ("smoke", "default", "paper")
@@ -19,7 +18,4 @@ def load_profile(profile: str) -> RunConfig:
         raise ValueError(f"profile={profile!r} is not allowed; expected one of {list(PROFILES)}")
     config = load_config(repo_root() / "configs" / f"{profile}.yaml")
     config.policies = {name: str(repo_root() / path) for name, path in config.policies.items()}
-    for grid in (config.experiments.probe, config.experiments.hacpo, config.experiments.heldout):
-        for entry in grid.probes:
-            as_probe_config(entry)
     return config

@@ -38,7 +38,7 @@ progress = True
 # %%
 import dataclasses
 import pandas as pd
-from mrl.config import RunnerConfig
+from mrl.config import RunnerConfig, override
 from mrl.experiment import policy_paths
 from mrl.notebook import setup_notebook
 from mrl.reports.substrate import mwra_compute_table, mwra_timeline_figure
@@ -47,7 +47,8 @@ from mrl.runner import run_concurrent
 
 run = setup_notebook("30_mwra", profile, partial=steps is not None or backends is not None)
 config, timing = run.config, run.config.experiments.mwra
-steps, backends = steps or timing.steps, backends or timing.backends
+timing = override(timing, steps=steps, backends=backends)  # checked; papermill's text values parsed as YAML
+steps, backends = timing.steps, timing.backends
 grpo = dataclasses.replace(config.grpo, steps=steps, eval_every=steps)
 run.record(steps=steps, backends=backends, pairing=timing.pairing)
 zoo_paths = policy_paths(config, progress)

@@ -49,8 +49,8 @@ progress = True
 # %%
 import time
 start = time.perf_counter()
-import dataclasses
 import pandas as pd
+from mrl.config import override
 from mrl.experiment import policy_paths, run_grid
 from mrl.notebook import setup_notebook
 from mrl.reports.paired import paired_table
@@ -62,7 +62,7 @@ run = setup_notebook("40_probe", profile, partial=any(v is not None for v in req
 config = run.config
 if isinstance(steps, int):
     requested["steps"] = {pairing: steps for pairing in (pairings or config.experiments.probe.pairings)}
-grid = dataclasses.replace(config.experiments.probe, **{k: v for k, v in requested.items() if v is not None})
+grid = override(config.experiments.probe, **requested)  # checked; papermill's text values parsed as YAML
 backend = backend or config.backend
 run.record(grid=grid, backend=backend)
 paths = policy_paths(config, progress)

@@ -1,6 +1,8 @@
+import dataclasses
+
 import pytest
 
-from mrl.config import ConfigError, FamilyConfig, GrpoConfig, RunConfig, config_hash, load_config
+from mrl.config import ConfigError, FamilyConfig, GrpoConfig, RunConfig, config_hash, load_config, override
 from mrl.profiles import load_profile
 
 
@@ -31,8 +33,63 @@ def test_bad_value_names_field_and_allowed_values():
 
 
 def test_wrong_type_is_rejected_at_load():
-    with pytest.raises(ConfigError, match=r"RunConfig.grpo.steps = 'ten' has type str; expected int"):
+    with pytest.raises(ConfigError, match=r"RunConfig.grpo.steps = 'ten' is not allowed; expected an integer"):
         load_config("grpo: {steps: ten}")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("grpo:\n", r"RunConfig.grpo = None is not allowed; expected a mapping of its settings"),
+    ("grpo: {lr: .inf}", r"RunConfig.grpo.lr = inf is not allowed; expected a finite number"),
+    ("grpo: {temperature: .nan}", r"RunConfig.grpo.temperature = nan is not allowed; expected a finite number"),
+    ("step_timeout: .inf", r"RunConfig.step_timeout = inf is not allowed; expected a finite number"),
+    ("experiments: {probe: {probes: [{name: sgt, lam: .inf}]}}", r"SgtConfig.lam = inf .*finite"),
+    ("experiments: {hacpo: {probes: [{name: hacpo, alpha: .inf}]}}", r"HacpoConfig.alpha = inf .*finite"),
+    ("experiments: {hacpo: {probes: [{name: hacpo, delta_step: .inf}]}}", r"HacpoConfig.delta_step = inf"),
+    ("threads: 2\nthreads: 3", r"duplicate key 'threads' at line 2 \(first at line 1\)"),
+    ("grpo: {steps: 3, steps: 4}", r"duplicate key 'steps'"),
+    ("experiments: {probe: {probes: [grpo, sgtt]}}",
+     r"ProbeGridConfig.probes: entry 'sgtt' is not a valid probe: .*expected one of \[.*'sgt'"),
+    ("experiments: {heldout: {probes: [grpo, {name: prp, clipp: 2}]}}", r"HeldoutConfig.probes: entry .*clipp"),
+    ("grpo: {steps: 2.5}", r"RunConfig.grpo.steps = 2.5 is not allowed; expected an integer"),
+    ("grpo: {skip_zero_advantage: 'no'}", r"skip_zero_advantage = 'no' is not allowed; expected true or false"),
+])
+def test_every_field_is_checked_at_load_naming_it(text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(text)
+
+
+def test_an_empty_file_is_an_error_not_every_default(tmp_path):
+    (tmp_path / "empty.yaml").write_text("# nothing here\n")
+    with pytest.raises(ConfigError, match=r"empty.yaml is empty"):
+        load_config(tmp_path / "empty.yaml")
+    assert load_config("{}") == RunConfig()  # all defaults, asked for explicitly
+
+
+def test_configs_built_in_python_are_checked_like_yaml():
+    from mrl.probes import probe_config
+
+    with pytest.raises(ConfigError, match=r"GrpoConfig.steps = 2.5 is not allowed; expected an integer"):
+        GrpoConfig(steps=2.5)
+    with pytest.raises(ConfigError, match=r"GrpoConfig.lr = inf"):
+        GrpoConfig(lr=float("inf"))
+    with pytest.raises(ConfigError, match=r"HacpoConfig.omega = 'no' is not allowed; expected true or false"):
+        probe_config("hacpo", omega="no")
+    with pytest.raises(ConfigError, match=r"GrpoConfig.steps = True"):
+        dataclasses.replace(GrpoConfig(), steps=True)
+    assert GrpoConfig(lr=1).lr == 1.0  # an int is a number
+
+
+def test_a_notebook_parameter_given_as_text_is_parsed_then_checked():
+    """papermill -p probes '["sgtt"]' hands the notebook a string; override parses it, then validates it."""
+    grid = load_profile("smoke").experiments.probe
+    assert override(grid, probes='["sgt", {name: prp, clip: 4.0}]', seeds="[0, 1]", steps=None).probes == \
+        ["sgt", {"name": "prp", "clip": 4.0}]
+    with pytest.raises(ConfigError, match=r"entry 'sgtt' is not a valid probe"):
+        override(grid, probes='["sgtt"]')
+    with pytest.raises(ConfigError, match=r"ProbeGridConfig.seeds = 'zero' is not allowed; expected a list"):
+        override(grid, seeds="zero")
+    with pytest.raises(ConfigError, match=r"ProbeGridConfig has no setting 'seed'"):
+        override(grid, seed=[0])
 
 
 def test_yaml_string_and_hash_stability():

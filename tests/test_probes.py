@@ -202,7 +202,7 @@ def test_prp_with_one_tokenizer_is_the_importance_weighted_grpo_term(bpe_tokeniz
     rollouts = peer_rollouts(bpe_tokenizer, problems, peer_texts, verify)
     peers = PeerView(rollout=rollouts, tokenizers={"P": bpe_tokenizer})
     name = "prp_naive" if naive else "prp"
-    cfg = probe_config(name) if naive else probe_config(name, clip=math.inf, level="token")
+    cfg = probe_config(name) if naive else probe_config(name, clip=None, level="token")
     out = get_probe(name).loss(batch, peers, cfg)
     assert out.stats["peer_samples"] == 12 and out.stats["thl_inexact"] == 0
     got, got_grads = loss_and_grads(model, the_loss(out))
@@ -229,9 +229,9 @@ def test_prp_with_one_tokenizer_is_the_importance_weighted_grpo_term(bpe_tokeniz
 def test_prp_truncation_and_sequence_level(bpe_tokenizer, arith_task, problems):
     """Truncation at c caps every weight; the sequence-level weight is one number per sample."""
     batch, peers = batch_with_same_tokenizer_peer(bpe_tokenizer, arith_task, problems)
-    free = get_probe("prp").loss(batch, peers, probe_config("prp", clip=math.inf))
+    free = get_probe("prp").loss(batch, peers, probe_config("prp", clip=None))
     capped = get_probe("prp").loss(batch, peers, probe_config("prp", clip=1e-3))
-    seq = get_probe("prp").loss(batch, peers, probe_config("prp", level="sequence", clip=math.inf))
+    seq = get_probe("prp").loss(batch, peers, probe_config("prp", level="sequence", clip=None))
     assert capped.stats["truncated_tokens"] > 0 and free.stats["truncated_tokens"] == 0
     assert len({round(the_loss(o).item(), 6) for o in (free, capped, seq)}) == 3
     assert 0 < free.stats["ess_fraction"] <= 1

@@ -20,17 +20,20 @@ from typing import Callable, Iterable
 
 from torch import Tensor
 
-from mrl.config import ConfigError, GrpoConfig, require
+from mrl.config import ConfigError, GrpoConfig, Str, config_dataclass, require
 from mrl.grpo import LOSS_TYPES
 from mrl.rollout import RolloutBatch
 from mrl.see import KINDS
 
 
-@dataclass(frozen=True)
+@config_dataclass(frozen=True)
 class ProbeConfig:
-    """The base of every probe's config: the probe's name. A probe without knobs uses it as it is."""
+    """The base of every probe's config: the probe's name. A probe without knobs uses it as it is.
 
-    name: str = "grpo"
+    Subclasses are `config_dataclass(frozen=True)` too: their knobs are type-checked (strict, finite) however
+    they are built."""
+
+    name: Str = "grpo"
     """the registered probe this config belongs to"""
 
     def knobs(self) -> dict:

@@ -17,11 +17,11 @@ naive: pooled plain-mean advantages, peer samples with ratio 1 and no omega or c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+
 
 import torch
 
-from mrl.config import choice, require
+from mrl.config import Bool, Float, Int, Str, choice, config_dataclass, require
 from mrl.grpo import policy_loss
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.hacpo_primitives import (CapabilityTracker, capability_advantages, peer_objective,
@@ -33,11 +33,11 @@ GSPO_EPS = (3e-4, 4e-4)   # GSPO's sequence-ratio clip on own samples (epsilon l
 MAX_LOG_RATIO = 10.0      # the official code clamps |log s| <= 10
 
 
-@dataclass(frozen=True)
+@config_dataclass(frozen=True)
 class GspoConfig(ProbeConfig):
     """gspo, gspo_x2 and naive: GSPO's loss over the (pooled) group."""
 
-    minibatches: int = 1
+    minibatches: Int = 1
     """optimizer updates per step over the pooled batch (own samples first)"""
 
     def __post_init__(self):
@@ -45,27 +45,27 @@ class GspoConfig(ProbeConfig):
                 self.minibatches, "an integer >= 1")
 
 
-@dataclass(frozen=True)
+@config_dataclass(frozen=True)
 class HacpoConfig(ProbeConfig):
-    advantage: str = "capability"
+    advantage: Str = "capability"
     """baseline of the pooled group: capability (omega-weighted), pooled (plain mean) or own"""
-    omega: bool = True
+    omega: Bool = True
     """scale each peer sample's term by omega(source, learner) (the capability discrepancy coefficient)"""
-    alpha: float = 1.0
+    alpha: Float = 1.0
     """exponent of the stop-gradient reweighting s * sg(s)^alpha of a peer sample's ratio s"""
-    clipping: str = "stepwise"
+    clipping: Str = "stepwise"
     """peer ratio clip: stepwise [min(1, 1 - delta + m delta_step), 1], fixed [1 - delta, 1], symmetric
     [1 - delta, 1 + delta]"""
-    delta: float = 0.2
+    delta: Float = 0.2
     """lower clip offset of the peer ratio"""
-    delta_step: float = 0.025
+    delta_step: Float = 0.025
     """rise of the lower bound per minibatch update m"""
-    ratio: str = "thl"
+    ratio: Str = "thl"
     """peer sequence ratio normalised over THL groups (thl) or each side by its own token count (mean, the
     official code)"""
-    minibatches: int = 1
+    minibatches: Int = 1
     """optimizer updates per step over the pooled batch (own samples first); the stepwise bound rises with each"""
-    capability_window: int = 5
+    capability_window: Int = 5
     """K, steps in the rolling positive-reward rate"""
 
     def __post_init__(self):

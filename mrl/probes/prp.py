@@ -12,12 +12,11 @@ learner's verifier (never above what the peer claimed). Log ESS = (sum w)^2 / su
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from mrl.config import choice, require
+from mrl.config import Float, Str, choice, config_dataclass, require
 from mrl.grpo import LEVELS
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.terms import (own_grpo_loss, pooled_loss, rescored_reward, retokenize_rollouts, text_logprobs,
@@ -27,16 +26,17 @@ from mrl.rollout import RolloutBatch
 MAX_LOG_RATIO = 20.0  # exp(+-20) bounds a weight before truncation; beyond it float32 is meaningless anyway
 
 
-@dataclass(frozen=True)
+@config_dataclass(frozen=True)
 class PrpConfig(ProbeConfig):
-    level: str = "token"
+    level: Str = "token"
     """importance ratio per THL group (token) or per sequence"""
-    clip: float = 2.0
-    """truncation c of the importance weight (inf: none)"""
+    clip: Float | None = 2.0
+    """truncation c of the importance weight (None: no truncation)"""
 
     def __post_init__(self):
         choice("PrpConfig", "level", self.level, LEVELS)
-        require(self.clip > 0, "PrpConfig", "clip", self.clip, "a number > 0 (inf: no truncation)")
+        require(self.clip is None or self.clip > 0, "PrpConfig", "clip", self.clip, "a number > 0, or None (no "
+                                                                                    "truncation)")
 
 
 def pooled_advantages(rewards: list[torch.Tensor], eps: float = 1e-4) -> list[torch.Tensor]:
@@ -108,8 +108,9 @@ def _prp(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig | None) -> ProbeOu
                 continue
             per_token = np.exp(log_w[alignment.dst_group]) if cfg.level == "token" \
                 else np.full(n, math.exp(log_w_seq[-1]))
-            truncated += int((per_token > cfg.clip).sum())
-            weights[row, :n] = torch.from_numpy(np.minimum(per_token, cfg.clip)).to(weights.dtype)
+            clip = math.inf if cfg.clip is None else cfg.clip
+            truncated += int((per_token > clip).sum())
+            weights[row, :n] = torch.from_numpy(np.minimum(per_token, clip)).to(weights.dtype)
         peer_sum = weighted_sequence_loss(learner_logp, mask, peer_advantages[keep], weights)
         stats["truncated_tokens"] = truncated
         stats["ess_fraction"] = ess_fraction(np.asarray(log_w_seq))

@@ -2,11 +2,9 @@
 on the rescue set R = {x : k_own(x) <= tau G and a peer succeeded on x}."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from mrl.config import require
+from mrl.config import Float, config_dataclass, require
 from mrl.grpo import group_advantages
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.terms import encode_completion, own_grpo_loss, text_logprobs
@@ -14,11 +12,11 @@ from mrl.rollout import RolloutBatch
 from mrl.thl import decode_text
 
 
-@dataclass(frozen=True)
+@config_dataclass(frozen=True)
 class SgtConfig(ProbeConfig):
-    lam: float = 0.1
+    lam: Float = 0.1
     """weight lambda of the rescue NLL"""
-    tau: float = 0.0
+    tau: Float = 0.0
     """a prompt is in the rescue set when k_own / G <= tau (0: every own sample failed) and a peer succeeded"""
 
     def __post_init__(self):

@@ -4,22 +4,20 @@ Only GroupStats cross between policies; no text, no THL.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
-from mrl.config import choice, require
+from mrl.config import Float, Str, choice, config_dataclass, require
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.terms import own_grpo_loss
 from mrl.rollout import RolloutBatch
 
 
-@dataclass(frozen=True)
+@config_dataclass(frozen=True)
 class XgrpoConfig(ProbeConfig):
-    gamma: float = 0.5
+    gamma: Float = 0.5
     """peer weight in the baseline b = (1 - gamma) mean(own r) + gamma mean(peer r)"""
-    std: str = "pooled"
+    std: Str = "pooled"
     """advantage normaliser: the pooled std of own and peer rewards (pooled), or the own group's (own)"""
 
     def __post_init__(self):
