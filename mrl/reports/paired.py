@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from mrl.reports.palette import COMPACT, probe_palette
 from mrl.reports.probes import KEYS, PEER_USE, ci95, final_accuracy, probe_order, rescue_skills
 
 BASELINE = "grpo"
@@ -206,7 +207,7 @@ def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str
     to GRPO vs RL step, band: its 95% t interval over the shared seeds, the tables' interval at the last step. Last
     column, upper row: training reward (the policy's mean reward per step, rolling mean over `smooth` steps, mean
     over runs) vs step, lines only. zoo_seed: only the runs on that zoo seed (a group keeps the probes that ran
-    there, if two or more did). Each probe's colour follows the grid's order (`probe_order` of all of `evals`)."""
+    there, if two or more did). Each probe has its colour of mrl.reports.palette, the same in every figure."""
     order = probe_order(evals)
     if zoo_seed is not None:
         evals, steps = evals[evals.zoo_seed == zoo_seed], steps[steps.zoo_seed == zoo_seed]
@@ -214,7 +215,7 @@ def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str
     panels = {title: [p for p in probes if p in ran] for title, probes in (panels or {"probes": order}).items()
               if len(set(probes) & ran) > 1}
     weak = weak_skill_evals(evals, split)
-    colours = {p: f"C{i % 10}" for i, p in enumerate(order)}
+    colours = probe_palette(order)
     runs = list(dict.fromkeys(zip(weak.pairing, weak.policy, weak.skill)))
     fig, axes = plt.subplots(2 * len(runs), len(panels) + 1, figsize=(4.6 * (len(panels) + 1), 6.4 * len(runs)),
                              squeeze=False)
@@ -244,6 +245,7 @@ def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str
                     low_ax.fill_between(diff.step, diff["low"], diff["high"], color=colours[probe], alpha=0.12, lw=0)
             ax.set(xlabel="own rollouts", ylabel=f"{split} accuracy on {skill}",
                    title=f"{policy}'s weak skill {skill}: {title}")
+            ax.xaxis.set_major_formatter(COMPACT)
             ax.legend(fontsize=7)
             low_ax.axhline(0.0, color="k", lw=0.8)
             low_ax.set(xlabel="RL step", ylabel=f"difference to {BASELINE} on {skill}",

@@ -11,6 +11,8 @@ import pandas as pd
 import seaborn as sns
 from scipy.stats import t as student_t
 
+from mrl.reports.palette import COMPACT, line_style, probe_colour, probe_palette
+
 KEYS = ["pairing", "probe", "policy"]
 PEER_USE = {"peer_samples": "peer samples (prp)", "rescue_size": "peer demos (sgt)"}
 
@@ -105,37 +107,55 @@ def stability_table(steps: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
 
 
 def probe_order(evals: pd.DataFrame) -> list[str]:
-    """The probes in the grid's order: every probe figure colours probe i with the i-th colour."""
+    """The probes in the grid's order (legend order; colours come from mrl.reports.palette)."""
     return list(dict.fromkeys(evals.probe))
 
 
-def accuracy_figure(evals: pd.DataFrame):
-    """Overall accuracy vs own rollouts per probe; rows: pairing, columns: policy; solid held-out, dashed pool;
-    line: mean over seeds, band: min to max."""
-    curves = with_overall(evals)
-    curves = curves[curves.skill == "overall"]
-    curves = curves.assign(run=curves.pairing + " | " + curves.policy)
-    grid = sns.relplot(data=curves, x="rollouts", y="accuracy", hue="probe", hue_order=probe_order(evals),
-                       style="split", col="run",
-                       col_wrap=min(5, curves.run.nunique()), kind="line", errorbar=("pi", 100), height=2.8,
-                       aspect=1.1, style_order=["held-out", "pool"], facet_kws={"sharey": False})
-    grid.figure.suptitle("Overall greedy accuracy vs own rollouts (mean over seeds, band: min-max)", y=1.02)
+def t_band(values) -> tuple[float, float]:
+    """seaborn errorbar: the mean's 95% t interval over the runs (no band for one run)."""
+    values = np.asarray(values, dtype=float)
+    half = ci95(values)
+    mean = float(np.nanmean(values))
+    return (mean, mean) if np.isnan(half) else (mean - half, mean + half)
+
+
+def _band_text(evals: pd.DataFrame) -> str:
+    seeds = evals.groupby(["pairing", "probe"]).seed.nunique()
+    n = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}-{seeds.max()}"
+    return f"band: 95% t interval of the mean over {n} seeds" if seeds.max() > 1 else "one seed: no band"
+
+
+def _curve_grid(frame: pd.DataFrame, order: list[str], title: str):
+    grid = sns.relplot(data=frame, x="rollouts", y="accuracy", hue="probe", hue_order=order,
+                       palette=probe_palette(order), style="split", col="run",
+                       col_wrap=min(5, frame.run.nunique()), kind="line", errorbar=t_band, height=2.8,
+                       aspect=1.1, style_order=["held-out", "pool"], facet_kws={"sharey": False, "sharex": False})
+    for ax in grid.axes.flat:
+        ax.xaxis.set_major_formatter(COMPACT)
+    grid.set_axis_labels("own rollouts", "greedy accuracy")
+    grid.figure.suptitle(title, y=1.02)
     return grid.figure
 
 
+def accuracy_figure(evals: pd.DataFrame):
+    """Overall accuracy vs own rollouts per probe; a panel per pairing and policy; solid held-out, dashed pool;
+    line: mean over seeds, band: its 95% t interval."""
+    curves = with_overall(evals)
+    curves = curves[curves.skill == "overall"]
+    curves = curves.assign(run=curves.pairing + " | " + curves.policy)
+    return _curve_grid(curves, probe_order(evals),
+                       f"Overall greedy accuracy vs own rollouts (mean over seeds, {_band_text(evals)})")
+
+
 def rescue_figure(evals: pd.DataFrame):
-    """Accuracy on the skill each policy lacks (rescue_skills), per probe; solid held-out, dashed pool."""
+    """Accuracy on the skill each policy lacks (rescue_skills), per probe; solid held-out, dashed pool; line: mean
+    over seeds, band: its 95% t interval."""
     lacks = rescue_skills(evals)
     mask = [lacks.get((p, q)) == s for p, q, s in zip(evals.pairing, evals.policy, evals.skill)]
     rescue = evals[mask]
     rescue = rescue.assign(run=rescue.pairing + " | " + rescue.policy + " lacks " + rescue.skill)
-    grid = sns.relplot(data=rescue, x="rollouts", y="accuracy", hue="probe", hue_order=probe_order(evals),
-                       style="split", col="run",
-                       col_wrap=min(5, rescue.run.nunique()), kind="line", errorbar=("pi", 100), height=2.8,
-                       aspect=1.1, style_order=["held-out", "pool"], facet_kws={"sharey": False})
-    grid.figure.suptitle("Rescue skill: accuracy on the skill each policy lacks (mean over seeds, band: min-max)",
-                         y=1.02)
-    return grid.figure
+    return _curve_grid(rescue, probe_order(evals), f"Rescue skill: accuracy on the skill each policy lacks "
+                                                   f"(mean over seeds, {_band_text(evals)})")
 
 
 def summary_table(evals: pd.DataFrame) -> pd.DataFrame:
@@ -195,18 +215,24 @@ def stepwise_clipping_figure(steps: pd.DataFrame, delta: float, delta_step: floa
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     m = np.arange(max(minibatches, 10))
-    left.step(m, [stepwise_lower_bound(i, delta, delta_step) for i in m], where="post", label="stepwise lower")
-    left.axhline(1 - delta, color="C1", ls="--", label="fixed / symmetric lower")
+    left.step(m, [stepwise_lower_bound(i, delta, delta_step) for i in m], where="post", label="stepwise lower",
+              color=probe_colour("hacpo"))
+    left.axhline(1 - delta, color="0.45", ls="--", label="fixed / symmetric lower")
     left.axhline(1.0, color="k", lw=0.8, label="upper (stepwise, fixed)")
-    left.axhline(1 + delta, color="C2", ls=":", label="symmetric upper")
+    left.axhline(1 + delta, color="0.45", ls=":", label="symmetric upper")
     left.axvspan(-0.5, minibatches - 0.5, color="0.9", label=f"updates used per step ({minibatches})")
     left.set(xlabel="minibatch update m within a step", ylabel="peer ratio clip bound",
              title=f"delta = {delta}, delta_step = {delta_step}")
     left.legend(fontsize=7)
     rows = steps.dropna(subset=["peer_kept"])
     rows = rows[rows.peer_samples > 0].assign(kept=lambda f: f.peer_kept / f.peer_samples)
-    sns.lineplot(data=rows, x="step", y="kept", hue="probe", ax=right, errorbar=None)
-    right.set(ylabel="peer samples inside the clip range", ylim=(0, 1.02), title="clipping variants (HACPO)")
+    order = list(dict.fromkeys(rows.probe))
+    for probe in order:
+        kept = rows[rows.probe == probe].groupby("step").kept.mean()
+        right.plot(kept.index, kept.values, color=probe_colour(probe), ls=line_style(probe, order), lw=1.2,
+                   label=probe)
+    right.set(xlabel="RL step", ylabel="peer samples inside the clip range (mean over policies)", ylim=(0, 1.02),
+              title="clipping variants (HACPO)")
     right.legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -6,6 +6,7 @@ import pandas as pd
 import seaborn as sns
 
 from mrl.evaluation import skill_accuracy
+from mrl.reports.palette import PHASE_COLOURS, policy_colour
 
 EXAMPLE = "37+48=85"
 
@@ -40,10 +41,12 @@ def warmup_figure(accuracy: pd.DataFrame, zoo: dict):
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.6))
     for name, policy in zoo.items():
         ax_loss.plot(policy.record["warmup_loss"], label=f"{name} ({policy.family.arch}/{policy.family.tokenizer})",
-                     lw=1)
+                     lw=1, color=policy_colour(name))
     ax_loss.set(yscale="log", xlabel="warm-up step", ylabel="completion cross-entropy", title="Supervised warm-up")
     ax_loss.legend(frameon=False)
-    sns.barplot(data=accuracy[accuracy.split == "held-out"], x="skill", y="accuracy", hue="policy", ax=ax_acc)
+    held_out = accuracy[accuracy.split == "held-out"]
+    sns.barplot(data=held_out, x="skill", y="accuracy", hue="policy", ax=ax_acc,
+                palette={name: policy_colour(name) for name in held_out.policy.unique()})
     ax_acc.set(ylim=(0, 1), title="Greedy accuracy on held-out prompts", ylabel="accuracy")
     fig.tight_layout()
     return fig
@@ -127,22 +130,23 @@ def mwra_compute_table(runs: dict[str, dict]) -> pd.DataFrame:
 
 
 def mwra_timeline_figure(runs: dict[str, dict], max_seconds: float | None = None):
-    """Busy intervals (rollout, update, evaluate) per worker, one panel per backend."""
-    colours = {"rollout": "tab:blue", "update": "tab:orange", "evaluate": "tab:green"}
-    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.0 + 0.9 * len(runs) * 2), squeeze=False)
+    """Busy intervals (rollout, update, evaluate) per worker, one panel per backend on a shared time axis whose
+    origin is each backend's first call (start-up excluded, so the backends' training loops line up)."""
+    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.0 + 0.9 * len(runs) * 2), squeeze=False, sharex=True)
     for ax, (backend, run) in zip(axes[:, 0], runs.items()):
         timeline = pd.DataFrame(run["timeline"])
+        origin = timeline.start.min()
         workers = sorted(timeline.worker.unique())
         for row, worker in enumerate(workers):
             for phase, group in timeline[timeline.worker == worker].groupby("phase"):
-                if phase in colours:
-                    ax.broken_barh(list(zip(group.start, group.end - group.start)), (row - 0.4, 0.8),
-                                   color=colours[phase], label=phase if row == 0 else None)
+                if phase in PHASE_COLOURS:
+                    ax.broken_barh(list(zip(group.start - origin, group.end - group.start)), (row - 0.4, 0.8),
+                                   color=PHASE_COLOURS[phase], label=phase if row == 0 else None)
         ax.set_yticks(range(len(workers)), workers)
-        ax.set_title(f"{backend}: wall {run['wall']:.1f} s (+ {run['startup']:.1f} s start-up)", fontsize=9)
+        ax.set_title(f"{backend}: wall {run['wall']:.1f} s (+ {run['startup']:.1f} s start-up, not shown)", fontsize=9)
         if max_seconds:
             ax.set_xlim(0, max_seconds)
-    axes[-1, 0].set_xlabel("seconds since the backend started")
+    axes[-1, 0].set_xlabel("seconds since the backend's first call")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper right", frameon=False, ncol=3)
     fig.tight_layout()
