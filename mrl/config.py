@@ -405,8 +405,8 @@ class HacpoGridConfig:
 
     pairings: list[Str] = field(default_factory=lambda: ["A+B"])
     """the policy groups trained together, by their names in RunConfig.pairings"""
-    probes: list[ProbeEntry] = field(default_factory=lambda: ["hacpo", "gspo", "gspo_x2", "naive", "grpo", "prp", "prp_naive",
-                                                  "xgrpo", "sgt"])
+    probes: list[ProbeEntry] = field(default_factory=lambda: ["hacpo", "gspo", "gspo_x2", "naive", "grpo", "prp",
+                                                              "prp_naive", "xgrpo", "sgt"])
     """the arms of the comparison table (names or mappings, as in ProbeGridConfig.probes)"""
     seeds: list[Int] = field(default_factory=lambda: [0])
     """RL seeds of the comparison"""

@@ -66,9 +66,9 @@ def start_run(notebook: str, profile: str, config, seed: int, extra: dict | None
 
 LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-LATEX_SYMBOLS = {"Δ": r"$\Delta$", "±": r"$\pm$", "×": r"$\times$", "≥": r"$\geq$", "≤": r"$\leq$", "κ": r"$\kappa$",
-                 "λ": r"$\lambda$", "τ": r"$\tau$", "γ": r"$\gamma$", "δ": r"$\delta$", "ω": r"$\omega$",
-                 "α": r"$\alpha$", "→": r"$\rightarrow$", "≈": r"$\approx$", "−": "-", "·": r"$\cdot$"}
+LATEX_SYMBOLS = {"Δ": r"$\Delta$", "±": r"$\pm$", "×": r"$\times$", "≥": r"$\geq$", "≤": r"$\leq$",
+                 "κ": r"$\kappa$", "λ": r"$\lambda$", "τ": r"$\tau$", "γ": r"$\gamma$", "δ": r"$\delta$",
+                 "ω": r"$\omega$", "α": r"$\alpha$", "→": r"$\rightarrow$", "≈": r"$\approx$", "−": "-", "·": r"$\cdot$"}
 BOLD = re.compile(r"\*\*(.+?)\*\*")
 CODE = re.compile(r"`([^`]+)`")
 
@@ -82,6 +82,11 @@ def latex_text(text) -> str:
     if unknown:
         raise ValueError(f"no LaTeX form for {unknown} in {str(text)[:80]!r}; add it to mrl.results.LATEX_SYMBOLS")
     return out
+
+
+def listing(values) -> str:
+    """A list as caption text: ['A+B'] -> 'A+B', [0, 1, 2] -> '0, 1, 2' (no Python reprs in tables)."""
+    return ", ".join(str(v) for v in values)
 
 
 def write_table(df, name: str, folder: Path, caption: str = "", float_format: str = "{:.3f}") -> dict[str, Path]:

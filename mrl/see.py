@@ -174,7 +174,8 @@ ID_FIELDS = ("run_id", "policy_id", "prompt_id", "tokenizer_id", "verifier_id", 
 
 FIELD_TYPES = {
     "run_id": (str,), "policy_id": (str,), "prompt_id": (str,), "prompt": (str,), "completion": (str,),
-    "tokenizer_id": (str,), "verifier_id": (str,), "finish_reason": (str,), "version": (int,), "n": (int,), "sample": (int,),
+    "tokenizer_id": (str,), "verifier_id": (str,), "finish_reason": (str,), "version": (int,), "n": (int,),
+    "sample": (int,),
     "token_ids": (list, tuple), "logps": (list, tuple), "reward": (int, float), "reward_sum": (int, float),
     "reward_sq_sum": (int, float), "capability": (int, float, type(None)),
 }
@@ -235,7 +236,8 @@ def _validate_rollout(record: Rollout, spec: PolicySpec, limits: Limits) -> None
 def _validate_group_stats(record: GroupStats, limits: Limits) -> None:
     if not 1 <= record.n <= limits.max_group:
         raise InvalidExperience("range", f"GroupStats.n = {record.n} is outside [1, {limits.max_group}]")
-    total, squares = _real(record, "reward_sum", record.reward_sum), _real(record, "reward_sq_sum", record.reward_sq_sum)
+    total = _real(record, "reward_sum", record.reward_sum)
+    squares = _real(record, "reward_sq_sum", record.reward_sq_sum)
     a, b, n = limits.reward_min, limits.reward_max, record.n
     if not n * a - 1e-9 <= total <= n * b + 1e-9:
         raise InvalidExperience("range", f"GroupStats.reward_sum = {total} is outside [{n * a}, {n * b}] for n = {n}")

@@ -55,7 +55,7 @@ from mrl.experiment import policy_paths, run_grid
 from mrl.notebook import setup_notebook
 from mrl.reports.paired import paired_table
 from mrl.reports.probes import accuracy_figure, main_table, rescue_figure, stability_table
-from mrl.results import save_figure, write_table
+from mrl.results import listing, save_figure, write_table
 
 requested = {"pairings": pairings, "probes": probes, "seeds": seeds, "steps": steps}
 run = setup_notebook("40_probe", profile, partial=any(v is not None for v in requested.values()))
@@ -82,7 +82,8 @@ print(f"{len(steps_df.groupby(['pairing', 'probe', 'seed']))} runs, {time.perf_c
 held_out_numbers, held_out = main_table(evals, "held-out")
 write_table(held_out, "probe_main", run.tables,
             caption=f"Main results: held-out greedy accuracy after {steps_text} steps, mean ± 95% CI over seeds "
-                    f"{grid.seeds} ({config.grpo.prompts_per_step} prompts x {config.grpo.group_size} samples per step).")
+                    f"{listing(grid.seeds)} ({config.grpo.prompts_per_step} prompts x {config.grpo.group_size} "
+                    f"samples per step).")
 held_out_numbers.to_csv(run.folder / "probe_main_numbers.csv", index=False)
 held_out
 
@@ -100,7 +101,8 @@ held_out
 paired_numbers, paired = paired_table(evals, steps_df, "held-out")
 write_table(paired, "probe_paired", run.tables,
             caption=f"Each probe against GRPO after {steps_text} steps, held-out greedy accuracy: paired difference "
-                    f"with its 95% t interval over seeds {grid.seeds} (n = `pairs`); bold: the interval excludes 0 (and n >= 3).")
+                    f"with its 95% t interval over seeds {listing(grid.seeds)} (n = `pairs`); bold: the interval "
+                    f"excludes 0 (and n >= 3).")
 paired
 
 # %% [markdown]
@@ -109,7 +111,8 @@ paired
 # %%
 pool_numbers, pool = main_table(evals, "pool")
 write_table(pool, "probe_pool", run.tables,
-            caption=f"RL-pool greedy accuracy after {steps_text} steps, mean ± 95% CI over seeds {grid.seeds}.")
+            caption=f"RL-pool greedy accuracy after {steps_text} steps, mean ± 95% CI over seeds "
+                    f"{listing(grid.seeds)}.")
 pool
 
 # %% [markdown]

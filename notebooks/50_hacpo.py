@@ -48,7 +48,7 @@ from mrl.notebook import setup_notebook
 from mrl.probes import as_probe_config, probe_config
 from mrl.reports.paired import paired_table
 from mrl.reports.probes import hyperparameter_table, peer_clip_table, stepwise_clipping_figure, summary_table
-from mrl.results import save_figure, write_table
+from mrl.results import listing, save_figure, write_table
 
 run = setup_notebook("50_hacpo", profile)
 config, grid = run.config, run.config.experiments.hacpo
@@ -68,8 +68,8 @@ steps_df.to_csv(run.folder / "steps.csv", index=False)
 evals.to_csv(run.folder / "evals.csv", index=False)
 comparison = summary_table(evals)
 write_table(comparison, "hacpo_comparison", run.tables,
-            caption=f"HACPO and baselines on {grid.pairings}, {grid.steps} steps, greedy accuracy at the end "
-                    f"(overall and on the skill each policy lacks), mean ± 95% CI over seeds {grid.seeds}.")
+            caption=f"HACPO and baselines on {listing(grid.pairings)}, {grid.steps} steps, greedy accuracy at the end "
+                    f"(overall and on the skill each policy lacks), mean ± 95% CI over seeds {listing(grid.seeds)}.")
 comparison
 
 # %% [markdown]
@@ -82,9 +82,9 @@ comparison
 # %%
 paired_numbers, paired = paired_table(evals, steps_df, "held-out")
 write_table(paired, "hacpo_paired", run.tables,
-            caption=f"HACPO and baselines against GRPO on {grid.pairings}, {grid.steps} steps, held-out greedy "
-                    f"accuracy: paired difference with its 95% t interval over seeds {grid.seeds} (n = `pairs`); "
-                    f"bold: the interval excludes 0 (and n >= 3).")
+            caption=f"HACPO and baselines against GRPO on {listing(grid.pairings)}, {grid.steps} steps, held-out "
+                    f"greedy accuracy: paired difference with its 95% t interval over seeds {listing(grid.seeds)} "
+                    f"(n = `pairs`); bold: the interval excludes 0 (and n >= 3).")
 paired
 
 # %% [markdown]
@@ -101,9 +101,9 @@ for axis, probes in hacpo_ablations().items():
 ablations = pd.concat(ablation_rows, ignore_index=True)
 ablations = ablations[["axis"] + [c for c in ablations.columns if c != "axis"]]
 write_table(ablations, "hacpo_ablations", run.tables,
-            caption=f"HACPO ablations on {grid.pairings}, {grid.ablation_steps} steps, seed(s) "
-                    f"{grid.ablation_seeds}: final greedy accuracy and the fraction of peer samples inside the "
-                    f"clip range. The clipping rows take {CLIPPING_MINIBATCHES} minibatch updates per step.")
+            caption=f"HACPO ablations on {listing(grid.pairings)}, {grid.ablation_steps} steps, seed(s) "
+                    f"{listing(grid.ablation_seeds)}: final greedy accuracy and the fraction of peer samples inside "
+                    f"the clip range. The clipping rows take {CLIPPING_MINIBATCHES} minibatch updates per step.")
 ablations
 
 # %% [markdown]

@@ -42,7 +42,7 @@ start = time.perf_counter()
 from mrl.bandit import DynamicsConfig, EnvConfig, closed_form_check, dynamics_methods, run_dynamics, summarise, trade_off
 from mrl.notebook import setup_notebook
 from mrl.reports.bandit import dynamics_figure, plane_figure
-from mrl.results import save_figure, write_table
+from mrl.results import listing, save_figure, write_table
 
 env_config = EnvConfig()
 run = setup_notebook("60_bandit", profile, extra={"env": repr(env_config), "env_seed": env_config.seed})
@@ -81,8 +81,8 @@ save_figure(plane_figure(plane), "bandit_plane", run.figures)
 #
 # M = 200 prompts, K = 16, G = 8, SGD on the shared parameters, T steps; held-out accuracy on the
 # rescue type (the prompts a policy cannot solve and its peer can), on the prompts it solves, and the
-# entropy; mean over seeds and both policies, band: min to max. "negative steps" is the share of steps that
-# lowered the policy's true training objective.
+# entropy; mean over seeds and both policies, band: the 95% t interval of that mean. "negative steps" is the
+# share of steps that lowered the policy's true training objective.
 
 # %%
 runs = run_dynamics(dynamics_methods(), settings.dynamics_kappas, settings.seeds, env_config,
@@ -92,7 +92,7 @@ dynamics = summarise(runs)
 write_table(dynamics, "bandit_dynamics", run.tables,
             caption=f"Bandit dynamics (reconstruction): final held-out accuracy per prompt type after "
                     f"{dynamics_config.steps} steps, entropy, share of harmful steps; mean over seeds "
-                    f"{list(settings.seeds)}.")
+                    f"{listing(settings.seeds)}.")
 dynamics.round(3)
 
 # %%

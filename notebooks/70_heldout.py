@@ -54,7 +54,7 @@ from mrl.reports.claims import claims_ledger, verdict_counts
 from mrl.reports.paired import paired_table, weak_skill_figure
 from mrl.reports.probes import rescue_skills
 from mrl.reports.substrate import zoo_table
-from mrl.results import save_figure, write_table
+from mrl.results import listing, save_figure, write_table
 from mrl.tasks import make_task
 from mrl.zoo import load_policy
 
@@ -72,8 +72,8 @@ task = make_task(heldout.task)
 families = pd.concat([zoo_table({name: load_policy(path) for name, path in paths.items()}, task).assign(zoo_seed=seed)
                       for seed, paths in zoos.items()], ignore_index=True)
 write_table(families, "heldout_zoo", run.tables,
-            caption=f"The held-out experiment's zoo ({heldout.task.name}, zoo seeds {heldout.zoo_seeds}): warm-up "
-                    f"mix and final warm-up loss.")
+            caption=f"The held-out experiment's zoo ({heldout.task.name}, zoo seeds {listing(heldout.zoo_seeds)}): "
+                    f"warm-up mix and final warm-up loss.")
 families
 
 # %% [markdown]
@@ -102,9 +102,9 @@ start_accuracy
 # %%
 numbers, table = paired_table(evals, steps_df, "held-out")
 numbers.to_csv(run.folder / "heldout_numbers.csv", index=False)
-runs_text = f"{len(heldout.seeds)} RL seeds {heldout.seeds} on zoo seed {heldout.zoo_seeds[0]}"
+runs_text = f"{len(heldout.seeds)} RL seeds {listing(heldout.seeds)} on zoo seed {heldout.zoo_seeds[0]}"
 if heldout.zoo_seeds[1:]:
-    runs_text += f"; {', '.join(heldout.zoo_seed_probes)} also on zoo seed(s) {heldout.zoo_seeds[1:]}"
+    runs_text += f"; {', '.join(heldout.zoo_seed_probes)} also on zoo seed(s) {listing(heldout.zoo_seeds[1:])}"
 write_table(table, "heldout_main", run.tables,
             caption=f"Held-out experiment ({heldout.task.name}, fresh prompts, {heldout.steps} steps): final greedy "
                     f"held-out accuracy on each policy's weak form and overall (mean over the row's runs, on the zoo "
@@ -125,8 +125,8 @@ per_zoo = pd.concat([paired_table(on_every_zoo(evals, z), on_every_zoo(steps_df,
                      for z in heldout.zoo_seeds], ignore_index=True)
 write_table(per_zoo, "heldout_per_zoo", run.tables,
             caption=f"Held-out experiment per zoo seed: {', '.join(heldout.zoo_seed_probes)} over RL seeds "
-                    f"{heldout.seeds} on each zoo seed, paired difference to GRPO with its 95% t interval over the RL "
-                    f"seeds of that zoo (n = `pairs`). Bold: the interval excludes 0 (and n >= 3).")
+                    f"{listing(heldout.seeds)} on each zoo seed, paired difference to GRPO with its 95% t interval "
+                    f"over the RL seeds of that zoo (n = `pairs`). Bold: the interval excludes 0 (and n >= 3).")
 per_zoo
 
 # %%
@@ -161,8 +161,9 @@ pool_steps, pool_evals = run_grid(config, policy_paths(config, progress), pool_g
 regimes = {"pool (arith-ops)": (pool_evals, pool_steps), "held-out (arith-forms)": (evals, steps_df)}
 ledger = claims_ledger(regimes, {name: rescue_skills(e) for name, (e, _) in regimes.items()})
 write_table(ledger, "claims", run.tables,
-            caption=f"Claims ledger, generated from the runs. Pool regime: {pool_grid.pairings}, {pool_grid.steps} "
-                    f"steps, RL seeds {pool_grid.seeds}; held-out regime: {heldout.steps} steps, {runs_text}. "
+            caption=f"Claims ledger, generated from the runs. Pool regime: {listing(pool_grid.pairings)}, "
+                    f"{pool_grid.steps} steps, RL seeds {listing(pool_grid.seeds)}; held-out regime: {heldout.steps} "
+                    f"steps, {runs_text}. "
                     "Evidence: paired difference per policy (weak skill in brackets) and, where a regime has several, "
                     "per zoo seed, 95% t interval over the shared RL seeds; bold: the interval excludes 0 "
                     "(and n >= 3).")

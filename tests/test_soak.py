@@ -28,6 +28,7 @@ TASK = TaskConfig(max_operand=9, test_per_skill=10, pool_per_skill=5, leak_n=10)
 GRPO = GrpoConfig(steps=200, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=25, seed=0)
 SMALL = dict(d_model=64, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=128)
 RUNNER = RunnerConfig(backend="process", step_timeout=120, failure_policy="fail", checkpoint_every=5)
+FAULTS = 10  # kills (a worker's or the whole run's), each once the run has written a new checkpoint
 
 RUN = """
 import pickle, sys
@@ -89,12 +90,17 @@ def test_a_run_under_random_kills_and_damage_ends_as_an_uninterrupted_one(paths,
     tally = {"worker kills": 0, "run kills": 0, "damaged": [], "restarts": 0}
     while True:
         process = subprocess.Popen([sys.executable, str(script), str(ckpt), str(out)], stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(4, 20))
+        if tally["worker kills"] + tally["run kills"] == FAULTS:
+            assert process.wait(timeout=900) == 0
+            break
+        before, deadline = latest_checkpoint(ckpt), time.monotonic() + 300
+        while latest_checkpoint(ckpt) == before and process.poll() is None:  # strike once the run has progressed
+            assert time.monotonic() < deadline, "no checkpoint within 300 s"
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0, 2))
         if process.poll() is not None:
-            if process.returncode == 0:
-                break
-            tally["restarts"] += 1
-            continue
+            assert process.returncode == 0, "the run failed without a fault"
+            break
         workers = psutil.Process(process.pid).children()
         if workers and rng.random() < 0.5:
             os.kill(rng.choice(workers).pid, signal.SIGKILL)  # the run names it and exits within the deadline
@@ -114,6 +120,6 @@ def test_a_run_under_random_kills_and_damage_ends_as_an_uninterrupted_one(paths,
     skipped = [e["event"] for e in record.events if e["event"].startswith("skipped damaged")]
     logged, expected = list(replay(ckpt / "experience")), list(replay(tmp_path / "reference-log"))
     print(json.dumps({**tally, "skipped in the final run's lineage": skipped, "records replayed": len(logged)}, indent=1))
-    assert tally["worker kills"] + tally["run kills"] >= 5
+    assert tally["worker kills"] + tally["run kills"] >= FAULTS // 2
     assert metrics(record) == metrics(reference)
     assert logged == expected and len(logged) > 0

@@ -184,25 +184,48 @@ def peer_clip_table(steps: pd.DataFrame) -> pd.DataFrame:
     return fraction.rename("peer kept fraction").reset_index()
 
 
-def hyperparameter_table(config, probe_cfgs) -> pd.DataFrame:
-    """The settings every run shares (GRPO, task) and each probe's own knobs, read from the configs."""
-    from mrl.probes import get_probe
+def _default_mark(value, default) -> str:
+    return "yes" if value == default else f"no ({default})"
 
-    rows = [{"scope": "all runs", "setting": f"grpo.{name}", "value": getattr(config.grpo, name)}
+
+def hyperparameter_table(config, probe_cfgs) -> pd.DataFrame:
+    """The settings of every run, read from the configs: GRPO and the task (shared), each experiment's steps, the
+    zoo warm-up, and each probe's own knobs; `default` says whether a value is the package's default (else gives
+    the default)."""
+    from mrl.config import GrpoConfig, TaskConfig, WarmupConfig
+    from mrl.probes import get_probe, probe_config
+
+    grpo, task, warmup = GrpoConfig(), TaskConfig(), WarmupConfig()
+    rows = [{"scope": "all runs", "setting": f"grpo.{name}", "value": getattr(config.grpo, name),
+             "default": _default_mark(getattr(config.grpo, name), getattr(grpo, name))}
             for name in ("prompts_per_step", "group_size", "max_new_tokens", "temperature", "lr", "grad_clip",
                          "loss_type", "level", "scale", "eps_low", "eps_high", "beta", "eval_every", "engine")]
-    rows += [{"scope": "all runs", "setting": f"task.{name}", "value": getattr(config.task, name)}
+    rows += [{"scope": "all runs", "setting": f"task.{name}", "value": getattr(config.task, name),
+              "default": _default_mark(getattr(config.task, name), getattr(task, name))}
              for name in ("name", "pool_per_skill", "test_per_skill")]
+    grids = config.experiments
+    steps = [(f"RL steps, probe grid {pairing}", value) for pairing, value in grids.probe.steps.items()
+             if pairing in grids.probe.pairings]
+    steps += [("RL steps, HACPO comparison", grids.hacpo.steps), ("RL steps, HACPO ablations", grids.hacpo.ablation_steps),
+              ("RL steps, held-out experiment", grids.heldout.steps)]
+    rows += [{"scope": "experiments", "setting": name, "value": value, "default": "profile"} for name, value in steps]
+    for scope, zoo in (("zoo warm-up", config.zoo), ("held-out zoo warm-up", grids.heldout.zoo)):
+        rows += [{"scope": scope, "setting": f"warmup.{name}", "value": getattr(zoo.warmup, name),
+                  "default": _default_mark(getattr(zoo.warmup, name), getattr(warmup, name))}
+                 for name in ("steps", "batch_size", "lr", "lr_warmup_steps", "grad_clip", "precision")]
     seen = set()
     for cfg in probe_cfgs:
         probe = get_probe(cfg.name)
+        defaults = probe_config(cfg.name).knobs()
         for knob, value in cfg.knobs().items():
             if (cfg.name, knob, value) not in seen:
                 seen.add((cfg.name, knob, value))
-                rows.append({"scope": cfg.name, "setting": knob, "value": value})
-        if probe.group_multiplier != 1:
+                rows.append({"scope": cfg.name, "setting": knob, "value": value,
+                             "default": _default_mark(value, defaults[knob])})
+        if probe.group_multiplier != 1 and (cfg.name, "samples") not in seen:
+            seen.add((cfg.name, "samples"))
             rows.append({"scope": cfg.name, "setting": "samples per prompt",
-                         "value": probe.group_multiplier * config.grpo.group_size})
+                         "value": probe.group_multiplier * config.grpo.group_size, "default": "registry"})
     frame = pd.DataFrame(rows)
     frame["value"] = frame["value"].astype(str)
     return frame
