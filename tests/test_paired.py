@@ -195,3 +195,16 @@ def test_paired_curves_end_at_the_tables_interval():
     assert curves.loc[("A", 2), "diff"] == pytest.approx(last.loc["A", "diff"])
     assert curves.loc[("A", 2), "low"] == pytest.approx(last.loc["A", "low"])
     assert curves.loc[("A", 0), "diff"] == 0.0 and not curves.loc[("A", 0), "real"]
+
+
+def test_the_ratio_statistics_table_averages_each_source_over_steps():
+    from mrl.reports.probes import ratio_statistics_table
+
+    steps = pd.DataFrame([{"pairing": "A+B", "probe": "hacpo", "policy": "A", "seed": 0, "step": t,
+                           "log_s_mean_from_B": -0.1 * t, "inside_from_B": 0.5, "log_s_mean_self": 0.0}
+                          for t in (1, 2, 3)] + [{"pairing": "A+B", "probe": "grpo", "policy": "A", "seed": 0,
+                                                 "step": 1}])
+    table = ratio_statistics_table(steps)
+    row = table[(table.source == "B")].iloc[0]
+    assert row["mean log s"] == pytest.approx(-0.2) and row["inside clip range"] == 0.5
+    assert set(table.source) == {"B", "self"} and set(table.probe) == {"hacpo"}

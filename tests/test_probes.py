@@ -314,6 +314,20 @@ def test_hacpo_peer_terms_follow_the_clip_and_the_ratio_option(bpe_tokenizer, ar
     assert the_loss(official).item() == the_loss(wide).item()  # one tokenizer: THL groups are tokens, the two ratios agree
 
 
+def test_hacpo_reports_its_ratio_statistics_and_no_clip_keeps_every_peer(bpe_tokenizer, arith_task, problems):
+    """Table 6 of the HACPO paper per step: log s of each source (mean, std, quantiles) and the fraction inside the
+    clip range; clipping "none" (the paper's "no clip") keeps every peer sample."""
+    batch, peers = batch_with_same_tokenizer_peer(bpe_tokenizer, arith_task, problems)
+    stepwise = get_probe("hacpo").loss(batch, peers, probe_config("hacpo"))
+    stats = stepwise.stats
+    assert stats["inside_from_P"] == pytest.approx(stats["peer_kept"] / stats["peer_samples"])
+    assert stats["log_s_q10_from_P"] <= stats["log_s_q50_from_P"] <= stats["log_s_q90_from_P"]
+    assert stats["log_s_std_from_P"] >= 0 and stats["log_s_mean_self"] == 0.0  # one on-policy update: pi = pi_old
+    free = get_probe("hacpo").loss(batch, peers, probe_config("hacpo", clipping="none"))
+    assert free.stats["inside_from_P"] == 1.0 and free.stats["peer_kept"] == free.stats["peer_samples"]
+    assert the_loss(free).item() != the_loss(stepwise).item()
+
+
 def test_hacpo_thl_and_mean_ratios_differ_across_tokenizers(bpe_tokenizer, arith_task, problems):
     """A char-level peer (Unigram) spends more tokens on the same text: the official mean-based ratio normalises
     each side by its own length, THL's by the shared groups."""

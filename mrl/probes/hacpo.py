@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-
+import numpy as np
 import torch
 
 from mrl.config import Bool, Float, Int, Str, choice, config_dataclass, require
@@ -54,8 +54,8 @@ class HacpoConfig(ProbeConfig):
     alpha: Float = 1.0
     """exponent of the stop-gradient reweighting s * sg(s)^alpha of a peer sample's ratio s"""
     clipping: Str = "stepwise"
-    """peer ratio clip: stepwise [min(1, 1 - delta + m delta_step), 1], fixed [1 - delta, 1], symmetric
-    [1 - delta, 1 + delta]"""
+    """peer ratio clip: stepwise [min(1, 1 - delta + m delta_step), 1], fixed [1 - delta, 1] (the paper's "no
+    stepwise"), symmetric [1 - delta, 1 + delta], none (the paper's "no clip": s unclipped, |log s| <= 10)"""
     delta: Float = 0.2
     """lower clip offset of the peer ratio"""
     delta_step: Float = 0.025
@@ -73,7 +73,7 @@ class HacpoConfig(ProbeConfig):
         require(isinstance(self.minibatches, int) and self.minibatches >= 1, c, "minibatches", self.minibatches,
                 "an integer >= 1")
         choice(c, "advantage", self.advantage, ("capability", "pooled", "own"))
-        choice(c, "clipping", self.clipping, ("stepwise", "fixed", "symmetric"))
+        choice(c, "clipping", self.clipping, ("stepwise", "fixed", "symmetric", "none"))
         choice(c, "ratio", self.ratio, ("thl", "mean"))
         require(self.alpha >= 0, c, "alpha", self.alpha, "a number >= 0")
         require(0 <= self.delta < 1 and self.delta_step >= 0, c, "delta", (self.delta, self.delta_step),
@@ -142,14 +142,19 @@ def _bounds(cfg: HacpoConfig, minibatch: int) -> tuple[float, float]:
         return stepwise_lower_bound(minibatch, cfg.delta, cfg.delta_step), 1.0
     if cfg.clipping == "fixed":
         return 1.0 - cfg.delta, 1.0
+    if cfg.clipping == "none":
+        return 0.0, math.inf
     return 1.0 - cfg.delta, 1.0 + cfg.delta
 
 
 def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, own_rows, own_adv, old_logp, peer_rows,
                 minibatch: int):
     """Minus the mean over this chunk's sequences of the per-sequence objectives (own GSPO with the k3 KL of
-    batch.grpo.beta, peer HACPO term). Returns (loss, peer samples kept, peer samples clipped)."""
+    batch.grpo.beta, peer HACPO term). Returns (loss, peer samples kept, peer samples clipped, ratios): ratios
+    {"self": own sequences' log(pi / pi_old) (token mean), source: that source's peer log s, each with whether s
+    was inside the clip range} as lists (Table 6 of the HACPO paper)."""
     total, kept, clipped = 0.0, 0, 0
+    ratios: dict[str, list] = {}
     n = len(own_rows) + len(peer_rows)
     if own_rows:
         rows = torch.tensor(own_rows)
@@ -161,6 +166,9 @@ def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, o
                                   ref_logp=batch.ref_logp[rows] if beta else None,
                                   kl_bias_correction=batch.grpo.kl_bias_correction)
         total = total + own_loss * len(own_rows)
+        mask = batch.completion_mask[rows].to(logp.dtype)
+        own_log_ratio = ((logp.detach() - old) * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        ratios["self"] = [(float(v), True) for v in own_log_ratio]
     if peer_rows:
         logp, mask = text_logprobs(batch, [batch.problems[x].prompt for x, *_ in peer_rows],
                                    [alignment.dst_ids for _, _, alignment, _, _ in peer_rows])
@@ -177,33 +185,58 @@ def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, o
             omegas = torch.tensor([o for *_, o in peer_rows], dtype=log_s.dtype)
             objective = peer_objective(log_s, advantages, omegas, lower, cfg.alpha, upper)
             s = torch.exp(log_s.detach())
-            kept = int(((s >= lower) & (s <= upper)).sum())
+            inside = (s >= lower) & (s <= upper)
+            kept = int(inside.sum())
             clipped = len(peer_rows) - kept
+            for (_, record, *_), value, ok in zip(peer_rows, log_s.detach().tolist(), inside.tolist()):
+                ratios.setdefault(record.policy_id, []).append((value, ok))
         total = total - objective.sum()
-    return total / max(n, 1), kept, clipped
+    return total / max(n, 1), kept, clipped, ratios
 
 
 def _minibatch_losses(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, sequences: list, own_adv,
                       stats: dict, n_total: int):
     """The loss of each minibatch update m, computed when asked for (after the actor applied update m - 1);
-    adds the peer samples kept and clipped to stats."""
+    adds the peer samples kept and clipped, and the ratio statistics (`ratio_statistics`), to stats."""
     old_logp = None
     if cfg.minibatches > 1:  # the ratio of later updates is to the policy that sampled
         with torch.no_grad():
             old_logp = own_logprobs(batch, torch.arange(len(batch.rewards)))
     size = math.ceil(len(sequences) / cfg.minibatches)
     stats.update({"peer_kept": 0, "peer_clipped": 0})
+    ratios: dict[str, list] = {}
     for m in range(cfg.minibatches):
         chunk = sequences[m * size:(m + 1) * size]
         if not chunk:
             break
-        loss, kept, clipped = _chunk_loss(batch, cfg, mode, [i for kind, i in chunk if kind == "own"], own_adv,
-                                          old_logp, [row for kind, row in chunk if kind == "peer"], m)
+        loss, kept, clipped, chunk_ratios = _chunk_loss(batch, cfg, mode, [i for kind, i in chunk if kind == "own"],
+                                                         own_adv, old_logp, [row for kind, row in chunk if kind == "peer"],
+                                                         m)
         stats["peer_kept"] += kept
         stats["peer_clipped"] += clipped
+        for source, values in chunk_ratios.items():
+            ratios.setdefault(source, []).extend(values)
+        if m == cfg.minibatches - 1 or (m + 1) * size >= len(sequences):
+            stats.update(ratio_statistics(ratios))  # before the last loss is handed over: complete when it is used
         if cfg.minibatches == 1:   # the loss of a full batch averages over every sequence, skipped ones included
             loss = loss * len(chunk) / n_total
         yield loss
+
+
+def ratio_statistics(ratios: dict[str, list]) -> dict[str, float]:
+    """Per source ("self" or a peer id): mean, std and 10/50/90% quantiles of its log ratios over the step, and
+    the fraction inside the clip range (peers only): keys like log_s_mean_from_B, inside_from_B."""
+    out = {}
+    for source, values in sorted(ratios.items()):
+        if not values:
+            continue
+        logs = np.array([v for v, _ in values])
+        tag = "self" if source == "self" else f"from_{source}"
+        out.update({f"log_s_mean_{tag}": float(logs.mean()), f"log_s_std_{tag}": float(logs.std()),
+                    **{f"log_s_q{q}_{tag}": float(np.quantile(logs, q / 100)) for q in (10, 50, 90)}})
+        if source != "self":
+            out[f"inside_{tag}"] = float(np.mean([ok for _, ok in values]))
+    return out
 
 
 def _shared_gspo(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig | HacpoConfig, mode: str) -> ProbeOutput:

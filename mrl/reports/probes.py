@@ -184,6 +184,26 @@ def peer_clip_table(steps: pd.DataFrame) -> pd.DataFrame:
     return fraction.rename("peer kept fraction").reset_index()
 
 
+RATIO_STATS = {"log_s_mean": "mean log s", "log_s_std": "std log s", "log_s_q10": "q10 log s",
+               "log_s_q50": "median log s", "log_s_q90": "q90 log s", "inside": "inside clip range"}
+
+
+def ratio_statistics_table(steps: pd.DataFrame) -> pd.DataFrame:
+    """HACPO's Table 6 on our runs: per pairing, probe, policy and source (self, or the peer it came from), the
+    per-step statistics of the log ratio log s (mean, std, quantiles) and the fraction of peer samples inside the
+    clip range, averaged over steps and seeds. Self rows: log(pi / pi_old) of own samples (0 with one update per
+    step; with minibatches, the drift of later updates)."""
+    pattern = r"^(log_s_mean|log_s_std|log_s_q10|log_s_q50|log_s_q90|inside)_(self|from_\w+)$"
+    columns = [c for c in steps.columns if pd.Series([c]).str.match(pattern).iloc[0]]
+    if not columns:
+        return pd.DataFrame(columns=KEYS + ["source", *RATIO_STATS.values()])
+    long = steps.melt(id_vars=KEYS, value_vars=columns, var_name="column").dropna(subset=["value"])
+    parts = long.column.str.extract(pattern)
+    long = long.assign(stat=parts[0].map(RATIO_STATS), source=parts[1].str.replace("from_", "", regex=False))
+    table = long.pivot_table(index=KEYS + ["source"], columns="stat", values="value", aggfunc="mean", sort=False)
+    return table.reindex(columns=[c for c in RATIO_STATS.values() if c in table.columns]).reset_index()
+
+
 def _default_mark(value, default) -> str:
     return "yes" if value == default else f"no ({default})"
 
