@@ -47,7 +47,8 @@ from mrl.experiment import CLIPPING_MINIBATCHES, hacpo_ablations, policy_paths, 
 from mrl.notebook import setup_notebook
 from mrl.probes import as_probe_config, probe_config
 from mrl.reports.paired import paired_table
-from mrl.reports.probes import hyperparameter_table, peer_clip_table, stepwise_clipping_figure, summary_table
+from mrl.reports.probes import (hyperparameter_table, peer_clip_table, ratio_statistics_table, stepwise_clipping_figure,
+                                summary_table)
 from mrl.results import listing, save_figure, write_table
 
 run = setup_notebook("50_hacpo", profile)
@@ -105,6 +106,25 @@ write_table(ablations, "hacpo_ablations", run.tables,
                     f"{listing(grid.ablation_seeds)}: final greedy accuracy and the fraction of peer samples inside "
                     f"the clip range. The clipping rows take {CLIPPING_MINIBATCHES} minibatch updates per step.")
 ablations
+
+# %% [markdown]
+# ## Ratio statistics (the HACPO paper's Table 6, on our runs)
+#
+# Per source: the sequence-level log ratio log s of the peer samples a learner received (mean, std, quantiles
+# over a step, then averaged over steps), the fraction inside the clip range, and for `self` the drift
+# log(pi / pi_old) of the learner's own samples across its minibatch updates (0 with one update per step).
+# Rows: the comparison's HACPO runs and the clipping ablation's (several updates per step).
+
+# %%
+clip_runs = pd.concat(ablation_steps)
+ratio_table = pd.concat([ratio_statistics_table(steps_df).assign(runs="comparison"),
+                         ratio_statistics_table(clip_runs[clip_runs.axis == "clipping"])
+                         .assign(runs="clipping ablation")], ignore_index=True)
+write_table(ratio_table, "hacpo_ratio_statistics", run.tables,
+            caption=f"HACPO's importance ratios on {listing(grid.pairings)}: per learner and source, log s of the "
+                    f"sequences received (mean, std, quantiles per step, averaged over steps and seeds), the fraction "
+                    f"inside the clip range, and the own samples' drift log(pi/pi_old) (source self).")
+ratio_table
 
 # %% [markdown]
 # ## Stepwise clipping: the clip range per minibatch update, and how many peer samples it keeps

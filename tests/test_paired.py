@@ -207,4 +207,4 @@ def test_the_ratio_statistics_table_averages_each_source_over_steps():
     table = ratio_statistics_table(steps)
     row = table[(table.source == "B")].iloc[0]
     assert row["mean log s"] == pytest.approx(-0.2) and row["inside clip range"] == 0.5
-    assert set(table.source) == {"B", "self"} and set(table.probe) == {"hacpo"}
+    assert set(table.source) == {"B"} and set(table.probe) == {"hacpo"}  # self: no drift with one update

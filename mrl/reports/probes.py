@@ -192,7 +192,8 @@ def ratio_statistics_table(steps: pd.DataFrame) -> pd.DataFrame:
     """HACPO's Table 6 on our runs: per pairing, probe, policy and source (self, or the peer it came from), the
     per-step statistics of the log ratio log s (mean, std, quantiles) and the fraction of peer samples inside the
     clip range, averaged over steps and seeds. Self rows: log(pi / pi_old) of own samples (0 with one update per
-    step; with minibatches, the drift of later updates)."""
+    step; with minibatches, the drift of later updates; rows that are exactly 0, i.e. one update per step, are
+    left out)."""
     pattern = r"^(log_s_mean|log_s_std|log_s_q10|log_s_q50|log_s_q90|inside)_(self|from_\w+)$"
     columns = [c for c in steps.columns if pd.Series([c]).str.match(pattern).iloc[0]]
     if not columns:
@@ -201,7 +202,10 @@ def ratio_statistics_table(steps: pd.DataFrame) -> pd.DataFrame:
     parts = long.column.str.extract(pattern)
     long = long.assign(stat=parts[0].map(RATIO_STATS), source=parts[1].str.replace("from_", "", regex=False))
     table = long.pivot_table(index=KEYS + ["source"], columns="stat", values="value", aggfunc="mean", sort=False)
-    return table.reindex(columns=[c for c in RATIO_STATS.values() if c in table.columns]).reset_index()
+    table = table.reindex(columns=[c for c in RATIO_STATS.values() if c in table.columns]).reset_index()
+    stats = [c for c in ("mean log s", "std log s") if c in table.columns]
+    no_drift = (table.source == "self") & (table[stats] == 0).all(axis=1)
+    return table[~no_drift].reset_index(drop=True)
 
 
 def _default_mark(value, default) -> str:
