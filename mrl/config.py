@@ -508,6 +508,11 @@ class HeldoutConfig:
     """RL steps of every run"""
     eval_every: Int = 2
     """greedy held-out evaluation every this many steps"""
+    knob_probes: list[ProbeEntry] = field(default_factory=list)
+    """knob variants of the probes (mappings {name: ..., knob: value}), each paired with its probe's default on the
+    first zoo seed"""
+    knob_seeds: list[Int] = field(default_factory=lambda: [0])
+    """RL seeds of the knob variants and of their defaults (one seed: the differences are shown, never called real)"""
 
     def __post_init__(self):
         c = "HeldoutConfig"
@@ -527,6 +532,9 @@ class HeldoutConfig:
                 f"probe names drawn from {names}, grpo among them (each zoo seed needs its baseline)")
         _int_list(c, "seeds", self.seeds)
         _int_list(c, "zoo_seeds", self.zoo_seeds)
+        _int_list(c, "knob_seeds", self.knob_seeds)
+        if self.knob_probes:
+            _probe_entries(c, "knob_probes", self.knob_probes)
         for f in ("steps", "eval_every"):
             require(isinstance(getattr(self, f), int) and getattr(self, f) >= 1, c, f, getattr(self, f),
                     "an integer >= 1")

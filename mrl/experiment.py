@@ -258,6 +258,23 @@ def heldout_grid(config: RunConfig, backend: str | None = None, cache: bool = Tr
     return run_labelled(labelled, config.packed_runs, backend, cache, progress)
 
 
+def heldout_knob_grid(config: RunConfig, backend: str | None = None, cache: bool = True,
+                      progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The probes' knob variants (experiments.heldout.knob_probes) and each one's probe at its defaults, on the first
+    zoo seed over knob_seeds: steps and evals labelled like heldout_grid's (a default shared with the main grid
+    comes from the run cache)."""
+    heldout = config.experiments.heldout
+    variants = [as_probe_config(entry) for entry in heldout.knob_probes]
+    defaults = [probe_config(name) for name in dict.fromkeys(v.name for v in variants)]
+    zoo_seed = heldout.zoo_seeds[0]
+    paths = heldout_zoos(config, progress)[zoo_seed]
+    run_config = heldout_config(config, zoo_seed)
+    labelled = [({"pairing": "+".join(heldout.pairing), "probe": probe_label(probe), "seed": seed,
+                  "zoo_seed": zoo_seed}, (run_config, paths, probe, seed, heldout.steps))
+                for probe in defaults + variants for seed in heldout.knob_seeds]
+    return run_labelled(labelled, config.packed_runs, backend, cache, progress)
+
+
 def probe_label(probe: ProbeConfig) -> str:
     """The probe's name, with the knobs that differ from their defaults (ablations stay distinguishable)."""
     default = probe_config(probe.name).knobs()

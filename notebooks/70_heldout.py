@@ -48,10 +48,10 @@ progress = True
 import time
 start = time.perf_counter()
 import pandas as pd
-from mrl.experiment import heldout_grid, heldout_zoos, policy_paths, run_grid
+from mrl.experiment import heldout_grid, heldout_knob_grid, heldout_zoos, policy_paths, run_grid
 from mrl.notebook import setup_notebook
 from mrl.reports.claims import claims_ledger, verdict_counts
-from mrl.reports.paired import paired_table, weak_skill_figure
+from mrl.reports.paired import knob_table, paired_table, weak_skill_figure
 from mrl.reports.probes import rescue_skills
 from mrl.reports.substrate import zoo_table
 from mrl.results import listing, save_figure, write_table
@@ -143,6 +143,26 @@ save_figure(weak_skill_figure(evals, steps_df, panels, zoo_seed=first_zoo), "hel
 last_zoo = heldout.zoo_seeds[-1]
 name = f"heldout_weak_skill_zoo{last_zoo}"
 save_figure(weak_skill_figure(evals, steps_df, panels, zoo_seed=last_zoo), name, run.figures)
+
+# %% [markdown]
+# ## The probes' knobs on this experiment
+#
+# Each knob variant against its probe at the defaults (SGT lambda 0.1, tau 0; PRP truncation c = 2, token level;
+# XGRPO gamma 0.5), on zoo seed 0, paired on the RL seeds `knob_seeds` of the profile: the bandit analysis
+# (60_bandit) sweeps the same knobs on the reconstruction; here they act on language-model runs.
+
+# %%
+if heldout.knob_probes:
+    knob_steps, knob_evals = heldout_knob_grid(config, backend=backend, progress=progress)
+    knobs = knob_table(knob_evals)
+    write_table(knobs, "heldout_knobs", run.tables,
+                caption=f"Knob variants against their probe's defaults on the held-out experiment ({heldout.steps} "
+                        f"steps, zoo seed {heldout.zoo_seeds[0]}, RL seeds {listing(heldout.knob_seeds)}): paired "
+                        f"difference of the final held-out accuracy on the weak form and overall, with its 95% t "
+                        f"interval over the seeds (n = `pairs`); bold: the interval excludes 0 (and n >= 3).")
+else:
+    knobs = "no knob variants in this profile (experiments.heldout.knob_probes)"
+knobs
 
 # %% [markdown]
 # ## The claims ledger: both regimes

@@ -208,3 +208,24 @@ def test_the_ratio_statistics_table_averages_each_source_over_steps():
     row = table[(table.source == "B")].iloc[0]
     assert row["mean log s"] == pytest.approx(-0.2) and row["inside clip range"] == 0.5
     assert set(table.source) == {"B"} and set(table.probe) == {"hacpo"}  # self: no drift with one update
+
+
+def test_a_knob_variant_is_paired_with_its_own_probes_defaults():
+    from mrl.reports.paired import knob_table
+
+    rows = []
+    for probe, shift in (("sgt", 0.0), ("sgt (lam=0.3)", 0.05), ("prp", 0.0), ("prp (clip=None)", -0.02)):
+        for seed in (0, 1, 2):
+            for policy, weak, strong in (("A", "S2", "S1"), ("B", "S1", "S2")):
+                for step in (0, 10):
+                    gain = (shift + 0.002 * seed * (shift != 0)) * step / 10  # the variants vary by seed
+                    rows += [{"pairing": "A+B", "probe": probe, "seed": seed, "zoo_seed": 0, "policy": policy,
+                              "step": step, "split": "held-out", "skill": weak, "accuracy": 0.1 + gain},
+                             {"pairing": "A+B", "probe": probe, "seed": seed, "zoo_seed": 0, "policy": policy,
+                              "step": step, "split": "held-out", "skill": strong, "accuracy": 0.9}]
+    table = knob_table(pd.DataFrame(rows)).set_index(["probe", "policy"])
+    assert set(table.index.get_level_values(0)) == {"sgt (lam=0.3)", "prp (clip=None)"}
+    assert table.loc[("sgt (lam=0.3)", "A"), "default"] == "sgt"
+    assert table.loc[("sgt (lam=0.3)", "A"), "Δ weak vs default [95% CI]"].startswith("**+0.052")
+    assert table.loc[("prp (clip=None)", "B"), "Δ weak vs default [95% CI]"].startswith("**-0.018")
+    assert (table.pairs == 3).all()

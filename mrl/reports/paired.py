@@ -182,6 +182,30 @@ def paired_table(evals: pd.DataFrame, steps: pd.DataFrame,
     return numbers, table
 
 
+def knob_table(evals: pd.DataFrame, split: str = "held-out") -> pd.DataFrame:
+    """Each knob variant against its probe at the defaults (e.g. "sgt (lam=0.3)" vs "sgt"), per policy: final
+    weak-skill and overall `split` accuracy of both and the paired difference over the shared seeds with its 95%
+    t interval (formatted; bold only when it excludes 0 with n >= 3, so one seed is never called real)."""
+    final = final_values(evals, split)
+    rows = []
+    for base, frame in final.groupby(final.probe.str.split(" (", regex=False).str[0], sort=False):
+        for metric, label in (("weak", "weak"), ("overall", "overall")):
+            diffs = paired_differences(frame, metric, baseline=base)
+            diffs = diffs.assign(metric=label, default=base)
+            rows.append(diffs)
+    if not rows:
+        return pd.DataFrame()
+    diffs = pd.concat(rows, ignore_index=True)
+    table = []
+    for (pairing, probe, policy), group in diffs.groupby(KEYS, sort=False):
+        row = {"pairing": pairing, "policy": policy, "probe": probe, "default": group["default"].iloc[0]}
+        for _, d in group.iterrows():
+            row[f"Δ {d.metric} vs default [95% CI]"] = interval_cell(d["diff"], d.low, d.high, d.real)
+        row["pairs"] = int(group.n.max())
+        table.append(row)
+    return pd.DataFrame(table)
+
+
 def curve_band(frame: pd.DataFrame, x: str, y: str, by: list[str]) -> pd.DataFrame:
     """Mean of y per (by, x) and its 95% t interval over the runs (low, high), as columns mean/low/high."""
     rows = []
