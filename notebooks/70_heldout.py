@@ -131,7 +131,9 @@ per_zoo
 
 # %%
 panels = {"MRL probes": ["grpo", "prp", "prp_naive", "xgrpo", "sgt"],
-          "HACPO and its baselines": ["grpo", "hacpo", "gspo", "gspo_x2", "naive"]}
+          "HACPO and its baselines": ["grpo", "hacpo", "gspo", "gspo_x2", "naive"],
+          "the same, 4 updates per step": ["grpo", *(f"{p} (minibatches=4)" for p in ("hacpo", "gspo", "gspo_x2",
+                                                                                       "naive"))]}
 first_zoo = heldout.zoo_seeds[0]
 save_figure(weak_skill_figure(evals, steps_df, panels, zoo_seed=first_zoo), "heldout_weak_skill", run.figures)
 
