@@ -22,3 +22,24 @@ def bpe_tokenizer(arith_task):
     from mrl.zoo import train_tokenizer
 
     return train_tokenizer("bpe", arith_task.corpus, 48, 48)
+
+
+TINY_TASK = dict(max_operand=9, test_per_skill=10, pool_per_skill=5, leak_n=10)
+"""the task of the runner and soak tests' tiny zoo (TaskConfig keywords)"""
+
+
+@pytest.fixture(scope="session")
+def tiny_zoo_paths(tmp_path_factory):
+    """Three small families warmed up 150 steps on TINY_TASK: A (GPT-2 + BPE), B (Llama + Unigram), C (Qwen2 +
+    WordPiece); {name: checkpoint folder}."""
+    from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig
+    from mrl.zoo import build_zoo
+
+    small = dict(d_model=64, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=128)
+    mix = {"S1": 0.34, "S2": 0.33, "S3": 0.33}
+    families = [FamilyConfig(name="A", arch="gpt2", tokenizer="bpe", **small, warmup_mix=mix),
+                FamilyConfig(name="B", arch="llama", tokenizer="unigram", vocab_size=40, **small, warmup_mix=mix),
+                FamilyConfig(name="C", arch="qwen2", tokenizer="wordpiece", vocab_size=60, **small, warmup_mix=mix)]
+    zoo = build_zoo(TaskConfig(**TINY_TASK), ZooConfig(families=families, warmup=WarmupConfig(
+        steps=150, batch_size=64, lr_warmup_steps=10), workers=2), root=tmp_path_factory.mktemp("zoo"), progress=False)
+    return {name: str(policy.path) for name, policy in zoo.items()}

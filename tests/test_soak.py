@@ -17,16 +17,15 @@ import time
 import psutil
 import pytest
 
-from mrl.config import FamilyConfig, GrpoConfig, RunnerConfig, TaskConfig, WarmupConfig, ZooConfig
+from conftest import TINY_TASK
+from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
 from mrl.runner import latest_checkpoint, run_concurrent
 from mrl.see import replay
-from mrl.zoo import build_zoo
 
 pytestmark = pytest.mark.soak
 
-TASK = TaskConfig(max_operand=9, test_per_skill=10, pool_per_skill=5, leak_n=10)
+TASK = TaskConfig(**TINY_TASK)
 GRPO = GrpoConfig(steps=200, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=25, seed=0)
-SMALL = dict(d_model=64, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=128)
 RUNNER = RunnerConfig(backend="process", step_timeout=120, failure_policy="fail", checkpoint_every=5)
 FAULTS = 10  # kills (a worker's or the whole run's), each once the run has written a new checkpoint
 
@@ -68,14 +67,8 @@ def damage_newest(folder, rng) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def paths(tmp_path_factory):
-    mix = {"S1": 0.34, "S2": 0.33, "S3": 0.33}
-    families = [FamilyConfig(name="A", arch="gpt2", tokenizer="bpe", **SMALL, warmup_mix=mix),
-                FamilyConfig(name="B", arch="llama", tokenizer="unigram", vocab_size=40, **SMALL, warmup_mix=mix),
-                FamilyConfig(name="C", arch="qwen2", tokenizer="wordpiece", vocab_size=60, **SMALL, warmup_mix=mix)]
-    zoo = build_zoo(TASK, ZooConfig(families=families, warmup=WarmupConfig(steps=150, batch_size=64, lr_warmup_steps=10),
-                                    workers=2), root=tmp_path_factory.mktemp("zoo"), progress=False)
-    return {name: str(policy.path) for name, policy in zoo.items()}
+def paths(tiny_zoo_paths):
+    return tiny_zoo_paths
 
 
 def test_a_run_under_random_kills_and_damage_ends_as_an_uninterrupted_one(paths, tmp_path):
