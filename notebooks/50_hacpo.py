@@ -28,10 +28,22 @@
 # **What is reconstructed.** HACPO follows its official code (notes/papers.md); the bandit form does not
 # enter here. Two choices are ours: peer samples cross tokenizers by THL, and the peer ratio is normalised
 # over THL's aligned groups (`ratio="thl"`); the official mean-based ratio (each side normalised by its own
-# token count) is the `ratio="mean"` ablation. Updates: one on-policy update per step like every other
-# probe, except in the clipping ablation, which takes 4 minibatch updates per step so that the stepwise
-# bound moves (0.8, 0.825, 0.85, 0.875). Budget on this CPU: the comparison runs the A+B pair over 3 seeds
-# (the MRL probes are read from 40_probe's runs, same seeds and steps); the ablations run one seed.
+# token count) is the `ratio="mean"` ablation. Updates: the comparison runs every HACPO arm twice, with one
+# on-policy update per step like every other probe and, as the official V1 code runs it, with 4 minibatch
+# updates per step over the pooled batch, own samples first (`minibatches=4`), so that the stepwise bound
+# moves (0.8, 0.825, 0.85, 0.875); the clipping ablation takes 4 updates too, with the paper's "no stepwise"
+# (`fixed`) and "no clip" (`none`). Budget on this CPU: the comparison runs the A+B pair over 3 seeds (the
+# MRL probes are read from 40_probe's runs, same seeds and steps); the ablations run one seed.
+#
+# **The paper's setting, and ours.** Matched: the loss (GSPO on own samples, exponential IS with stepwise
+# clipping on peer samples), the capability-aware advantages and omega, the minibatch schedule, two agents
+# of different families and tokenizers, the ablation axes and the ratio statistics (its Table 6). Not
+# matched, and not matchable here: the models (Qwen2.5 / Llama-3.2 / SmolLM2 at 0.36-1.5B parameters; ours
+# are 0.8M-parameter models trained from scratch on arithmetic), the benchmarks (GSM8K, MATH, AIME; ours
+# are arith-ops and arith-forms with exact integer answers), the training length (hundreds of steps at
+# batch 128-256 prompts; ours 100 steps of 16 prompts), and the peer family's prior overlap (pretrained
+# models share much of their support; our families share only what their warm-ups gave them). The
+# paper profile (configs/paper.yaml) is the same code path at the paper's scale, for a GPU.
 
 # %% tags=["parameters"]
 profile = "default"  # smoke | default
