@@ -623,6 +623,8 @@ class StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # keys a merge (<<: *anchor) brings in may be overridden, as in PyYAML
             key = self.construct_object(key_node, deep=True)
             if key in seen:
                 raise ConfigError(f"duplicate key {key!r} at line {key_node.start_mark.line + 1} (first at line "

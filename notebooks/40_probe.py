@@ -60,9 +60,10 @@ from mrl.results import listing, save_figure, write_table
 requested = {"pairings": pairings, "probes": probes, "seeds": seeds, "steps": steps}
 run = setup_notebook("40_probe", profile, partial=any(v is not None for v in requested.values()))
 config = run.config
+grid = override(config.experiments.probe, pairings=pairings)  # checked; papermill's text values parsed as YAML
 if isinstance(steps, int):
-    requested["steps"] = {pairing: steps for pairing in (pairings or config.experiments.probe.pairings)}
-grid = override(config.experiments.probe, **requested)  # checked; papermill's text values parsed as YAML
+    requested["steps"] = {pairing: steps for pairing in grid.pairings}
+grid = override(grid, **{k: v for k, v in requested.items() if k != "pairings"})
 backend = backend or config.backend
 run.record(grid=grid, backend=backend)
 paths = policy_paths(config, progress)

@@ -58,6 +58,11 @@ def test_every_field_is_checked_at_load_naming_it(text, message):
         load_config(text)
 
 
+def test_yaml_merge_keys_still_load():
+    text = "grpo:\n  <<: {steps: 7, lr: 0.001}\n  steps: 9\n"
+    assert load_config(text) == load_config({"grpo": {"steps": 9, "lr": 0.001}})  # a later key overrides a merge
+
+
 def test_an_empty_file_is_an_error_not_every_default(tmp_path):
     (tmp_path / "empty.yaml").write_text("# nothing here\n")
     with pytest.raises(ConfigError, match=r"empty.yaml is empty"):
