@@ -14,7 +14,6 @@ the run being resumed, else `CheckpointMismatch` names the differing setting and
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -24,6 +23,7 @@ from pathlib import Path
 import torch
 
 from mrl.config import ConfigError
+from mrl.see import file_sha256
 
 STEP_DIR = "step-{:06d}"
 STEP_NAME = re.compile(r"step-\d{6}")
@@ -70,14 +70,6 @@ def _short(value) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def save(folder: str | Path, step: int, state: dict, identity: dict) -> Path:
     """Write `state` (torch.save) and its manifest as folder/step-NNNNNN, atomically; returns the folder."""
     target = Path(folder) / STEP_DIR.format(step)
@@ -85,7 +77,7 @@ def save(folder: str | Path, step: int, state: dict, identity: dict) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     torch.save(state, staging / "state.pt")
-    files = {name: {"sha256": sha256(staging / name), "bytes": (staging / name).stat().st_size}
+    files = {name: {"sha256": file_sha256(staging / name), "bytes": (staging / name).stat().st_size}
              for name in sorted(os.listdir(staging))}
     manifest = {"format": FORMAT, "step": step, "identity": identity, "files": files}
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True, default=str))
@@ -124,7 +116,7 @@ def damage(path: Path) -> tuple[dict | None, str | None]:
         file = path / name
         if not file.is_file():
             return None, f"{name} is missing"
-        if file.stat().st_size != expected.get("bytes") or sha256(file) != expected.get("sha256"):
+        if file.stat().st_size != expected.get("bytes") or file_sha256(file) != expected.get("sha256"):
             return None, f"{name} does not match its checksum (truncated or altered)"
     return manifest, None
 

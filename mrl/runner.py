@@ -51,9 +51,8 @@ class RunRecord:
     workers: list = field(default_factory=list)
 
 
-def latest_checkpoint(folder: str | Path) -> Path | None:
-    """The newest finished checkpoint folder of a run (see mrl.checkpoint)."""
-    return checkpoint.latest(folder)
+latest_checkpoint = checkpoint.latest
+"""the newest finished checkpoint folder of a run (mrl.checkpoint.latest)"""
 
 
 def save_checkpoint(folder: str | Path, step: int, backend, exchange: Exchange, record: RunRecord, identity: dict,

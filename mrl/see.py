@@ -383,8 +383,13 @@ LOG_FILE = re.compile(r"step-(\d{6})-(rollout|group_stats|success)\.parquet")
 LOG_MANIFEST = "step-{:06d}.json"
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks (the log's and the checkpoints' checksum)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
@@ -408,7 +413,7 @@ def write_log_step(folder: Path, step: int, records: list, policies: dict) -> li
         if rows:
             path = folder / f"step-{step:06d}-{kind}.parquet"
             _replace_atomically(path, lambda tmp, rows=rows: pq.write_table(pa.Table.from_pylist(rows), tmp))
-            files[path.name] = {"sha256": _sha256(path), "records": len(rows)}
+            files[path.name] = {"sha256": file_sha256(path), "records": len(rows)}
     manifest = {"step": step, "files": files, "policies": {k: asdict(v) for k, v in sorted(policies.items())}}
     _replace_atomically(folder / LOG_MANIFEST.format(step),
                         lambda tmp: tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True)))
@@ -443,7 +448,7 @@ def replay(log_dir: str | Path, limits: Limits = Limits()) -> Iterator[tuple[int
             path = folder / name
             if not path.is_file():
                 raise ExperienceLogError(f"{path} is listed in {LOG_MANIFEST.format(step)} but missing")
-            if _sha256(path) != expected["sha256"]:
+            if file_sha256(path) != expected["sha256"]:
                 raise ExperienceLogError(f"{path} does not match its checksum in {LOG_MANIFEST.format(step)} "
                                          f"(altered or truncated)")
             rows = pq.read_table(path).to_pylist()
