@@ -253,7 +253,8 @@ def hyperparameter_table(config, probe_cfgs) -> pd.DataFrame:
     grids = config.experiments
     steps = [(f"RL steps, probe grid {pairing}", value) for pairing, value in grids.probe.steps.items()
              if pairing in grids.probe.pairings]
-    steps += [("RL steps, HACPO comparison", grids.hacpo.steps), ("RL steps, HACPO ablations", grids.hacpo.ablation_steps),
+    steps += [("RL steps, HACPO comparison", grids.hacpo.steps),
+              ("RL steps, HACPO ablations", grids.hacpo.ablation_steps),
               ("RL steps, held-out experiment", grids.heldout.steps)]
     rows += [{"scope": "experiments", "setting": name, "value": value, "default": "profile"} for name, value in steps]
     for scope, zoo in (("zoo warm-up", config.zoo), ("held-out zoo warm-up", grids.heldout.zoo)):

@@ -19,7 +19,8 @@ def zoo_table(zoo: dict, task) -> pd.DataFrame:
         tok = policy.tokenizer
         rows.append({"policy": name, "arch": policy.family.arch, "tokenizer": policy.family.tokenizer,
                      "vocab": len(tok), "params": policy.n_params,
-                     "split of " + EXAMPLE: " ".join(tok.convert_ids_to_tokens(tok.encode(EXAMPLE, add_special_tokens=False))),
+                     "split of " + EXAMPLE: " ".join(tok.convert_ids_to_tokens(tok.encode(EXAMPLE,
+                                                                                        add_special_tokens=False))),
                      "warm-up mix": ", ".join(f"{k} {v:.2f}" for k, v in policy.family.warmup_mix.items()),
                      "final warm-up loss": sum(policy.record["warmup_loss"][-20:]) / 20})
     return pd.DataFrame(rows)
@@ -44,7 +45,8 @@ def warmup_figure(accuracy: pd.DataFrame, zoo: dict):
     for name, policy in zoo.items():
         ax_loss.plot(policy.record["warmup_loss"], label=f"{name} ({policy.family.arch}/{policy.family.tokenizer})",
                      lw=1, color=policy_colour(name))
-    ax_loss.set(yscale="log", xlabel="warm-up step", ylabel="completion cross-entropy (log)", title="Supervised warm-up")
+    ax_loss.set(yscale="log", xlabel="warm-up step", ylabel="completion cross-entropy (log)",
+                title="Supervised warm-up")
     plain_log_axis(ax_loss.yaxis, minor=True)
     ax_loss.xaxis.set_major_formatter(COMPACT)
     ax_loss.legend(frameon=False)
