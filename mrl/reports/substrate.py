@@ -51,7 +51,7 @@ def warmup_figure(accuracy: pd.DataFrame, zoo: dict):
     ax_loss.xaxis.set_major_formatter(COMPACT)
     ax_loss.legend(frameon=False)
     held_out = accuracy[accuracy.split == "held-out"]
-    sns.barplot(data=held_out, x="skill", y="accuracy", hue="policy", ax=ax_acc,
+    sns.barplot(data=held_out, x="skill", y="accuracy", hue="policy", ax=ax_acc, saturation=1.0,
                 palette={name: policy_colour(name) for name in held_out.policy.unique()})
     ax_acc.set(ylim=(0, 1), title="Greedy accuracy on held-out prompts", ylabel="accuracy")
     fig.tight_layout()
