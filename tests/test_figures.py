@@ -289,3 +289,15 @@ def test_accuracy_axes_fit_their_data_and_say_so():
     low, high = fig.axes[0].get_ylim()
     assert low > 0.1 and high < 0.95
     assert "fitted" in fig.axes[0].get_ylabel()
+
+
+@pytest.mark.parametrize("wanted", [[0, 0, 0], [0, 5, 5.2], [1, 2, 3], [0, 0.5, 10, 10.2], [3, 1, 2]])
+def test_stacked_labels_keep_their_order_and_never_overlap(wanted):
+    from mrl.reports.bandit import stack
+
+    placed = stack(wanted, 1.0)
+    assert len(placed) == len(wanted)
+    assert all(b - a >= 1.0 - 1e-9 for a, b in zip(placed, placed[1:]))
+    if all(b - a >= 1.0 for a, b in zip(wanted, wanted[1:])):
+        assert placed == pytest.approx(wanted)  # already apart: nothing moves
+    assert np.mean(placed) == pytest.approx(np.mean(wanted))  # blocks centred on what they want

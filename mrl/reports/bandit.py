@@ -30,71 +30,85 @@ def knob_text(curve: str, label: str) -> str:
 def place_labels(ax, entries: list[tuple], obstacles=(), fontsize: float = 6.5, gap: float = 4.0,
                  marker: float = 4.0) -> None:
     """Writes each text of `entries` [(x, y, text, colour, side)] beside its point (data coordinates; side
-    'right' or 'left', switched where the text would leave the axes), then moves the texts vertically, as little
-    as needed, until no two overlap and none covers a marker of `obstacles` [(x, y)] (radius `marker` points); a
-    thin leader line joins a moved text to its point. Deterministic. Call it once the axes' limits and the
-    figure's layout are final (it works in display units)."""
+    'right' or 'left', switched where the text would leave the axes; just above the point's level, off a curve
+    through it). A text first steps off any marker of
+    `obstacles` [(x, y)] it covers (radius `marker` points); then the texts whose extents overlap horizontally (a
+    column) are stacked in their points' vertical order, as close to where they want to be as they can be without
+    overlapping (`stack`), so no two texts overlap and leader lines (drawn to a moved text) do not cross.
+    Deterministic. Call it once the axes' limits and the figure's layout are final (it works in display units)."""
     fig = ax.figure
     frame = ax.get_window_extent()
     scale = fig.dpi / 72.0
     radius = marker * scale
-    fixed = [ax.transData.transform(point) for point in obstacles]
-    boxes = []  # [left, bottom, width, height, anchor x, anchor y, side]
+    height = 1.25 * fontsize * scale
+    fixed = [tuple(ax.transData.transform(point)) for point in obstacles]
+
+    def covers(left, width, centre, own):
+        return [oy for ox, oy in fixed if left < ox + radius and ox - radius < left + width
+                and abs(centre - oy) < radius + height / 2 and (ox, oy) != tuple(own)]
+
+    boxes = []  # [left, width, wanted centre, anchor x, anchor y, side]
     for x, y, text, _colour, side in entries:
         px, py = ax.transData.transform((x, y))
         width = TextPath((0, 0), text, size=fontsize).get_extents().width * scale
-        height = 1.25 * fontsize * scale
         if side == "right" and px + gap + width > frame.x1:
             side = "left"
         elif side == "left" and px - gap - width < frame.x0:
             side = "right"
         left = px + gap if side == "right" else px - gap - width
-        boxes.append([left, py - height / 2, width, height, px, py, side])
-    for _ in range(500):
-        moved = False
-        for i in range(len(boxes)):
-            for j in range(i + 1, len(boxes)):
-                a, b = boxes[i], boxes[j]
-                if a[0] >= b[0] + b[2] or b[0] >= a[0] + a[2]:
-                    continue
-                overlap = min(a[1] + a[3], b[1] + b[3]) - max(a[1], b[1])
-                if overlap > 0:
-                    upper, lower = (b, a) if (b[1], j) > (a[1], i) else (a, b)
-                    upper[1] += (overlap + 0.5) / 2
-                    lower[1] -= (overlap + 0.5) / 2
-                    moved = True
-        for box in boxes:
-            for ox, oy in fixed:
-                if box[0] < ox + radius and ox - radius < box[0] + box[2] and box[1] < oy + radius \
-                        and oy - radius < box[1] + box[3]:
-                    centre = box[1] + box[3] / 2
-                    box[1] = oy + radius + 0.5 if centre >= oy else oy - radius - box[3] - 0.5
-                    moved = True
-        if not moved:
-            break
-    _uncross(boxes)
-    for (x, y, text, colour, _side), (left, bottom, width, height, px, py, side) in zip(entries, boxes):
-        tx = left if side == "right" else left + width
-        dy = bottom + height / 2 - py
-        leader = {"arrowstyle": "-", "color": colour, "lw": 0.5, "shrinkA": 0, "shrinkB": 2} if abs(dy) > 0.6 * height \
-            else None
-        ax.annotate(text, (x, y), xytext=((tx - px) / scale, dy / scale), textcoords="offset points", fontsize=fontsize,
-                    color=colour, ha="left" if side == "right" else "right", va="center", arrowprops=leader, zorder=6)
-
-
-def _uncross(boxes: list[list]) -> None:
-    """Among texts on one side whose extents overlap horizontally (a column), gives the column's text positions
-    to its points in their vertical order, so leader lines do not cross (the positions stay the same set)."""
+        centre = py + height / 2  # above the point's level: off the curve through it
+        for _ in range(len(fixed)):
+            covered = covers(left, width, centre, (px, py))
+            if not covered:
+                break
+            oy = covered[0]
+            centre = oy + radius + height / 2 + 0.5 if centre >= oy else oy - radius - height / 2 - 0.5
+        boxes.append([left, width, centre, px, py, side])
     columns: list[list[int]] = []
     for index, box in enumerate(boxes):
-        joined = [c for c in columns if any(boxes[k][6] == box[6] and boxes[k][0] < box[0] + box[2]
-                                            and box[0] < boxes[k][0] + boxes[k][2] for k in c)]
-        merged = [index] + [k for c in joined for k in c]
-        columns = [c for c in columns if c not in joined] + [merged]
+        joined = [c for c in columns if any(boxes[k][0] < box[0] + box[1] and box[0] < boxes[k][0] + boxes[k][1]
+                                            for k in c)]
+        columns = [c for c in columns if c not in joined] + [[index] + [k for c in joined for k in c]]
     for column in columns:
-        bottoms = sorted(boxes[k][1] + boxes[k][3] / 2 for k in column)
-        for k, centre in zip(sorted(column, key=lambda k: (boxes[k][5], k)), bottoms):
-            boxes[k][1] = centre - boxes[k][3] / 2
+        column.sort(key=lambda k: (boxes[k][4], k))
+        for k, centre in zip(column, stack([boxes[k][2] for k in column], height + 1.0)):
+            boxes[k][2] = centre
+    for box in boxes:  # a stacked text on a marker: the other side of its point, where that side is clear
+        left, width, centre, px, py, side = box
+        if covers(left, width, centre, (px, py)):
+            other = px - gap - width if side == "right" else px + gap
+            clear = frame.x0 <= other and other + width <= frame.x1 and not covers(other, width, centre, (px, py))
+            if clear and not any(b is not box and other < b[0] + b[1] and b[0] < other + width
+                                 and abs(b[2] - centre) < height for b in boxes):
+                box[0], box[5] = other, "left" if side == "right" else "right"
+    for (x, y, text, colour, _side), (left, width, centre, px, py, side) in zip(entries, boxes):
+        tx = left if side == "right" else left + width
+        dy = centre - py
+        leader = {"arrowstyle": "-", "color": colour, "lw": 0.5, "shrinkA": 0, "shrinkB": 2} \
+            if abs(dy - height / 2) > 0.6 * height else None
+        ax.annotate(text, (x, y), xytext=((tx - px) / scale, dy / scale), textcoords="offset points", fontsize=fontsize,
+                    color=colour, ha="left" if side == "right" else "right", va="center", arrowprops=leader, zorder=6,
+                    bbox={"boxstyle": "square,pad=0.05", "fc": "white", "ec": "none", "alpha": 0.7})
+
+
+def stack(wanted: list[float], step: float) -> list[float]:
+    """Positions for texts of height `step` wanted at `wanted` (in the order they must keep, bottom to top): the
+    closest in least squares that keep them `step` apart. Touching texts form a block centred on its members'
+    wanted mean, blocks merged while they overlap (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [sum of (wanted - offset in block), members]
+    for value in wanted:
+        blocks.append([value, 1])
+        while len(blocks) > 1:
+            below, above = blocks[-2], blocks[-1]
+            if below[0] / below[1] + below[1] * step <= above[0] / above[1]:
+                break
+            blocks.pop()
+            below[0] += above[0] - below[1] * step * above[1]
+            below[1] += above[1]
+    out = []
+    for total, members in blocks:
+        out += [total / members + k * step for k in range(int(members))]
+    return out
 
 
 def _curve_points(plane: pd.DataFrame, curve: str) -> pd.DataFrame:
