@@ -34,6 +34,8 @@ VARIANT_DASHES = ["", (4, 2), (1, 2), (4, 1.5, 1, 1.5), (8, 2), (4, 1.5, 1, 1.5,
 densely dotted, long dash-dot; the variants of a base probe take them in this order"""
 VARIANT_STYLES = ["-", "--", ":", "-.", *((0, dashes) for dashes in VARIANT_DASHES[4:])]
 """the same as matplotlib line styles"""
+SEABORN_DASHES = dict(zip(VARIANT_STYLES, VARIANT_DASHES))
+"""{matplotlib line style: seaborn dash pattern}"""
 
 
 def base_probe(label: str) -> str:
@@ -70,7 +72,7 @@ def line_style(label: str, labels) -> str | tuple:
 def probe_dashes(labels) -> dict:
     """{label: seaborn dash pattern}: variants of one base probe told apart (seaborn's `dashes=` with style=hue)."""
     labels = list(dict.fromkeys(labels))
-    return {label: VARIANT_DASHES[VARIANT_STYLES.index(line_style(label, labels))] for label in labels}
+    return {label: SEABORN_DASHES[line_style(label, labels)] for label in labels}
 
 
 def policy_colour(name: str) -> str:
