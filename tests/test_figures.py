@@ -1,62 +1,125 @@
-"""Figures: every probe is drawn in its colour of mrl.reports.palette whichever figure draws it, count axes read
-12k / 1.2M, and bands are the tables' 95% t intervals, not min-max."""
+"""Figures: every probe is drawn in its colour of mrl.reports.palette whichever figure draws it (lines and bands,
+read back from the artists), count axes read 12k / 1.2M, and bands are the tables' 95% t intervals (checked against
+scipy's t interval of the data, not min-max)."""
 import itertools
+from types import SimpleNamespace
 
 import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_hex
+from matplotlib.text import Text
+from scipy import stats
 
-from mrl.reports.palette import PROBE_COLOURS, compact_number, probe_colour
+from mrl.reports.palette import (PHASE_COLOURS, PROBE_COLOURS, base_probe, compact_number, line_style, policy_colour,
+                                 probe_colour)
 
 matplotlib.use("Agg")
 
 PROBES = ["grpo", "prp", "sgt", "xgrpo", "hacpo"]
+SEED_OFFSETS = (0.0, 0.05, 0.2)  # skewed, so that min-max and the t interval differ
 
 
-def synthetic_evals(probes=PROBES, seeds=(0, 1, 2), steps=(0, 5, 10)) -> pd.DataFrame:
-    """A+B; A strong on S1, B on S2; accuracy grows with the step, differs by probe and seed."""
-    rng = np.random.default_rng(0)
+def synthetic_evals(probes=PROBES, seeds=(0, 1, 2), steps=(0, 5, 10), rollouts_per_step=128) -> pd.DataFrame:
+    """A+B; A strong on S1, B on S2; accuracy grows with the step, differs by probe and seed, stays inside (0, 1)."""
     rows = []
-    for probe, seed, step, policy, split, skill in itertools.product(probes, seeds, steps, "AB",
-                                                                     ("held-out", "pool"), ("S1", "S2")):
+    for (i, probe), seed, step, policy, split, skill in itertools.product(enumerate(probes), seeds, steps, "AB",
+                                                                          ("held-out", "pool"), ("S1", "S2")):
         strong = (policy == "A") == (skill == "S1")
-        base = 0.8 if strong else 0.1
+        base = 0.6 if strong else 0.3
         rows.append({"pairing": "A+B", "probe": probe, "seed": seed, "policy": policy, "step": step, "split": split,
-                     "skill": skill, "rollouts": step * 128, "zoo_seed": 0,
-                     "accuracy": float(np.clip(base + 0.01 * step * (1 + 0.1 * seed) + 0.02 * rng.random(), 0, 1))})
+                     "skill": skill, "rollouts": step * rollouts_per_step, "zoo_seed": 0,
+                     "accuracy": base + 0.005 * step + 0.01 * i + SEED_OFFSETS[seed % len(SEED_OFFSETS)]})
     return pd.DataFrame(rows)
 
 
 def synthetic_steps(probes=PROBES, seeds=(0, 1, 2), steps=range(1, 11)) -> pd.DataFrame:
     return pd.DataFrame([{"pairing": "A+B", "probe": p, "seed": s, "policy": q, "step": t, "zoo_seed": 0,
-                          "reward": 0.5 + 0.01 * t, "peer_kept": 3.0, "peer_samples": 8.0}
+                          "reward": 0.5 + 0.01 * t, "peer_kept": 3.0 + s, "peer_samples": 8.0}
                          for p, s, q, t in itertools.product(probes, seeds, "AB", steps)])
 
 
-def line_colours(fig) -> dict[str, set[str]]:
-    """{legend label: colours of the lines drawn with it} over every axis of a figure."""
+def synthetic_dynamics(methods=("grpo", "sgt (lambda=0.1)", "IS-PRP"), seeds=(0, 1, 2)) -> pd.DataFrame:
+    return pd.DataFrame([{"method": m, "kappa": 0.5, "seed": s, "policy": q, "step": t, "entropy": 1.0 / (t + 1),
+                          "acc shared-easy": 0.5, "acc A-hard/B-easy": 0.1 * t + SEED_OFFSETS[s] / 2,
+                          "acc B-hard/A-easy": 0.1 * t + (0.01 if q == "A" else 0.0)}
+                         for m, s, q, t in itertools.product(methods, seeds, "AB", range(5))])
+
+
+def synthetic_plane() -> pd.DataFrame:
+    curves = (("grpo", 0.0003, (None,)), ("sgt (lambda)", 0.1, (1, 2, 3)), ("xgrpo (gamma)", 0.0003, (1, 2, 3)),
+              ("prp (c, sigma_T=0)", -0.0002, (1, 2, 3)))
+    return pd.DataFrame([{"kappa": k, "overlap": 0.8, "curve": c, "knob": v,
+                          "label": c.split(" ")[0] + (f" ({c.split('(')[1].split(',')[0].rstrip(')')}={v})"
+                                                      if v is not None else ""),
+                          "support": s * (v or 1), "instability": 0.2 + 0.05 * (v or 0) + (30 if c[:3] == "prp" else 0)}
+                         for k in (0.5, 1.0) for c, s, knobs in curves for v in knobs])
+
+
+def labelled_colours(fig) -> dict[str, set[str]]:
+    """{label: colours of the lines and markers drawn with it} over every axis (legend entries included)."""
     out: dict[str, set[str]] = {}
     for ax in fig.axes:
-        for line in ax.get_lines():
-            label = line.get_label().split(" (n=")[0]
-            if not label.startswith("_"):
-                out.setdefault(label, set()).add(to_hex(line.get_color()))
+        artists = [(line.get_label(), line.get_color()) for line in ax.get_lines()]
+        artists += [(c.get_label(), c.get_facecolor()[0]) for c in ax.collections if len(c.get_facecolor())]
         legend = ax.get_legend()
         if legend is not None:
-            for handle, text in zip(legend.legend_handles, legend.get_texts()):
-                if hasattr(handle, "get_color"):
-                    out.setdefault(text.get_text().split(" (n=")[0], set()).add(to_hex(handle.get_color()))
+            artists += [(text.get_text(), handle.get_color()) for handle, text
+                        in zip(legend.legend_handles, legend.get_texts()) if hasattr(handle, "get_color")]
+        for label, colour in artists:
+            if not label.startswith("_"):
+                out.setdefault(label.split(" (n=")[0], set()).add(to_hex(colour))
+    for legend in fig.legends:
+        for handle, text in zip(legend.legend_handles, legend.get_texts()):
+            if hasattr(handle, "get_color"):
+                out.setdefault(text.get_text(), set()).add(to_hex(handle.get_color()))
     return out
 
 
-def assert_palette(fig, probes):
-    colours = line_colours(fig)
-    drawn = [p for p in probes if p in colours]
-    assert drawn, f"no probe line found among {sorted(colours)}"
-    for probe in drawn:
-        assert colours[probe] == {to_hex(probe_colour(probe))}, (probe, colours[probe])
+def band_colours(fig) -> set[str]:
+    return {to_hex(c.get_facecolor()[0], keep_alpha=False) for ax in fig.axes for c in ax.collections
+            if isinstance(c, PolyCollection) and len(c.get_facecolor())}
+
+
+def assert_palette(fig, labels):
+    """Every label drawn has exactly its palette colour; every band (fill) is some drawn label's colour."""
+    colours = labelled_colours(fig)
+    drawn = [label for label in labels if label in colours]
+    assert drawn, f"no probe drawn among {sorted(colours)}"
+    for label in drawn:
+        assert colours[label] == {probe_colour(label)}, (label, colours[label])
+    assert band_colours(fig) <= {probe_colour(label) for label in labels}, band_colours(fig)
+    return colours
+
+
+def test_every_registered_probe_has_its_own_colour_and_grpo_is_black():
+    from mrl.probes import PROBES as REGISTERED
+
+    assert set(REGISTERED) <= set(PROBE_COLOURS)
+    colours = [PROBE_COLOURS[name] for name in REGISTERED]
+    assert len(set(colours)) == len(colours)
+    assert PROBE_COLOURS["grpo"] == "#000000"
+
+
+@pytest.mark.parametrize("label, base", [("prp (clip=4.0)", "prp"), ("prp c=2", "prp"), ("hacpo no stepwise", "hacpo"),
+                                         ("prp (c, sigma_T=0)", "prp"), ("IS-PRP", "prp"), ("prp_naive", "prp_naive"),
+                                         ("gspo_x2 (minibatches=4)", "gspo_x2"), ("sgt (lambda=0.1, eta=0)", "sgt")])
+def test_a_variant_or_method_takes_its_base_probes_colour(label, base):
+    assert base_probe(label) == base
+    assert probe_colour(label) == PROBE_COLOURS[base]
+    assert probe_colour("something else") != probe_colour("grpo")
+
+
+def test_a_variants_line_style_does_not_depend_on_drawing_order():
+    labels = ["hacpo (clipping=symmetric, minibatches=4)", "hacpo (clipping=fixed, minibatches=4)", "hacpo",
+              "hacpo (minibatches=4)", "hacpo (clipping=none, minibatches=4)", "grpo"]
+    styles = {label: line_style(label, labels) for label in labels}
+    assert styles["hacpo"] == styles["grpo"] == "-"
+    assert len({styles[label] for label in labels if label.startswith("hacpo")}) == 5
+    for order in itertools.permutations(labels, 4):
+        assert all(line_style(label, labels) == styles[label] for label in order)
 
 
 def test_the_probe_figures_use_the_shared_palette():
@@ -67,30 +130,78 @@ def test_the_probe_figures_use_the_shared_palette():
     assert_palette(accuracy_figure(evals), PROBES)
     assert_palette(rescue_figure(evals), PROBES)
     assert_palette(weak_skill_figure(evals, synthetic_steps()), PROBES)
-    assert_palette(stepwise_clipping_figure(synthetic_steps(["hacpo", "naive"]), 0.2, 0.025, 4), ["hacpo", "naive"])
+    clipping = ["hacpo (minibatches=4)", "hacpo (clipping=fixed, minibatches=4)"]
+    fig = stepwise_clipping_figure(synthetic_steps(clipping), 0.2, 0.025, 4)
+    assert_palette(fig, clipping)
+    styles = {line.get_label(): line.get_linestyle() for line in fig.axes[1].get_lines()}
+    assert styles[clipping[0]] != styles[clipping[1]]
 
 
-def test_the_bandit_figures_use_the_shared_palette():
+def test_a_knob_variant_has_its_probes_colour_and_its_own_line_style():
+    from mrl.reports.paired import weak_skill_figure
+
+    probes = ["grpo", "hacpo", "hacpo (minibatches=4)"]
+    fig = weak_skill_figure(synthetic_evals(probes), synthetic_steps(probes))
+    assert_palette(fig, probes)
+    styles = {}
+    for line in fig.axes[0].get_lines():
+        styles[line.get_label().split(" (n=")[0]] = line.get_linestyle()
+    assert styles["hacpo"] != styles["hacpo (minibatches=4)"]
+    grpo = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("grpo")]
+    assert grpo[0].get_zorder() > max(line.get_zorder() for line in fig.axes[0].get_lines()
+                                      if not line.get_label().startswith("grpo"))
+
+
+def test_the_bandit_figures_use_the_shared_palette_and_the_plane_reads_on_log_axes():
     from mrl.reports.bandit import dynamics_figure, plane_figure
 
-    plane = pd.DataFrame([{"kappa": k, "curve": c, "label": f"{c.split(' ')[0]} (x={v})", "support": s * v,
-                           "instability": 0.2 + v}
-                          for k in (0.5, 1.0) for c, s in (("grpo", 0.0003), ("sgt (x)", 0.1), ("xgrpo (x)", 0.0003))
-                          for v in ((1,) if c == "grpo" else (1, 2, 3))])
-    fig = plane_figure(plane)
-    colours = {to_hex(c.get_facecolor()[0]) for ax in fig.axes for c in ax.collections if len(c.get_offsets())}
-    assert to_hex(PROBE_COLOURS["grpo"]) in colours and to_hex(PROBE_COLOURS["sgt"]) in colours
-    assert_palette(fig, ["sgt (x)", "xgrpo (x)"])
-    assert all(ax.get_xscale() == "log" and ax.get_yscale() == "log" for ax in fig.axes)
-    dynamics = pd.DataFrame([{"method": m, "kappa": 0.5, "seed": s, "policy": q, "step": t, "entropy": 1.0 / (t + 1),
-                              "acc shared-easy": 0.5, "acc A-hard/B-easy": 0.1 * t, "acc B-hard/A-easy": 0.1 * t}
-                             for m, s, q, t in itertools.product(["grpo", "sgt (lambda=0.1)"], (0, 1), "AB", range(5))])
-    assert_palette(dynamics_figure(dynamics), ["grpo", "sgt (lambda=0.1)"])
+    fig = plane_figure(synthetic_plane())
+    assert_palette(fig, ["grpo", "sgt (lambda)", "xgrpo (gamma)", "prp (c, sigma_T=0)"])
+    by_title = {ax.get_title(): ax for ax in fig.axes}
+    big = next(ax for title, ax in by_title.items() if "every method" in title)
+    near = next(ax for title, ax in by_title.items() if "near GRPO" in title)
+    small = [ax for title, ax in by_title.items() if title.startswith("kappa = 0.5")]
+    assert (big.get_xscale(), big.get_yscale()) == ("log", "log")
+    assert small and all((ax.get_xscale(), ax.get_yscale()) == ("log", "log") for ax in small)
+    assert (near.get_xscale(), near.get_yscale()) == ("linear", "log")  # a loss, S < 0, shows here
+    for ax in (big, near):
+        star = [c for c in ax.collections if c.get_label() == "grpo"]
+        assert star and to_hex(star[0].get_facecolor()[0]) == "#000000"
+        others = [a for a in [*ax.collections, *ax.get_lines()] if a is not star[0]]
+        assert star[0].get_zorder() > max(a.get_zorder() for a in others)
+    texts = [t for t in big.texts + near.texts if "=" in t.get_text()]
+    fig.canvas.draw()
+    boxes = [Text.get_window_extent(t) for t in texts]  # the text alone, not its leader line
+    assert len(boxes) == 9 and not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2)), "labels overlap"
+
+    methods = ["grpo", "sgt (lambda=0.1)", "IS-PRP"]
+    assert_palette(dynamics_figure(synthetic_dynamics(methods)), methods)
 
 
-def test_a_variant_takes_its_base_probes_colour():
-    assert probe_colour("prp (clip=4.0)") == probe_colour("prp") == probe_colour("prp (c, sigma_T=0)")
-    assert probe_colour("grpo") == "#000000" and probe_colour("something else") != probe_colour("grpo")
+def test_the_substrate_figures_use_the_policy_and_phase_colours():
+    from mrl.reports.substrate import mwra_timeline_figure, warmup_figure
+
+    zoo = {name: SimpleNamespace(record={"warmup_loss": [3.0, 2.0, 1.5]},
+                                 family=SimpleNamespace(arch="gpt2", tokenizer="bpe")) for name in "ABC"}
+    accuracy = pd.DataFrame([{"policy": p, "split": "held-out", "skill": s, "accuracy": 0.5}
+                             for p in "ABC" for s in ("S1", "S2")])
+    fig = warmup_figure(accuracy, zoo)
+    assert [to_hex(line.get_color()) for line in fig.axes[0].get_lines()] == [policy_colour(p) for p in "ABC"]
+    bars = {to_hex(patch.get_facecolor(), keep_alpha=False) for patch in fig.axes[1].patches if patch.get_height() > 0}
+    assert bars == {policy_colour(p) for p in "ABC"}
+
+    def timeline(origin):
+        rows = [{"worker": w, "phase": "evaluate", "start": origin, "end": origin + 0.2} for w in "AB"]
+        rows += [{"worker": w, "phase": phase, "start": origin + 0.2 + 0.1 * k, "end": origin + 0.25 + 0.1 * k}
+                 for w in "AB" for k, phase in enumerate(["rollout", "update"] * 3)]
+        return {"timeline": rows, "wall": 1.0, "startup": 0.5}
+    fig = mwra_timeline_figure({"inline": timeline(0.09), "process": timeline(8.4)})
+    for ax in fig.axes:
+        starts = [path.vertices[:, 0].min() for c in ax.collections for path in c.get_paths()]
+        assert min(starts) == pytest.approx(0.0)  # each backend from its own first step
+        assert {to_hex(c.get_facecolor()[0]) for c in ax.collections} == set(PHASE_COLOURS.values())
+    assert fig.axes[0].get_shared_x_axes().joined(fig.axes[0], fig.axes[1])
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == list(PHASE_COLOURS)
 
 
 @pytest.mark.parametrize("value, text", [(0, "0"), (950, "950"), (12000, "12k"), (12500, "12.5k"),
@@ -99,14 +210,94 @@ def test_count_axes_read_as_compact_numbers(value, text):
     assert compact_number(value) == text
 
 
-def test_a_curve_band_is_the_t_interval_of_the_mean_not_min_max():
-    from scipy.stats import t as student_t
+def test_a_rollouts_axis_has_no_offset_or_scientific_labels():
+    from mrl.reports.probes import accuracy_figure
 
-    from mrl.reports.probes import t_band
+    fig = accuracy_figure(synthetic_evals(steps=(0, 5000, 10000), rollouts_per_step=128))  # up to 1.28M rollouts
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert "1.2M" in labels or "1M" in labels, labels
+    assert not any("e" in label or "\N{MINUS SIGN}" in label for label in labels), labels
+    assert ax.xaxis.get_offset_text().get_text() == ""
 
-    values = np.array([0.2, 0.3, 0.7])
-    low, high = t_band(values)
-    half = student_t.ppf(0.975, 2) * values.std(ddof=1) / np.sqrt(3)
-    assert (low, high) == pytest.approx((values.mean() - half, values.mean() + half))
-    assert (low, high) != (values.min(), values.max())
-    assert t_band([0.4]) == (0.4, 0.4)  # one run: no band
+
+def bands_at(fig_axes, x) -> list[tuple[float, float]]:
+    """(low, high) of every filled band at x (the band's polygon's lowest and highest vertex there)."""
+    out = []
+    for ax in fig_axes:
+        for collection in ax.collections:
+            if isinstance(collection, PolyCollection):
+                for path in collection.get_paths():
+                    at = path.vertices[np.isclose(path.vertices[:, 0], x)]
+                    if len(at):
+                        out.append((at[:, 1].min(), at[:, 1].max()))
+    return out
+
+
+def t_interval_95(values) -> tuple[float, float]:
+    values = np.asarray(values, dtype=float)
+    return stats.t.interval(0.95, len(values) - 1, loc=values.mean(), scale=stats.sem(values))
+
+
+def test_a_band_is_the_t_interval_of_the_mean_over_seeds_not_min_max():
+    from mrl.reports.paired import weak_skill_figure
+    from mrl.reports.probes import accuracy_figure
+
+    evals = synthetic_evals(["grpo", "sgt"])
+    # accuracy_figure, panel A+B: policy A, held-out overall accuracy of grpo at step 5 (640 rollouts)
+    fig = accuracy_figure(evals)
+    assert "95% t interval of the mean over 3 seeds" in fig._suptitle.get_text()
+    overall = evals[(evals.probe == "grpo") & (evals.policy == "A") & (evals.split == "held-out") & (evals.step == 5)]
+    values = overall.groupby("seed").accuracy.mean()
+    expected = t_interval_95(values)
+    bands = bands_at([fig.axes[0]], 640)
+    assert any(np.allclose(band, expected) for band in bands), (bands, expected)
+    assert not any(np.allclose(band, (values.min(), values.max())) for band in bands)
+    # weak_skill_figure, A's weak skill S2
+    fig = weak_skill_figure(evals, synthetic_steps(["grpo", "sgt"]))
+    weak = evals[(evals.probe == "sgt") & (evals.policy == "A") & (evals.split == "held-out") & (evals.skill == "S2")
+                 & (evals.step == 5)]
+    assert any(np.allclose(band, t_interval_95(weak.accuracy)) for band in bands_at([fig.axes[0]], 640))
+
+
+def test_the_dynamics_band_is_the_t_interval_over_seeds_of_the_policies_mean():
+    from mrl.bandit.dynamics import rescue_type
+    from mrl.reports.bandit import dynamics_figure
+
+    runs = synthetic_dynamics(["grpo"])
+    fig = dynamics_figure(runs)
+    assert "95% t interval over 3 seeds" in fig._suptitle.get_text()
+    at = runs[runs.step == 2]
+    rescue = at[f"acc {rescue_type('A')}"].where(at.policy == "A", at[f"acc {rescue_type('B')}"])
+    per_seed = rescue.groupby(at.seed).mean()
+    assert any(np.allclose(band, t_interval_95(per_seed)) for band in bands_at([fig.axes[0]], 2))
+
+
+def test_one_seed_draws_no_band_and_says_so():
+    from mrl.reports.probes import accuracy_figure
+
+    fig = accuracy_figure(synthetic_evals(seeds=(0,)))
+    assert "one seed: no band" in fig._suptitle.get_text()
+    assert all(high - low < 1e-12 for low, high in bands_at(fig.axes, 640))
+
+
+def test_accuracy_axes_fit_their_data_and_say_so():
+    from mrl.reports.probes import accuracy_figure
+
+    fig = accuracy_figure(synthetic_evals())
+    low, high = fig.axes[0].get_ylim()
+    assert low > 0.1 and high < 0.95
+    assert "fitted" in fig.axes[0].get_ylabel()
+
+
+@pytest.mark.parametrize("wanted", [[0, 0, 0], [0, 5, 5.2], [1, 2, 3], [0, 0.5, 10, 10.2], [3, 1, 2]])
+def test_stacked_labels_keep_their_order_and_never_overlap(wanted):
+    from mrl.reports.bandit import stack
+
+    placed = stack(wanted, 1.0)
+    assert len(placed) == len(wanted)
+    assert all(b - a >= 1.0 - 1e-9 for a, b in zip(placed, placed[1:]))
+    if all(b - a >= 1.0 for a, b in zip(wanted, wanted[1:])):
+        assert placed == pytest.approx(wanted)  # already apart: nothing moves
+    assert np.mean(placed) == pytest.approx(np.mean(wanted))  # blocks centred on what they want

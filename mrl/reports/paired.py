@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from mrl.reports.palette import COMPACT, probe_palette
+from mrl.reports.palette import COMPACT, fit_accuracy_axis, line_style, probe_palette
 from mrl.reports.probes import KEYS, PEER_USE, ci95, final_accuracy, probe_order, rescue_skills
 
 BASELINE = "grpo"
@@ -227,11 +227,13 @@ def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str
                       split: str = "held-out", smooth: int = 10, zoo_seed: int | None = None):
     """Two rows per policy, a column per group of probes (`panels`: {title: probes}; None: one group of all).
     Upper row: the weak skill's `split` accuracy vs own rollouts, one line per probe (mean over runs), band: the 95%
-    t interval of that probe's mean over its runs (clipped to [0, 1]; unpaired). Lower row: the paired difference
-    to GRPO vs RL step, band: its 95% t interval over the shared seeds, the tables' interval at the last step. Last
-    column, upper row: training reward (the policy's mean reward per step, rolling mean over `smooth` steps, mean
-    over runs) vs step, lines only. zoo_seed: only the runs on that zoo seed (a group keeps the probes that ran
-    there, if two or more did). Each probe has its colour of mrl.reports.palette, the same in every figure."""
+    t interval of that probe's mean over its runs (clipped to [0, 1]; unpaired; none for one run). Lower row: the
+    paired difference to GRPO vs RL step, band: its 95% t interval over the shared seeds, the tables' interval at
+    the last step. Last column: training reward (the policy's mean reward per step, rolling mean over `smooth` steps,
+    mean over runs) vs step, lines only, its legend below it. zoo_seed: only the runs on that zoo seed (a group keeps
+    the probes that ran there, if two or more did). Each probe has its colour of mrl.reports.palette, the same in
+    every figure; knob variants ("hacpo (minibatches=4)") their base probe's colour and a line style of their own;
+    grpo on top."""
     order = probe_order(evals)
     if zoo_seed is not None:
         evals, steps = evals[evals.zoo_seed == zoo_seed], steps[steps.zoo_seed == zoo_seed]
@@ -240,6 +242,7 @@ def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str
               if len(set(probes) & ran) > 1}
     weak = weak_skill_evals(evals, split)
     colours = probe_palette(order)
+    styles = {probe: line_style(probe, order) for probe in order}
     runs = list(dict.fromkeys(zip(weak.pairing, weak.policy, weak.skill)))
     fig, axes = plt.subplots(2 * len(runs), len(panels) + 1, figsize=(4.6 * (len(panels) + 1), 6.4 * len(runs)),
                              squeeze=False)
@@ -259,34 +262,37 @@ def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str
             for probe in [p for p in order if p in probes]:
                 line = of_policy(accuracy, probe)
                 if not line.empty:
-                    ax.plot(line.rollouts, line["mean"], color=colours[probe], lw=1.4,
+                    ax.plot(line.rollouts, line["mean"], color=colours[probe], ls=styles[probe], lw=1.4,
+                            zorder=3 if probe == BASELINE else 2,
                             label=f"{probe} (n={n_runs.get((pairing, policy, probe), 0)})")
                     ax.fill_between(line.rollouts, line["low"].clip(0, 1), line["high"].clip(0, 1),
                                     color=colours[probe], alpha=0.12, lw=0)
                 diff = of_policy(paired, probe) if not paired.empty else paired
                 if not diff.empty:
-                    low_ax.plot(diff.step, diff["diff"], color=colours[probe], lw=1.4, label=probe)
+                    low_ax.plot(diff.step, diff["diff"], color=colours[probe], ls=styles[probe], lw=1.4, label=probe)
                     low_ax.fill_between(diff.step, diff["low"], diff["high"], color=colours[probe], alpha=0.12, lw=0)
-            ax.set(xlabel="own rollouts", ylabel=f"{split} accuracy on {skill}",
-                   title=f"{policy}'s weak skill {skill}: {title}")
+            ax.set(xlabel="own rollouts", title=f"{policy}'s weak skill {skill}: {title}")
+            fit_accuracy_axis(ax, f"{split} accuracy on {skill}")
             ax.xaxis.set_major_formatter(COMPACT)
-            ax.legend(fontsize=7)
-            low_ax.axhline(0.0, color="k", lw=0.8)
+            ax.legend(fontsize=7, loc="best")
+            low_ax.axhline(0.0, color=colours.get(BASELINE, "k"), lw=0.9, zorder=3, label=f"{BASELINE} (0)")
             low_ax.set(xlabel="RL step", ylabel=f"difference to {BASELINE} on {skill}",
                        title=f"{policy}: paired difference to {BASELINE}, 95% interval")
-            if low_ax.get_legend_handles_labels()[0]:
-                low_ax.legend(fontsize=7)
+            low_ax.legend(fontsize=7, loc="best")
         ax = top[-1]
         for probe in order:
             line = of_policy(reward, probe)
             if not line.empty:
-                ax.plot(line.step, line.smoothed, color=colours[probe], lw=1.0, label=probe)
+                ax.plot(line.step, line.smoothed, color=colours[probe], ls=styles[probe], lw=1.0, label=probe,
+                        zorder=3 if probe == BASELINE else 2)
         ax.set(xlabel="RL step", ylabel=f"training reward ({smooth}-step mean)", title=f"{policy}: training reward")
-        ax.legend(fontsize=6, ncol=2)
         bottom[-1].axis("off")
+        bottom[-1].legend(*ax.get_legend_handles_labels(), loc="upper center", fontsize=7, ncol=2,
+                          title=f"{policy}: training reward", title_fontsize=7, frameon=False)
     zoo = f", zoo seed {evals.zoo_seed.iloc[0]}" if "zoo_seed" in evals and evals.zoo_seed.nunique() == 1 else ""
-    fig.suptitle(f"{pairing}{zoo}: weak skill ({split} prompts), mean over runs (band: 95% t interval of each probe's "
-                 f"mean, unpaired),\npaired difference to {BASELINE} (band: its 95% t interval over the shared seeds), "
-                 "training reward", y=1.0)
+    band = ("band: 95% t interval of each probe's mean over its n runs, unpaired" if n_runs.max() > 1
+            else "one run per probe: no band")
+    fig.suptitle(f"{pairing}{zoo}: weak skill ({split} prompts), mean over runs ({band}),\npaired difference to "
+                 f"{BASELINE} (band: its 95% t interval over the shared seeds), training reward", y=1.0)
     fig.tight_layout()
     return fig

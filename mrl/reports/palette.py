@@ -1,12 +1,15 @@
 """One colour per probe, the same in every figure; policies and MWRA phases too; readable tick labels.
 
-A probe label is a registered name, possibly with knobs ("prp (clip=4.0)", "hacpo (clipping='fixed')") or a
-bandit curve ("prp (c, sigma_T=0)", "sgt (lambda)"): it takes the colour of its base probe, and
-`line_style` tells variants of one base apart. grpo, the baseline every figure compares to, is black.
+A probe label is a registered name, possibly with knobs (`mrl.experiment.probe_label`: "prp (clip=4.0)",
+"hacpo (clipping=fixed, minibatches=4)"), a bandit method or curve ("prp (c=2, sigma_T=0)", "sgt (lambda)") or
+the bandit analysis's prose name ("IS-PRP"): it takes the colour of its base probe, and `line_style` tells
+variants of one base apart. grpo, the baseline every figure compares to, is black and drawn on top.
 """
 from __future__ import annotations
 
 import matplotlib.ticker as mticker
+import numpy as np
+from matplotlib.colors import to_hex
 
 PROBE_COLOURS = {
     "grpo": "#000000",      # the baseline: black, drawn on top
@@ -21,15 +24,26 @@ PROBE_COLOURS = {
     "graft": "#ff7f0e",
     "trrd": "#17becf",
 }
+ALIASES = {"is-prp": "prp", "naive-prp": "prp_naive", "x-grpo": "xgrpo", "gspo-x2": "gspo_x2"}
+"""the bandit analysis's and the papers' names of the probes they reconstruct (lower case)"""
 OTHER = "#7f7f7f"
 POLICY_COLOURS = {"A": "#1b9e77", "B": "#d95f02", "C": "#7570b3", "D": "#e7298a", "E": "#66a61e"}
 PHASE_COLOURS = {"rollout": "#1f77b4", "update": "#ff7f0e", "evaluate": "#2ca02c"}
-VARIANT_STYLES = ["-", "--", ":", "-."]
+VARIANT_DASHES = ["", (4, 2), (1, 2), (4, 1.5, 1, 1.5), (8, 2), (4, 1.5, 1, 1.5, 1, 1.5), (1, 1), (8, 2, 1, 2)]
+"""seaborn dash patterns (on, off, ...) in line widths: solid, dashed, dotted, dash-dot, long dash, dash-dot-dot,
+densely dotted, long dash-dot; the variants of a base probe take them in this order"""
+VARIANT_STYLES = ["-", "--", ":", "-.", *((0, dashes) for dashes in VARIANT_DASHES[4:])]
+"""the same as matplotlib line styles"""
+SEABORN_DASHES = dict(zip(VARIANT_STYLES, VARIANT_DASHES))
+"""{matplotlib line style: seaborn dash pattern}"""
 
 
 def base_probe(label: str) -> str:
-    """The registered probe a label names: 'prp (clip=4.0)' -> 'prp', 'sgt (lambda)' -> 'sgt'."""
-    return str(label).split(" (")[0].split(" ")[0].strip()
+    """The registered probe a label names: 'prp (clip=4.0)' -> 'prp', 'sgt (lambda)' -> 'sgt', 'prp c=2' -> 'prp',
+    'IS-PRP' -> 'prp'."""
+    name = str(label).split(" (")[0].strip()
+    alias = ALIASES.get(name.lower())
+    return alias if alias is not None else name.split(" ")[0].lower()
 
 
 def probe_colour(label: str) -> str:
@@ -42,13 +56,17 @@ def probe_palette(labels) -> dict[str, str]:
     return {label: probe_colour(label) for label in labels}
 
 
-def line_style(label: str, labels) -> str:
-    """Solid for the first label of a base probe among `labels`, then dashed, dotted, dash-dot."""
-    same = [other for other in dict.fromkeys(labels) if base_probe(other) == base_probe(label)]
-    return VARIANT_STYLES[same.index(label) % len(VARIANT_STYLES)] if label in same else "-"
+def _knob_count(label: str) -> int:
+    return 0 if "(" not in label and " " not in label.strip() else label.count(",") + 1
 
 
-SEABORN_DASHES = {"-": "", "--": (4, 2), ":": (1, 2), "-.": (4, 1.5, 1, 1.5)}
+def line_style(label: str, labels) -> str | tuple:
+    """The line style of `label` among the labels of one figure: of the labels sharing its base probe, the one with
+    the fewest knobs (the bare probe where it is drawn) is solid, the others dashed, dotted, dash-dot, ... in that
+    order (ties alphabetical), so a label's style does not depend on the order the figure draws them in."""
+    same = sorted({other for other in [*labels, label] if base_probe(other) == base_probe(label)},
+                  key=lambda other: (_knob_count(other), other))
+    return VARIANT_STYLES[same.index(label) % len(VARIANT_STYLES)]
 
 
 def probe_dashes(labels) -> dict:
@@ -58,7 +76,20 @@ def probe_dashes(labels) -> dict:
 
 
 def policy_colour(name: str) -> str:
+    """The colour of a policy (family) A, B, C, ...; grey for another name."""
     return POLICY_COLOURS.get(name, OTHER)
+
+
+def phase_colour(phase: str) -> str:
+    """The colour of an MWRA phase (rollout, update, evaluate); grey for another phase."""
+    return PHASE_COLOURS.get(phase, OTHER)
+
+
+def baseline_on_top(ax, zorder: float = 4.0) -> None:
+    """Raises the lines drawn in grpo's colour above the others (seaborn draws them in hue order, grpo first)."""
+    for line in ax.get_lines():
+        if to_hex(line.get_color()) == PROBE_COLOURS["grpo"]:
+            line.set_zorder(zorder)
 
 
 def compact_number(value: float, _position=None) -> str:
@@ -72,3 +103,43 @@ def compact_number(value: float, _position=None) -> str:
 
 COMPACT = mticker.FuncFormatter(compact_number)
 """a formatter for rollout, token and step axes: ax.xaxis.set_major_formatter(COMPACT)"""
+
+
+def decimal_number(value: float, _position=None) -> str:
+    """Tick text for a log (or small linear) axis: 0.0001, -0.0004, 0.25, 1, 300 (no 10^k, no 1e-4, no offset);
+    12k, 1.2M from 10^4 on."""
+    if abs(value) >= 1e4:
+        return compact_number(value)
+    return np.format_float_positional(float(f"{value:.3g}"), trim="-")
+
+
+DECIMAL = mticker.FuncFormatter(decimal_number)
+"""a formatter for log axes: ax.xaxis.set_major_formatter(DECIMAL)"""
+
+
+def plain_log_axis(axis, minor: bool = False) -> None:
+    """Decimal tick labels on a log axis (`ax.xaxis` or `ax.yaxis`); the minor ticks labelled too when `minor`
+    (an axis spanning less than a decade has no major tick inside it)."""
+    axis.set_major_formatter(DECIMAL)
+    axis.set_minor_formatter(DECIMAL if minor else mticker.NullFormatter())
+
+
+ACCURACY_NOTE = "axis fitted to the data"
+
+
+def fit_accuracy_axis(ax, label: str | None, pad: float = 0.05) -> bool:
+    """Sets an accuracy (or any fraction) axis to the range its data and bands cover, within [0, 1], and says so in
+    `label` when that range is narrower than 0 to 1: "held-out accuracy (axis fitted to the data)"; label None
+    leaves the label alone. Returns whether the axis is narrower than 0 to 1."""
+    low, high = ax.dataLim.intervaly
+    if not np.isfinite(low) or not np.isfinite(high):
+        if label is not None:
+            ax.set_ylabel(label)
+        return False
+    span = max(high - low, 0.02)
+    low, high = max(low - pad * span, -0.01), min(high + pad * span, 1.01)
+    ax.set_ylim(low, high)
+    fitted = bool(low > 0.05 or high < 0.95)
+    if label is not None:
+        ax.set_ylabel(f"{label}\n({ACCURACY_NOTE})" if fitted else label)
+    return fitted

@@ -11,7 +11,8 @@ import pandas as pd
 import seaborn as sns
 from scipy.stats import t as student_t
 
-from mrl.reports.palette import COMPACT, line_style, probe_colour, probe_palette
+from mrl.reports.palette import (COMPACT, baseline_on_top, fit_accuracy_axis, line_style, probe_colour,
+                                 probe_palette)
 
 KEYS = ["pairing", "probe", "policy"]
 PEER_USE = {"peer_samples": "peer samples (prp)", "rescue_size": "peer demos (sgt)"}
@@ -112,28 +113,50 @@ def probe_order(evals: pd.DataFrame) -> list[str]:
 
 
 def t_band(values) -> tuple[float, float]:
-    """seaborn errorbar: the mean's 95% t interval over the runs (no band for one run)."""
+    """seaborn errorbar: the mean's 95% t interval over the runs (`ci95`, the tables' interval; no band for one
+    run)."""
     values = np.asarray(values, dtype=float)
     half = ci95(values)
     mean = float(np.nanmean(values))
     return (mean, mean) if np.isnan(half) else (mean - half, mean + half)
 
 
-def _band_text(evals: pd.DataFrame) -> str:
-    seeds = evals.groupby(["pairing", "probe"]).seed.nunique()
+def accuracy_band(values) -> tuple[float, float]:
+    """`t_band` clipped to [0, 1], where an accuracy lies."""
+    low, high = t_band(values)
+    return max(low, 0.0), min(high, 1.0)
+
+
+def band_text(frame: pd.DataFrame, by=("pairing", "probe")) -> str:
+    """What a figure's band is: 'band: 95% t interval of the mean over 3 seeds' (or '2-3 seeds'), or 'one seed:
+    no band'."""
+    seeds = frame.groupby(list(by)).seed.nunique()
+    if seeds.max() < 2:
+        return "one seed: no band"
     n = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}-{seeds.max()}"
-    return f"band: 95% t interval of the mean over {n} seeds" if seeds.max() > 1 else "one seed: no band"
+    return f"band: 95% t interval of the mean over {n} seeds"
 
 
 def _curve_grid(frame: pd.DataFrame, order: list[str], title: str):
+    """Accuracy vs own rollouts, a panel per `run`, a colour per probe (the palette), held-out solid and pool
+    dashed; line: mean over seeds, band: its 95% t interval (`accuracy_band`); y fitted to each panel's data."""
     grid = sns.relplot(data=frame, x="rollouts", y="accuracy", hue="probe", hue_order=order,
                        palette=probe_palette(order), style="split", col="run",
-                       col_wrap=min(5, frame.run.nunique()), kind="line", errorbar=t_band, height=2.8,
-                       aspect=1.1, style_order=["held-out", "pool"], facet_kws={"sharey": False, "sharex": False})
+                       col_wrap=min(5, frame.run.nunique()), kind="line", errorbar=accuracy_band,
+                       err_kws={"alpha": 0.12, "lw": 0}, height=2.8, aspect=1.1, style_order=["held-out", "pool"],
+                       facet_kws={"sharey": False, "sharex": False})
+    grid.set_titles("{col_name}")
+    fitted = False
     for ax in grid.axes.flat:
         ax.xaxis.set_major_formatter(COMPACT)
-    grid.set_axis_labels("own rollouts", "greedy accuracy")
+        ax.set_xlabel("own rollouts")
+        baseline_on_top(ax)
+        fitted = fit_accuracy_axis(ax, None) or fitted
+    note = "\n(each axis fitted to its panel's data)" if fitted else ""
+    for ax in grid.axes.flat:
+        ax.set_ylabel(f"greedy accuracy{note}" if ax.get_subplotspec().is_first_col() else "")
     grid.figure.suptitle(title, y=1.02)
+    grid.tight_layout()
     return grid.figure
 
 
@@ -142,9 +165,9 @@ def accuracy_figure(evals: pd.DataFrame):
     line: mean over seeds, band: its 95% t interval."""
     curves = with_overall(evals)
     curves = curves[curves.skill == "overall"]
-    curves = curves.assign(run=curves.pairing + " | " + curves.policy)
+    curves = curves.assign(run=curves.pairing + ": policy " + curves.policy)
     return _curve_grid(curves, probe_order(evals),
-                       f"Overall greedy accuracy vs own rollouts (mean over seeds, {_band_text(evals)})")
+                       f"Overall greedy accuracy vs own rollouts (mean over seeds, {band_text(evals)})")
 
 
 def rescue_figure(evals: pd.DataFrame):
@@ -153,9 +176,9 @@ def rescue_figure(evals: pd.DataFrame):
     lacks = rescue_skills(evals)
     mask = [lacks.get((p, q)) == s for p, q, s in zip(evals.pairing, evals.policy, evals.skill)]
     rescue = evals[mask]
-    rescue = rescue.assign(run=rescue.pairing + " | " + rescue.policy + " lacks " + rescue.skill)
+    rescue = rescue.assign(run=rescue.pairing + ": " + rescue.policy + " lacks " + rescue.skill)
     return _curve_grid(rescue, probe_order(evals), f"Rescue skill: accuracy on the skill each policy lacks "
-                                                   f"(mean over seeds, {_band_text(evals)})")
+                                                   f"(mean over seeds, {band_text(evals)})")
 
 
 def summary_table(evals: pd.DataFrame) -> pd.DataFrame:
@@ -230,7 +253,8 @@ def hyperparameter_table(config, probe_cfgs) -> pd.DataFrame:
     grids = config.experiments
     steps = [(f"RL steps, probe grid {pairing}", value) for pairing, value in grids.probe.steps.items()
              if pairing in grids.probe.pairings]
-    steps += [("RL steps, HACPO comparison", grids.hacpo.steps), ("RL steps, HACPO ablations", grids.hacpo.ablation_steps),
+    steps += [("RL steps, HACPO comparison", grids.hacpo.steps),
+              ("RL steps, HACPO ablations", grids.hacpo.ablation_steps),
               ("RL steps, held-out experiment", grids.heldout.steps)]
     rows += [{"scope": "experiments", "setting": name, "value": value, "default": "profile"} for name, value in steps]
     for scope, zoo in (("zoo warm-up", config.zoo), ("held-out zoo warm-up", grids.heldout.zoo)):
@@ -257,7 +281,8 @@ def hyperparameter_table(config, probe_cfgs) -> pd.DataFrame:
 
 def stepwise_clipping_figure(steps: pd.DataFrame, delta: float, delta_step: float, minibatches: int):
     """Left: the peer ratio's clip range per minibatch update m for each clipping variant. Right: the fraction
-    of peer samples inside it over training (mean over policies)."""
+    of peer samples inside it over training (mean over policies and seeds), a line per variant (hacpo's colour,
+    a line style each)."""
     from mrl.probes.hacpo_primitives import stepwise_lower_bound
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -265,7 +290,7 @@ def stepwise_clipping_figure(steps: pd.DataFrame, delta: float, delta_step: floa
     left.step(m, [stepwise_lower_bound(i, delta, delta_step) for i in m], where="post", label="stepwise lower",
               color=probe_colour("hacpo"))
     left.axhline(1 - delta, color="0.45", ls="--", label="fixed / symmetric lower")
-    left.axhline(1.0, color="k", lw=0.8, label="upper (stepwise, fixed)")
+    left.axhline(1.0, color="0.45", lw=0.8, label="upper (stepwise, fixed)")
     left.axhline(1 + delta, color="0.45", ls=":", label="symmetric upper")
     left.axvspan(-0.5, minibatches - 0.5, color="0.9", label=f"updates used per step ({minibatches})")
     left.set(xlabel="minibatch update m within a step", ylabel="peer ratio clip bound",
@@ -278,8 +303,8 @@ def stepwise_clipping_figure(steps: pd.DataFrame, delta: float, delta_step: floa
         kept = rows[rows.probe == probe].groupby("step").kept.mean()
         right.plot(kept.index, kept.values, color=probe_colour(probe), ls=line_style(probe, order), lw=1.2,
                    label=probe)
-    right.set(xlabel="RL step", ylabel="peer samples inside the clip range (mean over policies)", ylim=(0, 1.02),
-              title="clipping variants (HACPO)")
-    right.legend(fontsize=7)
+    right.set(xlabel="RL step", title="clipping variants (HACPO), mean over policies and seeds")
+    fit_accuracy_axis(right, "fraction of peer samples inside the clip range")
+    right.legend(fontsize=7, loc="best")
     fig.tight_layout()
     return fig

@@ -6,7 +6,8 @@ import pandas as pd
 import seaborn as sns
 
 from mrl.evaluation import skill_accuracy
-from mrl.reports.palette import PHASE_COLOURS, policy_colour
+from mrl.reports.palette import COMPACT, PHASE_COLOURS, phase_colour, plain_log_axis, policy_colour
+from mrl.reports.probes import accuracy_band
 
 EXAMPLE = "37+48=85"
 
@@ -18,7 +19,8 @@ def zoo_table(zoo: dict, task) -> pd.DataFrame:
         tok = policy.tokenizer
         rows.append({"policy": name, "arch": policy.family.arch, "tokenizer": policy.family.tokenizer,
                      "vocab": len(tok), "params": policy.n_params,
-                     "split of " + EXAMPLE: " ".join(tok.convert_ids_to_tokens(tok.encode(EXAMPLE, add_special_tokens=False))),
+                     "split of " + EXAMPLE: " ".join(tok.convert_ids_to_tokens(tok.encode(EXAMPLE,
+                                                                                        add_special_tokens=False))),
                      "warm-up mix": ", ".join(f"{k} {v:.2f}" for k, v in policy.family.warmup_mix.items()),
                      "final warm-up loss": sum(policy.record["warmup_loss"][-20:]) / 20})
     return pd.DataFrame(rows)
@@ -37,15 +39,19 @@ def skill_matrix(accuracy: pd.DataFrame, split: str = "held-out") -> pd.DataFram
 
 
 def warmup_figure(accuracy: pd.DataFrame, zoo: dict):
-    """Left: warm-up loss per family; right: greedy accuracy per skill and family (held-out)."""
+    """Left: warm-up loss per family (log axis, decimal ticks); right: greedy accuracy per skill and family
+    (held-out), each family in its colour of mrl.reports.palette."""
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.6))
     for name, policy in zoo.items():
         ax_loss.plot(policy.record["warmup_loss"], label=f"{name} ({policy.family.arch}/{policy.family.tokenizer})",
                      lw=1, color=policy_colour(name))
-    ax_loss.set(yscale="log", xlabel="warm-up step", ylabel="completion cross-entropy", title="Supervised warm-up")
+    ax_loss.set(yscale="log", xlabel="warm-up step", ylabel="completion cross-entropy (log)",
+                title="Supervised warm-up")
+    plain_log_axis(ax_loss.yaxis, minor=True)
+    ax_loss.xaxis.set_major_formatter(COMPACT)
     ax_loss.legend(frameon=False)
     held_out = accuracy[accuracy.split == "held-out"]
-    sns.barplot(data=held_out, x="skill", y="accuracy", hue="policy", ax=ax_acc,
+    sns.barplot(data=held_out, x="skill", y="accuracy", hue="policy", ax=ax_acc, saturation=1.0,
                 palette={name: policy_colour(name) for name in held_out.policy.unique()})
     ax_acc.set(ylim=(0, 1), title="Greedy accuracy on held-out prompts", ylabel="accuracy")
     fig.tight_layout()
@@ -53,12 +59,25 @@ def warmup_figure(accuracy: pd.DataFrame, zoo: dict):
 
 
 def learning_curves_figure(evals: pd.DataFrame, title: str = "Independent GRPO"):
-    """Per-skill greedy accuracy vs rollouts; one panel per policy, pool (solid) and held-out (dashed)."""
+    """Per-skill greedy accuracy vs own rollouts; one panel per policy, held-out (solid) and pool (dashed), as in
+    the probe figures; with several seeds (a `seed` column), the mean and its 95% t interval, else one run's
+    values and no band. The shared y axis fits the data and says so when it is narrower than 0 to 1."""
     grid = sns.relplot(data=evals, x="rollouts", y="accuracy", hue="skill", style="split", col="policy",
                        kind="line", marker="o", height=3.2, aspect=1.1, facet_kws={"sharey": True},
-                       style_order=["pool", "held-out"])
-    grid.set(ylim=(-0.02, 1.02))
-    grid.figure.suptitle(title, y=1.03)
+                       style_order=["held-out", "pool"], errorbar=accuracy_band, err_kws={"alpha": 0.15, "lw": 0})
+    grid.set_titles("policy {col_name}")
+    low = min(ax.dataLim.intervaly[0] for ax in grid.axes.flat)
+    high = max(ax.dataLim.intervaly[1] for ax in grid.axes.flat)
+    span = max(high - low, 0.02)
+    low, high = max(low - 0.05 * span, -0.01), min(high + 0.05 * span, 1.01)
+    grid.set(ylim=(low, high))
+    fitted = low > 0.05 or high < 0.95
+    for ax in grid.axes.flat:
+        ax.xaxis.set_major_formatter(COMPACT)
+    grid.set_axis_labels("own rollouts", "greedy accuracy" + ("\n(axis fitted to the data)" if fitted else ""))
+    seeds = evals.seed.nunique() if "seed" in evals.columns else 1
+    band = f"band: 95% t interval of the mean over {seeds} seeds" if seeds > 1 else "one seed, no band"
+    grid.figure.suptitle(f"{title}: {band}", y=1.03)
     return grid.figure
 
 
@@ -131,23 +150,30 @@ def mwra_compute_table(runs: dict[str, dict]) -> pd.DataFrame:
 
 def mwra_timeline_figure(runs: dict[str, dict], max_seconds: float | None = None):
     """Busy intervals (rollout, update, evaluate) per worker, one panel per backend on a shared time axis whose
-    origin is each backend's first call (start-up excluded, so the backends' training loops line up)."""
-    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.0 + 0.9 * len(runs) * 2), squeeze=False, sharex=True)
+    origin, 0 s, is each backend's first drawn interval (the step-0 evaluation; start-up excluded), so the
+    backends' runs line up. Phases and workers in their colours of mrl.reports.palette."""
+    from matplotlib.patches import Patch
+
+    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.2 + 1.8 * len(runs)), squeeze=False, sharex=True)
     for ax, (backend, run) in zip(axes[:, 0], runs.items()):
         timeline = pd.DataFrame(run["timeline"])
-        origin = timeline.start.min()
+        drawn = timeline[timeline.phase.isin(PHASE_COLOURS)]
+        origin = (drawn if len(drawn) else timeline).start.min()
         workers = sorted(timeline.worker.unique())
         for row, worker in enumerate(workers):
-            for phase, group in timeline[timeline.worker == worker].groupby("phase"):
-                if phase in PHASE_COLOURS:
-                    ax.broken_barh(list(zip(group.start - origin, group.end - group.start)), (row - 0.4, 0.8),
-                                   color=PHASE_COLOURS[phase], label=phase if row == 0 else None)
+            for phase, group in drawn[drawn.worker == worker].groupby("phase"):
+                ax.broken_barh(list(zip(group.start - origin, group.end - group.start)), (row - 0.4, 0.8),
+                               color=phase_colour(phase))
         ax.set_yticks(range(len(workers)), workers)
-        ax.set_title(f"{backend}: wall {run['wall']:.1f} s (+ {run['startup']:.1f} s start-up, not shown)", fontsize=9)
+        for tick, worker in zip(ax.get_yticklabels(), workers):
+            tick.set_color(policy_colour(worker))
+        ax.set_title(f"{backend}: training loop {run['wall']:.1f} s after the step-0 evaluation "
+                     f"(start-up {run['startup']:.1f} s before 0, not shown)", fontsize=9)
         if max_seconds:
             ax.set_xlim(0, max_seconds)
-    axes[-1, 0].set_xlabel("seconds since the backend's first call")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper right", frameon=False, ncol=3)
-    fig.tight_layout()
+    axes[-1, 0].set_xlim(left=0)
+    axes[-1, 0].set_xlabel("seconds since the backend's first step (its step-0 evaluation)")
+    handles = [Patch(color=colour, label=phase) for phase, colour in PHASE_COLOURS.items()]
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.legend(handles=handles, loc="upper center", frameon=False, ncol=len(handles), bbox_to_anchor=(0.5, 1.0))
     return fig
