@@ -9,8 +9,9 @@ Three kinds of record cross between policies:
 UTF-8, length caps, known policy ids, ids inside the source vocabulary, tokenizer id, versions not
 from the future, group statistics that rewards in range can produce, no exact duplicate). A bad
 record raises `InvalidExperience` naming the field, is counted by reason, and never enters the
-store, so a bad peer cannot crash or poison a run; an accepted one is stored as an immutable copy
-(tuples), so its sender cannot change it afterwards. `collect` hands a receiver its peers' records
+store, so a bad peer cannot crash or poison a run; an accepted one is stored in plain form (`frozen`:
+Python str, int, finite float and tuples, numpy scalars converted), so its sender cannot change it
+afterwards and no value can make a later step raise anything but InvalidExperience. `collect` hands a receiver its peers' records
 for some prompts, dropping (and counting) those older than a staleness bound; a `Success` is
 re-verified with the receiver's own verifier first: a peer cannot forge a success.
 
@@ -27,6 +28,7 @@ import hashlib
 import json
 import math
 import numbers
+import operator
 import os
 import re
 from collections import Counter
@@ -138,130 +140,196 @@ class Limits:
     """largest sample index"""
 
 
-def _check_type(record, name: str, value, expected: tuple) -> None:
-    ok = isinstance(value, expected) and not (isinstance(value, bool) and bool not in expected)
-    if not ok:
-        allowed = " or ".join(t.__name__ for t in expected)
-        raise InvalidExperience("type", f"{type(record).__name__}.{name} = {value!r:.60} has type "
-                                        f"{type(value).__name__}; expected {allowed}")
+def shown(value) -> str:
+    """A value as an error message shows it, bounded: an int of more than 128 bits by its size, a text or a
+    sequence cut after a few items, an object of another type by its type name (its repr is never called)."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, float):
+        return repr(float.__float__(value))
+    if isinstance(value, int):
+        value = operator.index(value)
+        return repr(value) if value.bit_length() <= 128 else f"<an int of {value.bit_length()} bits>"
+    if isinstance(value, str):
+        text = str.__str__(value)
+        return repr(text[:60]) + (f"... ({len(text)} characters)" if len(text) > 60 else "")
+    if isinstance(value, (list, tuple)):
+        base = list if isinstance(value, list) else tuple  # the base methods: a subclass's overrides never run
+        items = ", ".join(shown(v) for v in base.__getitem__(value, slice(4)))
+        size = base.__len__(value)
+        return f"[{items}" + (f", ... ({size} items)]" if size > 4 else "]")
+    if isinstance(value, numbers.Number) and type(value).__module__ == "numpy":
+        return repr(value)
+    return f"<{type(value).__name__}>"
 
 
-def _check_text(record, name: str, value: str, cap: int) -> None:
+def _fail(reason: str, record, name: str, value, allowed: str) -> InvalidExperience:
+    """The error for field `name` of `record` holding `value`: names the field, the value and what is allowed."""
+    return InvalidExperience(reason, f"{type(record).__name__}.{name} = {shown(value)} ({type(value).__name__}); "
+                                     f"{allowed}")
+
+
+def plain_text(record, name: str, value, cap: int) -> str:
+    """A str field as a plain str of valid UTF-8 of at most `cap` bytes (a str subclass is copied)."""
+    if not isinstance(value, str):
+        raise _fail("type", record, name, value, "expected str")
+    text = str.__str__(value)
     try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidExperience("utf8", f"{type(record).__name__}.{name} is not valid UTF-8") from None
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as err:
+        raise _fail("utf8", record, name, value, f"not valid UTF-8 (a lone surrogate at {err.start})") from None
     if size > cap:
         raise InvalidExperience("length", f"{type(record).__name__}.{name} has {size} bytes; the cap is {cap}")
+    return text
 
 
-def _real(record, name: str, value) -> float:
-    """A real number (int, float, numpy scalar; not bool) as a finite float, or InvalidExperience."""
+def plain_int(record, name: str, value, reason: str = "type") -> int:
+    """An integer field (int or numpy integer; not bool) as a Python int; no float is ever truncated."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _fail(reason, record, name, value, "expected an integer")
+    try:
+        return operator.index(value)
+    except (TypeError, ValueError, OverflowError):
+        raise _fail(reason, record, name, value, "expected an integer") from None
+
+
+def plain_real(record, name: str, value) -> float:
+    """A real field (int, float, numpy scalar; not bool) as a finite Python float.
+
+    An int too large for a float (10**400) is non_finite, like inf: float() would raise OverflowError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidExperience("type", f"{type(record).__name__}.{name} holds {value!r:.60} of type "
-                                        f"{type(value).__name__}; expected a real number")
+        raise _fail("type", record, name, value, "expected a real number")
     try:
         number = float(value)
     except (OverflowError, ValueError, TypeError):
         number = math.inf
     if not math.isfinite(number):
-        raise InvalidExperience("non_finite", f"{type(record).__name__}.{name} = {value!r:.60} is not finite")
+        raise InvalidExperience("non_finite", f"{type(record).__name__}.{name} = {shown(value)} is not finite")
     return number
+
+
+def plain_sequence(record, name: str, value, cap: int) -> tuple:
+    """A list or tuple field of at most `cap` items, as a tuple (its items converted by the caller)."""
+    if not isinstance(value, (list, tuple)):
+        raise _fail("type", record, name, value, "expected a list or tuple")
+    base = list if isinstance(value, list) else tuple
+    if base.__len__(value) > cap:
+        raise InvalidExperience("length", f"{type(record).__name__}.{name} has {base.__len__(value)} items; "
+                                          f"the cap is {cap}")
+    return tuple(base.__iter__(value))
 
 
 TEXT_FIELDS = ("prompt", "completion")
 ID_FIELDS = ("run_id", "policy_id", "prompt_id", "tokenizer_id", "verifier_id", "finish_reason")
-
-FIELD_TYPES = {
-    "run_id": (str,), "policy_id": (str,), "prompt_id": (str,), "prompt": (str,), "completion": (str,),
-    "tokenizer_id": (str,), "verifier_id": (str,), "finish_reason": (str,), "version": (int,), "n": (int,),
-    "sample": (int,),
-    "token_ids": (list, tuple), "logps": (list, tuple), "reward": (int, float), "reward_sum": (int, float),
-    "reward_sq_sum": (int, float), "capability": (int, float, type(None)),
-}
+INT_FIELDS = ("version", "n", "sample")
+REAL_FIELDS = ("reward", "reward_sum", "reward_sq_sum")
 
 
-def validate(record, policies: dict[str, PolicySpec], clock: int, limits: Limits = Limits()) -> None:
-    """Raise InvalidExperience unless `record` is well-formed for this exchange at step `clock`."""
+def frozen(record, limits: Limits = Limits()):
+    """The record with plain Python values: str, int, finite float, and tuples for its sequences (hashable,
+    immutable, and no numpy scalar, str subclass or list of the sender's inside).
+
+    Raises InvalidExperience (type, utf8, length, non_finite, out_of_vocab) for a value that does not convert;
+    ranges are `validate`'s concern."""
     if type(record) not in RECORD_TYPES.values():
         raise InvalidExperience("type", f"not an experience record: {type(record).__name__}; "
                                         f"expected Rollout, GroupStats or Success")
+    values = {}
     for f in fields(record):
-        _check_type(record, f.name, getattr(record, f.name), FIELD_TYPES[f.name])
+        value = getattr(record, f.name, None)
         if f.name in TEXT_FIELDS or f.name in ID_FIELDS:
             cap = limits.max_text_bytes if f.name in TEXT_FIELDS else limits.max_id_bytes
-            _check_text(record, f.name, getattr(record, f.name), cap)
+            values[f.name] = plain_text(record, f.name, value, cap)
+        elif f.name in INT_FIELDS:
+            values[f.name] = plain_int(record, f.name, value)
+        elif f.name in REAL_FIELDS or (f.name == "capability" and value is not None):
+            values[f.name] = plain_real(record, f.name, value)
+        elif f.name == "token_ids":
+            ids = plain_sequence(record, f.name, value, limits.max_tokens)
+            values[f.name] = tuple(plain_int(record, f.name, i, "out_of_vocab") for i in ids)
+        elif f.name == "logps":
+            values[f.name] = tuple(plain_real(record, f.name, v)
+                                   for v in plain_sequence(record, f.name, value, limits.max_tokens))
+        else:  # capability None
+            values[f.name] = value
+    return type(record)(**values)
+
+
+def validate(record, policies: dict[str, PolicySpec], clock: int, limits: Limits = Limits()):
+    """The record in plain form (`frozen`) if it is well-formed for this exchange at step `clock`, else
+    InvalidExperience naming the field, the value and what is allowed."""
+    record = frozen(record, limits)
     name = type(record).__name__
     spec = policies.get(record.policy_id)
     if spec is None:
-        raise InvalidExperience("unknown_policy", f"{name}.policy_id = {record.policy_id!r} is not registered; "
+        raise InvalidExperience("unknown_policy", f"{name}.policy_id = {shown(record.policy_id)} is not registered; "
                                                   f"known: {sorted(policies)}")
     if not 0 <= record.sample <= limits.max_sample:
-        raise InvalidExperience("range", f"{name}.sample = {record.sample} is outside [0, {limits.max_sample}]")
+        raise InvalidExperience("range", f"{name}.sample = {shown(record.sample)} is outside "
+                                         f"[0, {limits.max_sample}]")
     if record.version < 0 or record.version > clock:
         raise InvalidExperience("future_version" if record.version > clock else "range",
-                                f"{name}.version = {record.version} is outside [0, {clock}] (the exchange clock)")
+                                f"{name}.version = {shown(record.version)} is outside [0, {clock}] (the exchange "
+                                f"clock)")
     if isinstance(record, Rollout):
         _validate_rollout(record, spec, limits)
     elif isinstance(record, GroupStats):
         _validate_group_stats(record, limits)
+    return record
 
 
 def _validate_rollout(record: Rollout, spec: PolicySpec, limits: Limits) -> None:
+    """Ranges of a Rollout in plain form: its tokenizer, finish reason, ids, log-probs and reward."""
     if record.tokenizer_id != spec.tokenizer_id:
-        raise InvalidExperience("tokenizer", f"Rollout.tokenizer_id = {record.tokenizer_id!r} does not match "
+        raise InvalidExperience("tokenizer", f"Rollout.tokenizer_id = {shown(record.tokenizer_id)} does not match "
                                              f"policy {record.policy_id!r}'s {spec.tokenizer_id!r}")
     if record.finish_reason not in FINISH_REASONS:
-        raise InvalidExperience("range", f"Rollout.finish_reason = {record.finish_reason!r}; "
+        raise InvalidExperience("range", f"Rollout.finish_reason = {shown(record.finish_reason)}; "
                                          f"expected one of {list(FINISH_REASONS)}")
-    if len(record.token_ids) > limits.max_tokens:
-        raise InvalidExperience("length", f"Rollout.token_ids has {len(record.token_ids)} tokens; "
-                                          f"the cap is {limits.max_tokens}")
     if len(record.logps) != len(record.token_ids):
         raise InvalidExperience("shape", f"Rollout.logps has {len(record.logps)} values for "
                                          f"{len(record.token_ids)} token ids")
     for i in record.token_ids:
-        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < spec.vocab_size:
-            raise InvalidExperience("out_of_vocab", f"Rollout.token_ids holds {i!r}, outside policy "
+        if not 0 <= i < spec.vocab_size:
+            raise InvalidExperience("out_of_vocab", f"Rollout.token_ids holds {shown(i)}, outside policy "
                                                     f"{record.policy_id!r}'s vocabulary [0, {spec.vocab_size})")
     for value in record.logps:
-        if _real(record, "logps", value) > 0:
+        if value > 0:
             raise InvalidExperience("range", f"Rollout.logps holds {value}; log-probabilities are <= 0")
-    _real(record, "reward", record.reward)
     if not limits.reward_min <= record.reward <= limits.reward_max:
         raise InvalidExperience("range", f"Rollout.reward = {record.reward} is outside "
                                          f"[{limits.reward_min}, {limits.reward_max}]")
 
 
+def group_stats_bounds(n: int, total: float, low: float, high: float) -> tuple[float, float]:
+    """[min, max] of sum r_i^2 over n rewards r_i in [low, high] with sum r_i = total (low <= total/n <= high).
+
+    Min: S^2 / n (all equal, Cauchy-Schwarz). Max: every r in [a, b] has r^2 <= (a + b) r - a b (the chord of
+    r^2 lies above it), so sum r^2 <= (a + b) S - n a b, with equality when every r is a or b."""
+    return total ** 2 / n, (low + high) * total - n * low * high
+
+
+def float32_slack(n: int, low: float, high: float) -> float:
+    """How far float32 rounding can move a group's sums (the actor sums rewards in float32): about n^2 units of
+    2^-24 of the largest r^2, taken as n^2 2^-22 max(a^2, b^2, 1). Exact for 0/1 rewards, which need none."""
+    return n * n * 2.0 ** -22 * max(low * low, high * high, 1.0)
+
+
 def _validate_group_stats(record: GroupStats, limits: Limits) -> None:
+    """Ranges of a GroupStats in plain form: n, sums that rewards in range can produce, capability."""
     if not 1 <= record.n <= limits.max_group:
-        raise InvalidExperience("range", f"GroupStats.n = {record.n} is outside [1, {limits.max_group}]")
-    total = _real(record, "reward_sum", record.reward_sum)
-    squares = _real(record, "reward_sq_sum", record.reward_sq_sum)
-    a, b, n = limits.reward_min, limits.reward_max, record.n
-    if not n * a - 1e-9 <= total <= n * b + 1e-9:
+        raise InvalidExperience("range", f"GroupStats.n = {shown(record.n)} is outside [1, {limits.max_group}]")
+    a, b, n, total, squares = limits.reward_min, limits.reward_max, record.n, record.reward_sum, record.reward_sq_sum
+    slack = float32_slack(n, a, b)
+    if not n * a - slack <= total <= n * b + slack:
         raise InvalidExperience("range", f"GroupStats.reward_sum = {total} is outside [{n * a}, {n * b}] for n = {n}")
-    # every r in [a, b] has r^2 <= (a + b) r - a b, so sum r^2 <= (a + b) S - n a b; and n sum r^2 >= S^2
-    top = (a + b) * total - n * a * b
-    if not total ** 2 / n - 1e-9 <= squares <= top + 1e-9:
+    least, most = group_stats_bounds(n, min(max(total, n * a), n * b), a, b)
+    if not least - slack <= squares <= most + slack:
         raise InvalidExperience("range", f"GroupStats.reward_sq_sum = {squares} is impossible for n = {n}, "
                                          f"reward_sum = {total} and rewards in [{a}, {b}] (allowed: "
-                                         f"[{total ** 2 / n:.6g}, {top:.6g}])")
-    if record.capability is not None:
-        if not 0 <= _real(record, "capability", record.capability) <= 1:
-            raise InvalidExperience("range", f"GroupStats.capability = {record.capability} is outside [0, 1]")
-
-
-def frozen(record):
-    """The record with plain Python numbers and its sequences as tuples (hashable, immutable)."""
-    if isinstance(record, Rollout):
-        return dataclasses.replace(record, token_ids=tuple(int(i) for i in record.token_ids),
-                                   logps=tuple(float(v) for v in record.logps), reward=float(record.reward))
-    if isinstance(record, GroupStats):
-        capability = None if record.capability is None else float(record.capability)
-        return dataclasses.replace(record, reward_sum=float(record.reward_sum),
-                                   reward_sq_sum=float(record.reward_sq_sum), capability=capability)
-    return record
+                                         f"[{least:.6g}, {most:.6g}])")
+    if record.capability is not None and not 0 <= record.capability <= 1:
+        raise InvalidExperience("range", f"GroupStats.capability = {record.capability} is outside [0, 1]")
 
 
 @dataclass
@@ -290,8 +358,7 @@ class Exchange:
     def publish(self, record) -> None:
         """Validate and store a record; InvalidExperience (counted under rejected/<reason>) if malformed."""
         try:
-            validate(record, self.policies, self.clock, self.limits)
-            record = frozen(record)
+            record = validate(record, self.policies, self.clock, self.limits)
             bucket = self._store.setdefault((record.kind, record.prompt_id), [])
             if record in bucket:
                 raise InvalidExperience("duplicate", f"{type(record).__name__} {record.sample} of {record.policy_id!r} "
@@ -375,7 +442,7 @@ class Exchange:
         self.counters = Counter(state["counters"])
         self._store = {}
         for kind, row in state["records"]:
-            record = frozen(RECORD_TYPES[kind](**row))
+            record = frozen(RECORD_TYPES[kind](**row), self.limits)
             self._store.setdefault((kind, record.prompt_id), []).append(record)
 
 
