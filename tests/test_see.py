@@ -2,7 +2,9 @@
 counted, staleness is enforced, a forged success never reaches the receiver, logs replay and refuse damage."""
 import dataclasses
 import itertools
+import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -10,8 +12,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrl.see import (ExperienceLogError, Exchange, GroupStats, InvalidExperience, PolicySpec, Rollout, Success, frozen,
-                     replay)
+from mrl.see import (ExperienceLogError, Exchange, GroupStats, InvalidExperience, Limits, PolicySpec, Rollout, Success,
+                     frozen, replay)
 
 POLICIES = {"A": PolicySpec(vocab_size=48, tokenizer_id="A:bpe"),
             "B": PolicySpec(vocab_size=17, tokenizer_id="B:unigram")}
@@ -301,6 +303,124 @@ def test_replay_re_validates_what_it_reads(tmp_path):
     write_log_step(tmp_path, 0, [bad], POLICIES)
     with pytest.raises(ExperienceLogError, match="record 0: Rollout.token_ids holds 99, outside"):
         list(replay(tmp_path))
+
+
+def edit_manifest(path, change):
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m.clear(), "not a manifest of step 1"),
+    (lambda m: m.pop("policies"), "'policies' must be objects"),
+    (lambda m: m.update(files={"../../etc/passwd": m["files"]["step-000001-success.parquet"]}),
+     "lists '../../etc/passwd', not a file name of step 1"),
+    (lambda m: m["files"]["step-000001-success.parquet"].update(sha256="0" * 63), "needs a sha256"),
+    (lambda m: m["files"]["step-000001-success.parquet"].update(records="1"), "needs a sha256 .* record count"),
+    (lambda m: m.update(previous=1), "previous step 1 is not a step before this one"),
+    (lambda m: m["policies"]["A"].update(vocab=48), "bad policies or limits"),
+])
+def test_replay_refuses_a_malformed_manifest_naming_it(tmp_path, change, message):
+    logged_exchange(tmp_path)
+    edit_manifest(tmp_path / "step-000001.json", change)
+    with pytest.raises(ExperienceLogError, match=f"step-000001.json: .*{message}"):
+        list(replay(tmp_path))
+    (tmp_path / "step-000001.json").write_text("[]")
+    with pytest.raises(ExperienceLogError, match="step-000001.json: not a manifest of step 1"):
+        list(replay(tmp_path))
+
+
+def test_a_removed_step_is_reported(tmp_path):
+    """Its manifest and its files gone: the next manifest names the step it follows."""
+    ex = logged_exchange(tmp_path)
+    ex.advance(2)
+    ex.publish(Success("B", 2, "p1", "7", "arith"))
+    ex.flush(2)
+    for path in tmp_path.glob("step-000001*"):
+        path.unlink()
+    with pytest.raises(ExperienceLogError, match="step-000002.json follows step 1, .* a step was removed"):
+        list(replay(tmp_path))
+
+
+def test_a_step_flushed_twice_is_refused_and_nothing_is_lost(tmp_path):
+    ex = logged_exchange(tmp_path)
+    ex.publish(Success("A", 1, "p1", "7", "arith"))
+    with pytest.raises(ValueError, match="step 1 is already logged"):
+        ex.flush(1)
+    ex.advance(2)
+    ex.flush(2)
+    assert [(step, r.policy_id) for step, r in replay(tmp_path) if r.kind == "success"] == [(1, "B"), (2, "A")]
+
+
+def test_steps_past_six_digits_are_replayed(tmp_path):
+    ex = Exchange(POLICIES, log_dir=tmp_path)
+    ex.advance(1_234_567)
+    ex.publish(rollout())
+    ex.flush()
+    assert [step for step, _ in replay(tmp_path)] == [1_234_567]
+
+
+def test_the_log_keeps_the_clock_and_limits_its_records_were_accepted_under(tmp_path):
+    ex = Exchange(POLICIES, limits=Limits(max_text_bytes=8000), log_dir=tmp_path)
+    ex.advance(3)
+    ex.publish(rollout(completion="9" * 5000))  # version 3, flushed as step 2 (the async runner's checkpoint)
+    ex.flush(2)
+    assert [(step, len(r.completion)) for step, r in replay(tmp_path)] == [(2, 5000)]
+    with pytest.raises(ExperienceLogError, match="record 0: Rollout.completion has 5000 bytes"):
+        list(replay(tmp_path, limits=Limits()))
+
+
+def test_records_published_without_a_log_are_not_kept_for_one(tmp_path):
+    ex = exchange()
+    ex.publish_many([rollout(sample=i) for i in range(100)])
+    ex.log_dir = tmp_path
+    assert ex.flush(5) == [] and not any(tmp_path.iterdir())
+
+
+def test_a_write_cut_before_the_manifest_is_a_torn_step_and_the_records_stay_pending(tmp_path, monkeypatch):
+    import mrl.see
+
+    ex = logged_exchange(tmp_path)
+    ex.advance(2)
+    ex.publish(rollout(version=2))
+
+    rename = os.replace
+
+    def crash_on_manifest(source, target):
+        if str(target).endswith(".json"):
+            raise OSError("disk full")
+        rename(source, target)
+
+    monkeypatch.setattr(mrl.see.os, "replace", crash_on_manifest)
+    with pytest.raises(OSError, match="disk full"):
+        ex.flush(2)
+    monkeypatch.undo()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # no temporary file left behind
+    with pytest.raises(ExperienceLogError, match=r"\['step-000002-rollout.parquet'\] have no manifest"):
+        list(replay(tmp_path))
+    ex.flush(2)
+    assert [step for step, _ in replay(tmp_path)] == [0, 0, 1, 2]
+
+
+def test_a_resumed_exchange_rewrites_the_steps_after_its_checkpoint(tmp_path):
+    """Steps 0 and 1 logged, checkpoint after 0, crash after 1: the resumed exchange writes step 1 again, after
+    the step 0 it finds on disk, and the log reads as one run."""
+    first = Exchange(POLICIES, log_dir=tmp_path)
+    first.publish(rollout(version=0))
+    first.flush(0)
+    state = first.state_dict()
+    first.advance(1)
+    first.publish(rollout(version=1))
+    first.flush(1)
+    before = list(replay(tmp_path))
+    resumed = Exchange(POLICIES, log_dir=tmp_path)
+    resumed.load_state_dict(state)
+    resumed.advance(1)
+    resumed.publish(rollout(version=1))
+    resumed.flush(1)
+    assert list(replay(tmp_path)) == before
+    assert json.loads((tmp_path / "step-000001.json").read_text())["previous"] == 0
 
 
 def test_state_dict_round_trip():
