@@ -9,11 +9,12 @@ Three kinds of record cross between policies:
 UTF-8, length caps, known policy ids, ids inside the source vocabulary, tokenizer id, versions not
 from the future, group statistics that rewards in range can produce, no exact duplicate). A bad
 record raises `InvalidExperience` naming the field, is counted by reason, and never enters the
-store, so a bad peer cannot crash or poison a run; an accepted one is stored in plain form (`frozen`:
+store, so a bad peer cannot crash or poison a run (a value that does not convert, 10**400 included, is
+an InvalidExperience, never another exception); an accepted one is stored in plain form (`frozen`:
 Python str, int, finite float and tuples, numpy scalars converted), so its sender cannot change it
-afterwards and no value can make a later step raise anything but InvalidExperience. `collect` hands a receiver its peers' records
-for some prompts, dropping (and counting) those older than a staleness bound; a `Success` is
-re-verified with the receiver's own verifier first: a peer cannot forge a success.
+afterwards. `collect` hands a receiver its peers' records for some prompts, dropping (and counting)
+those older than a staleness bound; a `Success` is re-verified with the receiver's own verifier
+first: a peer cannot forge a success.
 
 The log: `flush(step)` writes the step's accepted records as one Parquet file per kind (pyarrow), each
 renamed into place, then `step-NNNNNN.json`, the step's manifest (sha256 and record count of every
@@ -587,9 +588,10 @@ def read_manifest(path: Path, step: int) -> dict:
     except TypeError as err:
         raise _manifest_error(path, f"bad policies or limits ({err})") from None
     clock, previous = manifest.setdefault("clock", step), manifest.get("previous")
-    if type(clock) is not int or clock < 0 or (previous is not None and (type(previous) is not int or previous >= step)):
-        raise _manifest_error(path, f"clock {shown(clock)} or previous step {shown(previous)} is not a step before "
-                                    f"this one")
+    if type(clock) is not int or clock < 0:
+        raise _manifest_error(path, f"clock {shown(clock)} is not a step (an int >= 0)")
+    if previous is not None and (type(previous) is not int or not 0 <= previous < step):
+        raise _manifest_error(path, f"previous step {shown(previous)} is not a step before this one")
     return manifest
 
 
