@@ -9,24 +9,26 @@ Three kinds of record cross between policies:
 UTF-8, length caps, known policy ids, ids inside the source vocabulary, tokenizer id, versions not
 from the future, group statistics that rewards in range can produce, no exact duplicate). A bad
 record raises `InvalidExperience` naming the field, is counted by reason, and never enters the
-store, so a bad peer cannot crash or poison a run; an accepted one is stored as an immutable copy
-(tuples), so its sender cannot change it afterwards. `collect` hands a receiver its peers' records
-for some prompts, dropping (and counting) those older than a staleness bound; a `Success` is
-re-verified with the receiver's own verifier first: a peer cannot forge a success.
+store, so a bad peer cannot crash or poison a run (a value that does not convert, 10**400 included, is
+an InvalidExperience, never another exception); an accepted one is stored in plain form (`frozen`:
+Python str, int, finite float and tuples, numpy scalars converted), so its sender cannot change it
+afterwards. `collect` hands a receiver its peers' records for some prompts, dropping (and counting)
+those older than a staleness bound; a `Success` is re-verified with the receiver's own verifier
+first: a peer cannot forge a success.
 
 The log: `flush(step)` writes the step's accepted records as one Parquet file per kind (pyarrow), each
 renamed into place, then `step-NNNNNN.json`, the step's manifest (sha256 and record count of every
-file, the policies' specs), last; records stay pending until that write succeeded. `replay` reads only
-what manifests list, checks every checksum and re-validates every record (`ExperienceLogError` names
-the file otherwise).
+file, the policies' specs, limits and clock, the log's previous step), last; records stay pending until
+that write succeeded. `replay` reads only what manifests list, checks every checksum, the chain of
+steps and every record again (`ExperienceLogError` names the file otherwise).
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
 import numbers
+import operator
 import os
 import re
 from collections import Counter
@@ -138,130 +140,196 @@ class Limits:
     """largest sample index"""
 
 
-def _check_type(record, name: str, value, expected: tuple) -> None:
-    ok = isinstance(value, expected) and not (isinstance(value, bool) and bool not in expected)
-    if not ok:
-        allowed = " or ".join(t.__name__ for t in expected)
-        raise InvalidExperience("type", f"{type(record).__name__}.{name} = {value!r:.60} has type "
-                                        f"{type(value).__name__}; expected {allowed}")
+def shown(value) -> str:
+    """A value as an error message shows it, bounded: an int of more than 128 bits by its size, a text or a
+    sequence cut after a few items, an object of another type by its type name (its repr is never called)."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, float):
+        return repr(float.__float__(value))
+    if isinstance(value, int):
+        value = operator.index(value)
+        return repr(value) if value.bit_length() <= 128 else f"<an int of {value.bit_length()} bits>"
+    if isinstance(value, str):
+        text = str.__str__(value)
+        return repr(text[:60]) + (f"... ({len(text)} characters)" if len(text) > 60 else "")
+    if isinstance(value, (list, tuple)):
+        base = list if isinstance(value, list) else tuple  # the base methods: a subclass's overrides never run
+        items = ", ".join(shown(v) for v in base.__getitem__(value, slice(4)))
+        size = base.__len__(value)
+        return f"[{items}" + (f", ... ({size} items)]" if size > 4 else "]")
+    if isinstance(value, numbers.Number) and type(value).__module__ == "numpy":
+        return repr(value)
+    return f"<{type(value).__name__}>"
 
 
-def _check_text(record, name: str, value: str, cap: int) -> None:
+def _fail(reason: str, record, name: str, value, allowed: str) -> InvalidExperience:
+    """The error for field `name` of `record` holding `value`: names the field, the value and what is allowed."""
+    return InvalidExperience(reason, f"{type(record).__name__}.{name} = {shown(value)} ({type(value).__name__}); "
+                                     f"{allowed}")
+
+
+def plain_text(record, name: str, value, cap: int) -> str:
+    """A str field as a plain str of valid UTF-8 of at most `cap` bytes (a str subclass is copied)."""
+    if not isinstance(value, str):
+        raise _fail("type", record, name, value, "expected str")
+    text = str.__str__(value)
     try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidExperience("utf8", f"{type(record).__name__}.{name} is not valid UTF-8") from None
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as err:
+        raise _fail("utf8", record, name, value, f"not valid UTF-8 (a lone surrogate at {err.start})") from None
     if size > cap:
         raise InvalidExperience("length", f"{type(record).__name__}.{name} has {size} bytes; the cap is {cap}")
+    return text
 
 
-def _real(record, name: str, value) -> float:
-    """A real number (int, float, numpy scalar; not bool) as a finite float, or InvalidExperience."""
+def plain_int(record, name: str, value, reason: str = "type") -> int:
+    """An integer field (int or numpy integer; not bool) as a Python int; no float is ever truncated."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _fail(reason, record, name, value, "expected an integer")
+    try:
+        return operator.index(value)
+    except (TypeError, ValueError, OverflowError):
+        raise _fail(reason, record, name, value, "expected an integer") from None
+
+
+def plain_real(record, name: str, value) -> float:
+    """A real field (int, float, numpy scalar; not bool) as a finite Python float.
+
+    An int too large for a float (10**400) is non_finite, like inf: float() would raise OverflowError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidExperience("type", f"{type(record).__name__}.{name} holds {value!r:.60} of type "
-                                        f"{type(value).__name__}; expected a real number")
+        raise _fail("type", record, name, value, "expected a real number")
     try:
         number = float(value)
     except (OverflowError, ValueError, TypeError):
         number = math.inf
     if not math.isfinite(number):
-        raise InvalidExperience("non_finite", f"{type(record).__name__}.{name} = {value!r:.60} is not finite")
+        raise InvalidExperience("non_finite", f"{type(record).__name__}.{name} = {shown(value)} is not finite")
     return number
+
+
+def plain_sequence(record, name: str, value, cap: int) -> tuple:
+    """A list or tuple field of at most `cap` items, as a tuple (its items converted by the caller)."""
+    if not isinstance(value, (list, tuple)):
+        raise _fail("type", record, name, value, "expected a list or tuple")
+    base = list if isinstance(value, list) else tuple
+    if base.__len__(value) > cap:
+        raise InvalidExperience("length", f"{type(record).__name__}.{name} has {base.__len__(value)} items; "
+                                          f"the cap is {cap}")
+    return tuple(base.__iter__(value))
 
 
 TEXT_FIELDS = ("prompt", "completion")
 ID_FIELDS = ("run_id", "policy_id", "prompt_id", "tokenizer_id", "verifier_id", "finish_reason")
-
-FIELD_TYPES = {
-    "run_id": (str,), "policy_id": (str,), "prompt_id": (str,), "prompt": (str,), "completion": (str,),
-    "tokenizer_id": (str,), "verifier_id": (str,), "finish_reason": (str,), "version": (int,), "n": (int,),
-    "sample": (int,),
-    "token_ids": (list, tuple), "logps": (list, tuple), "reward": (int, float), "reward_sum": (int, float),
-    "reward_sq_sum": (int, float), "capability": (int, float, type(None)),
-}
+INT_FIELDS = ("version", "n", "sample")
+REAL_FIELDS = ("reward", "reward_sum", "reward_sq_sum")
 
 
-def validate(record, policies: dict[str, PolicySpec], clock: int, limits: Limits = Limits()) -> None:
-    """Raise InvalidExperience unless `record` is well-formed for this exchange at step `clock`."""
+def frozen(record, limits: Limits = Limits()):
+    """The record with plain Python values: str, int, finite float, and tuples for its sequences (hashable,
+    immutable, and no numpy scalar, str subclass or list of the sender's inside).
+
+    Raises InvalidExperience (type, utf8, length, non_finite, out_of_vocab) for a value that does not convert;
+    ranges are `validate`'s concern."""
     if type(record) not in RECORD_TYPES.values():
         raise InvalidExperience("type", f"not an experience record: {type(record).__name__}; "
                                         f"expected Rollout, GroupStats or Success")
+    values = {}
     for f in fields(record):
-        _check_type(record, f.name, getattr(record, f.name), FIELD_TYPES[f.name])
+        value = getattr(record, f.name, None)
         if f.name in TEXT_FIELDS or f.name in ID_FIELDS:
             cap = limits.max_text_bytes if f.name in TEXT_FIELDS else limits.max_id_bytes
-            _check_text(record, f.name, getattr(record, f.name), cap)
+            values[f.name] = plain_text(record, f.name, value, cap)
+        elif f.name in INT_FIELDS:
+            values[f.name] = plain_int(record, f.name, value)
+        elif f.name in REAL_FIELDS or (f.name == "capability" and value is not None):
+            values[f.name] = plain_real(record, f.name, value)
+        elif f.name == "token_ids":
+            ids = plain_sequence(record, f.name, value, limits.max_tokens)
+            values[f.name] = tuple(plain_int(record, f.name, i, "out_of_vocab") for i in ids)
+        elif f.name == "logps":
+            values[f.name] = tuple(plain_real(record, f.name, v)
+                                   for v in plain_sequence(record, f.name, value, limits.max_tokens))
+        else:  # capability None
+            values[f.name] = value
+    return type(record)(**values)
+
+
+def validate(record, policies: dict[str, PolicySpec], clock: int, limits: Limits = Limits()):
+    """The record in plain form (`frozen`) if it is well-formed for this exchange at step `clock`, else
+    InvalidExperience naming the field, the value and what is allowed."""
+    record = frozen(record, limits)
     name = type(record).__name__
     spec = policies.get(record.policy_id)
     if spec is None:
-        raise InvalidExperience("unknown_policy", f"{name}.policy_id = {record.policy_id!r} is not registered; "
+        raise InvalidExperience("unknown_policy", f"{name}.policy_id = {shown(record.policy_id)} is not registered; "
                                                   f"known: {sorted(policies)}")
     if not 0 <= record.sample <= limits.max_sample:
-        raise InvalidExperience("range", f"{name}.sample = {record.sample} is outside [0, {limits.max_sample}]")
+        raise InvalidExperience("range", f"{name}.sample = {shown(record.sample)} is outside "
+                                         f"[0, {limits.max_sample}]")
     if record.version < 0 or record.version > clock:
         raise InvalidExperience("future_version" if record.version > clock else "range",
-                                f"{name}.version = {record.version} is outside [0, {clock}] (the exchange clock)")
+                                f"{name}.version = {shown(record.version)} is outside [0, {clock}] (the exchange "
+                                f"clock)")
     if isinstance(record, Rollout):
         _validate_rollout(record, spec, limits)
     elif isinstance(record, GroupStats):
         _validate_group_stats(record, limits)
+    return record
 
 
 def _validate_rollout(record: Rollout, spec: PolicySpec, limits: Limits) -> None:
+    """Ranges of a Rollout in plain form: its tokenizer, finish reason, ids, log-probs and reward."""
     if record.tokenizer_id != spec.tokenizer_id:
-        raise InvalidExperience("tokenizer", f"Rollout.tokenizer_id = {record.tokenizer_id!r} does not match "
+        raise InvalidExperience("tokenizer", f"Rollout.tokenizer_id = {shown(record.tokenizer_id)} does not match "
                                              f"policy {record.policy_id!r}'s {spec.tokenizer_id!r}")
     if record.finish_reason not in FINISH_REASONS:
-        raise InvalidExperience("range", f"Rollout.finish_reason = {record.finish_reason!r}; "
+        raise InvalidExperience("range", f"Rollout.finish_reason = {shown(record.finish_reason)}; "
                                          f"expected one of {list(FINISH_REASONS)}")
-    if len(record.token_ids) > limits.max_tokens:
-        raise InvalidExperience("length", f"Rollout.token_ids has {len(record.token_ids)} tokens; "
-                                          f"the cap is {limits.max_tokens}")
     if len(record.logps) != len(record.token_ids):
         raise InvalidExperience("shape", f"Rollout.logps has {len(record.logps)} values for "
                                          f"{len(record.token_ids)} token ids")
     for i in record.token_ids:
-        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < spec.vocab_size:
-            raise InvalidExperience("out_of_vocab", f"Rollout.token_ids holds {i!r}, outside policy "
+        if not 0 <= i < spec.vocab_size:
+            raise InvalidExperience("out_of_vocab", f"Rollout.token_ids holds {shown(i)}, outside policy "
                                                     f"{record.policy_id!r}'s vocabulary [0, {spec.vocab_size})")
     for value in record.logps:
-        if _real(record, "logps", value) > 0:
+        if value > 0:
             raise InvalidExperience("range", f"Rollout.logps holds {value}; log-probabilities are <= 0")
-    _real(record, "reward", record.reward)
     if not limits.reward_min <= record.reward <= limits.reward_max:
         raise InvalidExperience("range", f"Rollout.reward = {record.reward} is outside "
                                          f"[{limits.reward_min}, {limits.reward_max}]")
 
 
+def group_stats_bounds(n: int, total: float, low: float, high: float) -> tuple[float, float]:
+    """[min, max] of sum r_i^2 over n rewards r_i in [low, high] with sum r_i = total (low <= total/n <= high).
+
+    Min: S^2 / n (all equal, Cauchy-Schwarz). Max: every r in [a, b] has r^2 <= (a + b) r - a b (the chord of
+    r^2 lies above it), so sum r^2 <= (a + b) S - n a b, with equality when every r is a or b."""
+    return total ** 2 / n, (low + high) * total - n * low * high
+
+
+def float32_slack(n: int, low: float, high: float) -> float:
+    """How far float32 rounding can move a group's sums (the actor sums rewards in float32): about n^2 units of
+    2^-24 of the largest r^2, taken as n^2 2^-22 max(a^2, b^2, 1). Exact for 0/1 rewards, which need none."""
+    return n * n * 2.0 ** -22 * max(low * low, high * high, 1.0)
+
+
 def _validate_group_stats(record: GroupStats, limits: Limits) -> None:
+    """Ranges of a GroupStats in plain form: n, sums that rewards in range can produce, capability."""
     if not 1 <= record.n <= limits.max_group:
-        raise InvalidExperience("range", f"GroupStats.n = {record.n} is outside [1, {limits.max_group}]")
-    total = _real(record, "reward_sum", record.reward_sum)
-    squares = _real(record, "reward_sq_sum", record.reward_sq_sum)
-    a, b, n = limits.reward_min, limits.reward_max, record.n
-    if not n * a - 1e-9 <= total <= n * b + 1e-9:
+        raise InvalidExperience("range", f"GroupStats.n = {shown(record.n)} is outside [1, {limits.max_group}]")
+    a, b, n, total, squares = limits.reward_min, limits.reward_max, record.n, record.reward_sum, record.reward_sq_sum
+    slack = float32_slack(n, a, b)
+    if not n * a - slack <= total <= n * b + slack:
         raise InvalidExperience("range", f"GroupStats.reward_sum = {total} is outside [{n * a}, {n * b}] for n = {n}")
-    # every r in [a, b] has r^2 <= (a + b) r - a b, so sum r^2 <= (a + b) S - n a b; and n sum r^2 >= S^2
-    top = (a + b) * total - n * a * b
-    if not total ** 2 / n - 1e-9 <= squares <= top + 1e-9:
+    least, most = group_stats_bounds(n, min(max(total, n * a), n * b), a, b)
+    if not least - slack <= squares <= most + slack:
         raise InvalidExperience("range", f"GroupStats.reward_sq_sum = {squares} is impossible for n = {n}, "
                                          f"reward_sum = {total} and rewards in [{a}, {b}] (allowed: "
-                                         f"[{total ** 2 / n:.6g}, {top:.6g}])")
-    if record.capability is not None:
-        if not 0 <= _real(record, "capability", record.capability) <= 1:
-            raise InvalidExperience("range", f"GroupStats.capability = {record.capability} is outside [0, 1]")
-
-
-def frozen(record):
-    """The record with plain Python numbers and its sequences as tuples (hashable, immutable)."""
-    if isinstance(record, Rollout):
-        return dataclasses.replace(record, token_ids=tuple(int(i) for i in record.token_ids),
-                                   logps=tuple(float(v) for v in record.logps), reward=float(record.reward))
-    if isinstance(record, GroupStats):
-        capability = None if record.capability is None else float(record.capability)
-        return dataclasses.replace(record, reward_sum=float(record.reward_sum),
-                                   reward_sq_sum=float(record.reward_sq_sum), capability=capability)
-    return record
+                                         f"[{least:.6g}, {most:.6g}])")
+    if record.capability is not None and not 0 <= record.capability <= 1:
+        raise InvalidExperience("range", f"GroupStats.capability = {record.capability} is outside [0, 1]")
 
 
 @dataclass
@@ -280,6 +348,7 @@ class Exchange:
     counters: Counter = field(default_factory=Counter)
     _store: dict = field(default_factory=dict, repr=False)
     _unflushed: list = field(default_factory=list, repr=False)
+    _last_logged: int | None = field(default=None, repr=False)
 
     def advance(self, step: int) -> None:
         """Move the clock to `step` (records of versions up to `step` are accepted)."""
@@ -290,8 +359,7 @@ class Exchange:
     def publish(self, record) -> None:
         """Validate and store a record; InvalidExperience (counted under rejected/<reason>) if malformed."""
         try:
-            validate(record, self.policies, self.clock, self.limits)
-            record = frozen(record)
+            record = validate(record, self.policies, self.clock, self.limits)
             bucket = self._store.setdefault((record.kind, record.prompt_id), [])
             if record in bucket:
                 raise InvalidExperience("duplicate", f"{type(record).__name__} {record.sample} of {record.policy_id!r} "
@@ -301,7 +369,8 @@ class Exchange:
             self.counters["rejected"] += 1
             raise
         bucket.append(record)
-        self._unflushed.append(record)
+        if self.log_dir is not None:  # without a log nothing is kept for flush (a long run's memory stays bounded)
+            self._unflushed.append(record)
         self.counters[f"accepted/{record.kind}"] += 1
 
     def publish_many(self, records) -> int:
@@ -353,16 +422,25 @@ class Exchange:
         return dropped
 
     def flush(self, step: int | None = None) -> list[Path]:
-        """Write the records accepted since the last flush as step `step` of the log (see the module docstring).
+        """Write the records accepted since the last flush as step `step` (default: the clock) of the log.
 
-        The records stay pending until the step's manifest is on disk: if writing fails, the error propagates
-        and the next flush writes them again. Flushing a step again (a resumed run) replaces it atomically."""
+        Returns the files written, the manifest last ([] without a log or without pending records). The records
+        stay pending until the step's manifest is on disk: if writing fails, the error propagates and the next
+        flush writes them again. Steps only increase within an exchange (ValueError otherwise: a step flushed
+        twice would lose the first write); a resumed run's exchange may rewrite the steps after its checkpoint,
+        and its first flush finds the log's previous step on disk."""
         if self.log_dir is None or not self._unflushed:
-            self._unflushed = [] if self.log_dir is None else self._unflushed
             return []
         step = self.clock if step is None else step
-        paths = write_log_step(Path(self.log_dir), step, self._unflushed, self.policies)
-        self._unflushed = []
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"flush(step={step!r}): the step must be an int >= 0")
+        if self._last_logged is not None and step <= self._last_logged:
+            raise ValueError(f"flush(step={step}): step {self._last_logged} is already logged; each step is "
+                             f"written once and steps increase")
+        folder = Path(self.log_dir)
+        previous = self._last_logged if self._last_logged is not None else last_logged_step(folder, step)
+        paths = write_log_step(folder, step, self._unflushed, self.policies, previous, self.clock, self.limits)
+        self._unflushed, self._last_logged = [], step
         return paths
 
     def state_dict(self) -> dict:
@@ -375,16 +453,17 @@ class Exchange:
         self.counters = Counter(state["counters"])
         self._store = {}
         for kind, row in state["records"]:
-            record = frozen(RECORD_TYPES[kind](**row))
+            record = frozen(RECORD_TYPES[kind](**row), self.limits)
             self._store.setdefault((kind, record.prompt_id), []).append(record)
 
 
-LOG_FILE = re.compile(r"step-(\d{6})-(rollout|group_stats|success)\.parquet")
-LOG_MANIFEST = "step-{:06d}.json"
+LOG_FILE = re.compile(r"step-(\d{6,})-(rollout|group_stats|success)\.parquet")
+LOG_MANIFEST = re.compile(r"step-(\d{6,})\.json")
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def file_sha256(path: Path) -> str:
-    """sha256 of a file's bytes, read in 1 MiB blocks (the log's and the checkpoints' checksum)."""
+    """sha256 of a file's bytes, read in 1 MiB blocks (the checkpoints' checksum; the log checks the bytes it read)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -392,76 +471,204 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """write(temporary path), fsync it, then rename it onto `path` (readers see the old or the new file)."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    write(temporary)
-    with open(temporary, "rb") as handle:
+def log_file_name(step: int, kind: str) -> str:
+    """The name of a step's Parquet file of one kind: step-000012-rollout.parquet."""
+    return f"step-{step:06d}-{kind}.parquet"
+
+
+def manifest_name(step: int) -> str:
+    """The name of a step's manifest: step-000012.json."""
+    return f"step-{step:06d}.json"
+
+
+def _log_step(pattern: re.Pattern, name: str) -> int | None:
+    """The step a log file name belongs to, or None for a name the log never writes (step-1-... or notes.txt)."""
+    match = pattern.fullmatch(name)
+    if match is None:
+        return None
+    step = int(match.group(1))
+    canonical = manifest_name(step) if pattern is LOG_MANIFEST else log_file_name(step, match.group(2))
+    return step if name == canonical else None
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    """Write `data` to `path` and fsync it (the caller renames it into place)."""
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
         os.fsync(handle.fileno())
-    os.replace(temporary, path)
 
 
-def write_log_step(folder: Path, step: int, records: list, policies: dict) -> list[Path]:
-    """One step of the experience log: a Parquet file per kind, then the step's manifest; returns the files."""
+def _fsync_folder(folder: Path) -> None:
+    """Make the renames inside `folder` durable (where the platform allows opening a folder)."""
+    try:
+        handle = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
+
+
+def parquet_bytes(records: list) -> bytes:
+    """Records of one kind as the bytes of one Parquet file (their fields as columns)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist([asdict(r) for r in records]), sink)
+    return sink.getvalue().to_pybytes()
+
+
+def last_logged_step(folder: Path, before: int) -> int | None:
+    """The greatest step below `before` whose manifest is in `folder` (None: none), as a resumed run finds it."""
+    steps = [_log_step(LOG_MANIFEST, p.name) for p in folder.glob("step-*.json")] if folder.is_dir() else []
+    earlier = [s for s in steps if s is not None and s < before]
+    return max(earlier) if earlier else None
+
+
+def write_log_step(folder: Path, step: int, records: list, policies: dict, previous: int | None = None,
+                   clock: int | None = None, limits: Limits = Limits()) -> list[Path]:
+    """Write one step of the experience log; returns its files, the manifest last.
+
+    Every Parquet file is written to a temporary name and fsynced; the step's old manifest (a resumed run
+    rewriting the step) is removed, the files are renamed into place, files of the step no longer written are
+    removed, and the manifest (each file's sha256 and record count, the policies' specs, the limits and clock
+    the records were accepted under, the step of the log's previous manifest) is written and renamed last. A
+    crash anywhere leaves the step without a manifest, which `replay` reports as torn; on an error every
+    temporary file is removed and the error propagates."""
     folder.mkdir(parents=True, exist_ok=True)
-    files = {}
-    for kind in KINDS:
-        rows = [asdict(r) for r in records if r.kind == kind]
-        if rows:
-            path = folder / f"step-{step:06d}-{kind}.parquet"
-            _replace_atomically(path, lambda tmp, rows=rows: pq.write_table(pa.Table.from_pylist(rows), tmp))
-            files[path.name] = {"sha256": file_sha256(path), "records": len(rows)}
-    manifest = {"step": step, "files": files, "policies": {k: asdict(v) for k, v in sorted(policies.items())}}
-    _replace_atomically(folder / LOG_MANIFEST.format(step),
-                        lambda tmp: tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True)))
-    return [folder / name for name in files]
+    by_kind = {kind: [r for r in records if r.kind == kind] for kind in KINDS}
+    payloads = {log_file_name(step, kind): parquet_bytes(rows) for kind, rows in by_kind.items() if rows}
+    files = {log_file_name(step, kind): {"sha256": hashlib.sha256(payloads[log_file_name(step, kind)]).hexdigest(),
+                                         "records": len(rows)} for kind, rows in by_kind.items() if rows}
+    manifest = {"step": step, "previous": previous, "clock": step if clock is None else clock, "files": files,
+                "limits": asdict(limits), "policies": {k: asdict(v) for k, v in sorted(policies.items())}}
+    payloads[manifest_name(step)] = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    temporaries = {name: folder / f".{name}.tmp" for name in payloads}
+    try:
+        for name, data in payloads.items():
+            _write_durably(temporaries[name], data)
+        (folder / manifest_name(step)).unlink(missing_ok=True)
+        for name in payloads:
+            if name != manifest_name(step):
+                os.replace(temporaries[name], folder / name)
+        for kind in KINDS:
+            if log_file_name(step, kind) not in payloads:
+                (folder / log_file_name(step, kind)).unlink(missing_ok=True)
+        _fsync_folder(folder)
+        os.replace(temporaries[manifest_name(step)], folder / manifest_name(step))
+        _fsync_folder(folder)
+    finally:
+        for temporary in temporaries.values():
+            temporary.unlink(missing_ok=True)
+    return [folder / name for name in payloads]
 
 
-def replay(log_dir: str | Path, limits: Limits = Limits()) -> Iterator[tuple[int, object]]:
+def _manifest_error(path: Path, what: str) -> ExperienceLogError:
+    return ExperienceLogError(f"{path}: {what}")
+
+
+def read_manifest(path: Path, step: int) -> dict:
+    """A step's manifest, checked: ExperienceLogError naming the file if it is unreadable or malformed (its step,
+    file names of this step only, sha256 and record counts, policies, limits, clock, previous step)."""
+    try:
+        manifest = json.loads(path.read_bytes())
+    except (OSError, ValueError) as err:
+        raise _manifest_error(path, f"the manifest is unreadable ({err})") from None
+    if not isinstance(manifest, dict) or manifest.get("step") != step or type(manifest.get("step")) is not int:
+        raise _manifest_error(path, f"not a manifest of step {step}")
+    files, policies = manifest.get("files"), manifest.get("policies")
+    if not isinstance(files, dict) or not isinstance(policies, dict):
+        raise _manifest_error(path, "'files' and 'policies' must be objects")
+    for name, entry in files.items():
+        if _log_step(LOG_FILE, name) != step:
+            raise _manifest_error(path, f"lists {shown(name)}, not a file name of step {step}")
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) or \
+                not SHA256.fullmatch(entry["sha256"]) or type(entry.get("records")) is not int or entry["records"] < 0:
+            raise _manifest_error(path, f"the entry of {name} needs a sha256 (64 hex digits) and a record count")
+    try:
+        manifest["policies"] = {str(k): PolicySpec(**v) for k, v in policies.items()}
+        manifest["limits"] = Limits(**manifest["limits"]) if "limits" in manifest else None
+    except TypeError as err:
+        raise _manifest_error(path, f"bad policies or limits ({err})") from None
+    clock, previous = manifest.setdefault("clock", step), manifest.get("previous")
+    if type(clock) is not int or clock < 0:
+        raise _manifest_error(path, f"clock {shown(clock)} is not a step (an int >= 0)")
+    if previous is not None and (type(previous) is not int or not 0 <= previous < step):
+        raise _manifest_error(path, f"previous step {shown(previous)} is not a step before this one")
+    return manifest
+
+
+def read_log_index(folder: Path) -> dict[int, dict]:
+    """{step: checked manifest} of a log, after checking what needs no file contents: every data file of the log
+    is listed by its step's manifest (else the step is torn), every listed file exists, and each manifest's
+    previous step is the manifest before it (else a whole step was removed). Other files are ignored."""
+    if not folder.is_dir():
+        raise ExperienceLogError(f"{folder} is not a folder holding an experience log")
+    names = {p.name for p in folder.iterdir()}
+    manifests = {step: read_manifest(folder / name, step) for name in sorted(names)
+                 if (step := _log_step(LOG_MANIFEST, name)) is not None}
+    listed = {name for manifest in manifests.values() for name in manifest["files"]}
+    unlisted = sorted(name for name in names if _log_step(LOG_FILE, name) is not None and name not in listed)
+    torn = [name for name in unlisted if _log_step(LOG_FILE, name) not in manifests]
+    if torn:
+        raise ExperienceLogError(f"{folder}: {torn} have no manifest (a write torn by a crash); their step was "
+                                 f"never completed")
+    if unlisted:
+        raise ExperienceLogError(f"{folder}: {unlisted} are not listed in their step's manifest (written by "
+                                 f"something other than this step's flush)")
+    steps = sorted(manifests)
+    for position, step in enumerate(steps):
+        missing = sorted(set(manifests[step]["files"]) - names)
+        if missing:
+            raise ExperienceLogError(f"{folder / missing[0]} is listed in {manifest_name(step)} but missing")
+        expected = steps[position - 1] if position else None
+        if "previous" in manifests[step] and manifests[step]["previous"] != expected:
+            previous = manifests[step]["previous"]
+            raise ExperienceLogError(f"{folder / manifest_name(step)} follows step {previous}, but the log's step "
+                                     f"before it is {expected}: " + ("a step was removed" if previous is not None
+                                                                     and previous not in manifests else
+                                                                     "two logs share this folder"))
+    return manifests
+
+
+def replay(log_dir: str | Path, limits: Limits | None = None) -> Iterator[tuple[int, object]]:
     """(step, record) for every record of an exchange log, in step order, each re-validated.
 
-    Raises ExperienceLogError naming the file when a listed file is missing, its checksum or record count
-    differs from the manifest (altered or truncated), a record is invalid, or a step's record files exist
-    without its manifest (a torn write). Files that are not part of the log are ignored."""
+    The log's structure is checked before the first record (see `read_log_index`); then each file, as it is
+    read, against its manifest's sha256 and record count, and each record by `validate` with the policies,
+    clock and limits (`limits` overrides them) its manifest holds. Any failure raises ExperienceLogError naming
+    the file: a missing, altered, truncated or unlisted file, a torn step, a removed step, an invalid record."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     folder = Path(log_dir)
-    manifests = {}
-    for path in folder.glob("step-*.json"):
-        if re.fullmatch(r"step-\d{6}\.json", path.name):
-            try:
-                manifests[int(path.name[5:11])] = json.loads(path.read_text())
-            except ValueError as err:
-                raise ExperienceLogError(f"{path}: the manifest is unreadable ({err})") from None
-    listed = {name for m in manifests.values() for name in m.get("files", {})}
-    torn = sorted(p.name for p in folder.glob("step-*.parquet") if LOG_FILE.fullmatch(p.name) and p.name not in listed)
-    if torn:
-        raise ExperienceLogError(f"{folder}: {torn} have no manifest (a write torn by a crash); their step was never "
-                                 f"completed")
-    for step in sorted(manifests):
-        manifest = manifests[step]
-        policies = {k: PolicySpec(**v) for k, v in manifest["policies"].items()}
+    for step, manifest in read_log_index(folder).items():
+        checked_limits = limits or manifest["limits"] or Limits()
         for name, expected in sorted(manifest["files"].items()):
             path = folder / name
-            if not path.is_file():
-                raise ExperienceLogError(f"{path} is listed in {LOG_MANIFEST.format(step)} but missing")
-            if file_sha256(path) != expected["sha256"]:
-                raise ExperienceLogError(f"{path} does not match its checksum in {LOG_MANIFEST.format(step)} "
+            try:
+                data = path.read_bytes()
+            except OSError as err:
+                raise ExperienceLogError(f"{path} is listed in {manifest_name(step)} but unreadable ({err})") from None
+            if hashlib.sha256(data).hexdigest() != expected["sha256"]:
+                raise ExperienceLogError(f"{path} does not match its checksum in {manifest_name(step)} "
                                          f"(altered or truncated)")
-            rows = pq.read_table(path).to_pylist()
+            try:
+                rows = pq.read_table(pa.BufferReader(data)).to_pylist()
+            except (pa.ArrowException, ValueError, OSError) as err:
+                raise ExperienceLogError(f"{path} is not a readable Parquet file ({err})") from None
             if len(rows) != expected["records"]:
                 raise ExperienceLogError(f"{path} holds {len(rows)} records; its manifest lists {expected['records']}")
+            kind = LOG_FILE.fullmatch(name).group(2)
             for index, row in enumerate(rows):
                 try:
-                    record = frozen(RECORD_TYPES[_kind(name)](**row))
-                    validate(record, policies, step, limits)
+                    record = validate(RECORD_TYPES[kind](**row), manifest["policies"], manifest["clock"],
+                                      checked_limits)
                 except (InvalidExperience, TypeError) as err:
                     raise ExperienceLogError(f"{path}, record {index}: {err}") from None
                 yield step, record
-
-
-def _kind(file_name: str) -> str:
-    return LOG_FILE.fullmatch(file_name).group(2)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import numbers
+import operator
 import re
 import weakref
 from itertools import accumulate
@@ -36,8 +37,8 @@ WORDPIECE_GLUED = {".", "?", "!", ",", "'", "n't", "'m", "'s", "'ve", "'re"}
 
 
 class ThlError(ValueError):
-    """Input THL cannot align: ids outside the source vocabulary, text that is not valid UTF-8,
-    or (with strict=True) a text one side cannot reproduce byte for byte."""
+    """Input THL cannot align: ids that are not integers of the source vocabulary, a text or ids whose bytes
+    are not valid UTF-8, or (with strict=True) a text one side cannot reproduce byte for byte."""
 
 
 @lru_cache(maxsize=1)
@@ -150,15 +151,47 @@ def _view(tokenizer) -> _TokenizerView:
     return view
 
 
+def _shown(value) -> str:
+    """A value as an error message shows it, bounded: a huge int by its size, a long str cut, an object of an
+    unknown type by its type name (its repr is never called)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"<an int of {value.bit_length()} bits>"
+    if isinstance(value, str):
+        return repr(str.__str__(value)[:20]) + ("..." if len(value) > 20 else "")
+    if value is None or isinstance(value, (bool, int, float)) or (isinstance(value, numbers.Number)
+                                                                  and type(value).__module__ == "numpy"):
+        return repr(value)
+    return f"<{type(value).__name__}>"
+
+
+def checked_ids(ids, vocab_size: int, role: str = "token") -> list[int]:
+    """The ids as Python ints, each in [0, vocab_size); else ThlError naming the first bad position and value.
+
+    Integers only (numpy integers included): floats, NaN, strings and bools are refused, never coerced."""
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise ThlError(f"{role} ids must be a sequence of integers, got {type(ids).__name__}")
+    ids = list(ids)
+    if all(type(i) is int for i in ids) and (not ids or (min(ids) >= 0 and max(ids) < vocab_size)):
+        return ids
+    out = []
+    for position, value in enumerate(ids):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ThlError(f"{role} id at position {position} is {_shown(value)} ({type(value).__name__}); ids must "
+                           f"be integers")
+        if not 0 <= value < vocab_size:
+            raise ThlError(f"{role} id at position {position} is {_shown(value)}, outside the vocabulary "
+                           f"[0, {vocab_size})")
+        out.append(operator.index(value))
+    return out
+
+
 def token_pieces(tokenizer, ids: list[int]) -> list[bytes]:
     """The UTF-8 bytes each token contributes to the decoded text; special tokens contribute none.
 
-    Raises ThlError for ids outside the vocabulary.
+    Raises ThlError for ids that are not integers or are outside the vocabulary (`checked_ids`).
     """
     view = _view(tokenizer)
-    if ids and (min(ids) < 0 or max(ids) >= view.vocab_size):
-        bad = [i for i in ids if i < 0 or i >= view.vocab_size]
-        raise ThlError(f"token ids {bad[:5]} are outside the vocabulary of size {view.vocab_size}")
+    ids = checked_ids(ids, view.vocab_size)
     cache = view.cache
     entries = [cache[i] if i in cache else view.piece(i) for i in ids]
     if not view.rules.wordpiece_prefix:
@@ -350,34 +383,22 @@ def align_batch(texts: list[str | None], src_tokenizer, dst_tokenizer, src_ids: 
 
 def _prepare(text: str | None, src_ids, src_tokenizer) -> tuple[str, list[int], list[bytes]]:
     """(text, source ids, their byte pieces) of one sequence: the text decoded from the ids, or the
-    ids encoded from the text; raises ThlError for ids outside the vocabulary or invalid UTF-8."""
+    ids encoded from the text; raises ThlError for ids that are not integers of the source vocabulary, text
+    that is not valid UTF-8, or ids whose bytes are not (a sequence cut inside a character)."""
     if text is not None:
         _utf8(text)
     if src_ids is None:
         if text is None:
             raise ThlError("align needs a text or source ids")
         src_ids = _encode(src_tokenizer, [text])[0]
-    src_ids = token_ids(src_ids)
-    pieces = token_pieces(src_tokenizer, src_ids)  # also validates the ids against the source vocabulary
-    if text is None:
-        try:
-            b"".join(pieces).decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise ThlError(f"the source ids' bytes are not valid UTF-8 at byte {err.start} (a sequence cut inside "
-                           f"a character?); no text to align") from None
+    src_ids = checked_ids(src_ids, _view(src_tokenizer).vocab_size, "source")
+    pieces = token_pieces(src_tokenizer, src_ids)
+    try:
+        b"".join(pieces).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ThlError(f"the source ids' bytes are not valid UTF-8 at byte {err.start} (a sequence cut inside "
+                       f"a character?); they hold no text to align") from None
     return (decode_text(src_tokenizer, src_ids) if text is None else text), src_ids, pieces
-
-
-def token_ids(ids) -> list[int]:
-    """The ids as Python ints; ThlError naming the position for anything but an integer (numpy ints included;
-    floats, strings, NaN and bools are refused, never coerced)."""
-    out = []
-    for position, value in enumerate(ids):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ThlError(f"source id at position {position} is {value!r} ({type(value).__name__}); ids must be "
-                           f"integers")
-        out.append(int(value))
-    return out
 
 
 def align(text: str | None, src_tokenizer, dst_tokenizer, src_ids: list[int] | None = None, *,
@@ -388,8 +409,9 @@ def align(text: str | None, src_tokenizer, dst_tokenizer, src_ids: list[int] | N
     the source's canonical encoding of text). The receiver encodes the text without special tokens
     and, when the source ids end with the source's EOS and carry_eos, ends with its own EOS (the two
     EOS tokens then form their own 1:1 group).
-    Raises ThlError for ids outside the source vocabulary or text that is not valid UTF-8, and, with
-    strict=True, when a side cannot reproduce the text byte for byte (else one coarse group).
+    Raises ThlError for ids that are not integers of the source vocabulary (naming the position), a text or
+    source ids whose bytes are not valid UTF-8 (ids cut inside a character, even with their decoded text given),
+    and, with strict=True, when a side cannot reproduce the text byte for byte (else one coarse group).
     """
     result = align_batch([text], src_tokenizer, dst_tokenizer, [src_ids], strict=strict, carry_eos=carry_eos)[0]
     if isinstance(result, ThlError):

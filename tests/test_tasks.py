@@ -108,3 +108,33 @@ def test_gsm8k_missing_column_is_named(tmp_path):
     path.write_text(json.dumps({"prompt": "q", "answer": "#### 7"}) + "\n")
     with pytest.raises(ValueError, match=r"lacks column\(s\) \['question'\]"):
         load_gsm8k(path)
+
+
+@pytest.mark.parametrize("experiment", ["main", "heldout"])
+def test_a_correct_answer_as_the_zoos_tokenizers_decode_it_is_the_canonical_string(experiment):
+    """The verifier takes no whitespace and no leading zero; this holds only if the text a policy's correct
+    completion decodes to (`completion_texts`: the answer's ids, then EOS) is exactly the answer. Checked for
+    every answer of the default profile's tasks and every zoo tokenizer: byte-level BPE decodes bytes, Unigram's
+    Fuse concatenates pieces, WordPiece joins '##' continuations without a space."""
+    import torch
+
+    from mrl.profiles import load_profile
+    from mrl.rollout import completion_texts
+    from mrl.zoo import train_tokenizer
+
+    profile = load_profile("default")
+    task_cfg, zoo = (profile.task, profile.zoo) if experiment == "main" else \
+        (profile.experiments.heldout.task, profile.experiments.heldout.zoo)
+    task = ArithTask(task_cfg)
+    problems = [p for s in SKILLS for p in task.train[s] + task.test[s]]
+    for family in zoo.families:
+        tokenizer = train_tokenizer(family.tokenizer, task.corpus, family.vocab_size, zoo.max_positions)
+        eos = tokenizer.eos_token_id
+        encoded = tokenizer([p.answer for p in problems], add_special_tokens=False)["input_ids"]
+        width = max(map(len, encoded)) + 1
+        ids = torch.tensor([a + [eos] + [tokenizer.pad_token_id] * (width - len(a) - 1) for a in encoded])
+        mask = torch.tensor([[1] * (len(a) + 1) + [0] * (width - len(a) - 1) for a in encoded])
+        texts = completion_texts(tokenizer, ids, mask, eos)
+        wrong = [(p.answer, text) for p, (text, ok) in zip(problems, texts)
+                 if not ok or verify_integer(text, p.answer) != 1.0]
+        assert not wrong, f"{family.name} ({family.tokenizer}): {wrong[:5]}"

@@ -142,12 +142,34 @@ def test_ids_that_are_not_integers_are_refused_not_coerced(tokenizers, ids, posi
     assert align(None, tokenizers["bpe"], tokenizers["unigram"], src_ids=np.array([3, 4])).exact  # numpy ints are ids
 
 
+@pytest.mark.parametrize("ids, message", [
+    ([3, 10**5000], "position 1 is <an int of 16610 bits>"), ([3, 206], "position 1 is 206, outside"),
+    ("34", "sequence of integers, got str"), (7, "sequence of integers, got int"), ([3, None], "position 1 is None")])
+def test_bad_ids_name_the_position_and_value(tokenizers, ids, message):
+    with pytest.raises(ThlError, match=message):
+        align(None, tokenizers["bpe"], tokenizers["unigram"], src_ids=ids)
+
+
+@pytest.mark.parametrize("ids", [[3, 4.0], [np.float32(3)], [3, float("nan")], [True]])
+def test_token_pieces_refuses_ids_that_are_not_integers(tokenizers, ids):
+    """token_pieces is public: it checks what it is given, as align does (a float id hit the piece cache as 4)."""
+    with pytest.raises(ThlError, match="token id at position .* ids must be integers"):
+        token_pieces(tokenizers["bpe"], ids)
+    assert token_pieces(tokenizers["bpe"], np.array([3, 4])) == token_pieces(tokenizers["bpe"], [3, 4])
+
+
 def test_ids_cut_inside_a_character_are_invalid_utf8_not_inexact(tokenizers):
     src = tokenizers["cl100k"]
     ids = src.encode("🙂", add_special_tokens=False)  # byte tokens: the first holds part of the 4-byte character
     assert len(ids) >= 2 and len(b"".join(token_pieces(src, ids[:1]))) < 4
     with pytest.raises(ThlError, match="not valid UTF-8"):
         align(None, src, tokenizers["mistral-sp"], src_ids=ids[:1])
+    # a rollout carries its decoded text (U+FFFD where the character was cut) with the ids: the ids decide
+    decoded = decode_text(src, ids[:1])
+    with pytest.raises(ThlError, match="not valid UTF-8"):
+        align(decoded, src, tokenizers["mistral-sp"], src_ids=ids[:1])
+    report = residual([decoded, "a🙂"], src, tokenizers["mistral-sp"], src_ids=[ids[:1], None])
+    assert report.invalid == 1 and report.inexact_rate == 0.0
 
 
 def test_empty_completion_gives_no_groups(tokenizers):
