@@ -28,6 +28,7 @@ from pydantic import Strict, StrictBool, StrictInt, StrictStr
 
 from mrl.grpo import LEVELS, LOSS_TYPES
 from mrl.mwra import BACKENDS
+from mrl.tracking import REPORT_TO
 
 ENGINES = ("fast", "hf")
 PRECISIONS = ("fp32", "bf16")
@@ -333,9 +334,14 @@ class RunnerConfig:
     max_staleness: Int = 1
     """peer experience whose policy version is more than this many steps behind the clock is dropped by SEE;
     a step-s sample comes from version s - 1, so 1 shares exactly the current step's samples"""
+    report_to: Str = "none"
+    """live metrics of every step (mrl.tracking): none, tensorboard or trackio"""
+    logging_dir: Str | None = None
+    """report_to=tensorboard: the folder of the event files (default results/tensorboard/<run_id>)"""
 
     def __post_init__(self):
         c = "RunnerConfig"
+        choice(c, "report_to", self.report_to, REPORT_TO)
         choice(c, "backend", self.backend, BACKENDS)
         choice(c, "failure_policy", self.failure_policy, FAILURE_POLICIES)
         choice(c, "mode", self.mode, ("sync", "async"))

@@ -33,6 +33,7 @@ from mrl.probes import ProbeConfig, get_probe
 from mrl.see import Exchange, PolicySpec
 from mrl.seeding import step_prompts
 from mrl.tasks import make_task
+from mrl.tracking import Reporting, make_reporters
 
 
 @dataclass
@@ -71,7 +72,7 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
                    cfg: RunnerConfig, checkpoint_dir: str | Path | None = None, resume: bool = False,
                    threads: int | None = 1, progress: bool = True, run_id: str = "run",
                    actor_cls: type = PolicyActor, probe_cfg: ProbeConfig | None = None,
-                   experience_dir: str | Path | None = None) -> RunRecord:
+                   experience_dir: str | Path | None = None, reporters: list | None = None) -> RunRecord:
     """Train the policies at `policy_paths` ({name: checkpoint folder}, one or more) together for grpo_cfg.steps steps.
 
     probe_cfg: the sharing probe and its knobs (default grpo: independent policies that still publish experience);
@@ -84,6 +85,8 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     else no log.
     resume: continue from the newest intact checkpoint in checkpoint_dir (damaged ones are skipped and named
     in the events); a checkpoint of another experiment (seed, probe, policies, steps, ...) is refused.
+    reporters: objects with log(metrics, step) and close() (mrl.tracking, e.g. NotebookTable) that receive every
+    step's metrics, besides the tracker cfg.report_to names.
     """
     if len(policy_paths) < 1:
         raise ValueError("a run needs at least one policy; policy_paths is empty")
@@ -117,11 +120,13 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     specs = [WorkerSpec(name, actor_cls, ActorConfig(name, str(path), task_cfg, grpo_cfg, probe_cfg, plan[name], run_id,
                                                      peer_paths), num_cpus=plan[name])
              for name, path in policy_paths.items()]
+    sinks = [*make_reporters(cfg.report_to, run_id, cfg.logging_dir, identity), *(reporters or [])]
     begin = time.perf_counter()
     backend = make_backend(cfg.backend, specs)  # building the workers has its own deadline (start_timeout)
     startup = time.perf_counter() - begin
     record = RunRecord(**state["record"]) if state is not None else RunRecord(workers=list(policy_paths))
     first_step = state["step"] + 1 if state is not None else 1
+    reporting = Reporting(sinks, reported=record if state is not None else None)
     try:
         policies = _phase(backend, {w: ("policy_spec", ()) for w in backend.workers}, first_step - 1, record, cfg,
                           "at start-up: ")
@@ -137,7 +142,9 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
             _evaluate(backend, 0, record, grpo_cfg, cfg)
         loop_start = time.perf_counter()
         run_loop = _run_async if cfg.mode == "async" else _run_sync
-        run_loop(backend, task, grpo_cfg, cfg, exchange, record, first_step, checkpoint_dir, progress, probe, identity)
+        run_loop(backend, task, grpo_cfg, cfg, exchange, record, first_step, checkpoint_dir, progress, probe, identity,
+                 reporting)
+        reporting.update(record)
         record.counters = dict(exchange.counters)
         record.wall_seconds = time.perf_counter() - loop_start
         record.startup_seconds = startup
@@ -145,6 +152,7 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     finally:
         record.timeline = list(backend.timeline)
         backend.close()
+        reporting.close()
 
 
 def _restore(backend, exchange: Exchange, state: dict, name: str, record: RunRecord, cfg: RunnerConfig) -> None:
@@ -158,7 +166,7 @@ def _restore(backend, exchange: Exchange, state: dict, name: str, record: RunRec
 
 
 def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: Exchange, record: RunRecord,
-              first_step: int, checkpoint_dir, progress: bool, probe, identity: dict) -> None:
+              first_step: int, checkpoint_dir, progress: bool, probe, identity: dict, reporting: Reporting) -> None:
     """Two barriers per step (rollout, update); the peers' records are collected in between and logged."""
     steps = range(first_step, grpo_cfg.steps + 1)
     for step in tqdm(steps, desc=f"{cfg.backend} x{len(backend.workers)} {probe.name}", disable=not progress,
@@ -183,6 +191,7 @@ def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: 
         if step % grpo_cfg.eval_every == 0 or step == grpo_cfg.steps:
             _evaluate(backend, step, record, grpo_cfg, cfg)
         record.counters = dict(exchange.counters)
+        reporting.update(record)
         if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
             save_checkpoint(checkpoint_dir, step, backend, exchange, record, identity, cfg)
 
@@ -200,7 +209,7 @@ def collect_for(exchange: Exchange, kinds, receiver: str, problems, task, max_st
 
 
 def _run_async(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: Exchange, record: RunRecord,
-               first_step: int, checkpoint_dir, progress: bool, probe, identity: dict) -> None:
+               first_step: int, checkpoint_dir, progress: bool, probe, identity: dict, reporting: Reporting) -> None:
     """Bounded-staleness clock: a worker starts step s once s <= (slowest worker's next step) + staleness.
 
     Checkpoint steps are barriers (every worker finishes them before anyone goes on), so a
@@ -255,6 +264,7 @@ def _run_async(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange:
         for key in sorted(k for k in pending_rows if k[0] <= done):
             record.steps.append(pending_rows.pop(key))
         record.counters = dict(exchange.counters)
+        reporting.update(record)
         if cfg.checkpoint_every and done and done % cfg.checkpoint_every == 0 and not running \
                 and all(next_step[w] == done + 1 for w in next_step):
             exchange.flush(done)

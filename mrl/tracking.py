@@ -1,0 +1,195 @@
+"""Live metrics of a run: every policy's reward, loss, grad norm, evaluations and probe statistics per step,
+sent to TensorBoard, Trackio or a table in the notebook while the run goes.
+
+`RunnerConfig.report_to` picks the tracker (none | tensorboard | trackio; `make reproduce` uses none);
+`run_concurrent(..., reporters=[...])` adds reporter objects of one's own (anything with `log` and `close`).
+The runner hands its growing `RunRecord` to a `Reporting` after every step; it turns the rows added since the
+last call into metrics named in TRL's convention, one namespace per policy:
+
+    A/train/reward, A/train/loss, A/train/grad_norm, A/train/active_sequences,
+    A/probe/<statistic> (e.g. A/probe/rescue_size), A/timing/rollout_seconds, A/timing/update_seconds,
+    A/eval/<split>/<skill> and A/eval/<split>/mean (greedy accuracy), exchange/<counter> (SEE's counters),
+
+each logged at the step it belongs to. Reporting never changes what a run computes.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Protocol
+
+import yaml
+
+REPORT_TO = ("none", "tensorboard", "trackio")
+TRAIN = ("reward", "loss", "grad_norm", "active_sequences")
+TIMING = ("rollout_seconds", "update_seconds")
+STEP_KEYS = ("policy", "step")
+
+
+class Reporter(Protocol):
+    """What a run reports to: metrics {name: number} at a step, then close once at the end."""
+
+    def log(self, metrics: dict[str, float], step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def step_metrics(row: dict) -> dict[str, float]:
+    """One policy's step row (RunRecord.steps) as metrics: train/, timing/, and probe/ for every other
+    number the probe reported. NaN and non-numbers are left out."""
+    policy, metrics = row["policy"], {}
+    for key, value in row.items():
+        if key in STEP_KEYS or not _is_number(value):
+            continue
+        group = "train" if key in TRAIN else "timing" if key in TIMING else "probe"
+        metrics[f"{policy}/{group}/{key}"] = float(value)
+    return metrics
+
+
+def eval_metrics(rows: list[dict]) -> dict[str, float]:
+    """Evaluation rows of one step (policy, split, skill, accuracy) as A/eval/<split>/<skill> and, per policy
+    and split, the mean over its skills as A/eval/<split>/mean."""
+    metrics, groups = {}, defaultdict(list)
+    for row in rows:
+        metrics[f"{row['policy']}/eval/{row['split']}/{row['skill']}"] = float(row["accuracy"])
+        groups[f"{row['policy']}/eval/{row['split']}/mean"].append(float(row["accuracy"]))
+    metrics.update({name: sum(values) / len(values) for name, values in groups.items()})
+    return metrics
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class Reporting:
+    """Sends what a RunRecord gained since the last `update` to every reporter, step by step in order.
+
+    A step's metrics are sent once all its rows are in (the runner calls `update` after a step's rows are
+    appended; the async clock appends a step once every worker has finished it)."""
+
+    def __init__(self, reporters: list, reported=None):
+        """reported: a RunRecord whose rows were reported before (a resumed run's), not sent again."""
+        self.reporters = list(reporters)
+        self._steps_seen = len(reported.steps) if reported is not None else 0
+        self._evals_seen = len(reported.evals) if reported is not None else 0
+
+    def update(self, record) -> None:
+        if not self.reporters:
+            return
+        by_step: dict[int, dict[str, float]] = defaultdict(dict)
+        for row in record.steps[self._steps_seen:]:
+            by_step[int(row["step"])].update(step_metrics(row))
+        evals = defaultdict(list)
+        for row in record.evals[self._evals_seen:]:
+            evals[int(row["step"])].append(row)
+        for step, rows in evals.items():
+            by_step[step].update(eval_metrics(rows))
+        self._steps_seen, self._evals_seen = len(record.steps), len(record.evals)
+        if by_step:
+            last = max(by_step)
+            by_step[last].update({f"exchange/{name}": float(count) for name, count in record.counters.items()
+                                  if _is_number(count)})
+        for step in sorted(by_step):
+            for reporter in self.reporters:
+                reporter.log(by_step[step], step)
+
+    def close(self) -> None:
+        for reporter in self.reporters:
+            reporter.close()
+
+
+class TensorBoardReporter:
+    """Scalars to `<logging_dir>/<run_id>` for TensorBoard (`tensorboard --logdir <logging_dir>`), the run's
+    config as text."""
+
+    def __init__(self, run_id: str, logging_dir: str | Path, config: dict | None = None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.path = Path(logging_dir) / run_id
+        self.writer = SummaryWriter(log_dir=str(self.path))
+        if config:
+            self.writer.add_text("config", "```\n" + yaml.safe_dump(config, sort_keys=False) + "```")
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for name, value in metrics.items():
+            self.writer.add_scalar(name, value, global_step=step)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class TrackioReporter:
+    """A Trackio run named `run_id` in project `project`, stored locally (Trackio's TRACKIO_DIR, by default
+    under the Hugging Face cache); `trackio show --project mrl` opens its dashboard."""
+
+    def __init__(self, run_id: str, project: str = "mrl", config: dict | None = None):
+        import trackio
+
+        self._trackio = trackio
+        self.run = trackio.init(project=project, name=run_id, config=config or {}, embed=False,
+                              auto_log_cpu=False)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.run.log(metrics, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class NotebookTable:
+    """A table of chosen metrics that redraws in place in a notebook as the run goes (one row per step, the
+    last `rows` steps): `run_concurrent(..., reporters=[NotebookTable(["A/probe/rescue_size", ...])])`.
+    Outside IPython it prints each row."""
+
+    def __init__(self, columns: list[str], rows: int = 12, title: str = ""):
+        self.columns, self.rows, self.title = list(columns), rows, title
+        self.history: list[dict] = []
+        self._handle = None
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        chosen = {name: metrics[name] for name in self.columns if name in metrics}
+        if not chosen:
+            return
+        self.history.append({"step": step, **chosen})
+        self._show()
+
+    def frame(self):
+        """Every logged row as a DataFrame indexed by step (the columns that were ever logged)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.history, columns=["step", *self.columns]).set_index("step").dropna(how="all",
+                                                                                                 axis=1)
+
+    def _show(self) -> None:
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:
+            get_ipython = None
+        table = self.frame().tail(self.rows)
+        if get_ipython is None or get_ipython() is None:
+            print(table.tail(1).to_string(header=len(self.history) == 1))
+            return
+        shown = table.style.set_caption(self.title) if self.title else table
+        if self._handle is None:
+            self._handle = display(shown, display_id=True)
+        else:
+            self._handle.update(shown)
+
+    def close(self) -> None:
+        pass
+
+
+def make_reporters(report_to: str, run_id: str, logging_dir: str | Path | None, config: dict | None = None) -> list:
+    """The reporter `report_to` names (none: no reporter). logging_dir: TensorBoard's folder (default
+    results/tensorboard)."""
+    if report_to == "none":
+        return []
+    if report_to == "tensorboard":
+        from mrl.results import repo_root
+
+        return [TensorBoardReporter(run_id, logging_dir or repo_root() / "results" / "tensorboard", config)]
+    if report_to == "trackio":
+        return [TrackioReporter(run_id, config=config)]
+    raise ValueError(f"report_to={report_to!r}: allowed values are {list(REPORT_TO)}")

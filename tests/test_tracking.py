@@ -1,0 +1,148 @@
+"""Live metrics (mrl.tracking): metric names by hand, a run reported to TensorBoard and to Trackio read back from
+their own stores equal to the run's record, reporting changes nothing a run computes, a resumed run reports only
+its new steps, a notebook table, and a bad report_to refused by name."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import TINY_TASK
+from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
+from mrl.probes import probe_config
+from mrl.runner import RunRecord, latest_checkpoint, run_concurrent
+from mrl.tracking import NotebookTable, Reporting, eval_metrics, step_metrics
+
+TASK = TaskConfig(**TINY_TASK)
+GRPO = GrpoConfig(steps=4, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=0)
+
+
+class Collect:
+    def __init__(self):
+        self.logged, self.closed = [], False
+
+    def log(self, metrics, step):
+        self.logged.append((step, dict(metrics)))
+
+    def close(self):
+        self.closed = True
+
+
+def test_step_metrics_by_hand():
+    row = {"policy": "A", "step": 3, "reward": 0.5, "loss": -0.1, "grad_norm": 2.0, "active_sequences": 12,
+           "rollout_seconds": 0.2, "update_seconds": 0.3, "rescue_size": 4, "rescue_nll": float("nan"),
+           "note": "text", "flag": True}
+    assert step_metrics(row) == {"A/train/reward": 0.5, "A/train/loss": -0.1, "A/train/grad_norm": 2.0,
+                                 "A/train/active_sequences": 12.0, "A/timing/rollout_seconds": 0.2,
+                                 "A/timing/update_seconds": 0.3, "A/probe/rescue_size": 4.0}
+
+
+def test_eval_metrics_by_hand():
+    rows = [{"policy": "B", "step": 0, "split": "held-out", "skill": "S1", "accuracy": 0.5},
+            {"policy": "B", "step": 0, "split": "held-out", "skill": "S2", "accuracy": 0.25},
+            {"policy": "B", "step": 0, "split": "pool", "skill": "S1", "accuracy": 1.0}]
+    assert eval_metrics(rows) == {"B/eval/held-out/S1": 0.5, "B/eval/held-out/S2": 0.25, "B/eval/pool/S1": 1.0,
+                                  "B/eval/held-out/mean": 0.375, "B/eval/pool/mean": 1.0}
+
+
+def test_reporting_sends_each_row_once_in_step_order():
+    record = RunRecord(steps=[{"policy": "A", "step": 1, "reward": 0.1}], evals=[
+        {"policy": "A", "step": 0, "split": "pool", "skill": "S1", "accuracy": 0.2}], counters={"accepted": 8})
+    sink = Collect()
+    reporting = Reporting([sink])
+    reporting.update(record)
+    reporting.update(record)
+    record.steps.append({"policy": "A", "step": 2, "reward": 0.3})
+    reporting.update(record)
+    assert [step for step, _ in sink.logged] == [0, 1, 2]
+    assert sink.logged[1][1] == {"A/train/reward": 0.1, "exchange/accepted": 8.0}
+    assert sink.logged[2][1] == {"A/train/reward": 0.3, "exchange/accepted": 8.0}
+
+
+@pytest.mark.slow
+def test_a_run_reports_its_record_and_computes_the_same(tiny_zoo_paths, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
+    sink = Collect()
+    cfg = RunnerConfig(report_to="tensorboard", logging_dir=str(tmp_path / "tb"))
+    reported = run_concurrent(paths, TASK, GRPO, cfg, progress=False, probe_cfg=probe_config("sgt"),
+                              run_id="tb-run", reporters=[sink])
+    plain = run_concurrent(paths, TASK, GRPO, RunnerConfig(), progress=False, probe_cfg=probe_config("sgt"),
+                           run_id="tb-run")
+    strip = [{k: v for k, v in row.items() if not k.endswith("seconds")} for row in reported.steps]
+    assert strip == [{k: v for k, v in row.items() if not k.endswith("seconds")} for row in plain.steps]
+    assert reported.evals == plain.evals
+    assert sink.closed and [step for step, _ in sink.logged] == list(range(GRPO.steps + 1))
+
+    events = EventAccumulator(str(tmp_path / "tb" / "tb-run"))
+    events.Reload()
+    for name in paths:
+        rewards = [(e.step, e.value) for e in events.Scalars(f"{name}/train/reward")]
+        expected = [(row["step"], row["reward"]) for row in reported.steps if row["policy"] == name]
+        assert [s for s, _ in rewards] == [s for s, _ in expected]
+        assert [v for _, v in rewards] == pytest.approx([v for _, v in expected], rel=1e-6)
+        assert [e.step for e in events.Scalars(f"{name}/probe/rescue_size")] == list(range(1, GRPO.steps + 1))
+        accuracy = {(e.step, e.value) for e in events.Scalars(f"{name}/eval/held-out/S1")}
+        assert {s for s, _ in accuracy} == {0, 2, 4}
+    assert "exchange/accepted/rollout" in events.Tags()["scalars"]
+
+
+@pytest.mark.slow
+def test_a_resumed_run_reports_only_its_new_steps(tiny_zoo_paths, tmp_path):
+    paths = {"A": tiny_zoo_paths["A"]}
+    first, second = Collect(), Collect()
+    cfg = RunnerConfig(checkpoint_every=2)
+    run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, progress=False, reporters=[first])
+    assert [step for step, _ in first.logged] == [0, 1, 2, 3, 4]
+    shutil.rmtree(latest_checkpoint(tmp_path))  # as if killed before its step-4 checkpoint
+    run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, resume=True, progress=False,
+                   reporters=[second])
+    assert [step for step, _ in second.logged] == [3, 4]
+
+
+@pytest.mark.slow
+def test_trackio_stores_the_run_locally(tiny_zoo_paths, tmp_path):
+    """Trackio in its own process (it keeps a global current run), its store under TRACKIO_DIR, read back with
+    Trackio's own storage API."""
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(os.path.dirname(__file__))!r})
+        from conftest import TINY_TASK
+        from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
+        from mrl.runner import run_concurrent
+        record = run_concurrent({{"A": {tiny_zoo_paths["A"]!r}}}, TaskConfig(**TINY_TASK),
+                                GrpoConfig(steps=2, prompts_per_step=4, group_size=4, eval_every=2, seed=0),
+                                RunnerConfig(report_to="trackio"), progress=False, run_id="trackio-run")
+        from trackio.sqlite_storage import SQLiteStorage
+        logs = SQLiteStorage.get_logs(project="mrl", run="trackio-run")
+        print("RESULT", json.dumps({{"rewards": [row["reward"] for row in record.steps],
+                          "logged": [[row.get("step"), row.get("A/train/reward")] for row in logs]}}))
+    """)
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio")}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    logged = [(step, value) for step, value in result["logged"] if value is not None]
+    assert [step for step, _ in logged] == [1, 2]
+    assert [value for _, value in logged] == pytest.approx(result["rewards"], rel=1e-6)
+    assert any((tmp_path / "trackio").rglob("*.db"))
+
+
+def test_notebook_table_keeps_the_chosen_columns(capsys):
+    table = NotebookTable(["A/probe/rescue_size", "B/probe/rescue_size"])
+    table.log({"A/probe/rescue_size": 3.0, "A/train/loss": 0.1}, 1)
+    table.log({"A/train/loss": 0.2}, 2)  # nothing chosen: no row
+    table.log({"A/probe/rescue_size": 1.0, "B/probe/rescue_size": 2.0}, 3)
+    frame = table.frame()
+    assert list(frame.index) == [1, 3]
+    assert frame.loc[3, "B/probe/rescue_size"] == 2.0
+    assert "rescue_size" in capsys.readouterr().out  # outside IPython each row is printed
+
+
+def test_report_to_is_checked():
+    with pytest.raises(ConfigError, match="report_to.*tensorboard"):
+        RunnerConfig(report_to="wandb")
