@@ -27,8 +27,8 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from mrl.config import (ExperimentsConfig, HacpoGridConfig, MwraTimingConfig, ProbeGridConfig, RunConfig, RunnerConfig,
-                        config_hash, to_dict)
+from mrl.config import (ExperimentsConfig, GrpoConfig, HacpoGridConfig, MwraTimingConfig, ProbeGridConfig, RunConfig,
+                        RunnerConfig, TaskConfig, config_hash, to_dict)
 from mrl.probes import ProbeConfig, as_probe_config, probe_config
 from mrl.results import git_sha, repo_root
 from mrl.runner import run_concurrent
@@ -159,26 +159,34 @@ def _describe(runs) -> str:
 
 def run_probe(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: int, steps: int,
               backend: str | None = None, cache: bool = True,
-              progress: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+              progress: bool = False, report_to: str = "none") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(steps, evals) of one run of `paths` under `probe`; from the cache when it holds the run.
-    backend: None takes the profile's (config.backend)."""
+    backend: None takes the profile's (config.backend). report_to: live metrics (mrl.tracking)."""
     folder = run_folder(config, paths, probe, seed, steps)
     if cache and (folder / "run.json").exists():
         return pd.read_csv(folder / "steps.csv"), pd.read_csv(folder / "evals.csv")
     grpo = dataclasses.replace(config.grpo, seed=seed, steps=steps, eval_every=min(config.grpo.eval_every, steps))
     backend = backend or config.backend
     start = time.perf_counter()
-    record = run_concurrent(paths, config.task, grpo, RunnerConfig(backend=backend, step_timeout=config.step_timeout),
+    record = run_concurrent(paths, config.task, grpo, RunnerConfig(backend=backend, step_timeout=config.step_timeout,
+                                                                 report_to=report_to),
                             threads=config.threads, progress=progress, probe_cfg=probe,
                             run_id=f"{probe.name}-seed{seed}")
+    return save_run(folder, record, config.task, grpo, probe, paths, backend, time.perf_counter() - start)
+
+
+def save_run(folder: Path, record, task: TaskConfig, grpo: GrpoConfig, probe: ProbeConfig, paths: dict[str, str],
+             backend: str, wall_seconds: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A finished run into its cache folder: steps.csv, evals.csv, then run.json (its settings, counters, events,
+    backend, git SHA and wall time), which marks it finished; returns (steps, evals)."""
     steps_df, evals_df = pd.DataFrame(record.steps), pd.DataFrame(record.evals)
     folder.mkdir(parents=True, exist_ok=True)
     steps_df.to_csv(folder / "steps.csv", index=False)
     evals_df.to_csv(folder / "evals.csv", index=False)
     (folder / "run.json").write_text(json.dumps({
-        "task": to_dict(config.task), "grpo": to_dict(grpo), "probe": to_dict(probe), "policies": paths,
+        "task": to_dict(task), "grpo": to_dict(grpo), "probe": to_dict(probe), "policies": paths,
         "counters": record.counters, "events": record.events, "backend": backend, "git_sha": git_sha(),
-        "wall_seconds": round(time.perf_counter() - start, 1)}, indent=2, default=str))
+        "wall_seconds": round(wall_seconds, 1)}, indent=2, default=str))
     return steps_df, evals_df
 
 

@@ -55,8 +55,9 @@ def drop_images(path: Path) -> None:
     nbformat.write(notebook, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=PROFILES, default="default")
     parser.add_argument("--only", nargs="*", default=None, help="notebook name prefixes to run, e.g. 00 10")
     parser.add_argument("--log-output", action="store_true", help="stream notebook output to this terminal")

@@ -124,3 +124,47 @@ def save_figure(fig, name: str, folder: Path):
                 metadata={"CreationDate": None, "Producer": None, "Creator": None})
     plt.close(fig)
     return fig
+
+
+RUN_TABLES = ("evals", "steps", "events")
+
+
+def load_runs(folder: str | Path | None = None, table: str = "evals", as_dataset: bool = False):
+    """Every cached run's rows of one table in one frame: `evals` (policy, step, split, skill, accuracy,
+    rollouts), `steps` (policy, step, reward, loss, grad_norm, probe statistics, ...) or `events` (step, event),
+    each row with its run's identity: run (the cache key), probe (label with changed knobs), seed, steps,
+    policies ('A+B'), models (their checkpoint folders, which tell the zoos apart), task, backend and git_sha.
+
+    folder: the run cache (default results/runs, where the notebooks' grids and `mrl run` write). Returns a
+    pandas DataFrame, or a `datasets.Dataset` with as_dataset=True. A folder without a finished run (no
+    run.json) is skipped; no run at all gives an empty frame with the identity columns."""
+    import pandas as pd
+
+    from mrl.experiment import probe_label
+    from mrl.probes import as_probe_config
+
+    if table not in RUN_TABLES:
+        raise ValueError(f"table={table!r}: allowed values are {list(RUN_TABLES)}")
+    root = Path(folder) if folder is not None else repo_root() / "results" / "runs"
+    frames = []
+    for run_json in sorted(root.glob("*/run.json")) if root.is_dir() else []:
+        run = json.loads(run_json.read_text())
+        identity = {"run": run_json.parent.name, "probe": probe_label(as_probe_config(run["probe"])),
+                    "seed": run["grpo"]["seed"], "steps": run["grpo"]["steps"],
+                    "policies": "+".join(run["policies"]),
+                    "models": " ".join(Path(path).name for path in run["policies"].values()),
+                    "task": run["task"]["name"],
+                    "backend": run.get("backend"), "git_sha": run.get("git_sha")}
+        if table == "events":
+            rows = pd.DataFrame(run.get("events", []), columns=None if run.get("events") else ["step", "event"])
+        else:
+            rows = pd.read_csv(run_json.parent / f"{table}.csv")
+        frames.append(rows.assign(**identity))
+    columns = ["run", "probe", "seed", "steps", "policies", "models", "task", "backend", "git_sha"]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+    frame = frame[columns + [c for c in frame.columns if c not in columns]]
+    if as_dataset:
+        import datasets
+
+        return datasets.Dataset.from_pandas(frame, preserve_index=False)
+    return frame

@@ -1,0 +1,157 @@
+"""The `mrl` command line: reproduce a profile, run one concurrent run, run the benchmarks.
+
+    mrl reproduce --profile smoke                  # every notebook of a profile (python -m mrl.reproduce)
+    mrl run --policies A+B --probe sgt --steps 20  # one run of the profile's zoo into results/runs/<key>/
+    mrl run --config my_run.yaml --seed 1          # the same from a YAML file (flags override it)
+    mrl bench rollout thl                          # benchmarks/bench_<name>.py; no name: all of them
+
+`mrl <command> --help` lists each command's options and their allowed values. A run's steps, evaluations and
+events are read back with `mrl.results.load_runs()`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from mrl.config import ConfigError, Int, Str, choice, config_dataclass, require
+from mrl.mwra import BACKENDS
+from mrl.probes import PROBES
+from mrl.profiles import PROFILES
+from mrl.tracking import REPORT_TO
+
+BENCHMARKS = ("grpo_step", "rollout", "thl", "probes", "packing", "warmup", "mwra")
+"""benchmarks/bench_<name>.py, in the order `make bench` runs them"""
+
+
+@config_dataclass
+class RunRequest:
+    """One concurrent run, as `mrl run` takes it from a YAML file or its flags."""
+
+    profile: Str = "smoke"
+    """the profile whose zoo, task and GRPO settings the run uses: smoke, default or paper"""
+    policies: Str = "A+B"
+    """the policies trained together, their names joined by '+' (from the profile's zoo)"""
+    probe: Str | dict = "grpo"
+    """a registered probe name, or a mapping {name: ..., knob: value} (e.g. {name: sgt, lam: 0.3})"""
+    steps: Int | None = None
+    """RL steps (default: the profile's grpo.steps)"""
+    seed: Int = 0
+    backend: Str | None = None
+    """inline, process or ray (default: the profile's)"""
+    report_to: Str = "none"
+    """live metrics: none, tensorboard or trackio"""
+
+    def __post_init__(self):
+        choice("RunRequest", "profile", self.profile, PROFILES)
+        if self.backend is not None:
+            choice("RunRequest", "backend", self.backend, BACKENDS)
+        choice("RunRequest", "report_to", self.report_to, REPORT_TO)
+        require(self.steps is None or self.steps >= 1, "RunRequest", "steps", self.steps, "an integer >= 1")
+        require(self.seed >= 0, "RunRequest", "seed", self.seed, "an integer >= 0")
+
+
+def run_request(request: RunRequest, recompute: bool = False, progress: bool = True):
+    """Run (or read from the cache) one run; returns (its cache folder, steps, evals)."""
+    import dataclasses
+
+    from mrl.experiment import policy_paths, run_folder, run_probe
+    from mrl.probes import as_probe_config
+    from mrl.profiles import load_profile
+
+    config = load_profile(request.profile)
+    names = request.policies.split("+")
+    known = [f.name for f in config.zoo.families] if not config.policies else list(config.policies)
+    unknown = [name for name in names if name not in known]
+    if unknown or len(set(names)) != len(names):
+        raise ConfigError(f"RunRequest.policies = {request.policies!r} is not allowed; expected distinct names of "
+                          f"the {request.profile} profile's policies {known} joined by '+'")
+    probe = as_probe_config(request.probe)
+    steps = request.steps or config.grpo.steps
+    config = dataclasses.replace(config, grpo=dataclasses.replace(config.grpo, eval_every=min(config.grpo.eval_every,
+                                                                                              steps)))
+    paths = {name: path for name, path in policy_paths(config, progress).items() if name in names}
+    steps_df, evals_df = run_probe(config, paths, probe, request.seed, steps, request.backend, cache=not recompute,
+                                   progress=progress, report_to=request.report_to)
+    return run_folder(config, paths, probe, request.seed, steps), steps_df, evals_df
+
+
+def _run(args) -> int:
+    values = yaml.safe_load(Path(args.config).read_text()) if args.config else {}
+    if not isinstance(values, dict):
+        raise SystemExit(f"mrl run: {args.config} must hold a mapping of RunRequest fields")
+    for name in ("profile", "policies", "probe", "steps", "seed", "backend", "report_to"):
+        value = getattr(args, name)
+        if value is not None:
+            values[name] = yaml.safe_load(value) if name == "probe" and value.lstrip().startswith("{") else value
+    folder, _, evals = run_request(RunRequest(**values), recompute=args.recompute)
+    last = evals[evals.step == evals.step.max()]
+    print(last.pivot_table(index="policy", columns=["split", "skill"], values="accuracy").round(3).to_string())
+    print(f"[mrl run] steps, evals and run.json in {folder} (mrl.results.load_runs() reads every run)")
+    return 0
+
+
+def _bench(args) -> int:
+    from mrl.results import repo_root
+
+    folder = repo_root() / "benchmarks"
+    if not folder.is_dir():
+        raise SystemExit(f"mrl bench: no benchmarks/ folder under {repo_root()}: run it from an mrl checkout")
+    for name in args.names or BENCHMARKS:
+        extra = ["--no-skip"] if name == "probes" and not args.names else []
+        print(f"[mrl bench] {name}", flush=True)
+        done = subprocess.run([sys.executable, str(folder / f"bench_{name}.py"), *extra])
+        if done.returncode:
+            return done.returncode
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    main = argparse.ArgumentParser(prog="mrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = main.add_subparsers(dest="command", required=True, metavar="{reproduce,run,bench}")
+    commands.add_parser("reproduce", help="run every notebook of a profile (papermill) and regenerate its outputs",
+                        add_help=False)
+    run = commands.add_parser("run", help="one concurrent run of the profile's policies under one probe",
+                              description="One concurrent run into results/runs/<key>/ (cached: the same run "
+                                          "is read back unless --recompute). Flags override the --config file.")
+    run.add_argument("--config", help="a YAML file of these fields (profile, policies, probe, steps, seed, "
+                                      "backend, report_to)")
+    run.add_argument("--profile", choices=PROFILES, help="whose zoo, task and GRPO settings (default smoke)")
+    run.add_argument("--policies", help="policy names joined by '+', e.g. A+B (default A+B)")
+    run.add_argument("--probe", help=f"a probe name ({', '.join(PROBES)}) or a YAML mapping of one and its knobs, "
+                                     "e.g. '{name: sgt, lam: 0.3}' (default grpo)")
+    run.add_argument("--steps", type=int, help="RL steps (default: the profile's)")
+    run.add_argument("--seed", type=int, help="seed (default 0)")
+    run.add_argument("--backend", choices=BACKENDS, help="MWRA backend (default: the profile's)")
+    run.add_argument("--report-to", dest="report_to", choices=REPORT_TO, help="live metrics (default none)")
+    run.add_argument("--recompute", action="store_true", help="run again even when the cache holds the run")
+    bench = commands.add_parser("bench", help="run benchmarks/bench_<name>.py (all when no name is given)")
+    bench.add_argument("names", nargs="*", metavar="NAME", help=f"benchmarks to run, from {list(BENCHMARKS)}")
+    return main
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    if argv[:1] == ["reproduce"]:
+        from mrl import reproduce
+
+        return reproduce.main(argv[1:], prog="mrl reproduce")
+    cli = parser()
+    args = cli.parse_args(argv)
+    if args.command == "bench" and set(args.names) - set(BENCHMARKS):
+        cli.error(f"bench: {sorted(set(args.names) - set(BENCHMARKS))} not allowed; expected names from "
+                  f"{list(BENCHMARKS)}")
+    try:
+        return _run(args) if args.command == "run" else _bench(args)
+    except (ConfigError, FileNotFoundError) as err:
+        cli.exit(2, f"mrl {args.command}: error: {err}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

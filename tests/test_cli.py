@@ -1,0 +1,97 @@
+"""The `mrl` command line and results as data: --help lists the allowed values, bad requests are refused by field,
+`mrl run` from a YAML file with a flag overriding it writes a run that `load_runs` reads back equal to what the
+run returned, as a DataFrame and as a datasets.Dataset."""
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import mrl.experiment
+from mrl import cli
+from mrl.config import ConfigError
+from mrl.results import load_runs
+
+
+def help_text(*args) -> str:
+    done = subprocess.run([sys.executable, "-m", "mrl.cli", *args, "--help"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_help_lists_the_commands_and_allowed_values():
+    assert all(command in help_text() for command in ("reproduce", "run", "bench"))
+    run = help_text("run")
+    for value in ("smoke", "default", "paper", "inline", "process", "ray", "tensorboard", "trackio", "sgt", "hacpo",
+                  "xgrpo", "prp_naive"):
+        assert value in run
+    assert "--only" in help_text("reproduce") and "grpo_step" in help_text("bench")
+
+
+@pytest.mark.parametrize("values, field", [({"profile": "huge"}, "profile"), ({"backend": "slurm"}, "backend"),
+                                            ({"report_to": "wandb"}, "report_to"), ({"steps": 0}, "steps"),
+                                            ({"seed": "1"}, "seed"), ({"colour": "red"}, "colour")])
+def test_bad_requests_are_refused_by_field(values, field):
+    with pytest.raises(ConfigError, match=field):
+        cli.RunRequest(**values)
+
+
+def test_unknown_benchmark_and_policy_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "nothing"])
+    assert "grpo_step" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--policies", "A+Z", "--steps", "1"])
+    assert "policies" in capsys.readouterr().err
+
+
+@pytest.fixture
+def tiny_profile(monkeypatch, tmp_path, tiny_zoo_paths):
+    """`mrl run` on the smoke profile's settings with the tests' tiny zoo, its run cache under tmp_path."""
+    monkeypatch.setattr(mrl.experiment, "repo_root", lambda: tmp_path)
+    monkeypatch.setattr(mrl.experiment, "policy_paths", lambda config, progress=True: dict(tiny_zoo_paths))
+    return tmp_path / "results" / "runs"
+
+
+@pytest.mark.slow
+def test_mrl_run_writes_a_run_that_load_runs_reads_back(tiny_profile, tmp_path, capsys):
+    request = tmp_path / "run.yaml"
+    request.write_text("policies: A+B\nprobe: {name: sgt, lam: 0.3}\nsteps: 3\nseed: 5\n")
+    assert cli.main(["run", "--config", str(request), "--seed", "1", "--backend", "inline"]) == 0
+    assert "load_runs" in capsys.readouterr().out
+    folder, steps, evals = cli.run_request(cli.RunRequest(policies="A+B", probe={"name": "sgt", "lam": 0.3},
+                                                          steps=3, seed=1), progress=False)  # from the cache
+    assert folder.parent == tiny_profile and len(list(tiny_profile.iterdir())) == 1
+
+    loaded = load_runs(tiny_profile, "evals")
+    assert set(loaded.probe) == {"sgt (lam=0.3)"} and set(loaded.seed) == {1} and set(loaded.policies) == {"A+B"}
+    pd.testing.assert_frame_equal(loaded[evals.columns].reset_index(drop=True), evals)
+    loaded_steps = load_runs(tiny_profile, "steps")
+    assert list(loaded_steps.step) == list(steps.step) and list(loaded_steps.reward) == list(steps.reward)
+    assert loaded_steps.run.iloc[0] == folder.name and loaded_steps.steps.iloc[0] == 3
+    events = load_runs(tiny_profile, "events")
+    assert list(events.columns[:2]) == ["run", "probe"]
+    dataset = load_runs(tiny_profile, "evals", as_dataset=True)
+    assert dataset.num_rows == len(evals) and dataset[0]["probe"] == "sgt (lam=0.3)"
+
+
+def test_load_runs_skips_unfinished_runs_and_checks_the_table(tmp_path):
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "steps.csv").write_text("policy,step\nA,1\n")  # no run.json: still running or killed
+    assert load_runs(tmp_path).empty and "probe" in load_runs(tmp_path).columns
+    run = tmp_path / "done"
+    run.mkdir()
+    (run / "evals.csv").write_text("policy,step,split,skill,accuracy,rollouts\nA,0,pool,S1,0.5,0\n")
+    (run / "run.json").write_text(json.dumps({
+        "task": {"name": "arith-ops"}, "grpo": {"seed": 2, "steps": 10}, "probe": {"name": "prp", "clip": None},
+        "policies": {"A": "/models/A-1234", "B": "/models/B-5678"}, "events": [{"step": 3, "event": "dropped B"}],
+        "backend": "inline", "git_sha": "abc"}))
+    evals = load_runs(tmp_path)
+    assert evals.to_dict("records") == [{"run": "done", "probe": "prp (clip=None)", "seed": 2, "steps": 10,
+                                         "policies": "A+B", "models": "A-1234 B-5678", "task": "arith-ops",
+                                         "backend": "inline", "git_sha": "abc", "policy": "A", "step": 0,
+                                         "split": "pool", "skill": "S1", "accuracy": 0.5, "rollouts": 0}]
+    assert load_runs(tmp_path, "events").event.tolist() == ["dropped B"]
+    with pytest.raises(ValueError, match="allowed values"):
+        load_runs(tmp_path, "rewards")
