@@ -1,0 +1,163 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     notebook_metadata_filter: kernelspec,language_info,-language_info.version,-language_info.codemirror_mode,-language_info.pygments_lexer,-language_info.nbconvert_exporter,-language_info.file_extension,-language_info.mimetype
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+# ---
+
+# %% [markdown]
+# # 01 · A tour: the zoo, a peer's text through THL, SEE's records, and SGT rescuing as it trains
+#
+# Start here. In under two minutes on the smoke zoo this notebook shows the pieces every later notebook builds
+# on, one small example each: the families and how differently their tokenizers split the same prompt; what
+# two policies sample for one prompt; how THL lines a peer's text up with the receiver's tokens by bytes; the
+# records SEE exchanged in one step; and a short SGT run whose rescues appear while it trains. Change the
+# parameters and run it again: nothing here is cached.
+
+# %% tags=["parameters"]
+profile = "smoke"  # smoke | default: whose zoo and task
+steps = 12         # RL steps of the SGT run
+seed = 0           # sampling and training seed
+skill = "S2"       # the prompt's skill: S1, S2 or S3
+
+# %%
+import dataclasses
+
+from IPython.display import HTML, display
+
+from mrl.config import RunnerConfig
+from mrl.experiment import policy_paths
+from mrl.notebook import setup_notebook
+from mrl.probes import probe_config
+from mrl.reports.substrate import zoo_table
+from mrl.reports.tour import alignment_html, logged_records, prompt_samples, tokenization_table
+from mrl.runner import run_concurrent
+from mrl.tasks import make_task
+from mrl.thl import align
+from mrl.tracking import NotebookTable
+from mrl.zoo import load_policy
+
+run = setup_notebook("01_tour", profile, seed=seed)
+config = run.config
+task = make_task(config.task)
+paths = policy_paths(config, progress=False)
+zoo = {name: load_policy(path) for name, path in paths.items()}
+problem = task.test[skill][0]
+print(f"profile {profile}: policies {list(zoo)}; task {config.task.name}; the prompt: {problem.prompt!r}")
+
+# %% [markdown]
+# ## The families: three architectures, three tokenizer kinds
+#
+# Each policy is a real `transformers` checkpoint with its own tokenizer, trained here from scratch
+# (`notebooks/00_zoo.ipynb` builds and evaluates them). The same prompt becomes different token sequences:
+# this is why sharing experience between families needs THL.
+
+# %%
+zoo_table(zoo, task)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(tokenization_table({name: policy.tokenizer for name, policy in zoo.items()}, problem.prompt).to_string())
+
+# %% [markdown]
+# ## One prompt, sampled by A and B
+#
+# Six samples per policy at temperature 1, scored by the task's verifier (1: the exact answer). On the default
+# zoo a policy strong on the prompt's skill answers most of them and its peer few: the gap sharing tries to
+# close. The smoke zoo is warmed up for seconds only, so both answer few (run with `profile = "default"` after
+# `make reproduce` has built its zoo to see the gap).
+
+# %%
+samples = prompt_samples({name: zoo[name] for name in ("A", "B")}, problem, task.verify, n=6, seed=seed,
+                         max_new_tokens=config.grpo.max_new_tokens)
+samples
+
+# %% [markdown]
+# ## A peer's text through THL
+#
+# To learn from B's sample, A needs B's text in A's tokens. THL splits the text's UTF-8 bytes into the
+# smallest groups on which both tokenizations agree; every group has one colour on both rows. Per-token
+# values (log-probs, advantages, masks) move through these groups (`mrl/thl.py`). Hover over a token to see
+# its group.
+
+# %%
+peer = samples[samples.policy == "B"].sort_values("reward", ascending=False).iloc[0]
+for text in (problem.prompt + peer.completion, peer.completion):
+    display(HTML(alignment_html(align(text, zoo["B"].tokenizer, zoo["A"].tokenizer), zoo["B"].tokenizer,
+                                zoo["A"].tokenizer, "B (source)", "A (receiver)")))
+
+# %% [markdown]
+# ## SGT on A and B: rescues as they happen
+#
+# A short concurrent run with the `sgt` probe: each step both policies sample, publish their records to SEE
+# (the Shared Experience Exchange), and for every prompt where all of a learner's samples failed, the peer's
+# verified successes (re-verified by the learner) enter its loss. The table redraws at every step: how many
+# of each policy's prompts had no success (`rescue_candidates`) and how many peer successes it learned from
+# (`rescue_size`). `report_to="tensorboard"` or `"trackio"` on `RunnerConfig` sends the same metrics to a
+# dashboard.
+
+# %%
+live = NotebookTable([f"{name}/{key}" for name in ("A", "B") for key in
+                      ("train/reward", "probe/rescue_candidates", "probe/rescue_size")], title="SGT, live")
+grpo = dataclasses.replace(config.grpo, steps=steps, eval_every=steps, seed=seed)
+record = run_concurrent({name: paths[name] for name in ("A", "B")}, config.task, grpo, RunnerConfig(),
+                        progress=False, probe_cfg=probe_config("sgt"), experience_dir=run.folder / "experience",
+                        run_id="tour", reporters=[live])
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(live.frame().round(3).to_string())
+
+# %% [markdown]
+# ## What SEE exchanged in step 1
+#
+# Every accepted record was written to an experience log (one Parquet file per kind and step, with a
+# checksummed manifest); `mrl.see.replay` reads it back and validates it again. Rollouts carry the text and
+# the source's token ids and log-probs (left out here), group statistics carry reward sums, successes only
+# the verified text.
+
+# %%
+records = logged_records(run.folder / "experience", step=1)
+print(records.kind.value_counts().to_string())
+for kind, rows in records.groupby("kind"):
+    display(HTML(f"<b>{kind}</b>"), rows.dropna(axis=1, how="all").head(3))
+
+# %% [markdown]
+# ## Held-out accuracy before and after
+#
+# Greedy accuracy per skill on held-out prompts at step 0 and at the end (`record.evals`; every finished run
+# of the notebooks is also readable in one call with `mrl.results.load_runs()`).
+
+# %%
+import pandas as pd
+
+evals = pd.DataFrame(record.evals)
+evals[evals.split == "held-out"].pivot_table(index=["policy", "step"], columns="skill", values="accuracy")
+
+# %% [markdown]
+# ## Where to go next
+#
+# | notebook | its claim, in one line |
+# |---|---|
+# | `00_zoo` | a short warm-up gives each family a complementary skill profile (the substrate) |
+# | `10_grpo_baseline` | independent GRPO, proven equal to TRL's, learns each policy's skills alone |
+# | `20_thl` | THL is exact wherever both tokenizers can write the text; its residual cost per tokenizer pair |
+# | `30_mwra` | the inline, process and Ray backends give the same metrics; what each costs in wall time |
+# | `40_probe` | what sharing raw rollouts (PRP), baselines (XGRPO) or verified successes (SGT) does on a fixed pool |
+# | `50_hacpo` | HACPO against GSPO, GSPO with twice the rollouts and naive sharing, with its ablations |
+# | `60_bandit` | the contextual-bandit analysis: each probe's place on the stability-support plane |
+# | `70_heldout` | the held-out experiment where the papers' claims can show, and the claims ledger |
+#
+# From the command line: `mrl run --probe sgt --steps 20` runs one run into the cache; `mrl reproduce --profile
+# smoke` regenerates every table and figure of a profile.
