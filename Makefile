@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mrl-installed
 PROFILE ?= default
 
-.PHONY: install latex test unit nbval soak reproduce smoke bench lab sync clean-models
+.PHONY: install latex test unit nbval soak test-browser reproduce smoke bench lab sync clean-models
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,15 @@ nbval: $(STAMP)
 # several minutes: a 200-step run under random worker kills, run kills and checkpoint damage (tests/test_soak.py)
 soak: $(STAMP)
 	$(PY) -m pytest -q -s -m soak tests/test_soak.py
+
+# JupyterLab as a person uses it: headless Chromium (Debian's package) opens notebooks/01_tour.ipynb, runs all
+# cells from the Run menu, fails on an error, and leaves screenshots in results/browser/
+test-browser: $(STAMP)
+	@command -v chromium >/dev/null || apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 || \
+		(apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends chromium >/dev/null)
+	$(VENV)/bin/pip install -q -e ".[test,browser]"
+	$(PY) tests/browser/run_tour_in_lab.py
+	cd tests/browser && ../../$(PY) tensorboard_screenshot.py
 
 reproduce: $(STAMP)
 	$(PY) -m mrl.reproduce --profile $(PROFILE)

@@ -51,6 +51,10 @@ def _token_spans(alignment: Alignment, pieces: list[bytes], groups) -> str:
     return "".join(cells)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def alignment_html(alignment: Alignment, src_tokenizer, dst_tokenizer, src_name: str, dst_name: str) -> str:
     """One THL alignment as HTML: the source's tokens above the receiver's, each token on its group's
     background colour, so the byte groups THL moves values through line up; exact or coarse said in the title.
@@ -62,12 +66,12 @@ def alignment_html(alignment: Alignment, src_tokenizer, dst_tokenizer, src_name:
     rows = [(src_name, pieces(src_tokenizer, alignment.src_ids), alignment.src_group),
             (dst_name, pieces(dst_tokenizer, alignment.dst_ids), alignment.dst_group)]
     state = "exact" if alignment.exact else "coarse (one group: a side cannot reproduce the text)"
-    lines = [f'<div style="margin:4px 0"><b>{html.escape(repr(alignment.text))}</b>: {alignment.n_groups} '
-             f'groups, {state}</div>']
+    lines = [f'<div style="margin:4px 0"><b>{html.escape(repr(alignment.text))}</b>: '
+             f'{_count(alignment.n_groups, "group")}, {state}</div>']
     for name, token_bytes, groups in rows:
-        lines.append(f'<div style="margin:2px 0"><span style="display:inline-block;width:9em;'
+        lines.append(f'<div style="margin:2px 0"><span style="display:inline-block;width:13em;'
                      f'color:{policy_colour(name.split()[0])}"><b>{html.escape(name)}</b> '
-                     f'({len(token_bytes)} tokens)</span>{_token_spans(alignment, token_bytes, groups)}</div>')
+                     f'({_count(len(token_bytes), "token")})</span>{_token_spans(alignment, token_bytes, groups)}</div>')
     return "\n".join(lines)
 
 
