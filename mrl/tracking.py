@@ -171,7 +171,7 @@ class NotebookTable:
         if get_ipython is None or get_ipython() is None:
             print(table.tail(1).to_string(header=len(self.history) == 1))
             return
-        shown = table.style.format(precision=3).set_caption(self.title)
+        shown = table.style.format("{:.3g}").set_caption(self.title)
         if self._handle is None:
             self._handle = display(shown, display_id=True)
         else:
