@@ -134,16 +134,20 @@ for kind, rows in records.groupby("kind"):
     display(HTML(f"<b>{kind}</b>"), rows.dropna(axis=1, how="all").head(3))
 
 # %% [markdown]
-# ## Held-out accuracy before and after
+# ## The run as data: held-out accuracy before and after
 #
-# Greedy accuracy per skill on held-out prompts at step 0 and at the end (`record.evals`; every finished run
-# of the notebooks is also readable in one call with `mrl.results.load_runs()`).
+# `save_run` writes the run as the notebooks' grids and `mrl run` write theirs (steps, evaluations, settings);
+# `mrl.results.load_runs` reads every run of a folder into one DataFrame (or a `datasets.Dataset`), each row with
+# its run's identity. Called without a folder it reads the cache of every notebook's runs, `results/runs/`.
 
 # %%
-import pandas as pd
+from mrl.experiment import save_run
+from mrl.results import load_runs
 
-evals = pd.DataFrame(record.evals)
-evals[evals.split == "held-out"].pivot_table(index=["policy", "step"], columns="skill", values="accuracy")
+save_run(run.folder / "runs" / "tour-sgt", record, config.task, grpo, probe_config("sgt"),
+         {name: paths[name] for name in ("A", "B")}, "inline", record.wall_seconds)
+evals = load_runs(run.folder / "runs", "evals")
+evals[evals.split == "held-out"].pivot_table(index=["probe", "policy", "step"], columns="skill", values="accuracy")
 
 # %% [markdown]
 # ## Where to go next
