@@ -111,7 +111,8 @@ def _bench(args) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    main = argparse.ArgumentParser(prog="mrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    main = argparse.ArgumentParser(prog="mrl", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = main.add_subparsers(dest="command", required=True, metavar="{reproduce,run,bench}")
     commands.add_parser("reproduce", help="run every notebook of a profile (papermill) and regenerate its outputs",
                         add_help=False)

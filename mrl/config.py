@@ -562,7 +562,8 @@ class ExperimentsConfig:
     """70_heldout"""
 
 
-NOTEBOOKS = ("00_zoo", "01_tour", "10_grpo_baseline", "20_thl", "30_mwra", "40_probe", "50_hacpo", "60_bandit", "70_heldout")
+NOTEBOOKS = ("00_zoo", "01_tour", "10_grpo_baseline", "20_thl", "30_mwra", "40_probe", "50_hacpo", "60_bandit",
+             "70_heldout")
 
 
 @config_dataclass

@@ -41,7 +41,7 @@ def prompt_samples(policies: dict, problem, verify, n: int, seed: int, max_new_t
     return pd.DataFrame(rows)
 
 
-def _token_spans(alignment: Alignment, pieces: list[bytes], groups) -> str:
+def _token_spans(pieces: list[bytes], groups) -> str:
     cells = []
     for piece, group in zip(pieces, groups):
         shown = html.escape(piece.decode("utf-8", errors="replace")).replace(" ", "&nbsp;") or "&empty;"
@@ -71,7 +71,7 @@ def alignment_html(alignment: Alignment, src_tokenizer, dst_tokenizer, src_name:
     for name, token_bytes, groups in rows:
         lines.append(f'<div style="margin:2px 0"><span style="display:inline-block;width:13em;'
                      f'color:{policy_colour(name.split()[0])}"><b>{html.escape(name)}</b> '
-                     f'({_count(len(token_bytes), "token")})</span>{_token_spans(alignment, token_bytes, groups)}</div>')
+                     f'({_count(len(token_bytes), "token")})</span>{_token_spans(token_bytes, groups)}</div>')
     return "\n".join(lines)
 
 
