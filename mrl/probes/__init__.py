@@ -7,12 +7,14 @@
     xgrpo     a baseline mixed with the peers' mean reward (value level)
     sgt       an NLL toward one verified peer success on the rescue set (outcome level)
     hacpo     hacpo and its baselines gspo, gspo_x2, naive; hacpo_primitives holds HACPO's pure functions
+    graft     a peer's verified success on prompts the learner's group all failed, compatibility-weighted and
+              token-clipped (trajectory level; a reconstruction of GRAFT)
 
 Adding a probe is one file that calls `register_probe`, imported below (or anywhere before a run starts).
 """
 from mrl.probes.contract import (PROBES, PeerView, Probe, ProbeConfig, ProbeLoss, ProbeOutput, as_probe_config,
                                  get_probe, probe_config, register_probe)
-from mrl.probes import grpo, hacpo, prp, sgt, xgrpo  # noqa: E402,F401  (registration)
+from mrl.probes import graft, grpo, hacpo, prp, sgt, xgrpo  # noqa: E402,F401  (registration)
 
 __all__ = ["PROBES", "PeerView", "Probe", "ProbeConfig", "ProbeLoss", "ProbeOutput", "as_probe_config", "get_probe",
            "probe_config", "register_probe"]

@@ -1,0 +1,110 @@
+"""graft (trajectory level, a reconstruction [R] of GRAFT, "Learning Beyond What You Sample: Off-Policy-Aware
+Cross-Model Trajectory Exchange for RLVR", 2026; no public code): a peer's verified successful trajectory enters
+the learner's loss only on prompts where the learner's whole group failed, weighted by how compatible it is with
+the learner and with token-level importance clipping on the learner's tokens.
+
+For learner n and prompt x with k_own(x) = 0 and peer successes Y_x (peer rollouts whose completion the
+learner's verifier accepts, retokenized by THL):
+
+    s(y)    = exp( mean_t log pi_n(T(y)_t) - mean_t log pi_m(y_t) )        the compatibility (HACPO's cross ratio)
+    c(y)    = min(1, max(delta, s(y)))                                       floored at delta, capped at 1
+    rho_t   = exp( log pi_n(T(y)_t) - log pi_m projected onto t by THL )     per learner token (as PRP)
+    w_t     = c(y) * clip(rho_t, 1 - eps_low, 1 + eps_high)                  no gradient through w
+    A_y     = the pooled advantage of a success in {own G rewards, rewards of Y_x}
+    L       = ( G P * L_GRPO + sum_y -A_y mean_t w_t exp(logp_t - sg logp_t) ) / (G P + |Y|)
+
+L_GRPO is the own group's GRPO loss with its own advantages (without peer successes graft is grpo exactly).
+
+What is reconstructed: the exact gate (all-fail, as GRAFT's re-implementation of SGT states for SGT), using every
+verified success of x (not one), the pooled advantage, and the product of the sequence weight with the per-token
+clip (GRAFT names both, not how they combine). Offline GRAFT (peer trajectories from a stored SEE log) is not
+built yet.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from mrl.config import Float, config_dataclass, require
+from mrl.grpo import group_advantages
+from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
+from mrl.probes.prp import MAX_LOG_RATIO, group_log_ratios, pooled_advantages
+from mrl.probes.terms import (own_grpo_loss, pooled_loss, rescored_reward, retokenize_rollouts, text_logprobs,
+                              weighted_sequence_loss)
+from mrl.rollout import RolloutBatch
+
+
+@config_dataclass(frozen=True)
+class GraftConfig(ProbeConfig):
+    delta: Float = 0.8
+    """floor of the compatibility weight c(y) = min(1, max(delta, s(y)))"""
+    eps_low: Float = 0.2
+    """token importance ratios are clipped to [1 - eps_low, 1 + eps_high]"""
+    eps_high: Float = 0.2
+
+    def __post_init__(self):
+        require(0 <= self.delta <= 1, "GraftConfig", "delta", self.delta, "a number in [0, 1]")
+        require(0 <= self.eps_low < 1, "GraftConfig", "eps_low", self.eps_low, "a number in [0, 1)")
+        require(self.eps_high >= 0, "GraftConfig", "eps_high", self.eps_high, "a number >= 0")
+
+
+def compatibility(learner_logps, source_logps, delta: float) -> tuple[float, float]:
+    """(s, c): s = exp(mean learner token log-prob - mean source token log-prob), c = min(1, max(delta, s)).
+    Inputs: the learner's log-probs of its tokens of T(y) (n_dst,), the source's of its own tokens (n_src,)."""
+    log_s = float(np.mean(learner_logps)) - float(np.mean(source_logps))
+    s = math.exp(min(max(log_s, -MAX_LOG_RATIO), MAX_LOG_RATIO))
+    return s, min(1.0, max(delta, s))
+
+
+def token_weights(log_rho: np.ndarray, c: float, eps_low: float, eps_high: float) -> np.ndarray:
+    """w_t = c * clip(exp(log_rho_t), 1 - eps_low, 1 + eps_high). (n_dst,) -> (n_dst,)."""
+    return c * np.clip(np.exp(np.clip(log_rho, -MAX_LOG_RATIO, MAX_LOG_RATIO)), 1 - eps_low, 1 + eps_high)
+
+
+def transfer_set(successes_per_prompt, verified_per_prompt) -> list[int]:
+    """Prompts x whose own group all failed (k_own = 0) and that have at least one verified peer success. (P,)."""
+    return [x for x, (k, n) in enumerate(zip(successes_per_prompt.tolist(), verified_per_prompt)) if k == 0 and n]
+
+
+@register_probe("graft", config=GraftConfig, kinds=("rollout",), aggregations=("grpo",))
+def graft_loss(batch: RolloutBatch, peers: PeerView, cfg: GraftConfig) -> ProbeOutput:
+    """The own GRPO loss pooled with the compatibility-weighted, token-clipped policy-gradient terms of the peers'
+    verified successes on the prompts the learner's whole group failed (see the module docstring)."""
+    samples, failed, inexact = retokenize_rollouts(batch, peers)
+    claimed = [(x, record, alignment) for x, record, alignment in samples if record.reward > 0]
+    verified = [(x, record, alignment) for x, record, alignment in claimed if rescored_reward(batch, x, record) > 0]
+    counts = [0] * len(batch.problems)
+    for x, _, _ in verified:
+        counts[x] += 1
+    chosen = set(transfer_set(batch.successes_per_prompt, counts))
+    used = [(x, record, alignment) for x, record, alignment in verified if x in chosen]
+    g = batch.group_size
+    loss, active, _ = own_grpo_loss(batch, group_advantages(batch.rewards, g, batch.grpo.scale))
+    stats = {"graft_candidates": int((batch.successes_per_prompt == 0).sum()), "graft_prompts": len(chosen),
+             "graft_samples": len(used), "rejected_successes": len(claimed) - len(verified), "thl_failed": failed,
+             "thl_inexact": inexact}
+    if not used:
+        return ProbeOutput.single(loss, active, stats)
+    own = batch.rewards.view(-1, g)
+    advantage = {x: pooled_advantages([torch.cat([own[x], torch.ones(counts[x], dtype=own.dtype)])])[0][g]
+                 for x in chosen}
+    learner_logp, mask = text_logprobs(batch, [batch.problems[x].prompt for x, _, _ in used],
+                                       [a.dst_ids for _, _, a in used])
+    detached = learner_logp.detach().double().numpy()
+    weights = torch.ones_like(learner_logp)
+    compat, floored, capped = [], 0, 0
+    for row, (_, record, alignment) in enumerate(used):
+        n = len(alignment.dst_ids)
+        source = np.asarray(record.logps, dtype=np.float64)
+        s, c = compatibility(detached[row, :n], source, cfg.delta)
+        compat.append(s)
+        floored += s < cfg.delta
+        capped += s > 1
+        log_rho = group_log_ratios(detached[row, :n], source, alignment)[alignment.dst_group]
+        weights[row, :n] = torch.from_numpy(token_weights(log_rho, c, cfg.eps_low, cfg.eps_high)).to(weights.dtype)
+    peer_sum = weighted_sequence_loss(learner_logp, mask, torch.stack([advantage[x] for x, _, _ in used]), weights)
+    stats.update({"compatibility_mean": float(np.mean(compat)), "compatibility_floored": floored,
+                  "compatibility_capped": capped})
+    return ProbeOutput.single(pooled_loss(loss, len(batch.rewards), peer_sum, len(used)), active + len(used), stats)
