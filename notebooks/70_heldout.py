@@ -130,7 +130,7 @@ write_table(per_zoo, "heldout_per_zoo", run.tables,
 per_zoo
 
 # %%
-panels = {"MRL probes": ["grpo", "prp", "prp_naive", "xgrpo", "sgt"],
+panels = {"MRL probes and GRAFT": ["grpo", "prp", "prp_naive", "xgrpo", "sgt", "graft"],
           "HACPO and its baselines": ["grpo", "hacpo", "gspo", "gspo_x2", "naive"],
           "the same, 4 updates per step": ["grpo", *(f"{p} (minibatches=4)" for p in ("hacpo", "gspo", "gspo_x2",
                                                                                        "naive"))]}
