@@ -121,8 +121,8 @@ def final_values(evals: pd.DataFrame, split: str = "held-out") -> pd.DataFrame:
 
 
 def peer_use(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per pairing, probe and policy: peer samples (prp, naive, hacpo) or demonstrations (sgt) that entered the
-    loss, summed over a run's steps, mean over runs."""
+    """Per pairing, probe and policy: peer samples (prp, naive, hacpo), demonstrations (sgt) or successes (graft)
+    that entered the loss, summed over a run's steps, mean over runs."""
     keys = KEYS + pair_columns(steps)
     used = pd.Series(0.0, index=steps.groupby(keys, sort=False).size().index)
     for column in PEER_USE:

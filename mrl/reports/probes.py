@@ -15,7 +15,8 @@ from mrl.reports.palette import (COMPACT, baseline_on_top, fit_accuracy_axis, li
                                  probe_palette)
 
 KEYS = ["pairing", "probe", "policy"]
-PEER_USE = {"peer_samples": "peer samples (prp)", "rescue_size": "peer demos (sgt)"}
+PEER_USE = {"peer_samples": "peer samples (prp)", "rescue_size": "peer demos (sgt)",
+            "graft_samples": "peer successes (graft)"}
 
 
 def ci95(values) -> float:
