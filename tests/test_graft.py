@@ -9,7 +9,8 @@ import torch
 
 from mrl.grpo import group_advantages
 from mrl.probes import PeerView, get_probe, probe_config
-from mrl.probes.graft import compatibility, token_weights, transfer_set
+from mrl.probes.graft import compatibility, token_weights
+from mrl.probes.sgt import rescue_set
 from mrl.probes.prp import pooled_advantages
 from mrl.probes.terms import own_grpo_loss, weighted_sequence_loss
 from mrl.rollout import completion_logprobs
@@ -39,8 +40,8 @@ def test_token_weights_clip_each_ratio_then_scale_by_compatibility():
 
 def test_the_gate_takes_only_prompts_whose_own_group_all_failed():
     k_own = torch.tensor([0, 0, 1, 0])
-    assert transfer_set(k_own, [2, 0, 3, 1]) == [0, 3]
-    assert transfer_set(k_own, [0, 0, 0, 0]) == []
+    assert rescue_set(k_own, G, 0.0, [n > 0 for n in [2, 0, 3, 1]]) == [0, 3]   # graft's gate: SGT's, tau = 0
+    assert rescue_set(k_own, G, 0.0, [False] * 4) == []
 
 
 def test_without_peer_successes_graft_is_grpo(bpe_tokenizer, arith_task, problems):

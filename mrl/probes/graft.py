@@ -15,7 +15,7 @@ learner's verifier accepts, retokenized by THL):
 
 L_GRPO is the own group's GRPO loss with its own advantages (without peer successes graft is grpo exactly).
 
-What is reconstructed: the exact gate (all-fail, as GRAFT's re-implementation of SGT states for SGT), using every
+What is reconstructed: the exact gate (all-fail: SGT's rescue set with tau = 0, as GRAFT states it for SGT), using every
 verified success of x (not one), the pooled advantage, and the product of the sequence weight with the per-token
 clip (GRAFT names both, not how they combine). Offline GRAFT (peer trajectories from a stored SEE log) is not
 built yet.
@@ -30,7 +30,9 @@ import torch
 from mrl.config import Float, config_dataclass, require
 from mrl.grpo import group_advantages
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
+from mrl.probes.hacpo import peer_log_ratio
 from mrl.probes.prp import MAX_LOG_RATIO, group_log_ratios, pooled_advantages
+from mrl.probes.sgt import rescue_set
 from mrl.probes.terms import (own_grpo_loss, pooled_loss, rescored_reward, retokenize_rollouts, text_logprobs,
                               weighted_sequence_loss)
 from mrl.rollout import RolloutBatch
@@ -51,21 +53,18 @@ class GraftConfig(ProbeConfig):
 
 
 def compatibility(learner_logps, source_logps, delta: float) -> tuple[float, float]:
-    """(s, c): s = exp(mean learner token log-prob - mean source token log-prob), c = min(1, max(delta, s)).
+    """(s, c): s = HACPO's cross ratio with ratio="mean" (hacpo.peer_log_ratio: mean learner token log-prob -
+    mean source token log-prob, clamped to +-10, exponentiated), c = min(1, max(delta, s)).
     Inputs: the learner's log-probs of its tokens of T(y) (n_dst,), the source's of its own tokens (n_src,)."""
-    log_s = float(np.mean(learner_logps)) - float(np.mean(source_logps))
-    s = math.exp(min(max(log_s, -MAX_LOG_RATIO), MAX_LOG_RATIO))
+    log_s = peer_log_ratio(torch.tensor(float(np.sum(learner_logps))), len(learner_logps), list(source_logps),
+                           0, "mean")
+    s = math.exp(float(log_s))
     return s, min(1.0, max(delta, s))
 
 
 def token_weights(log_rho: np.ndarray, c: float, eps_low: float, eps_high: float) -> np.ndarray:
     """w_t = c * clip(exp(log_rho_t), 1 - eps_low, 1 + eps_high). (n_dst,) -> (n_dst,)."""
     return c * np.clip(np.exp(np.clip(log_rho, -MAX_LOG_RATIO, MAX_LOG_RATIO)), 1 - eps_low, 1 + eps_high)
-
-
-def transfer_set(successes_per_prompt, verified_per_prompt) -> list[int]:
-    """Prompts x whose own group all failed (k_own = 0) and that have at least one verified peer success. (P,)."""
-    return [x for x, (k, n) in enumerate(zip(successes_per_prompt.tolist(), verified_per_prompt)) if k == 0 and n]
 
 
 @register_probe("graft", config=GraftConfig, kinds=("rollout",), aggregations=("grpo",))
@@ -78,7 +77,7 @@ def graft_loss(batch: RolloutBatch, peers: PeerView, cfg: GraftConfig) -> ProbeO
     counts = [0] * len(batch.problems)
     for x, _, _ in verified:
         counts[x] += 1
-    chosen = set(transfer_set(batch.successes_per_prompt, counts))
+    chosen = set(rescue_set(batch.successes_per_prompt, batch.group_size, 0.0, [n > 0 for n in counts]))
     used = [(x, record, alignment) for x, record, alignment in verified if x in chosen]
     g = batch.group_size
     loss, active, _ = own_grpo_loss(batch, group_advantages(batch.rewards, g, batch.grpo.scale))
