@@ -57,8 +57,6 @@ class RunRequest:
 
 def run_request(request: RunRequest, recompute: bool = False, progress: bool = True):
     """Run (or read from the cache) one run; returns (its cache folder, steps, evals)."""
-    import dataclasses
-
     from mrl.experiment import policy_paths, run_folder, run_probe
     from mrl.probes import as_probe_config
     from mrl.profiles import load_profile
@@ -72,8 +70,6 @@ def run_request(request: RunRequest, recompute: bool = False, progress: bool = T
                           f"the {request.profile} profile's policies {known} joined by '+'")
     probe = as_probe_config(request.probe)
     steps = request.steps or config.grpo.steps
-    config = dataclasses.replace(config, grpo=dataclasses.replace(config.grpo, eval_every=min(config.grpo.eval_every,
-                                                                                              steps)))
     paths = {name: path for name, path in policy_paths(config, progress).items() if name in names}
     steps_df, evals_df = run_probe(config, paths, probe, request.seed, steps, request.backend, cache=not recompute,
                                    progress=progress, report_to=request.report_to)

@@ -2,15 +2,14 @@
 its contents API, a session starts a kernel as JupyterLab's "open notebook" does, every code cell runs over the
 kernel's websocket (the messaging protocol JupyterLab speaks, not papermill), and the outputs are checked."""
 import json
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 import requests
+
+from servers import jupyter
 
 websocket = pytest.importorskip("websocket")
 pytest.importorskip("jupyter_server")
@@ -19,44 +18,13 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 TOKEN = uuid.uuid4().hex
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("jupyter") / "server.log", "w+")
-    process = subprocess.Popen([sys.executable, "-m", "jupyter_server", f"--ServerApp.port={port}",
-                                "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}",
-                                "--ServerApp.open_browser=False", f"--ServerApp.root_dir={NOTEBOOKS}",
-                                "--ServerApp.port_retries=0", "--allow-root"], stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(120):
-            try:
-                if requests.get(f"{url}/api/status", params={"token": TOKEN}, timeout=2).ok:
-                    break
-            except requests.ConnectionError:
-                pass
-            if process.poll() is not None:
-                break
-            time.sleep(0.5)
-        else:
-            process.poll()
-        if process.returncode is not None:
-            log.seek(0)
-            pytest.fail(f"the Jupyter server exited ({process.returncode}):\n{log.read()[-3000:]}")
-        yield url, port
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+        with jupyter("jupyter_server", NOTEBOOKS, TOKEN, tmp_path_factory.mktemp("jupyter") / "server.log") as found:
+            yield found
+    except RuntimeError as err:
+        pytest.fail(str(err))
 
 
 def test_the_server_refuses_requests_without_the_token(server):

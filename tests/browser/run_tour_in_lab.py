@@ -11,41 +11,15 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 
-import requests
-
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "results" / "browser"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_lab(port: int, token: str, log) -> subprocess.Popen:
-    lab = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.port={port}",
-                            "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}", "--allow-root",
-                            f"--ServerApp.root_dir={ROOT / 'notebooks'}", "--ServerApp.port_retries=0"],
-                           stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(120):
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/api/status", params={"token": token}, timeout=2).ok:
-                return lab
-        except requests.ConnectionError:
-            pass
-        if lab.poll() is not None:
-            break
-        time.sleep(0.5)
-    lab.kill()
-    raise SystemExit(f"JupyterLab did not start; its log is {log.name}")
+sys.path.insert(0, str(ROOT / "tests"))
+from servers import jupyter  # noqa: E402  (tests/servers.py: shared with tests/test_jupyter.py)
 
 
 def dismiss_news(page) -> None:
@@ -105,15 +79,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--timeout", type=float, default=600, help="seconds the notebook may take to run")
     args = parser.parse_args()
-    token, port = uuid.uuid4().hex, free_port()
+    token = uuid.uuid4().hex
     OUT.mkdir(parents=True, exist_ok=True)
-    with open(OUT / "jupyterlab.log", "w") as log:
-        lab = start_lab(port, token, log)
-        try:
-            result = run_tour(f"http://127.0.0.1:{port}/lab/tree/01_tour.ipynb?token={token}", args.timeout)
-        finally:
-            lab.terminate()
-            lab.wait(timeout=30)
+    with jupyter("jupyterlab", ROOT / "notebooks", token, OUT / "jupyterlab.log") as (url, _):
+        result = run_tour(f"{url}/lab/tree/01_tour.ipynb?token={token}", args.timeout)
     print(f"[test-browser] JupyterLab ran the tour's {result['cells']} code cells in {result['seconds']} s, "
           f"{result['errors']} with an error; screenshots: {', '.join(str(p) for p in sorted(OUT.glob('*.png')))}")
     return 1 if result["errors"] else 0

@@ -11,7 +11,8 @@ import time
 
 import requests
 
-from run_tour_in_lab import OUT, ROOT, free_port
+from run_tour_in_lab import OUT, ROOT  # noqa: I001  (it also puts tests/ on the path)
+from servers import free_port
 
 
 def main() -> int:
