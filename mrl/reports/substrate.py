@@ -12,6 +12,11 @@ from mrl.reports.probes import accuracy_band
 EXAMPLE = "37+48=85"
 
 
+def token_split(tokenizer, text: str) -> list[str]:
+    """The tokens `tokenizer` splits `text` into, as it writes them (no special tokens)."""
+    return tokenizer.convert_ids_to_tokens(tokenizer.encode(text, add_special_tokens=False))
+
+
 def zoo_table(zoo: dict, task) -> pd.DataFrame:
     """One row per family: architecture, tokenizer, size, how it splits an example, warm-up loss."""
     rows = []
@@ -19,8 +24,7 @@ def zoo_table(zoo: dict, task) -> pd.DataFrame:
         tok = policy.tokenizer
         rows.append({"policy": name, "arch": policy.family.arch, "tokenizer": policy.family.tokenizer,
                      "vocab": len(tok), "params": policy.n_params,
-                     "split of " + EXAMPLE: " ".join(tok.convert_ids_to_tokens(tok.encode(EXAMPLE,
-                                                                                        add_special_tokens=False))),
+                     "split of " + EXAMPLE: " ".join(token_split(tok, EXAMPLE)),
                      "warm-up mix": ", ".join(f"{k} {v:.2f}" for k, v in policy.family.warmup_mix.items()),
                      "final warm-up loss": sum(policy.record["warmup_loss"][-20:]) / 20})
     return pd.DataFrame(rows)

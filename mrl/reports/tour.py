@@ -10,6 +10,7 @@ import pandas as pd
 import torch
 
 from mrl.reports.palette import policy_colour
+from mrl.reports.substrate import token_split
 from mrl.rollout import sample_records
 from mrl.thl import Alignment, token_pieces
 
@@ -22,7 +23,7 @@ def tokenization_table(tokenizers: dict, text: str) -> pd.DataFrame:
     joined by spaces) and their count."""
     rows = []
     for name, tokenizer in tokenizers.items():
-        tokens = tokenizer.convert_ids_to_tokens(tokenizer.encode(text, add_special_tokens=False))
+        tokens = token_split(tokenizer, text)
         rows.append({"policy": name, "tokenizer": type(tokenizer.backend_tokenizer.model).__name__,
                      "tokens": " ".join(tokens), "count": len(tokens)})
     return pd.DataFrame(rows)
