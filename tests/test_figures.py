@@ -5,6 +5,7 @@ import itertools
 from types import SimpleNamespace
 
 import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -301,3 +302,19 @@ def test_stacked_labels_keep_their_order_and_never_overlap(wanted):
     if all(b - a >= 1.0 for a, b in zip(wanted, wanted[1:])):
         assert placed == pytest.approx(wanted)  # already apart: nothing moves
     assert np.mean(placed) == pytest.approx(np.mean(wanted))  # blocks centred on what they want
+
+
+def test_log_axis_minor_labels_only_within_a_decade():
+    """Over several decades (the warm-up loss) minor ticks stay unlabelled, their labels would overlap; within one
+    decade (the plane's zoom) they carry the decimals, there being at most one major tick."""
+    from mrl.reports.palette import plain_log_axis
+
+    for (low, high), labelled in [((5e-4, 6.0), False), ((0.18, 0.45), True)]:
+        fig, ax = plt.subplots()
+        ax.plot([0, 1], [low, high])
+        ax.set_yscale("log")
+        plain_log_axis(ax.yaxis)
+        fig.canvas.draw()
+        texts = [t.get_text() for t in ax.yaxis.get_minorticklabels() if low <= t.get_position()[1] <= high]
+        assert any(texts) == labelled, texts
+        plt.close(fig)

@@ -239,7 +239,7 @@ def plane_figure(plane: pd.DataFrame, headline: float | None = None):
         near.axvline(0.0, color="0.6", lw=0.8, zorder=1)
         near.xaxis.set_major_formatter(DECIMAL)
         near.tick_params(axis="x", labelsize=8)
-        plain_log_axis(near.yaxis, minor=True)
+        plain_log_axis(near.yaxis)
         near.grid(alpha=0.3, which="both", lw=0.4)
         box_x = (xlim[0] * 1.15, max(zoom.support.max(), SUPPORT_FLOOR) * 1.5)
         box_y = (zoom.instability.min() / 1.12, zoom.instability.max() * 1.12)

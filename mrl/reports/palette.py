@@ -117,11 +117,16 @@ DECIMAL = mticker.FuncFormatter(decimal_number)
 """a formatter for log axes: ax.xaxis.set_major_formatter(DECIMAL)"""
 
 
-def plain_log_axis(axis, minor: bool = False) -> None:
-    """Decimal tick labels on a log axis (`ax.xaxis` or `ax.yaxis`); the minor ticks labelled too when `minor`
-    (an axis spanning less than a decade has no major tick inside it)."""
+def plain_log_axis(axis) -> None:
+    """Decimal tick labels on a log axis (`ax.xaxis` or `ax.yaxis`). Minor ticks are labelled only while the axis
+    spans less than a decade (it then has at most one major tick); over several decades their labels would
+    overlap, so they stay blank. Decided when the figure is drawn, after autoscaling."""
+    def minor_label(value, position=None):
+        low, high = axis.get_view_interval()
+        return decimal_number(value) if 0 < low and high < 10 * low else ""
+
     axis.set_major_formatter(DECIMAL)
-    axis.set_minor_formatter(DECIMAL if minor else mticker.NullFormatter())
+    axis.set_minor_formatter(mticker.FuncFormatter(minor_label))
 
 
 ACCURACY_NOTE = "axis fitted to the data"

@@ -51,7 +51,7 @@ def warmup_figure(accuracy: pd.DataFrame, zoo: dict):
                      lw=1, color=policy_colour(name))
     ax_loss.set(yscale="log", xlabel="warm-up step", ylabel="completion cross-entropy (log)",
                 title="Supervised warm-up")
-    plain_log_axis(ax_loss.yaxis, minor=True)
+    plain_log_axis(ax_loss.yaxis)
     ax_loss.xaxis.set_major_formatter(COMPACT)
     ax_loss.legend(frameon=False)
     held_out = accuracy[accuracy.split == "held-out"]
