@@ -47,6 +47,10 @@ class ActorConfig:
     """written into every Rollout record"""
     peer_paths: dict = field(default_factory=dict)
     """{peer id: checkpoint folder}, whose tokenizers THL needs when the probe reads peer rollouts"""
+    attack: str = ""
+    """a poisoned policy's attack (mrl.poison.PoisonedActor reads it); '' for an honest one"""
+    reverify: bool = True
+    """re-score the peers' claims with this policy's verifier before they enter a loss (RunnerConfig.reverify)"""
 
 
 class PolicyActor:
@@ -137,7 +141,7 @@ class PolicyActor:
         start = time.perf_counter()
         if self.pending is None or self.pending.step != step:
             raise RuntimeError(f"{self.name}: update({step}) without the rollout of step {step}")
-        peers = PeerView(**(peer_records or {}), tokenizers=self.peer_tokenizers)
+        peers = PeerView(**(peer_records or {}), tokenizers=self.peer_tokenizers, reverify=self.config.reverify)
         output = self.probe.loss(self.pending, peers, self.config.probe)
         losses, norms = [], []
         for loss in output.losses:  # a lazy iterable: update m's loss is computed after update m - 1

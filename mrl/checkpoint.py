@@ -51,6 +51,8 @@ def run_identity(policy_paths: dict, task_cfg, grpo_cfg, probe_cfg, runner_cfg, 
         "grpo": grpo,
         "clock": {"mode": runner_cfg.mode, "staleness": runner_cfg.staleness,
                   "max_staleness": runner_cfg.max_staleness},
+        "peers": {"poisoned": runner_cfg.poisoned, "attack": runner_cfg.attack if runner_cfg.poisoned else "",
+                  "reverify": runner_cfg.reverify},
         "run_id": run_id,
     }
     return json.loads(json.dumps(identity, sort_keys=True, default=str))  # as a manifest will read it back

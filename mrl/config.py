@@ -315,6 +315,8 @@ class GrpoConfig:
 
 
 FAILURE_POLICIES = ("fail", "continue")
+ATTACKS = ("forged_success", "lying_stats", "malformed")
+"""what a poisoned peer publishes (mrl.poison)"""
 
 
 @config_dataclass
@@ -338,6 +340,13 @@ class RunnerConfig:
     """live metrics of every step (mrl.tracking): none, tensorboard or trackio"""
     logging_dir: Str | None = None
     """report_to=tensorboard: the folder of the event files (default results/tensorboard/<run_id>)"""
+    poisoned: Str = ""
+    """a policy of the run that publishes lies (mrl.poison), '' for none"""
+    attack: Str = "forged_success"
+    """what the poisoned policy publishes: forged_success, lying_stats or malformed (mrl.poison)"""
+    reverify: Bool = True
+    """every learner re-scores its peers' claimed successes and rewards with its own verifier; False takes
+    them as claimed (the poisoned-peer ablation)"""
 
     def __post_init__(self):
         c = "RunnerConfig"
@@ -345,6 +354,7 @@ class RunnerConfig:
         choice(c, "backend", self.backend, BACKENDS)
         choice(c, "failure_policy", self.failure_policy, FAILURE_POLICIES)
         choice(c, "mode", self.mode, ("sync", "async"))
+        choice(c, "attack", self.attack, ATTACKS)
         require(isinstance(self.staleness, int) and self.staleness >= 0, c, "staleness", self.staleness,
                 "an integer >= 0")
         positive(c, "step_timeout", self.step_timeout)

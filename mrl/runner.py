@@ -29,6 +29,7 @@ from mrl import checkpoint
 from mrl.actor import ActorConfig, PolicyActor
 from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads, raise_first_failure
+from mrl.poison import PoisonedActor
 from mrl.probes import ProbeConfig, get_probe
 from mrl.see import Exchange, PolicySpec
 from mrl.seeding import step_prompts
@@ -117,8 +118,13 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     else:
         plan = {name: threads for name in policy_paths}
     peer_paths = {peer: str(p) for peer, p in policy_paths.items()}
-    specs = [WorkerSpec(name, actor_cls, ActorConfig(name, str(path), task_cfg, grpo_cfg, probe_cfg, plan[name], run_id,
-                                                     peer_paths), num_cpus=plan[name])
+    if cfg.poisoned and cfg.poisoned not in policy_paths:
+        raise ConfigError(f"RunnerConfig.poisoned = {cfg.poisoned!r} is not a policy of this run; expected '' (none) "
+                          f"or one of {sorted(policy_paths)}")
+    specs = [WorkerSpec(name, PoisonedActor if name == cfg.poisoned else actor_cls,
+                        ActorConfig(name, str(path), task_cfg, grpo_cfg, probe_cfg, plan[name], run_id, peer_paths,
+                                    attack=cfg.attack if name == cfg.poisoned else "", reverify=cfg.reverify),
+                        num_cpus=plan[name])
              for name, path in policy_paths.items()]
     sinks = [*make_reporters(cfg.report_to, run_id, cfg.logging_dir, identity), *(reporters or [])]
     begin = time.perf_counter()
@@ -177,7 +183,8 @@ def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: 
         for name in sorted(rollouts):  # a fixed order, whatever order the workers answered in
             exchange.publish_many(rollouts[name]["records"])
         exchange.flush(step)
-        calls = {w: ("update", (step, collect_for(exchange, probe.kinds, w, problems, task, cfg.max_staleness)))
+        calls = {w: ("update", (step, collect_for(exchange, probe.kinds, w, problems, task, cfg.max_staleness,
+                                                  cfg.reverify)))
                  for w in sorted(rollouts)}
         updates = _phase(backend, calls, step, record, cfg)
         for name in sorted(updates):
@@ -196,12 +203,15 @@ def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: 
             save_checkpoint(checkpoint_dir, step, backend, exchange, record, identity, cfg)
 
 
-def collect_for(exchange: Exchange, kinds, receiver: str, problems, task, max_staleness: int | None) -> dict:
-    """{kind: {prompt_id: [peer records]}} for one learner; successes must pass the learner's verifier."""
+def collect_for(exchange: Exchange, kinds, receiver: str, problems, task, max_staleness: int | None,
+                reverify: bool = True) -> dict:
+    """{kind: {prompt_id: [peer records]}} for one learner; successes must pass the learner's verifier (every
+    claimed one passes when reverify is off: the poisoned-peer ablation)."""
     by_pid = {p.pid: p for p in problems}
 
     def verify(success) -> bool:
-        return success.prompt_id in by_pid and task.verify(success.completion, by_pid[success.prompt_id]) > 0
+        return success.prompt_id in by_pid and (not reverify
+                                                or task.verify(success.completion, by_pid[success.prompt_id]) > 0)
 
     pids = list(by_pid)
     return {kind: exchange.collect(receiver, kind, pids, max_staleness, verify if kind == "success" else None)

@@ -50,9 +50,13 @@ class PeerView:
     success: dict = field(default_factory=dict)
     tokenizers: dict = field(default_factory=dict)
     """{policy_id: tokenizer} of the peers whose rollouts THL retokenizes"""
+    reverify: bool = True
+    """re-score every claimed success and reward with the learner's verifier (terms.peer_reward); False takes
+    them as claimed (the poisoned-peer ablation, RunnerConfig.reverify)"""
 
 
-assert {f.name for f in dataclasses.fields(PeerView)} == {*KINDS, "tokenizers"}, "PeerView fields follow see.KINDS"
+assert {f.name for f in dataclasses.fields(PeerView)} == {*KINDS, "tokenizers", "reverify"}, \
+    "PeerView fields follow see.KINDS"
 
 
 @dataclass

@@ -73,7 +73,8 @@ def graft_loss(batch: RolloutBatch, peers: PeerView, cfg: GraftConfig) -> ProbeO
     verified successes on the prompts the learner's whole group failed (see the module docstring)."""
     samples, failed, inexact = retokenize_rollouts(batch, peers)
     claimed = [(x, record, alignment) for x, record, alignment in samples if record.reward > 0]
-    verified = [(x, record, alignment) for x, record, alignment in claimed if rescored_reward(batch, x, record) > 0]
+    verified = [(x, record, alignment) for x, record, alignment in claimed
+                if rescored_reward(batch, peers, x, record) > 0]
     counts = [0] * len(batch.problems)
     for x, _, _ in verified:
         counts[x] += 1

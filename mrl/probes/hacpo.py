@@ -99,20 +99,21 @@ def _pooled(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig | HacpoConfig,
     samples, failed, inexact = retokenize_rollouts(batch, peers) if mode != "gspo" else ([], 0, 0)
     g = batch.group_size
     weighted = mode == "hacpo" and cfg.omega
+    rescored = [rescored_reward(batch, peers, x, record) for x, record, _ in samples]  # never a peer's own claim
     tracker, rates = None, {}
     if mode == "hacpo":
         tracker = batch.state.setdefault("capability", CapabilityTracker(window=cfg.capability_window))
         rates = {batch.policy: float((batch.rewards > 0).float().mean())}
         per_source: dict[str, list] = {}
-        for _, record, _ in samples:
-            per_source.setdefault(record.policy_id, []).append(record.reward > 0)
+        for (_, record, _), reward in zip(samples, rescored):
+            per_source.setdefault(record.policy_id, []).append(reward > 0)
         rates.update({source: sum(hits) / len(hits) for source, hits in per_source.items()})
         tracker.update(rates)  # the current batch is included (update before use)
     own = batch.rewards.view(-1, g)
     peer_rewards = [[] for _ in batch.problems]
     peer_sources = [[] for _ in batch.problems]
-    for x, record, _ in samples:
-        peer_rewards[x].append(rescored_reward(batch, x, record))
+    for (x, record, _), reward in zip(samples, rescored):
+        peer_rewards[x].append(reward)
         peer_sources[x].append(record.policy_id)
     advantage_mode = cfg.advantage if mode == "hacpo" else ("pooled" if mode == "naive" else "own")
     own_adv, peer_adv = [], [[] for _ in batch.problems]

@@ -73,7 +73,7 @@ def _prp(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig | None) -> ProbeOu
     peer_rewards = [[] for _ in batch.problems]
     disagreements = 0
     for x, record, _ in samples:
-        reward = rescored_reward(batch, x, record)
+        reward = rescored_reward(batch, peers, x, record)
         disagreements += reward != record.reward
         peer_rewards[x].append(reward)
     pooled = pooled_advantages([torch.cat([own[x], torch.tensor(peer_rewards[x], dtype=own.dtype)])

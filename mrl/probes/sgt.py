@@ -7,7 +7,7 @@ import torch
 from mrl.config import Float, config_dataclass, require
 from mrl.grpo import group_advantages
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
-from mrl.probes.terms import encode_completion, own_grpo_loss, text_logprobs
+from mrl.probes.terms import accepted_success, encode_completion, own_grpo_loss, text_logprobs
 from mrl.rollout import RolloutBatch
 from mrl.thl import decode_text
 
@@ -43,7 +43,7 @@ def sgt_loss(batch: RolloutBatch, peers: PeerView, cfg: SgtConfig) -> ProbeOutpu
     verified = []
     for problem in batch.problems:
         texts = [s.completion for s in peers.success.get(problem.pid, [])]
-        verified.append([t for t in texts if batch.verify(t, problem) > 0])
+        verified.append([t for t in texts if accepted_success(batch, peers, t, problem)])
     rescue = rescue_set(batch.successes_per_prompt, batch.group_size, cfg.tau, [bool(v) for v in verified])
     advantages = group_advantages(batch.rewards, batch.group_size, batch.grpo.scale)
     loss, active, _ = own_grpo_loss(batch, advantages)

@@ -108,8 +108,17 @@ def retokenize_rollouts(batch: RolloutBatch, peers: PeerView):
     return samples, failed, inexact
 
 
-def rescored_reward(batch: RolloutBatch, x: int, record) -> float:
-    """A peer sample's reward under the learner's verifier, never above what the peer claimed (0 without EOS)."""
+def rescored_reward(batch: RolloutBatch, peers: PeerView, x: int, record) -> float:
+    """A peer sample's reward under the learner's verifier, never above what the peer claimed (0 without EOS);
+    the claim as it is when peers.reverify is off (the poisoned-peer ablation)."""
+    if not peers.reverify:
+        return record.reward
     if record.finish_reason != "eos":
         return 0.0
     return min(record.reward, batch.verify(record.completion, batch.problems[x]))
+
+
+def accepted_success(batch: RolloutBatch, peers: PeerView, text: str, problem) -> bool:
+    """Whether a peer's claimed success counts: the learner's verifier accepts its text (every claim when
+    peers.reverify is off)."""
+    return not peers.reverify or batch.verify(text, problem) > 0
