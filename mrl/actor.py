@@ -24,7 +24,17 @@ from mrl.rollout import RolloutBatch, completion_logprobs, completion_texts, sam
 from mrl.see import GroupStats, Rollout, Success
 from mrl.seeding import step_generator
 from mrl.tasks import make_task
+from mrl.teacher import teacher_logprobs
 from mrl.zoo import load_policy
+
+
+def teacher_of(policy: str, policies: list[str]) -> str:
+    """The teacher of `policy` for probes that need one: the next policy of the run in name order (cyclic: A's is
+    B, B's is A; with A, B, C: B, C, A)."""
+    ordered = sorted(policies)
+    if len(ordered) < 2:
+        raise ValueError(f"a probe with a teacher needs a second policy in the run; got {ordered}")
+    return ordered[(ordered.index(policy) + 1) % len(ordered)]
 
 
 @dataclass
@@ -66,6 +76,10 @@ class PolicyActor:
         self.policy = load_policy(config.policy_path)
         self.model, self.tokenizer = self.policy.model, self.policy.tokenizer
         self.reference = copy.deepcopy(self.model).eval().requires_grad_(False) if self.cfg.beta else None
+        self.teacher = None
+        if self.probe.teacher:
+            self.teacher = load_policy(config.peer_paths[teacher_of(self.name, list(config.peer_paths))])
+            self.teacher.model.requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, betas=(0.9, 0.99))
         self.task = make_task(config.task)
         kind = self.policy.family.tokenizer if self.policy.family else self.policy.path.name
@@ -104,12 +118,17 @@ class PolicyActor:
             with torch.no_grad():
                 ref_logp = completion_logprobs(self.reference, prompt_ids, prompt_mask, completion_ids,
                                                completion_mask, engine=cfg.engine)
+        teacher_logp, teacher_failed = None, 0
+        if self.teacher is not None:
+            teacher_logp, teacher_failed = teacher_logprobs(
+                self.teacher.model, self.teacher.tokenizer, self.tokenizer, [p.prompt for p in expanded],
+                completion_ids, completion_mask, [text for text, _ in texts], sample_logp, cfg.engine)
         self.pending = RolloutBatch(
             policy=self.name, step=step, problems=list(problems), group_size=cfg.group_size, prompt_ids=prompt_ids,
             prompt_mask=prompt_mask, completion_ids=completion_ids, completion_mask=completion_mask,
             sample_logp=sample_logp, rewards=rewards, grpo=cfg, tokenizer=self.tokenizer, verify=self.task.verify,
             logprobs=self.logprobs, generator=step_generator(cfg.seed, step, f"{self.name}/probe"),
-            state=self.probe_state, ref_logp=ref_logp)
+            state=self.probe_state, ref_logp=ref_logp, teacher_logp=teacher_logp, teacher_failed=teacher_failed)
         return {"records": self.records(self.pending, texts), "reward": rewards.mean().item(),
                 "seconds": time.perf_counter() - start}
 

@@ -197,6 +197,11 @@ class RolloutBatch:
     """the probe's state across steps (checkpointed with the actor)"""
     ref_logp: Tensor | None = None
     """(P*G, T) log-probs of the frozen reference policy, when grpo.beta > 0"""
+    teacher_logp: Tensor | None = None
+    """(P*G, T) a fixed teacher's log-probs of these completion tokens, projected by THL (mrl.teacher), for probes
+    registered with teacher=True"""
+    teacher_failed: int = 0
+    """rows THL could not align to the teacher's tokenizer (their teacher_logp is sample_logp)"""
 
     @property
     def eos_id(self) -> int:

@@ -118,6 +118,9 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     else:
         plan = {name: threads for name in policy_paths}
     peer_paths = {peer: str(p) for peer, p in policy_paths.items()}
+    if probe.teacher and len(policy_paths) < 2:
+        raise ConfigError(f"probe {probe.name!r} takes its teacher from another policy of the run; got one policy "
+                          f"({sorted(policy_paths)}): pass at least two")
     if cfg.poisoned and cfg.poisoned not in policy_paths:
         raise ConfigError(f"RunnerConfig.poisoned = {cfg.poisoned!r} is not a policy of this run; expected '' (none) "
                           f"or one of {sorted(policy_paths)}")

@@ -9,12 +9,14 @@
     hacpo     hacpo and its baselines gspo, gspo_x2, naive; hacpo_primitives holds HACPO's pure functions
     graft     a peer's verified success on prompts the learner's group all failed, compatibility-weighted and
               token-clipped (trajectory level; a reconstruction of GRAFT)
+    trrd      GRPO with the token ratio anchored to an old-policy/teacher mixture, the teacher a peer's fixed
+              checkpoint through THL (trust region level; a reconstruction of RLAD's TRRD)
 
 Adding a probe is one file that calls `register_probe`, imported below (or anywhere before a run starts).
 """
 from mrl.probes.contract import (PROBES, PeerView, Probe, ProbeConfig, ProbeLoss, ProbeOutput, as_probe_config,
                                  get_probe, probe_config, register_probe)
-from mrl.probes import graft, grpo, hacpo, prp, sgt, xgrpo  # noqa: E402,F401  (registration)
+from mrl.probes import graft, grpo, hacpo, prp, sgt, trrd, xgrpo  # noqa: E402,F401  (registration)
 
 __all__ = ["PROBES", "PeerView", "Probe", "ProbeConfig", "ProbeLoss", "ProbeOutput", "as_probe_config", "get_probe",
            "probe_config", "register_probe"]

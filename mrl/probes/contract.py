@@ -97,6 +97,9 @@ class Probe:
     """the GrpoConfig.loss_type values its loss honours"""
     group_multiplier: int = 1
     """each policy samples group_multiplier x G completions per prompt (gspo_x2: resource-equivalent)"""
+    teacher: bool = False
+    """the actor scores its own samples with a fixed teacher (the next policy of the run's checkpoint, mrl.teacher)
+    into RolloutBatch.teacher_logp (trrd)"""
 
     def check(self, grpo: GrpoConfig) -> None:
         """Refuse a GRPO config whose aggregation this probe's loss does not implement."""
@@ -109,7 +112,8 @@ PROBES: dict[str, Probe] = {}
 
 
 def register_probe(name: str, config: type = ProbeConfig, kinds: tuple[str, ...] = (),
-                   aggregations: tuple[str, ...] = tuple(LOSS_TYPES), group_multiplier: int = 1):
+                   aggregations: tuple[str, ...] = tuple(LOSS_TYPES), group_multiplier: int = 1,
+                   teacher: bool = False):
     """Register `fn(batch, peers, cfg) -> ProbeOutput` under `name` with its config class."""
     def wrap(fn: ProbeLoss) -> ProbeLoss:
         if name in PROBES:
@@ -120,7 +124,7 @@ def register_probe(name: str, config: type = ProbeConfig, kinds: tuple[str, ...]
         if unknown:
             raise ValueError(f"probe {name!r}: unknown kinds or aggregations {sorted(unknown)}; expected kinds from "
                              f"{list(KINDS)} and aggregations from {list(LOSS_TYPES)}")
-        PROBES[name] = Probe(name, fn, config, tuple(kinds), tuple(aggregations), group_multiplier)
+        PROBES[name] = Probe(name, fn, config, tuple(kinds), tuple(aggregations), group_multiplier, teacher)
         return fn
     return wrap
 

@@ -6,6 +6,8 @@ touches a model or an optimizer.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor
 
@@ -21,9 +23,11 @@ def own_logprobs(batch: RolloutBatch, rows: Tensor) -> Tensor:
                           batch.completion_mask[rows])
 
 
-def own_grpo_loss(batch: RolloutBatch, advantages: Tensor) -> tuple[Tensor | None, int, dict]:
+def own_grpo_loss(batch: RolloutBatch, advantages: Tensor,
+                  anchor: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor | None, int, dict]:
     """The GRPO loss (mrl.grpo.policy_loss with batch.grpo's settings) on the own samples, on-policy: ratio 1,
     old_logp = logp.detach(), as TRL with num_iterations = 1. advantages: (P*G,).
+    anchor: old_logp = anchor(logp.detach()) instead, (P*G, T) -> (P*G, T) (TRRD's old/teacher mixture).
 
     Returns (loss or None when nothing is active, sequences forwarded, stats). With beta = 0 and
     skip_zero_advantage, rows with A = 0 are not forwarded: their loss and gradient are exactly 0, and the
@@ -39,7 +43,8 @@ def own_grpo_loss(batch: RolloutBatch, advantages: Tensor) -> tuple[Tensor | Non
         return None, 0, {}
     logp_active = own_logprobs(batch, active)
     logp = torch.zeros(batch.completion_ids.shape, dtype=logp_active.dtype).index_put((active,), logp_active)
-    loss, stats = policy_loss(logp, logp.detach(), advantages, batch.completion_mask, level=cfg.level,
+    old_logp = logp.detach() if anchor is None else anchor(logp.detach())
+    loss, stats = policy_loss(logp, old_logp, advantages, batch.completion_mask, level=cfg.level,
                               loss_type=cfg.loss_type, eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
                               ref_logp=batch.ref_logp, max_completion_length=cfg.max_new_tokens,
                               kl_bias_correction=cfg.kl_bias_correction)
