@@ -35,7 +35,7 @@ class CheckpointMismatch(ConfigError):
     """The checkpoint folder holds a different experiment than the one being resumed."""
 
 
-def run_identity(policy_paths: dict, task_cfg, grpo_cfg, probe_cfg, runner_cfg, run_id: str) -> dict:
+def run_identity(policy_paths: dict, task_cfg, grpo_cfg, probe_cfg, runner_cfg, run_id: str, offline=None) -> dict:
     """The settings that define a run's metrics, as plain JSON values (what a resume must match).
 
     Left out: the backend, threads, timeouts, failure policy and checkpoint interval, which change
@@ -54,6 +54,9 @@ def run_identity(policy_paths: dict, task_cfg, grpo_cfg, probe_cfg, runner_cfg, 
         "peers": {"poisoned": runner_cfg.poisoned, "attack": runner_cfg.attack if runner_cfg.poisoned else "",
                   "reverify": runner_cfg.reverify},
         "run_id": run_id,
+        "offline": None if offline is None else {
+            "log": str(Path(offline.log_dir).resolve()),
+            "policies": {name: str(Path(path).resolve()) for name, path in sorted(offline.paths.items())}},
     }
     return json.loads(json.dumps(identity, sort_keys=True, default=str))  # as a manifest will read it back
 

@@ -31,7 +31,7 @@ from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads, raise_first_failure
 from mrl.poison import PoisonedActor
 from mrl.probes import ProbeConfig, get_probe
-from mrl.see import Exchange, PolicySpec
+from mrl.see import Exchange, PolicySpec, read_log_index, replay
 from mrl.seeding import step_prompts
 from mrl.tasks import make_task
 from mrl.tracking import Reporting, make_reporters
@@ -51,6 +51,33 @@ class RunRecord:
     """the training loop, from the first step to the last"""
     counters: dict = field(default_factory=dict)
     workers: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OfflinePeers:
+    """Peers that do not train in this run (GRAFT's offline variant): at each step s, their records of step s in a
+    stored SEE log (`mrl.see.replay`, every record re-validated) enter the exchange as if they had just been
+    published, beside the live policies' own."""
+
+    log_dir: str
+    """the experience log of an earlier run"""
+    paths: dict
+    """{policy id in the log: its checkpoint folder} (THL needs its tokenizer); the log's other policies are left out"""
+
+    def load(self) -> tuple[dict[str, PolicySpec], dict[int, list]]:
+        """({policy: spec} from the log's manifests, {step: [records]}) of the policies in `paths`."""
+        logged = {name: spec for manifest in read_log_index(Path(self.log_dir)).values()
+                  for name, spec in manifest["policies"].items()}
+        missing = sorted(set(self.paths) - set(logged))
+        if missing:
+            raise ConfigError(f"OfflinePeers.paths names {missing}, which the log {self.log_dir} does not hold; it "
+                              f"holds {sorted(logged)}")
+        specs = {name: spec for name, spec in logged.items() if name in self.paths}
+        by_step: dict[int, list] = {}
+        for step, record in replay(self.log_dir):
+            if record.policy_id in self.paths:
+                by_step.setdefault(step, []).append(record)
+        return specs, by_step
 
 
 latest_checkpoint = checkpoint.latest
@@ -73,7 +100,8 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
                    cfg: RunnerConfig, checkpoint_dir: str | Path | None = None, resume: bool = False,
                    threads: int | None = 1, progress: bool = True, run_id: str = "run",
                    actor_cls: type = PolicyActor, probe_cfg: ProbeConfig | None = None,
-                   experience_dir: str | Path | None = None, reporters: list | None = None) -> RunRecord:
+                   experience_dir: str | Path | None = None, reporters: list | None = None,
+                   offline: OfflinePeers | None = None) -> RunRecord:
     """Train the policies at `policy_paths` ({name: checkpoint folder}, one or more) together for grpo_cfg.steps steps.
 
     probe_cfg: the sharing probe and its knobs (default grpo: independent policies that still publish experience);
@@ -88,6 +116,7 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     in the events); a checkpoint of another experiment (seed, probe, policies, steps, ...) is refused.
     reporters: objects with log(metrics, step) and close() (mrl.tracking, e.g. NotebookTable) that receive every
     step's metrics, besides the tracker cfg.report_to names.
+    offline: peers replayed from a stored experience log, step by step (sync mode only).
     """
     if len(policy_paths) < 1:
         raise ValueError("a run needs at least one policy; policy_paths is empty")
@@ -104,7 +133,15 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     if cfg.mode == "async" and probe.kinds:
         raise ValueError(f"mode='async' runs probes that share nothing (grpo); probe {probe.name!r} collects "
                          f"{list(probe.kinds)} from the same step, which needs mode='sync'")
-    identity = checkpoint.run_identity(policy_paths, task_cfg, grpo_cfg, probe_cfg, cfg, run_id)
+    offline_specs, offline_records = {}, {}
+    if offline is not None:
+        clash = sorted(set(offline.paths) & set(policy_paths))
+        if clash or cfg.mode != "sync":
+            raise ConfigError(f"offline peers {sorted(offline.paths)} must differ from the live policies "
+                              f"{sorted(policy_paths)} and need mode='sync'"
+                              + (f"; both hold {clash}" if clash else ""))
+        offline_specs, offline_records = offline.load()
+    identity = checkpoint.run_identity(policy_paths, task_cfg, grpo_cfg, probe_cfg, cfg, run_id, offline)
     found, state, skipped = None, None, []
     if resume and checkpoint_dir is not None:
         found, state, skipped = checkpoint.load_latest(checkpoint_dir, identity)  # before any worker starts
@@ -117,7 +154,7 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
         plan = plan_threads(costs, os.cpu_count() or 1)
     else:
         plan = {name: threads for name in policy_paths}
-    peer_paths = {peer: str(p) for peer, p in policy_paths.items()}
+    peer_paths = {peer: str(p) for peer, p in {**policy_paths, **(offline.paths if offline else {})}.items()}
     if probe.teacher and len(policy_paths) < 2:
         raise ConfigError(f"probe {probe.name!r} takes its teacher from another policy of the run; got one policy "
                           f"({sorted(policy_paths)}): pass at least two")
@@ -139,7 +176,8 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     try:
         policies = _phase(backend, {w: ("policy_spec", ()) for w in backend.workers}, first_step - 1, record, cfg,
                           "at start-up: ")
-        exchange = Exchange({name: PolicySpec(**spec) for name, spec in policies.items()}, log_dir=experience_dir)
+        exchange = Exchange({**offline_specs, **{name: PolicySpec(**spec) for name, spec in policies.items()}},
+                            log_dir=experience_dir)
         if state is not None:
             _restore(backend, exchange, state, found.name, record, cfg)
         for name, reason in skipped:
@@ -150,9 +188,12 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
         if first_step == 1:
             _evaluate(backend, 0, record, grpo_cfg, cfg)
         loop_start = time.perf_counter()
-        run_loop = _run_async if cfg.mode == "async" else _run_sync
-        run_loop(backend, task, grpo_cfg, cfg, exchange, record, first_step, checkpoint_dir, progress, probe, identity,
-                 reporting)
+        if cfg.mode == "async":
+            _run_async(backend, task, grpo_cfg, cfg, exchange, record, first_step, checkpoint_dir, progress, probe,
+                       identity, reporting)
+        else:
+            _run_sync(backend, task, grpo_cfg, cfg, exchange, record, first_step, checkpoint_dir, progress, probe,
+                      identity, reporting, offline_records)
         reporting.update(record)
         record.counters = dict(exchange.counters)
         record.wall_seconds = time.perf_counter() - loop_start
@@ -175,8 +216,10 @@ def _restore(backend, exchange: Exchange, state: dict, name: str, record: RunRec
 
 
 def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: Exchange, record: RunRecord,
-              first_step: int, checkpoint_dir, progress: bool, probe, identity: dict, reporting: Reporting) -> None:
-    """Two barriers per step (rollout, update); the peers' records are collected in between and logged."""
+              first_step: int, checkpoint_dir, progress: bool, probe, identity: dict, reporting: Reporting,
+              offline_records: dict | None = None) -> None:
+    """Two barriers per step (rollout, update); the peers' records are collected in between and logged.
+    offline_records: {step: [records]} of offline peers, published with the step's own."""
     steps = range(first_step, grpo_cfg.steps + 1)
     for step in tqdm(steps, desc=f"{cfg.backend} x{len(backend.workers)} {probe.name}", disable=not progress,
                      mininterval=5):
@@ -185,6 +228,7 @@ def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: 
         rollouts = _phase(backend, {w: ("rollout", (step, problems)) for w in backend.workers}, step, record, cfg)
         for name in sorted(rollouts):  # a fixed order, whatever order the workers answered in
             exchange.publish_many(rollouts[name]["records"])
+        exchange.publish_many((offline_records or {}).get(step, []))
         exchange.flush(step)
         calls = {w: ("update", (step, collect_for(exchange, probe.kinds, w, problems, task, cfg.max_staleness,
                                                   cfg.reverify)))

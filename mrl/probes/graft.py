@@ -17,8 +17,8 @@ L_GRPO is the own group's GRPO loss with its own advantages (without peer succes
 
 What is reconstructed: the exact gate (all-fail: SGT's rescue set with tau = 0, as GRAFT states it for SGT), using every
 verified success of x (not one), the pooled advantage, and the product of the sequence weight with the per-token
-clip (GRAFT names both, not how they combine). Offline GRAFT (peer trajectories from a stored SEE log) is not
-built yet.
+clip (GRAFT names both, not how they combine). Offline GRAFT is this probe with the peers replayed from a stored SEE
+log instead of co-trained (mrl.runner.OfflinePeers).
 """
 from __future__ import annotations
 
