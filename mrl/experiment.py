@@ -13,10 +13,7 @@ not part of the key: inline, process and ray give the same metrics.
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
-import functools
-import hashlib
 import json
 import multiprocessing
 import time
@@ -29,6 +26,7 @@ from tqdm.auto import tqdm
 
 from mrl.config import (ExperimentsConfig, GrpoConfig, HacpoGridConfig, MwraTimingConfig, ProbeGridConfig, RunConfig,
                         RunnerConfig, TaskConfig, config_hash, to_dict)
+from mrl.fingerprint import code_fingerprint
 from mrl.probes import ProbeConfig, as_probe_config, probe_config
 from mrl.results import git_sha, repo_root
 from mrl.runner import run_concurrent
@@ -61,29 +59,6 @@ def hacpo_ablations() -> dict[str, list[ProbeConfig]]:
             "alpha": [probe_config("hacpo", alpha=0.0), default, probe_config("hacpo", alpha=2.0)],
             "clipping": clip,
             "ratio": [default, probe_config("hacpo", ratio="mean")]}
-
-
-@functools.lru_cache(maxsize=1)
-def code_fingerprint() -> str:
-    """sha256 over the code of every source file of the mrl package a run can execute (sorted by path; mrl/reports/,
-    which only reads finished runs into tables and figures, is left out): its syntax tree without docstrings, so an
-    edited comment, docstring or report keeps the cached runs, any change of the runs' code does not."""
-    package = Path(__file__).resolve().parent
-    digest = hashlib.sha256()
-    for source in sorted(p for p in package.rglob("*.py") if p.relative_to(package).parts[0] != "reports"):
-        digest.update(str(source.relative_to(package)).encode() + code_without_docs(source.read_text()).encode())
-    return digest.hexdigest()[:16]
-
-
-def code_without_docs(text: str) -> str:
-    """ast.dump of a module with every docstring removed (comments never reach the tree)."""
-    tree = ast.parse(text)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree)
 
 
 def run_key(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: int, steps: int) -> str:

@@ -21,6 +21,7 @@ from transformers import (AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrai
 from transformers.utils import logging as hf_logging
 
 from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig, config_hash, to_dict
+from mrl.fingerprint import zoo_fingerprint
 from mrl.rollout import completion_logprobs
 from mrl.results import repo_root
 from mrl.seeding import torch_threads
@@ -195,9 +196,10 @@ class Policy:
 
 
 def family_dir(root: Path, task_cfg: TaskConfig, family: FamilyConfig, zoo_cfg: ZooConfig) -> Path:
-    """Cache folder of one family: its name plus a hash of everything its weights depend on."""
+    """Cache folder of one family: its name plus a hash of everything its weights depend on (the configs and the
+    code of the warm-up, mrl.fingerprint.zoo_fingerprint, so a zoo never outlives the code that built it)."""
     key = {"task": to_dict(task_cfg), "family": to_dict(family), "warmup": to_dict(zoo_cfg.warmup),
-           "max_positions": zoo_cfg.max_positions}
+           "max_positions": zoo_cfg.max_positions, "code": zoo_fingerprint()}
     return Path(root) / task_cfg.name / f"{family.name}-{config_hash(key)}"
 
 

@@ -126,7 +126,7 @@ def test_a_profile_is_whole_in_its_yaml_and_its_grids_are_checked(tmp_path, monk
 
 
 def test_the_run_cache_key_ignores_docstrings_and_comments_not_code():
-    from mrl.experiment import code_without_docs
+    from mrl.fingerprint import code_without_docs
 
     base = code_without_docs('def f(x):\n    """doc"""\n    return x  # note\n')
     assert base == code_without_docs('def f(x):\n    """another doc"""\n    # a comment\n    return x\n')
