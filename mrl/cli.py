@@ -71,8 +71,8 @@ def run_request(request: RunRequest, recompute: bool = False, progress: bool = T
     probe = as_probe_config(request.probe)
     steps = request.steps or config.grpo.steps
     paths = {name: path for name, path in policy_paths(config, progress).items() if name in names}
-    steps_df, evals_df = run_probe(config, paths, probe, request.seed, steps, request.backend, cache=not recompute,
-                                   progress=progress, report_to=request.report_to)
+    steps_df, evals_df = run_probe(config, paths, probe, request.seed, steps, backend=request.backend,
+                                   cache=not recompute, progress=progress, report_to=request.report_to)
     return run_folder(config, paths, probe, request.seed, steps), steps_df, evals_df
 
 

@@ -557,6 +557,37 @@ class HeldoutConfig:
 
 
 @config_dataclass
+class BeyondConfig:
+    """80_beyond: methods beyond the papers on the held-out experiment (its zoo seed 0, pairing, steps and GRPO
+    settings), every arm paired with GRPO on the same RL seeds."""
+
+    probes: list[ProbeEntry] = field(default_factory=lambda: ["trrd"])
+    """probes run online between the pairing's policies (the MRL probes and HACPO come from the held-out grid)"""
+    offline_probes: list[ProbeEntry] = field(default_factory=lambda: ["graft"])
+    """probes run by one learner at a time against its peer replayed from the grpo run's experience log"""
+    poison_probes: list[ProbeEntry] = field(default_factory=lambda: ["sgt", "prp", "graft", "hacpo", "xgrpo"])
+    """probes run beside a poisoned peer; each meets the attacks on the record kinds it reads"""
+    attacks: list[Str] = field(default_factory=lambda: ["forged_success", "lying_stats"])
+    """what the poisoned peer publishes (mrl.poison)"""
+    poisoned: Str = "B"
+    """the policy that lies; the other learns beside it"""
+    seeds: list[Int] = field(default_factory=lambda: [0])
+    """RL seeds of every arm (and of its GRPO pair)"""
+    reverified_seeds: list[Int] = field(default_factory=lambda: [0])
+    """RL seeds of the poisoned runs with re-verification on (each must equal the honest run: a check, not an
+    estimate)"""
+
+    def __post_init__(self):
+        c = "BeyondConfig"
+        for name in ("probes", "offline_probes", "poison_probes"):
+            _probe_entries(c, name, getattr(self, name))
+        require(isinstance(self.attacks, list) and len(self.attacks) > 0 and set(self.attacks) <= set(ATTACKS), c,
+                "attacks", self.attacks, f"a non-empty list drawn from {list(ATTACKS)}")
+        _int_list(c, "seeds", self.seeds)
+        _int_list(c, "reverified_seeds", self.reverified_seeds)
+
+
+@config_dataclass
 class ExperimentsConfig:
     """The grids and budgets of the notebooks' experiments."""
 
@@ -570,10 +601,12 @@ class ExperimentsConfig:
     """60_bandit"""
     heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
     """70_heldout"""
+    beyond: BeyondConfig = field(default_factory=BeyondConfig)
+    """80_beyond"""
 
 
 NOTEBOOKS = ("00_zoo", "01_tour", "10_grpo_baseline", "20_thl", "30_mwra", "40_probe", "50_hacpo", "60_bandit",
-             "70_heldout")
+             "70_heldout", "80_beyond")
 
 
 @config_dataclass

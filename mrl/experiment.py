@@ -16,20 +16,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from tqdm.auto import tqdm
 
-from mrl.config import (ExperimentsConfig, GrpoConfig, HacpoGridConfig, MwraTimingConfig, ProbeGridConfig, RunConfig,
-                        RunnerConfig, TaskConfig, config_hash, to_dict)
+from mrl.config import (ConfigError, ExperimentsConfig, GrpoConfig, HacpoGridConfig, MwraTimingConfig,
+                        ProbeGridConfig, RunConfig, RunnerConfig, TaskConfig, config_hash, to_dict)
 from mrl.fingerprint import code_fingerprint
-from mrl.probes import ProbeConfig, as_probe_config, probe_config
+from mrl.probes import ProbeConfig, as_probe_config, get_probe, probe_config
 from mrl.results import git_sha, repo_root
-from mrl.runner import run_concurrent
+from mrl.runner import OfflinePeers, run_concurrent
 
 CLIPPING_MINIBATCHES = 4  # the clipping ablation: 4 updates per step, so the stepwise bound rises (0.8 -> 0.875)
 
@@ -61,16 +63,55 @@ def hacpo_ablations() -> dict[str, list[ProbeConfig]]:
             "ratio": [default, probe_config("hacpo", ratio="mean")]}
 
 
-def run_key(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: int, steps: int) -> str:
+@dataclass(frozen=True)
+class PeerSetup:
+    """What a run's peers do besides its probe: one poisoned policy (mrl.poison) with or without re-verification,
+    or peers replayed from another run's experience log (runner.OfflinePeers). The default: honest live peers."""
+
+    poisoned: str = ""
+    """the policy that publishes lies, '' for none"""
+    attack: str = "forged_success"
+    """what it publishes (mrl.config.ATTACKS)"""
+    reverify: bool = True
+    """learners re-score their peers' claims with their own verifier"""
+    offline: tuple = ()
+    """((peer, checkpoint folder), ...): peers replayed from offline_log instead of co-trained"""
+    offline_log: str = ""
+    """the experience log of a cached run (its folder/experience)"""
+    log_experience: bool = False
+    """write this run's experience log into its cache folder (it computes the same metrics: not in the key)"""
+
+    def key(self) -> dict:
+        """What the run's numbers depend on, independent of where the repository lies."""
+        return {"poisoned": self.poisoned, "attack": self.attack if self.poisoned else "", "reverify": self.reverify,
+                "offline": {name: Path(path).name for name, path in self.offline},
+                "offline_log": Path(self.offline_log).parent.name if self.offline_log else ""}
+
+
+HONEST = PeerSetup()
+
+
+def run_key(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: int, steps: int,
+            setup: PeerSetup = HONEST) -> str:
     grpo = dataclasses.replace(config.grpo, seed=seed, steps=steps)
-    return config_hash({"task": to_dict(config.task), "grpo": to_dict(grpo), "probe": to_dict(probe),
-                        "policies": {name: Path(path).name for name, path in sorted(paths.items())},
-                        "code": code_fingerprint()})
+    key = {"task": to_dict(config.task), "grpo": to_dict(grpo), "probe": to_dict(probe),
+           "policies": {name: Path(path).name for name, path in sorted(paths.items())}, "code": code_fingerprint()}
+    if setup.key() != HONEST.key():
+        key["peers"] = setup.key()
+    return config_hash(key)
 
 
-def run_folder(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: int, steps: int) -> Path:
+def run_folder(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: int, steps: int,
+               setup: PeerSetup = HONEST) -> Path:
     """results/runs/<key>/: where a run's steps, evals and run.json are cached."""
-    return repo_root() / "results" / "runs" / run_key(config, paths, probe, seed, steps)
+    return repo_root() / "results" / "runs" / run_key(config, paths, probe, seed, steps, setup)
+
+
+def is_cached(folder: Path, setup: PeerSetup = HONEST) -> bool:
+    """The run in `folder` finished (run.json), with its experience log when the setup asks for one."""
+    if not (folder / "run.json").exists():
+        return False
+    return not setup.log_experience or json.loads((folder / "run.json").read_text()).get("experience", False)
 
 
 def _run_inline(job: tuple) -> None:
@@ -123,44 +164,51 @@ def packed_deadline(runs: list[tuple]) -> float:
     """Seconds within which one of `runs` must finish: the step deadline for each phase of the longest
     (rollout and update per step, an evaluation every eval_every steps and at 0)."""
     def phases(run):
-        config, _, _, _, steps = run
+        config, steps = run[0], run[4]
         return 2 * steps + steps // max(1, min(config.grpo.eval_every, steps)) + 2
     return max(run[0].step_timeout * phases(run) for run in runs)
 
 
 def _describe(runs) -> str:
-    return ", ".join(f"{probe_label(probe)} seed {seed} of {'+'.join(paths)}" for _, paths, probe, seed, _ in runs)
+    return ", ".join(f"{probe_label(run[2])} seed {run[3]} of {'+'.join(run[1])}" for run in runs)
 
 
 def run_probe(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: int, steps: int,
-              backend: str | None = None, cache: bool = True,
+              setup: PeerSetup = HONEST, *, backend: str | None = None, cache: bool = True,
               progress: bool = False, report_to: str = "none") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(steps, evals) of one run of `paths` under `probe`; from the cache when it holds the run.
-    backend: None takes the profile's (config.backend). report_to: live metrics (mrl.tracking)."""
-    folder = run_folder(config, paths, probe, seed, steps)
-    if cache and (folder / "run.json").exists():
+    """(steps, evals) of one run of `paths` under `probe` with its peers' `setup`; from the cache when it holds
+    the run. backend: None takes the profile's (config.backend). report_to: live metrics (mrl.tracking)."""
+    folder = run_folder(config, paths, probe, seed, steps, setup)
+    if cache and is_cached(folder, setup):
         return pd.read_csv(folder / "steps.csv"), pd.read_csv(folder / "evals.csv")
     grpo = dataclasses.replace(config.grpo, seed=seed, steps=steps, eval_every=min(config.grpo.eval_every, steps))
     backend = backend or config.backend
+    experience = folder / "experience" if setup.log_experience else None
+    if experience is not None and experience.exists():
+        shutil.rmtree(experience)  # a log torn by an interrupted run: write it again whole
+    offline = OfflinePeers(setup.offline_log, dict(setup.offline)) if setup.offline else None
     start = time.perf_counter()
-    record = run_concurrent(paths, config.task, grpo, RunnerConfig(backend=backend, step_timeout=config.step_timeout,
-                                                                 report_to=report_to),
+    record = run_concurrent(paths, config.task, grpo,
+                            RunnerConfig(backend=backend, step_timeout=config.step_timeout, report_to=report_to,
+                                         poisoned=setup.poisoned, attack=setup.attack, reverify=setup.reverify),
                             threads=config.threads, progress=progress, probe_cfg=probe,
-                            run_id=f"{probe.name}-seed{seed}")
-    return save_run(folder, record, config.task, grpo, probe, paths, backend, time.perf_counter() - start)
+                            run_id=f"{probe.name}-seed{seed}", experience_dir=experience, offline=offline)
+    return save_run(folder, record, config.task, grpo, probe, paths, backend, time.perf_counter() - start,
+                    setup)
 
 
 def save_run(folder: Path, record, task: TaskConfig, grpo: GrpoConfig, probe: ProbeConfig, paths: dict[str, str],
-             backend: str, wall_seconds: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """A finished run into its cache folder: steps.csv, evals.csv, then run.json (its settings, counters, events,
-    backend, git SHA and wall time), which marks it finished; returns (steps, evals)."""
+             backend: str, wall_seconds: float, setup: PeerSetup = HONEST) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A finished run into its cache folder: steps.csv, evals.csv, then run.json (its settings, peers' setup,
+    counters, events, backend, git SHA and wall time), which marks it finished; returns (steps, evals)."""
     steps_df, evals_df = pd.DataFrame(record.steps), pd.DataFrame(record.evals)
     folder.mkdir(parents=True, exist_ok=True)
     steps_df.to_csv(folder / "steps.csv", index=False)
     evals_df.to_csv(folder / "evals.csv", index=False)
     (folder / "run.json").write_text(json.dumps({
         "task": to_dict(task), "grpo": to_dict(grpo), "probe": to_dict(probe), "policies": paths,
-        "counters": record.counters, "events": record.events, "backend": backend, "git_sha": git_sha(),
+        "peers": setup.key(), "experience": setup.log_experience, "counters": record.counters,
+        "events": record.events, "backend": backend, "git_sha": git_sha(),
         "wall_seconds": round(wall_seconds, 1)}, indent=2, default=str))
     return steps_df, evals_df
 
@@ -186,17 +234,17 @@ def run_grid(config: RunConfig, zoo_paths: dict[str, str], pairings, probes: lis
 
 def run_labelled(labelled: list[tuple[dict, tuple]], packed_runs: int, backend: str | None = None,
                  cache: bool = True, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(steps, evals) of runs (config, paths, probe, seed, steps), each with its label's columns.
+    """(steps, evals) of runs (config, paths, probe, seed, steps[, setup]), each with its label's columns.
 
     With packed_runs > 1 the runs missing from the cache first run that many at a time (run_packed)."""
     if packed_runs > 1:
         runs = {run_folder(*run): run for _, run in labelled}   # a repeated run runs once
-        missing = [run for folder, run in runs.items() if not cache or not (folder / "run.json").exists()]
+        missing = [run for folder, run in runs.items() if not cache or not is_cached(folder, *run[5:])]
         run_packed(missing, packed_runs, progress, recompute=not cache)
         cache = True  # every run is in the cache now
     all_steps, all_evals = [], []
     for label, run in tqdm(labelled, desc="probe runs", disable=not progress or packed_runs > 1):
-        steps_df, evals_df = run_probe(*run, backend, cache)
+        steps_df, evals_df = run_probe(*run, backend=backend, cache=cache)
         all_steps.append(steps_df.assign(**label))
         all_evals.append(evals_df.assign(**label))
     return pd.concat(all_steps, ignore_index=True), pd.concat(all_evals, ignore_index=True)
@@ -255,6 +303,87 @@ def heldout_knob_grid(config: RunConfig, backend: str | None = None, cache: bool
     labelled = [({"pairing": "+".join(heldout.pairing), "probe": probe_label(probe), "seed": seed,
                   "zoo_seed": zoo_seed}, (run_config, paths, probe, seed, heldout.steps))
                 for probe in defaults + variants for seed in heldout.knob_seeds]
+    return run_labelled(labelled, config.packed_runs, backend, cache, progress)
+
+
+def _heldout_base(config: RunConfig) -> tuple[RunConfig, dict[str, str], str]:
+    """(the held-out experiment's run config on its first zoo seed, that zoo's paths of the pairing, pairing label)."""
+    heldout = config.experiments.heldout
+    zoo_seed = heldout.zoo_seeds[0]
+    zoo = heldout_zoos(config, progress=False)[zoo_seed]
+    return heldout_config(config, zoo_seed), {name: zoo[name] for name in heldout.pairing}, "+".join(heldout.pairing)
+
+
+def beyond_grid(config: RunConfig, backend: str | None = None, cache: bool = True,
+                progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """80_beyond's online probes (experiments.beyond.probes), the poison probes beside an honest peer (the
+    comparison) and grpo on the held-out experiment's first zoo seed over beyond.seeds, labelled like heldout_grid's
+    runs (those it shares come from its cache)."""
+    beyond, heldout = config.experiments.beyond, config.experiments.heldout
+    run_config, paths, pairing = _heldout_base(config)
+    probes = [probe_config("grpo"), *(as_probe_config(entry) for entry in [*beyond.probes, *beyond.poison_probes])]
+    labelled = [({"pairing": pairing, "probe": probe_label(probe), "seed": seed, "zoo_seed": heldout.zoo_seeds[0]},
+                 (run_config, paths, probe, seed, heldout.steps)) for probe in probes for seed in beyond.seeds]
+    return run_labelled(labelled, config.packed_runs, backend, cache, progress)
+
+
+def offline_grid(config: RunConfig, backend: str | None = None, cache: bool = True,
+                 progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """80_beyond's offline probes: each policy of the pairing learns alone while the others are replayed from the
+    experience log of the grpo run of the same seed (no co-training; GRAFT's offline variant). The grpo runs are
+    recorded again with their logs when their cache has none (same metrics). Labelled "<probe> (offline)"."""
+    beyond, heldout = config.experiments.beyond, config.experiments.heldout
+    run_config, paths, pairing = _heldout_base(config)
+    grpo = probe_config("grpo")
+    logged = PeerSetup(log_experience=True)
+    sources = [({"seed": seed}, (run_config, paths, grpo, seed, heldout.steps, logged)) for seed in beyond.seeds]
+    run_labelled(sources, config.packed_runs, backend, cache, progress)
+    labelled = []
+    for entry in beyond.offline_probes:
+        probe = as_probe_config(entry)
+        for seed in beyond.seeds:
+            log = run_folder(run_config, paths, grpo, seed, heldout.steps) / "experience"
+            for learner in paths:
+                setup = PeerSetup(offline=tuple((peer, path) for peer, path in paths.items() if peer != learner),
+                                  offline_log=str(log))
+                label = {"pairing": pairing, "probe": f"{probe_label(probe)} (offline)", "seed": seed,
+                         "zoo_seed": heldout.zoo_seeds[0]}
+                labelled.append((label, (run_config, {learner: paths[learner]}, probe, seed, heldout.steps, setup)))
+    return run_labelled(labelled, config.packed_runs, backend, cache, progress)
+
+
+ATTACKED_KINDS = {"forged_success": {"rollout", "success"}, "lying_stats": {"group_stats"},
+                  "malformed": {"rollout", "success", "group_stats"}}
+"""the record kinds each attack changes: a probe meets an attack only when it reads one of them"""
+
+
+def poison_grid(config: RunConfig, backend: str | None = None, cache: bool = True,
+                progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """80_beyond's poisoned peer: each poison probe beside the poisoned policy under each attack on a record kind it
+    reads (forged successes without re-verification over beyond.seeds and with it over beyond.reverified_seeds; the
+    other attacks, which re-verification cannot touch, over beyond.seeds), and each probe honest over beyond.seeds
+    (from the held-out grid's cache). Columns attack ("none" for honest) and reverify."""
+    beyond, heldout = config.experiments.beyond, config.experiments.heldout
+    run_config, paths, pairing = _heldout_base(config)
+    if beyond.poisoned not in paths:
+        raise ConfigError(f"BeyondConfig.poisoned = {beyond.poisoned!r} is not a policy of the held-out pairing; "
+                          f"expected one of {sorted(paths)}")
+    labelled = []
+    for entry in beyond.poison_probes:
+        probe = as_probe_config(entry)
+        base = {"pairing": pairing, "probe": probe_label(probe), "zoo_seed": heldout.zoo_seeds[0]}
+        for seed in beyond.seeds:
+            labelled.append(({**base, "seed": seed, "attack": "none", "reverify": True},
+                             (run_config, paths, probe, seed, heldout.steps)))
+        for attack in beyond.attacks:
+            if not ATTACKED_KINDS[attack] & set(get_probe(probe.name).kinds):
+                continue
+            arms = ((False, beyond.seeds), (True, beyond.reverified_seeds)) if attack == "forged_success" \
+                else ((True, beyond.seeds),)   # nothing re-verifies group statistics; SEE rejects malformed ones
+            for reverify, seeds in arms:
+                setup = PeerSetup(poisoned=beyond.poisoned, attack=attack, reverify=reverify)
+                labelled += [({**base, "seed": seed, "attack": attack, "reverify": reverify},
+                              (run_config, paths, probe, seed, heldout.steps, setup)) for seed in seeds]
     return run_labelled(labelled, config.packed_runs, backend, cache, progress)
 
 

@@ -230,9 +230,12 @@ def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: 
             exchange.publish_many(rollouts[name]["records"])
         exchange.publish_many((offline_records or {}).get(step, []))
         exchange.flush(step)
-        calls = {w: ("update", (step, collect_for(exchange, probe.kinds, w, problems, task, cfg.max_staleness,
-                                                  cfg.reverify)))
-                 for w in sorted(rollouts)}
+        calls, forged = {}, {}
+        for w in sorted(rollouts):
+            before = exchange.counters["forged"]
+            calls[w] = ("update", (step, collect_for(exchange, probe.kinds, w, problems, task, cfg.max_staleness,
+                                                     cfg.reverify)))
+            forged[w] = exchange.counters["forged"] - before   # peer successes this learner's verifier rejected
         updates = _phase(backend, calls, step, record, cfg)
         for name in sorted(updates):
             result = updates[name]
@@ -240,7 +243,8 @@ def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: 
                                  "loss": result["loss"], "grad_norm": result["grad_norm"],
                                  "active_sequences": result["active_sequences"],
                                  "rollout_seconds": rollouts[name]["seconds"],
-                                 "update_seconds": result["seconds"], **result.get("probe", {})})
+                                 "update_seconds": result["seconds"], "forged_dropped": forged[name],
+                                 **result.get("probe", {})})
         exchange.drop_older_than(step + 1 - cfg.max_staleness)  # what the next step would find stale
         if step % grpo_cfg.eval_every == 0 or step == grpo_cfg.steps:
             _evaluate(backend, step, record, grpo_cfg, cfg)

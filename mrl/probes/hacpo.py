@@ -132,7 +132,8 @@ def _pooled(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig | HacpoConfig,
         cursor[x] += 1
         omega_src = tracker.omega(record.policy_id, batch.policy) if weighted else 1.0
         peer_rows.append((x, record, alignment, a, omega_src))
-    stats = {"peer_samples": len(samples), "thl_failed": failed, "thl_inexact": inexact}
+    stats = {"peer_samples": len(samples), "thl_failed": failed, "thl_inexact": inexact,
+             "reward_disagreements": sum(r != record.reward for r, (_, record, _) in zip(rescored, samples))}
     if len(rates) > 1:
         stats.update({f"omega_from_{s}": tracker.omega(s, batch.policy) for s in sorted(rates) if s != batch.policy})
     return torch.cat(own_adv), peer_rows, stats

@@ -1,0 +1,114 @@
+"""Tables and figures of 80_beyond: the poisoned-peer table (each probe beside a lying peer, paired with the same
+probe beside an honest one) and its figure.
+
+A poisoned run is labelled "<probe> | <attack>, <trusting|re-verified>" (`arm_label`), so the paired machinery of
+mrl.reports.paired compares it with the honest run of its probe on the same seeds: same prompts, same sampling seeds,
+only the peer's records differ.
+"""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from mrl.reports.paired import final_values, interval_cell, pair_columns, paired_differences
+from mrl.reports.palette import probe_colour
+
+SEPARATOR = " | "
+TURNED_AWAY = ("forged_dropped", "rejected_successes", "reward_disagreements")
+"""step columns that count a peer's claims the learner's verifier turned away: successes SEE dropped before the probe,
+successes and rewards the probe re-scored below the claim"""
+MARKERS = {"trusting": "o", "re-verified": "s"}
+
+
+def arm_label(probe: str, attack: str, reverify: bool) -> str:
+    """'sgt' for the honest arm, 'sgt | forged_success, trusting' (or 're-verified') for forged successes,
+    'xgrpo | lying_stats' for an attack re-verification cannot touch."""
+    if attack == "none":
+        return probe
+    if attack != "forged_success":
+        return f"{probe}{SEPARATOR}{attack}"
+    return f"{probe}{SEPARATOR}{attack}, {'re-verified' if reverify else 'trusting'}"
+
+
+def with_arm_labels(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame (columns probe, attack, reverify) with probe replaced by its arm label."""
+    return frame.assign(probe=[arm_label(p, a, bool(r)) for p, a, r in zip(frame.probe, frame.attack,
+                                                                                   frame.reverify)])
+
+
+def _same_evals(evals: pd.DataFrame, arm: str, honest: str, policy: str) -> str:
+    """'yes' when every evaluation of the arm equals the honest run's on each shared seed, else 'no'."""
+    keys = pair_columns(evals) + ["step", "split", "skill"]
+    a = evals[(evals.probe == arm) & (evals.policy == policy)].set_index(keys).accuracy.sort_index()
+    b = evals[(evals.probe == honest) & (evals.policy == policy)].set_index(keys).accuracy.sort_index()
+    b = b[b.index.isin(a.index)]
+    return "yes" if len(a) and a.index.equals(b.index) and np.array_equal(a.to_numpy(), b.to_numpy()) else "no"
+
+
+def poison_table(evals: pd.DataFrame, steps: pd.DataFrame, poisoned: str,
+                 split: str = "held-out") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(numbers, formatted table): per probe and poisoned arm, the honest learner's (every policy but `poisoned`)
+    final weak-skill and overall `split` accuracy, the paired difference to the same probe beside an honest peer
+    with its 95% t interval over the shared seeds (bold: real), the peer's claims its verifier turned away (per run,
+    summed over steps: TURNED_AWAY) and whether every evaluation equals the honest run's.
+    evals, steps: arm-labelled (with_arm_labels)."""
+    learner_evals = evals[evals.policy != poisoned]
+    values = final_values(evals, split)   # the weak skill is read off both policies' warm-up accuracies
+    values = values[values.policy != poisoned]
+    values["base"] = values.probe.str.split(SEPARATOR, regex=False).str[0]
+    learner_steps = steps[steps.policy != poisoned]
+    turned_away = learner_steps[[c for c in TURNED_AWAY if c in learner_steps]].fillna(0).sum(axis=1)
+    rejected = (learner_steps.assign(turned_away=turned_away).groupby(["probe", *pair_columns(learner_steps)])
+                .turned_away.sum().groupby(level=0).mean())
+    rows = []
+    for base, frame in values.groupby("base", sort=False):
+        diffs = {column: paired_differences(frame.drop(columns="base"), column, baseline=base).set_index(
+            ["probe", "policy"]) for column in ("weak", "overall")}
+        for (arm, policy), group in frame.groupby(["probe", "policy"], sort=False):
+            row = {"policy": policy, "probe": base,
+                   "arm": "honest peer" if arm == base else arm.split(SEPARATOR)[1],
+                   "runs": len(group), "weak": group.weak.mean(), "overall": group.overall.mean()}
+            for column, table in diffs.items():
+                d = table.loc[(arm, policy)] if (arm, policy) in table.index else None
+                row[f"{column} Δ"] = (d["diff"], d.low, d.high, bool(d.real)) if d is not None else None
+            row["rejected claims"] = rejected.get(arm, np.nan)
+            row["equals honest"] = "" if arm == base else _same_evals(learner_evals, arm, base, policy)
+            rows.append(row)
+    numbers = pd.DataFrame(rows)
+    table = numbers[["policy", "probe", "arm", "runs"]].copy()
+    for column in ("weak", "overall"):
+        table[column] = numbers[column].round(3)
+        table[f"Δ {column} vs honest peer [95% CI]"] = [interval_cell(*d) if d else ""
+                                                        for d in numbers[f"{column} Δ"]]
+    table["claims turned away / run"] = numbers["rejected claims"].round(0)
+    table["equals honest run"] = numbers["equals honest"]
+    return numbers, table
+
+
+def poison_figure(numbers: pd.DataFrame, column: str = "weak"):
+    """The paired difference (poisoned minus honest peer) of the learner's final `column` accuracy per probe and
+    arm, with its 95% t interval over the shared seeds; one marker per arm (open: re-verified, filled: the others)."""
+    arms = numbers[numbers.arm != "honest peer"].reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(arms) + 1.6))
+    for y, row in arms.iterrows():
+        diff = row[f"{column} Δ"]
+        if diff is None:
+            continue
+        mean, low, high, _ = diff
+        colour = probe_colour(row.probe)
+        trusting = not row.arm.endswith("re-verified")
+        if np.isfinite(low):
+            ax.plot([low, high], [y, y], color=colour, lw=1.5)
+        ax.plot(mean, y, marker=MARKERS["trusting" if trusting else "re-verified"], ms=7, color=colour,
+                mfc=colour if trusting else "white", ls="none")
+    ax.axvline(0.0, color="black", lw=0.9)
+    ax.set_yticks(range(len(arms)), [f"{r.probe}: {r.arm} ({r.policy}, n={r.runs})" for r in arms.itertuples()],
+                  fontsize=8)
+    ax.invert_yaxis()
+    ax.set(xlabel=f"final {column} accuracy: poisoned peer minus honest peer",
+           title="The honest learner beside a poisoned peer, paired with the same probe beside an honest one\n"
+                 "(bar: 95% t interval over the shared seeds; open: forged successes re-verified)")
+    ax.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig

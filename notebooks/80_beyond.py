@@ -1,0 +1,122 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     notebook_metadata_filter: kernelspec,language_info,-language_info.version,-language_info.codemirror_mode,-language_info.pygments_lexer,-language_info.nbconvert_exporter,-language_info.file_extension,-language_info.mimetype
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+# ---
+
+# %% [markdown]
+# # 80 · Beyond the papers: TRRD, offline GRAFT and a poisoned peer on the held-out experiment
+#
+# **What this adds.** MRL, GRAFT and RLAD have no public code, and HACPO's stops at two synchronous policies. On
+# one substrate and at equal budgets, this notebook runs what none of them compares:
+# - **TRRD** (RLAD's Trust Region Ratio Distillation, a reconstruction, `mrl/probes/trrd.py`): GRPO on the own
+#   samples with the token ratio anchored to pi_old^alpha pi_T^(1-alpha); the teacher is the peer's fixed starting
+#   checkpoint, scored on the learner's tokens through THL.
+# - **GRAFT offline** (`graft` with `runner.OfflinePeers`): each policy learns alone while its peer's records are
+#   replayed, step by step, from the SEE log of the GRPO run of the same seed; no co-training.
+# - **A poisoned peer** (`mrl/poison.py`): B learns honestly but publishes lies; A learns beside it. Forged
+#   successes (every sample claimed correct) with the learner's re-verification off ("trusting") and on
+#   ("re-verified"), and lying group statistics (k = G on every prompt), which nothing can re-verify.
+#
+# **Substrate and statistics** are 70_heldout's: `arith-forms` with fresh prompts, its zoo seed 0, the same steps
+# and GRPO settings. Every arm is paired run by run (same RL seed: same prompts and sampling seeds) with GRPO, or, in
+# the poisoned-peer table, with the same probe beside an honest peer; the interval is the 95% t interval over the
+# shared seeds, called real only when it excludes 0 with n >= 3 (bold).
+
+# %% tags=["parameters"]
+profile = "default"  # smoke | default
+backend = None       # inline | process | ray (None: the profile's); packed_runs > 1 runs that many at once
+progress = True
+
+# %%
+import time
+start = time.perf_counter()
+import pandas as pd
+from mrl.experiment import beyond_grid, offline_grid, poison_grid
+from mrl.notebook import setup_notebook
+from mrl.reports.beyond import poison_figure, poison_table, with_arm_labels
+from mrl.reports.paired import paired_table, weak_skill_figure
+from mrl.results import listing, save_figure, write_table
+
+run = setup_notebook("80_beyond", profile)
+config, beyond, heldout = run.config, run.config.experiments.beyond, run.config.experiments.heldout
+backend = backend or config.backend
+run.record(beyond=beyond, heldout=heldout, backend=backend)
+
+# %% [markdown]
+# ## TRRD and GRAFT (online and offline) against the MRL probes and HACPO, paired with GRPO
+
+# %%
+online_steps, online_evals = beyond_grid(config, backend=backend, progress=progress)
+offline_steps, offline_evals = offline_grid(config, backend=backend, progress=progress)
+steps_df = pd.concat([online_steps, offline_steps], ignore_index=True)
+evals = pd.concat([online_evals, offline_evals], ignore_index=True)
+steps_df.to_csv(run.folder / "steps.csv", index=False)
+evals.to_csv(run.folder / "evals.csv", index=False)
+numbers, table = paired_table(evals, steps_df, "held-out")
+numbers.to_csv(run.folder / "beyond_numbers.csv", index=False)
+write_table(table, "beyond_main", run.tables,
+            caption=f"Methods beyond the papers on the held-out experiment ({heldout.task.name}, fresh prompts, "
+                    f"{heldout.steps} steps, zoo seed {heldout.zoo_seeds[0]}, RL seeds {listing(beyond.seeds)}): final "
+                    f"greedy held-out accuracy on each policy's weak form and overall (mean over the row's runs) and "
+                    f"the paired difference to GRPO with its 95% t interval over the shared seeds (n = `pairs`). "
+                    f"Bold: the interval excludes 0 (and n >= 3). trrd: the peer's starting checkpoint as a fixed "
+                    f"teacher; graft (offline): each policy alone, its peer replayed from the GRPO run's experience "
+                    f"log of the same seed.")
+table
+
+# %%
+panels = {"teacher and trajectory methods": ["grpo", "trrd", "graft", "graft (offline)"],
+          "MRL probes and HACPO": ["grpo", *(p for p in ("prp", "xgrpo", "sgt", "hacpo") if p in set(evals.probe))]}
+save_figure(weak_skill_figure(evals, steps_df, panels), "beyond_weak_skill", run.figures)
+
+# %% [markdown]
+# ## A poisoned peer
+#
+# B publishes lies; the table shows A, the honest learner, beside it, paired with the same probe beside an honest B.
+# Each probe meets the attacks on the record kinds it reads (SGT successes, PRP, HACPO and GRAFT rollouts, XGRPO
+# group statistics). With re-verification on, A re-scores every claimed success and reward with its own verifier
+# before it enters a loss, so the run must equal the honest one exactly (`equals honest run`; the unit tests prove
+# it for every probe); `claims turned away` counts B's claims A's verifier refused: successes SEE dropped and
+# rewards the probe re-scored below the claim. Lying group statistics carry no text: re-verification cannot touch
+# them.
+
+# %%
+poison_steps, poison_evals = poison_grid(config, backend=backend, progress=progress)
+poison_steps, poison_evals = with_arm_labels(poison_steps), with_arm_labels(poison_evals)
+poison_numbers, poisoned = poison_table(poison_evals, poison_steps, beyond.poisoned)
+write_table(poisoned, "beyond_poison", run.tables,
+            caption=f"A poisoned peer ({beyond.poisoned}) on the held-out experiment ({heldout.steps} steps, zoo seed "
+                    f"{heldout.zoo_seeds[0]}): the honest learner's final held-out accuracy on its weak form and "
+                    f"overall, and the paired difference to the same probe beside an honest peer with its 95% t "
+                    f"interval over the shared seeds (trusting and lying statistics: RL seeds "
+                    f"{listing(beyond.seeds)}; re-verified: {listing(beyond.reverified_seeds)}). Bold: the interval "
+                    f"excludes 0 (and n >= 3). Claims turned away: the peer's successes and rewards the learner's "
+                    f"verifier refused, per run.")
+poisoned
+
+# %%
+save_figure(poison_figure(poison_numbers), "beyond_poison", run.figures)
+
+# %%
+print(f"80_beyond ran in {time.perf_counter() - start:.0f} s ({profile} profile, backend {backend})")
+
+# %% [markdown]
+# ## Summary (rounded; nbval checks this cell on the smoke profile)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(numbers.set_index(["policy", "probe"])[["weak", "overall"]].round(2).to_string())
+print(poisoned.set_index(["policy", "probe", "arm"])[["weak", "overall", "equals honest run"]].to_string())
