@@ -182,11 +182,11 @@ class PolicyActor:
         self.optimizer.step()
         return grad_norm.item()
 
-    def step(self, step: int, problems: list, evaluate: bool = False) -> dict:
-        """Rollout and update in one call (the async clock's unit of work, probes that share nothing);
-        optionally evaluate after."""
+    def step(self, step: int, problems: list, evaluate: bool = False, peer_records: dict | None = None) -> dict:
+        """Rollout and update in one call (the async clock's unit of work) with the peers' records the runner
+        collected at dispatch; optionally evaluate after."""
         rollout = self.rollout(step, problems)
-        update = self.update(step, None)
+        update = self.update(step, peer_records)
         return {"rollout": rollout, "update": update, "evals": self.evaluate(step) if evaluate else None}
 
     def evaluate(self, step: int) -> list[dict]:

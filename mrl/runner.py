@@ -130,9 +130,6 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     probe.check(grpo_cfg)
     if probe.group_multiplier != 1:
         grpo_cfg = dataclasses.replace(grpo_cfg, group_size=grpo_cfg.group_size * probe.group_multiplier)
-    if cfg.mode == "async" and probe.kinds:
-        raise ValueError(f"mode='async' runs probes that share nothing (grpo); probe {probe.name!r} collects "
-                         f"{list(probe.kinds)} from the same step, which needs mode='sync'")
     offline_specs, offline_records = {}, {}
     if offline is not None:
         clash = sorted(set(offline.paths) & set(policy_paths))
@@ -230,12 +227,10 @@ def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: 
             exchange.publish_many(rollouts[name]["records"])
         exchange.publish_many((offline_records or {}).get(step, []))
         exchange.flush(step)
-        calls, forged = {}, {}
+        calls, received = {}, {}
         for w in sorted(rollouts):
-            before = exchange.counters["forged"]
-            calls[w] = ("update", (step, collect_for(exchange, probe.kinds, w, problems, task, cfg.max_staleness,
-                                                     cfg.reverify)))
-            forged[w] = exchange.counters["forged"] - before   # peer successes this learner's verifier rejected
+            peer_records, received[w] = collect_counted(exchange, probe.kinds, w, problems, task, cfg, step)
+            calls[w] = ("update", (step, peer_records))
         updates = _phase(backend, calls, step, record, cfg)
         for name in sorted(updates):
             result = updates[name]
@@ -243,7 +238,7 @@ def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: 
                                  "loss": result["loss"], "grad_norm": result["grad_norm"],
                                  "active_sequences": result["active_sequences"],
                                  "rollout_seconds": rollouts[name]["seconds"],
-                                 "update_seconds": result["seconds"], "forged_dropped": forged[name],
+                                 "update_seconds": result["seconds"], **received[name],
                                  **result.get("probe", {})})
         exchange.drop_older_than(step + 1 - cfg.max_staleness)  # what the next step would find stale
         if step % grpo_cfg.eval_every == 0 or step == grpo_cfg.steps:
@@ -255,9 +250,9 @@ def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: 
 
 
 def collect_for(exchange: Exchange, kinds, receiver: str, problems, task, max_staleness: int | None,
-                reverify: bool = True) -> dict:
-    """{kind: {prompt_id: [peer records]}} for one learner; successes must pass the learner's verifier (every
-    claimed one passes when reverify is off: the poisoned-peer ablation)."""
+                reverify: bool = True, at: int | None = None) -> dict:
+    """{kind: {prompt_id: [peer records]}} for one learner at step `at` (default: the exchange clock); successes must
+    pass the learner's verifier (every claimed one passes when reverify is off: the poisoned-peer ablation)."""
     by_pid = {p.pid: p for p in problems}
 
     def verify(success) -> bool:
@@ -265,14 +260,40 @@ def collect_for(exchange: Exchange, kinds, receiver: str, problems, task, max_st
                                                 or task.verify(success.completion, by_pid[success.prompt_id]) > 0)
 
     pids = list(by_pid)
-    return {kind: exchange.collect(receiver, kind, pids, max_staleness, verify if kind == "success" else None)
+    return {kind: exchange.collect(receiver, kind, pids, max_staleness, verify if kind == "success" else None, at)
             for kind in kinds}
+
+
+def staleness_counts(peer_records: dict, step: int) -> dict[int, int]:
+    """{staleness: records} over every record handed to a learner at `step`; staleness = step - the record's policy
+    version (1: a peer's sample of this same step; 2 or more: older; 0 or less: from a peer running ahead)."""
+    counts: dict[int, int] = {}
+    for by_prompt in peer_records.values():
+        for records in by_prompt.values():
+            for r in records:
+                counts[step - r.version] = counts.get(step - r.version, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def collect_counted(exchange: Exchange, kinds, receiver: str, problems, task, cfg: RunnerConfig,
+                    step: int) -> tuple[dict, dict]:
+    """(collect_for's records for `receiver` at `step`, what its step row records of them): the peer successes SEE
+    dropped because this learner's verifier rejected them (forged_dropped) and the staleness of every record handed
+    over (peer_staleness, JSON {staleness: records})."""
+    before = exchange.counters["forged"]
+    records = collect_for(exchange, kinds, receiver, problems, task, cfg.max_staleness, cfg.reverify, step)
+    return records, {"forged_dropped": exchange.counters["forged"] - before,
+                     "peer_staleness": json.dumps(staleness_counts(records, step))}
 
 
 def _run_async(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: Exchange, record: RunRecord,
                first_step: int, checkpoint_dir, progress: bool, probe, identity: dict, reporting: Reporting) -> None:
     """Bounded-staleness clock: a worker starts step s once s <= (slowest worker's next step) + staleness.
 
+    A sharing probe gets, at dispatch, its peers' records of step s's prompts published so far, within
+    max_staleness of s (records of a peer running ahead included); the staleness of every one is in the step row.
+    The schedule is the order in which workers finish: fixed for the inline backend (one after another, in order),
+    so its runs are deterministic; with processes it follows the machine's timing, and the dispatch events record it.
     Checkpoint steps are barriers (every worker finishes them before anyone goes on), so a
     checkpoint is a consistent cut; the experience log is written at each of them and at the end.
     `record.events` logs each dispatch's lead over the slowest.
@@ -282,6 +303,7 @@ def _run_async(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange:
     bar = tqdm(total=(grpo_cfg.steps - first_step + 1) * len(next_step), desc=f"{cfg.backend} async",
                disable=not progress, mininterval=5)
     pending_rows: dict[tuple[int, str], dict] = {}
+    received: dict[tuple[int, str], dict] = {}
     while True:
         live = [w for w in backend.workers if w in next_step]
         if not live:
@@ -295,7 +317,8 @@ def _run_async(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange:
             exchange.advance(max(exchange.clock, s))
             problems = step_prompts(task, grpo_cfg.seed, s, grpo_cfg.prompts_per_step)
             evaluate = s % grpo_cfg.eval_every == 0 or s == grpo_cfg.steps
-            backend.submit(w, "step", (s, problems, evaluate))
+            peer_records, received[(s, w)] = collect_counted(exchange, probe.kinds, w, problems, task, cfg, s)
+            backend.submit(w, "step", (s, problems, evaluate, peer_records))
             running.add(w)
             record.events.append({"step": s, "event": f"dispatch {w}", "lead": s - slowest})
         if not running:
@@ -315,13 +338,15 @@ def _run_async(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange:
                                    "loss": result["update"]["loss"], "grad_norm": result["update"]["grad_norm"],
                                    "active_sequences": result["update"]["active_sequences"],
                                    "rollout_seconds": result["rollout"]["seconds"],
-                                   "update_seconds": result["update"]["seconds"]}
+                                   "update_seconds": result["update"]["seconds"], **received.pop((s, name)),
+                                   **result["update"].get("probe", {})}
         if result["evals"]:
             rollouts = s * grpo_cfg.prompts_per_step * grpo_cfg.group_size
             record.evals += [{**row, "rollouts": rollouts} for row in result["evals"]]
         next_step[name] = s + 1
         bar.update(1)
         done = min(next_step[w] for w in next_step) - 1  # every live worker has finished this step
+        exchange.drop_older_than(done + 1 - cfg.max_staleness)  # what the slowest worker's next step finds stale
         for key in sorted(k for k in pending_rows if k[0] <= done):
             record.steps.append(pending_rows.pop(key))
         record.counters = dict(exchange.counters)

@@ -385,12 +385,12 @@ class Exchange:
         return accepted
 
     def collect(self, receiver: str, kind: str, prompt_ids, max_staleness: int | None = None,
-                verify: Callable[[Success], bool] | None = None) -> dict[str, list]:
+                verify: Callable[[Success], bool] | None = None, at: int | None = None) -> dict[str, list]:
         """The peers' records of `kind` for `prompt_ids`, as {prompt_id: [records]} (the receiver's own excluded).
 
-        Records older than `max_staleness` steps (clock - version) are dropped and counted under
-        stale/<kind>. For kind "success", `verify` (the receiver's own verifier) is required and
-        every record it rejects is dropped and counted under forged.
+        Records older than `max_staleness` steps (at - version, `at` the receiver's step, default the clock) are
+        dropped and counted under stale/<kind>. For kind "success", `verify` (the receiver's own verifier) is
+        required and every record it rejects is dropped and counted under forged.
         """
         if kind not in KINDS:
             raise ValueError(f"kind={kind!r} is not allowed; expected one of {list(KINDS)}")
@@ -402,7 +402,7 @@ class Exchange:
             for record in self._store.get((kind, prompt_id), []):
                 if record.policy_id == receiver:
                     continue
-                if max_staleness is not None and self.clock - record.version > max_staleness:
+                if max_staleness is not None and (self.clock if at is None else at) - record.version > max_staleness:
                     self.counters[f"stale/{kind}"] += 1
                     continue
                 if kind == "success" and not verify(record):

@@ -2,6 +2,7 @@
 runs, a probe added in one file runs, backends agree, a SIGKILLed run resumes to the same metrics, a dead
 worker is detected within the timeout and handled by the failure policy."""
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -338,10 +339,23 @@ def test_sharing_probes_use_their_peers_across_tokenizers(paths, probe):
     assert metrics(again) == metrics(record)
 
 
-def test_async_mode_refuses_a_probe_that_shares(paths):
-    with pytest.raises(ValueError, match="mode='async'"):
-        run_concurrent(paths, TASK, GRPO, RunnerConfig(mode="async"), progress=False,
-                       probe_cfg=probe_config("sgt"))
+@pytest.mark.slow
+@pytest.mark.parametrize("probe", ["sgt", "prp"])
+def test_async_sharing_bounds_and_records_the_staleness_of_every_record_and_is_deterministic(paths, probe):
+    """Three policies share under the async clock (each may run one step ahead): every record a learner receives is
+    within max_staleness of its step (records of a peer running ahead included), its staleness is in the step row,
+    records do flow, and the inline backend's fixed schedule gives the same run twice."""
+    cfg = RunnerConfig(mode="async", staleness=1, max_staleness=3)
+    runs = [run_concurrent(paths, TASK, GRPO, cfg, progress=False, probe_cfg=probe_config(probe)) for _ in range(2)]
+    assert metrics(runs[0]) == metrics(runs[1]) and runs[0].evals == runs[1].evals
+    assert runs[0].events == runs[1].events
+    counts = [{int(k): v for k, v in json.loads(row["peer_staleness"]).items()} for row in runs[0].steps]
+    assert len(counts) == 3 * GRPO.steps
+    assert all(k <= cfg.max_staleness for c in counts for k in c)
+    assert sum(sum(c.values()) for c in counts) > 0
+    assert len({k for c in counts for k in c}) > 1          # records of several ages were handed over
+    leads = [e["lead"] for e in runs[0].events if e["event"].startswith("dispatch")]
+    assert max(leads) <= cfg.staleness
 
 
 def test_hacpo_resumes_with_its_capability_tracker(paths, tmp_path):
