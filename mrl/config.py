@@ -154,8 +154,8 @@ class TaskConfig:
                     "a path to a GSM8K-schema JSON file when name is 'gsm8k'")
 
 
-ARCHS = ("gpt2", "llama", "qwen2")
-TOKENIZERS = ("bpe", "unigram", "wordpiece")
+ARCHS = ("gpt2", "llama", "qwen2", "mistral", "gpt_neox")
+TOKENIZERS = ("bpe", "unigram", "wordpiece", "char")
 
 
 @config_dataclass
@@ -163,11 +163,13 @@ class FamilyConfig:
     name: Str = "A"
     """policy id, e.g. A, B, C"""
     arch: Str = "gpt2"
-    """transformers architecture: gpt2, llama, qwen2"""
+    """transformers architecture: gpt2, llama, qwen2, mistral (the fast path knows these four) or gpt_neox"""
     tokenizer: Str = "bpe"
-    """tokenizer kind trained on the task corpus: bpe (byte-level), unigram (Metaspace-free, char-level here), wordpiece (##)"""
+    """tokenizer kind trained on the task corpus: bpe (byte-level), unigram (Metaspace-free, char-level here),
+    wordpiece (##) or char (one token per character)"""
     vocab_size: Int = 48
-    """target vocabulary size of the trained tokenizer (Unigram on digits degenerates to characters)"""
+    """target vocabulary size of the trained tokenizer (Unigram on digits degenerates to characters; char: unused,
+    the corpus's alphabet decides)"""
     d_model: Int = 128
     """hidden size"""
     n_layers: Int = 4

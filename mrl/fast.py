@@ -256,7 +256,8 @@ def distinct_rows(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     return first, inverse
 
 
-SUPPORTED = ("gpt2", "llama", "qwen2")
+SUPPORTED = ("gpt2", "llama", "qwen2", "mistral")
+"""mistral without a sliding window is llama's computation (other parameter names are not involved)"""
 
 
 def fast_forward(model) -> FastForward | None:

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from tqdm.auto import tqdm
-from transformers import (AutoModelForCausalLM, GPT2Config, LlamaConfig, PreTrainedTokenizerFast, Qwen2Config)
+from transformers import (AutoModelForCausalLM, GPT2Config, GPTNeoXConfig, LlamaConfig, MistralConfig,
+                          PreTrainedTokenizerFast, Qwen2Config)
 from transformers.utils import logging as hf_logging
 
 from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig, config_hash, to_dict
@@ -35,8 +36,18 @@ def train_tokenizer(kind: str, corpus: list[str], vocab_size: int, max_length: i
 
     bpe: GPT-2 byte-level BPE (merges frequent 2-digit numbers); unigram: SentencePiece-style
     Unigram over punctuation/space/single-digit pieces (char-level on numbers); wordpiece: BERT
-    WordPiece with '##' continuations (drops spaces: its decode is lossy by design).
+    WordPiece with '##' continuations (drops spaces: its decode is lossy by design); char: one token per
+    character of the corpus (a word-level model over single characters; its vocabulary is the corpus's alphabet,
+    whatever vocab_size says).
     """
+    if kind == "char":
+        alphabet = sorted({c for text in corpus for c in text} | set("0123456789"))
+        tok = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(SPECIAL_TOKENS + alphabet)},
+                                         unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+        tok.decoder = decoders.Fuse()
+        return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>",
+                                       padding_side="left", model_max_length=max_length)
     if kind == "bpe":
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -59,7 +70,8 @@ def train_tokenizer(kind: str, corpus: list[str], vocab_size: int, max_length: i
         trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                             continuing_subword_prefix="##", show_progress=False)
     else:
-        raise ValueError(f"tokenizer kind {kind!r} is not allowed; expected one of ['bpe', 'unigram', 'wordpiece']")
+        raise ValueError(f"tokenizer kind {kind!r} is not allowed; expected one of ['bpe', 'unigram', 'wordpiece', "
+                         f"'char']")
     tok.train_from_iterator(corpus, trainer=trainer)
     if kind == "unigram":
         # the Unigram trainer orders pieces of equal score in a run-dependent way (same pieces and scores, other
@@ -97,12 +109,18 @@ def build_model(family: FamilyConfig, vocab_size: int, max_positions: int, seed:
         config = GPT2Config(vocab_size=vocab_size, n_positions=max_positions, n_embd=family.d_model,
                             n_layer=family.n_layers, n_head=family.n_heads, n_inner=family.d_ff, resid_pdrop=0.0,
                             embd_pdrop=0.0, attn_pdrop=0.0, **ids)
+    elif family.arch == "gpt_neox":  # parallel attention and MLP, rotary on a quarter of each head, no GQA
+        config = GPTNeoXConfig(vocab_size=vocab_size, hidden_size=family.d_model, intermediate_size=family.d_ff,
+                               num_hidden_layers=family.n_layers, num_attention_heads=family.n_heads,
+                               max_position_embeddings=max_positions, rotary_pct=0.25, use_parallel_residual=True,
+                               hidden_dropout=0.0, attention_dropout=0.0, tie_word_embeddings=False, **ids)
     else:
-        cls = LlamaConfig if family.arch == "llama" else Qwen2Config
+        cls = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}[family.arch]
+        extra = {"sliding_window": None} if family.arch == "mistral" else {}
         config = cls(vocab_size=vocab_size, hidden_size=family.d_model, intermediate_size=family.d_ff,
                      num_hidden_layers=family.n_layers, num_attention_heads=family.n_heads,
                      num_key_value_heads=family.n_kv_heads, max_position_embeddings=max_positions,
-                     tie_word_embeddings=True, attention_dropout=0.0, **ids)
+                     tie_word_embeddings=True, attention_dropout=0.0, **extra, **ids)
     return AutoModelForCausalLM.from_config(config)
 
 

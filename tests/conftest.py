@@ -28,18 +28,37 @@ TINY_TASK = dict(max_operand=9, test_per_skill=10, pool_per_skill=5, leak_n=10)
 """the task of the runner and soak tests' tiny zoo (TaskConfig keywords)"""
 
 
+SMALL = dict(d_model=64, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=128)
+MIX = {"S1": 0.34, "S2": 0.33, "S3": 0.33}
+
+
+def tiny_zoo(families, root) -> dict[str, str]:
+    """Small families warmed up 150 steps on TINY_TASK into `root`: {name: checkpoint folder}."""
+    from mrl.config import TaskConfig, WarmupConfig, ZooConfig
+    from mrl.zoo import build_zoo
+
+    zoo = build_zoo(TaskConfig(**TINY_TASK), ZooConfig(families=families, warmup=WarmupConfig(
+        steps=150, batch_size=64, lr_warmup_steps=10), workers=2), root=root, progress=False)
+    return {name: str(policy.path) for name, policy in zoo.items()}
+
+
 @pytest.fixture(scope="session")
 def tiny_zoo_paths(tmp_path_factory):
     """Three small families warmed up 150 steps on TINY_TASK: A (GPT-2 + BPE), B (Llama + Unigram), C (Qwen2 +
     WordPiece); {name: checkpoint folder}."""
-    from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig
-    from mrl.zoo import build_zoo
+    from mrl.config import FamilyConfig
 
-    small = dict(d_model=64, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=128)
-    mix = {"S1": 0.34, "S2": 0.33, "S3": 0.33}
-    families = [FamilyConfig(name="A", arch="gpt2", tokenizer="bpe", **small, warmup_mix=mix),
-                FamilyConfig(name="B", arch="llama", tokenizer="unigram", vocab_size=40, **small, warmup_mix=mix),
-                FamilyConfig(name="C", arch="qwen2", tokenizer="wordpiece", vocab_size=60, **small, warmup_mix=mix)]
-    zoo = build_zoo(TaskConfig(**TINY_TASK), ZooConfig(families=families, warmup=WarmupConfig(
-        steps=150, batch_size=64, lr_warmup_steps=10), workers=2), root=tmp_path_factory.mktemp("zoo"), progress=False)
-    return {name: str(policy.path) for name, policy in zoo.items()}
+    families = [FamilyConfig(name="A", arch="gpt2", tokenizer="bpe", **SMALL, warmup_mix=MIX),
+                FamilyConfig(name="B", arch="llama", tokenizer="unigram", vocab_size=40, **SMALL, warmup_mix=MIX),
+                FamilyConfig(name="C", arch="qwen2", tokenizer="wordpiece", vocab_size=60, **SMALL, warmup_mix=MIX)]
+    return tiny_zoo(families, tmp_path_factory.mktemp("zoo"))
+
+
+@pytest.fixture(scope="session")
+def five_zoo_paths(tiny_zoo_paths, tmp_path_factory):
+    """The tiny zoo and two more families: D (Mistral + characters) and E (GPT-NeoX + BPE of another size)."""
+    from mrl.config import FamilyConfig
+
+    families = [FamilyConfig(name="D", arch="mistral", tokenizer="char", vocab_size=48, **SMALL, warmup_mix=MIX),
+                FamilyConfig(name="E", arch="gpt_neox", tokenizer="bpe", vocab_size=36, **SMALL, warmup_mix=MIX)]
+    return {**tiny_zoo_paths, **tiny_zoo(families, tmp_path_factory.mktemp("zoo_de"))}

@@ -18,7 +18,8 @@ SHAPES = [dict(arch="gpt2", d_model=128, n_layers=4, n_heads=4, d_ff=512),
           dict(arch="llama", d_model=64, n_layers=3, n_heads=8, n_kv_heads=1, d_ff=80),
           dict(arch="llama", d_model=96, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=128),
           dict(arch="qwen2", d_model=128, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=384),
-          dict(arch="qwen2", d_model=64, n_layers=2, n_heads=4, n_kv_heads=1, d_ff=96)]
+          dict(arch="qwen2", d_model=64, n_layers=2, n_heads=4, n_kv_heads=1, d_ff=96),
+          dict(arch="mistral", d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=96)]
 
 
 def model_of(shape: dict, seed: int = 0, vocab: int = 50):
@@ -76,7 +77,7 @@ def test_fast_sampling_log_probs_equal_transformers(shape, group):
     torch.testing.assert_close(out["fast"][2], out["hf"][2], atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2", "mistral"])
 def test_fast_sampling_draws_from_the_models_distribution(arch):
     """Chi-square goodness of fit of 6,000 first tokens after one fixed context against the transformers
     softmax of that context (p > 1e-3: a wrong distribution would fail by many orders of magnitude)."""

@@ -552,3 +552,22 @@ def test_a_checkpointed_run_logs_every_accepted_record_once_per_step(paths, tmp_
     assert sorted({step for step, _ in logged}) == list(range(1, GRPO.steps + 1))
     accepted = sum(v for k, v in record.counters.items() if k.startswith("accepted/"))
     assert len(logged) == accepted > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_five_families_share_through_every_tokenizer(five_zoo_paths, mode):
+    """n = 5: GPT-2 + BPE, Llama + Unigram, Qwen2 + WordPiece, Mistral + characters, GPT-NeoX + BPE; every learner
+    receives its four peers' samples through SEE and THL (none lost), sync and async, and the run repeats exactly."""
+    grpo = GrpoConfig(steps=2, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=0)
+    cfg = RunnerConfig(mode=mode, max_staleness=2)
+    runs = [run_concurrent(five_zoo_paths, TASK, grpo, cfg, progress=False, probe_cfg=probe_config("prp"))
+            for _ in range(2)]
+    assert metrics(runs[0]) == metrics(runs[1])
+    rows = runs[0].steps
+    assert sorted({row["policy"] for row in rows}) == ["A", "B", "C", "D", "E"] and len(rows) == 10
+    assert sum(row["thl_failed"] for row in rows) == 0
+    if mode == "sync":   # every peer's P x G samples of the step reach every learner
+        assert all(row["peer_samples"] >= 4 * 4 * 4 for row in rows)
+    else:
+        assert sum(row["peer_samples"] for row in rows) > 0

@@ -11,15 +11,15 @@ from mrl.real_tokenizers import load_real_tokenizer
 from mrl.thl import ThlError, align, decode_text, residual, token_pieces
 from mrl.zoo import train_tokenizer
 
-NAMES = ["bpe", "unigram", "wordpiece", "mistral-sp", "cl100k", "bert-wordpiece"]
+NAMES = ["bpe", "unigram", "wordpiece", "char", "mistral-sp", "cl100k", "bert-wordpiece"]
 PAIRS = list(itertools.product(NAMES, NAMES))
 
 
 @pytest.fixture(scope="session")
 def tokenizers(arith_task):
     zoo = {kind: train_tokenizer(kind, arith_task.corpus, vocab, 48)
-           for kind, vocab in (("bpe", 48), ("unigram", 40), ("wordpiece", 60))}
-    return {**zoo, **{name: load_real_tokenizer(name) for name in NAMES[3:]}}
+           for kind, vocab in (("bpe", 48), ("unigram", 40), ("wordpiece", 60), ("char", 0))}
+    return {**zoo, **{name: load_real_tokenizer(name) for name in NAMES[4:]}}
 
 
 arith_text = st.builds(lambda a, b, op: f"{a}{op}{b}", st.integers(0, 999), st.integers(0, 999),
