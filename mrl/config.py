@@ -578,9 +578,38 @@ class BeyondConfig:
     reverified_seeds: list[Int] = field(default_factory=lambda: [0])
     """RL seeds of the poisoned runs with re-verification on (each must equal the honest run: a check, not an
     estimate)"""
+    scaling_families: list[FamilyConfig] = field(default_factory=list)
+    """families added to the held-out pairing, in order, for the n-policy runs (built into the held-out zoo on its
+    first zoo seed)"""
+    scaling_sizes: list[Int] = field(default_factory=lambda: [2])
+    """numbers of policies n: the pairing plus the first n - 2 scaling families"""
+    scaling_probe: ProbeEntry = "sgt"
+    """the probe every n-policy run shares with"""
+    scaling_modes: list[Str] = field(default_factory=lambda: ["sync"])
+    """step clocks compared (RunnerConfig.mode): sync, async (each worker up to one step ahead)"""
+    scaling_seeds: list[Int] = field(default_factory=lambda: [0])
+    """RL seeds of the n-policy runs"""
+    scaling_steps: Int = 4
+    """RL steps of the n-policy runs"""
+    scaling_backend: Str = "process"
+    """the backend the n-policy runs use, one run at a time, so their wall times compare the clocks (not packed)"""
 
     def __post_init__(self):
         c = "BeyondConfig"
+        names = [f.name for f in self.scaling_families]
+        require(len(set(names)) == len(names) and not set(names) & {"A", "B"}, c, "scaling_families", names,
+                "families with distinct names other than the pairing's A and B")
+        require(isinstance(self.scaling_sizes, list) and self.scaling_sizes
+                and all(isinstance(n, int) and 2 <= n <= 2 + len(names) for n in self.scaling_sizes), c,
+                "scaling_sizes", self.scaling_sizes, f"integers from 2 to {2 + len(names)} (2 + the scaling families)")
+        _probe_entries(c, "scaling_probe", [self.scaling_probe])
+        require(isinstance(self.scaling_modes, list) and self.scaling_modes
+                and set(self.scaling_modes) <= {"sync", "async"}, c, "scaling_modes", self.scaling_modes,
+                "a non-empty list drawn from ['sync', 'async']")
+        _int_list(c, "scaling_seeds", self.scaling_seeds)
+        require(isinstance(self.scaling_steps, int) and self.scaling_steps >= 1, c, "scaling_steps",
+                self.scaling_steps, "an integer >= 1")
+        choice(c, "scaling_backend", self.scaling_backend, BACKENDS)
         for name in ("probes", "offline_probes", "poison_probes"):
             _probe_entries(c, name, getattr(self, name))
         require(isinstance(self.attacks, list) and len(self.attacks) > 0 and set(self.attacks) <= set(ATTACKS), c,

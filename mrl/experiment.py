@@ -80,12 +80,19 @@ class PeerSetup:
     """the experience log of a cached run (its folder/experience)"""
     log_experience: bool = False
     """write this run's experience log into its cache folder (it computes the same metrics: not in the key)"""
+    mode: str = "sync"
+    """the step clock (RunnerConfig.mode); async lets each worker run one step ahead, sharing within max_staleness"""
+    max_staleness: int = 1
+    """SEE drops peer records older than this many steps (RunnerConfig.max_staleness)"""
 
     def key(self) -> dict:
         """What the run's numbers depend on, independent of where the repository lies."""
-        return {"poisoned": self.poisoned, "attack": self.attack if self.poisoned else "", "reverify": self.reverify,
-                "offline": {name: Path(path).name for name, path in self.offline},
-                "offline_log": Path(self.offline_log).parent.name if self.offline_log else ""}
+        key = {"poisoned": self.poisoned, "attack": self.attack if self.poisoned else "", "reverify": self.reverify,
+               "offline": {name: Path(path).name for name, path in self.offline},
+               "offline_log": Path(self.offline_log).parent.name if self.offline_log else ""}
+        if (self.mode, self.max_staleness) != ("sync", 1):
+            key.update(mode=self.mode, max_staleness=self.max_staleness)
+        return key
 
 
 HONEST = PeerSetup()
@@ -190,7 +197,8 @@ def run_probe(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed
     start = time.perf_counter()
     record = run_concurrent(paths, config.task, grpo,
                             RunnerConfig(backend=backend, step_timeout=config.step_timeout, report_to=report_to,
-                                         poisoned=setup.poisoned, attack=setup.attack, reverify=setup.reverify),
+                                         poisoned=setup.poisoned, attack=setup.attack, reverify=setup.reverify,
+                                         mode=setup.mode, max_staleness=setup.max_staleness),
                             threads=config.threads, progress=progress, probe_cfg=probe,
                             run_id=f"{probe.name}-seed{seed}", experience_dir=experience, offline=offline)
     return save_run(folder, record, config.task, grpo, probe, paths, backend, time.perf_counter() - start,
@@ -385,6 +393,37 @@ def poison_grid(config: RunConfig, backend: str | None = None, cache: bool = Tru
                 labelled += [({**base, "seed": seed, "attack": attack, "reverify": reverify},
                               (run_config, paths, probe, seed, heldout.steps, setup)) for seed in seeds]
     return run_labelled(labelled, config.packed_runs, backend, cache, progress)
+
+
+def scaling_grid(config: RunConfig, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """80_beyond's n-policy runs: the held-out pairing plus the first n - 2 of beyond.scaling_families (built into
+    the held-out zoo of its first zoo seed), sharing with beyond.scaling_probe under each clock of scaling_modes
+    (async: one step ahead at most, records up to 2 steps old), one run at a time on beyond.scaling_backend so the
+    wall times compare. Returns (steps, evals, runs: one row per run with n, mode, seed, wall and start-up seconds),
+    steps and evals labelled with pairing, probe, seed, zoo_seed, n and mode."""
+    beyond, heldout = config.experiments.beyond, config.experiments.heldout
+    zoo_seed = heldout.zoo_seeds[0]
+    base = heldout_config(config, zoo_seed)
+    grown = dataclasses.replace(base, zoo=dataclasses.replace(base.zoo, families=[*base.zoo.families,
+                                                                                  *beyond.scaling_families]))
+    zoo = policy_paths(grown, progress)
+    order = [*heldout.pairing, *(f.name for f in beyond.scaling_families)]
+    probe = as_probe_config(beyond.scaling_probe)
+    all_steps, all_evals, runs = [], [], []
+    jobs = [(n, mode, seed) for n in beyond.scaling_sizes for mode in beyond.scaling_modes
+            for seed in beyond.scaling_seeds]
+    for n, mode, seed in tqdm(jobs, desc="n-policy runs", disable=not progress):
+        paths = {name: zoo[name] for name in order[:n]}
+        setup = PeerSetup(mode=mode, max_staleness=2 if mode == "async" else 1)
+        steps_df, evals_df = run_probe(base, paths, probe, seed, beyond.scaling_steps, setup,
+                                       backend=beyond.scaling_backend)
+        label = {"pairing": "+".join(paths), "probe": probe_label(probe), "seed": seed, "zoo_seed": zoo_seed, "n": n,
+                 "mode": mode}
+        all_steps.append(steps_df.assign(**label))
+        all_evals.append(evals_df.assign(**label))
+        saved = json.loads((run_folder(base, paths, probe, seed, beyond.scaling_steps, setup) / "run.json").read_text())
+        runs.append({**label, "wall seconds": saved["wall_seconds"], "backend": saved["backend"]})
+    return pd.concat(all_steps, ignore_index=True), pd.concat(all_evals, ignore_index=True), pd.DataFrame(runs)
 
 
 def probe_label(probe: ProbeConfig) -> str:

@@ -17,7 +17,7 @@
 # ---
 
 # %% [markdown]
-# # 80 · Beyond the papers: TRRD, offline GRAFT and a poisoned peer on the held-out experiment
+# # 80 · Beyond the papers: TRRD, offline GRAFT, a poisoned peer and n policies on the held-out experiment
 #
 # **What this adds.** MRL, GRAFT and RLAD have no public code, and HACPO's stops at two synchronous policies. On
 # one substrate and at equal budgets, this notebook runs what none of them compares:
@@ -29,6 +29,8 @@
 # - **A poisoned peer** (`mrl/poison.py`): B learns honestly but publishes lies; A learns beside it. Forged
 #   successes (every sample claimed correct) with the learner's re-verification off ("trusting") and on
 #   ("re-verified"), and lying group statistics (k = G on every prompt), which nothing can re-verify.
+# - **n = 2 to 5 policies**, sync and async (bounded staleness), with families of five architectures and four
+#   tokenizer kinds.
 #
 # **Substrate and statistics** are 70_heldout's: `arith-forms` with fresh prompts, its zoo seed 0, the same steps
 # and GRPO settings. Every arm is paired run by run (same RL seed: same prompts and sampling seeds) with GRPO, or, in
@@ -41,12 +43,13 @@ backend = None       # inline | process | ray (None: the profile's); packed_runs
 progress = True
 
 # %%
+import json
 import time
 start = time.perf_counter()
 import pandas as pd
-from mrl.experiment import beyond_grid, offline_grid, poison_grid
+from mrl.experiment import beyond_grid, offline_grid, poison_grid, scaling_grid
 from mrl.notebook import setup_notebook
-from mrl.reports.beyond import poison_figure, poison_table, with_arm_labels
+from mrl.reports.beyond import poison_figure, poison_table, scaling_figure, scaling_table, with_arm_labels
 from mrl.reports.paired import paired_table, weak_skill_figure
 from mrl.results import listing, save_figure, write_table
 
@@ -110,6 +113,36 @@ poisoned
 # %%
 save_figure(poison_figure(poison_numbers), "beyond_poison", run.figures)
 
+# %% [markdown]
+# ## More than two policies, sync and async
+#
+# HACPO's code stops at two synchronous policies. Here the pair shares with SGT beside more families of their own
+# architectures and tokenizers (the profile's `scaling_families`, e.g. Qwen2 + WordPiece, Mistral + characters,
+# GPT-NeoX + BPE), one run per (n, clock), one at a time on the profile's scaling backend so the wall times compare.
+# Sync: a barrier after each phase. Async: each worker may run one step ahead of the slowest and receives the
+# records its peers have published so far (up to 2 steps old; the staleness of every record is in the step rows).
+# With processes the async schedule follows the machine's timing, so an async run is one draw of it. One seed: the
+# rows are single runs, not estimates.
+
+# %%
+scale_steps, scale_evals, scale_runs = scaling_grid(config, progress=progress)
+scaling = scaling_table(scale_evals, scale_runs)
+write_table(scaling, "beyond_scaling", run.tables,
+            caption=f"n policies sharing with {beyond.scaling_probe} on the held-out experiment "
+                    f"({beyond.scaling_steps} steps, zoo seed {heldout.zoo_seeds[0]}, RL seed(s) {listing(beyond.scaling_seeds)}, "
+                    f"{beyond.scaling_backend} backend, one run at a time): wall time of the run (start-up included), "
+                    f"the pair's final held-out accuracy on its weak forms and overall, and the mean overall accuracy "
+                    f"of all n policies. Single runs: differences are not estimates.")
+scaling
+
+# %%
+save_figure(scaling_figure(scaling), "beyond_scaling", run.figures)
+
+# %%
+staleness = scale_steps[scale_steps["mode"] == "async"].assign(
+    records=lambda f: f.peer_staleness.map(lambda text: sum(json.loads(text).values())))
+print("records handed over per learner step, async:", staleness.groupby("n").records.mean().round(1).to_dict())
+
 # %%
 print(f"80_beyond ran in {time.perf_counter() - start:.0f} s ({profile} profile, backend {backend})")
 
@@ -120,3 +153,4 @@ print(f"80_beyond ran in {time.perf_counter() - start:.0f} s ({profile} profile,
 # NBVAL_CHECK_OUTPUT
 print(numbers.set_index(["policy", "probe"])[["weak", "overall"]].round(2).to_string())
 print(poisoned.set_index(["policy", "probe", "arm"])[["weak", "overall", "equals honest run"]].to_string())
+print(scaling.drop(columns=["wall seconds"]).set_index(["n", "clock"]).round(2).to_string())

@@ -1,5 +1,5 @@
 """Tables and figures of 80_beyond: the poisoned-peer table (each probe beside a lying peer, paired with the same
-probe beside an honest one) and its figure.
+probe beside an honest one) and its figure, and the n-policy scaling table and figure.
 
 A poisoned run is labelled "<probe> | <attack>, <trusting|re-verified>" (`arm_label`), so the paired machinery of
 mrl.reports.paired compares it with the honest run of its probe on the same seeds: same prompts, same sampling seeds,
@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from mrl.reports.paired import final_values, interval_cell, pair_columns, paired_differences
-from mrl.reports.palette import probe_colour
+from mrl.reports.palette import policy_colour, probe_colour
+from mrl.reports.probes import rescue_skills, with_overall
 
 SEPARATOR = " | "
 TURNED_AWAY = ("forged_dropped", "rejected_successes", "reward_disagreements")
@@ -110,5 +111,48 @@ def poison_figure(numbers: pd.DataFrame, column: str = "weak"):
            title="The honest learner beside a poisoned peer, paired with the same probe beside an honest one\n"
                  "(bar: 95% t interval over the shared seeds; open: forged successes re-verified)")
     ax.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig
+
+
+def scaling_table(evals: pd.DataFrame, runs: pd.DataFrame, split: str = "held-out") -> pd.DataFrame:
+    """One row per n-policy run (n, clock, seed): its wall time (start-up included), and the final `split` accuracy
+    of the pair's policies on their weak skills (each the skill its pair peer owns, read off the n = 2 runs'
+    warm-up accuracies) and overall, and the mean overall accuracy over all n policies."""
+    pair = evals[evals.n == evals.n.min()]
+    weak = {policy: skill for (_, policy), skill in rescue_skills(pair).items()}
+    last = evals[(evals.split == split) & (evals.step == evals.groupby(["n", "mode", "seed"]).step.transform("max"))]
+    last = with_overall(last)
+    rows = []
+    for (n, mode, seed), group in last.groupby(["n", "mode", "seed"], sort=True):
+        accuracy = group.set_index(["policy", "skill"]).accuracy
+        row = {"n": n, "clock": mode, "seed": seed, "policies": "+".join(sorted(group.policy.unique()))}
+        for policy, skill in sorted(weak.items()):
+            row[f"{policy} weak ({skill})"] = accuracy.get((policy, skill), np.nan)
+            row[f"{policy} overall"] = accuracy.get((policy, "overall"), np.nan)
+        row["mean overall, all policies"] = group[group.skill == "overall"].accuracy.mean()
+        wall = runs[(runs.n == n) & (runs["mode"] == mode) & (runs.seed == seed)]["wall seconds"]
+        row["wall seconds"] = float(wall.iloc[0]) if len(wall) else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def scaling_figure(table: pd.DataFrame):
+    """Left: wall time vs n per clock. Right: the pair's final weak-skill accuracy vs n per clock (one line per
+    policy and clock; solid sync, dashed async). Mean over seeds where there are several (no band)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    styles = {"sync": "-", "async": "--"}
+    means = table.groupby(["clock", "n"], sort=True).mean(numeric_only=True).reset_index()
+    for clock, group in means.groupby("clock"):
+        left.plot(group.n, group["wall seconds"], marker="o", ls=styles.get(clock, ":"), color="black", label=clock)
+        for column in [c for c in table.columns if " weak (" in c]:
+            policy = column.split(" ")[0]
+            right.plot(group.n, group[column], marker="o", ls=styles.get(clock, ":"), color=policy_colour(policy),
+                       label=f"{column}, {clock}")
+    left.set(xlabel="policies n", ylabel="wall seconds (start-up included)", title="Wall time of one run")
+    right.set(xlabel="policies n", ylabel="final held-out accuracy", title="The pair's weak skills as peers are added")
+    for ax in (left, right):
+        ax.set_xticks(sorted(table.n.unique()))
+        ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
