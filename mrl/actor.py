@@ -182,12 +182,11 @@ class PolicyActor:
         self.optimizer.step()
         return grad_norm.item()
 
-    def step(self, step: int, problems: list, evaluate: bool = False, peer_records: dict | None = None) -> dict:
-        """Rollout and update in one call (the async clock's unit of work) with the peers' records the runner
-        collected at dispatch; optionally evaluate after."""
-        rollout = self.rollout(step, problems)
+    def finish(self, step: int, peer_records: dict | None = None, evaluate: bool = False) -> dict:
+        """The update of the pending rollout with the peers' records, then optionally an evaluation (the async
+        clock's second call of a step: the runner collects the records once this worker's rollout is published)."""
         update = self.update(step, peer_records)
-        return {"rollout": rollout, "update": update, "evals": self.evaluate(step) if evaluate else None}
+        return {"update": update, "evals": self.evaluate(step) if evaluate else None}
 
     def evaluate(self, step: int) -> list[dict]:
         return [{"policy": self.name, "step": step, **row}

@@ -84,6 +84,10 @@ class PeerSetup:
     """the step clock (RunnerConfig.mode); async lets each worker run one step ahead, sharing within max_staleness"""
     max_staleness: int = 1
     """SEE drops peer records older than this many steps (RunnerConfig.max_staleness)"""
+    backend: str = ""
+    """the backend this run must use, part of its key ('' : the caller's, for runs whose metrics every backend
+    gives alike); an async run on processes depends on the machine's timing, and a run timed for its wall time is a
+    measurement of its backend"""
 
     def key(self) -> dict:
         """What the run's numbers depend on, independent of where the repository lies."""
@@ -92,6 +96,8 @@ class PeerSetup:
                "offline_log": Path(self.offline_log).parent.name if self.offline_log else ""}
         if (self.mode, self.max_staleness) != ("sync", 1):
             key.update(mode=self.mode, max_staleness=self.max_staleness)
+        if self.backend:
+            key["backend"] = self.backend
         return key
 
 
@@ -189,7 +195,7 @@ def run_probe(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed
     if cache and is_cached(folder, setup):
         return pd.read_csv(folder / "steps.csv"), pd.read_csv(folder / "evals.csv")
     grpo = dataclasses.replace(config.grpo, seed=seed, steps=steps, eval_every=min(config.grpo.eval_every, steps))
-    backend = backend or config.backend
+    backend = setup.backend or backend or config.backend
     experience = folder / "experience" if setup.log_experience else None
     if experience is not None and experience.exists():
         shutil.rmtree(experience)  # a log torn by an interrupted run: write it again whole
@@ -398,9 +404,10 @@ def poison_grid(config: RunConfig, backend: str | None = None, cache: bool = Tru
 def scaling_grid(config: RunConfig, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """80_beyond's n-policy runs: the held-out pairing plus the first n - 2 of beyond.scaling_families (built into
     the held-out zoo of its first zoo seed), sharing with beyond.scaling_probe under each clock of scaling_modes
-    (async: one step ahead at most, records up to 2 steps old), one run at a time on beyond.scaling_backend so the
-    wall times compare. Returns (steps, evals, runs: one row per run with n, mode, seed, wall and start-up seconds),
-    steps and evals labelled with pairing, probe, seed, zoo_seed, n and mode."""
+    (async: one step ahead at most, records up to 2 steps old), one run at a time on beyond.scaling_backend (in the
+    run's key: its wall time is a measurement of that backend). Returns (steps, evals, runs: one row per run with n,
+    mode, seed, its wall seconds start-up included and backend), steps and evals labelled with pairing, probe, seed,
+    zoo_seed, n and mode."""
     beyond, heldout = config.experiments.beyond, config.experiments.heldout
     zoo_seed = heldout.zoo_seeds[0]
     base = heldout_config(config, zoo_seed)
@@ -414,9 +421,8 @@ def scaling_grid(config: RunConfig, progress: bool = True) -> tuple[pd.DataFrame
             for seed in beyond.scaling_seeds]
     for n, mode, seed in tqdm(jobs, desc="n-policy runs", disable=not progress):
         paths = {name: zoo[name] for name in order[:n]}
-        setup = PeerSetup(mode=mode, max_staleness=2 if mode == "async" else 1)
-        steps_df, evals_df = run_probe(base, paths, probe, seed, beyond.scaling_steps, setup,
-                                       backend=beyond.scaling_backend)
+        setup = PeerSetup(mode=mode, max_staleness=2 if mode == "async" else 1, backend=beyond.scaling_backend)
+        steps_df, evals_df = run_probe(base, paths, probe, seed, beyond.scaling_steps, setup)
         label = {"pairing": "+".join(paths), "probe": probe_label(probe), "seed": seed, "zoo_seed": zoo_seed, "n": n,
                  "mode": mode}
         all_steps.append(steps_df.assign(**label))

@@ -278,5 +278,6 @@ def fast_forward(model) -> FastForward | None:
         rope = getattr(config, "rope_parameters", None) or {}
         exact = (rope.get("rope_type", "default") == "default" and config.hidden_act == "silu"
                  and not getattr(config, "mlp_bias", False) and not getattr(config, "use_sliding_window", False)
+                 and (arch != "mistral" or config.sliding_window is None)
                  and getattr(config, "head_dim", None) in (None, config.hidden_size // config.num_attention_heads))
     return FastForward(model) if exact else None

@@ -12,8 +12,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
 
-ZOO_MODULES = ("zoo.py", "fast.py", "tasks.py", "seeding.py")
-"""the modules a zoo member's weights depend on: tokenizer training, the corpus, the model, the warm-up loop"""
+ZOO_MODULES = ("zoo.py", "fast.py", "rollout.py", "tasks.py", "seeding.py")
+"""the modules a zoo member's weights depend on: tokenizer training, the corpus, the model, the warm-up loop and
+the log-probs it trains on (config.py's values that matter are in the key itself)"""
 
 
 def code_without_docs(text: str) -> str:

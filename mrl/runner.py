@@ -116,7 +116,8 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     in the events); a checkpoint of another experiment (seed, probe, policies, steps, ...) is refused.
     reporters: objects with log(metrics, step) and close() (mrl.tracking, e.g. NotebookTable) that receive every
     step's metrics, besides the tracker cfg.report_to names.
-    offline: peers replayed from a stored experience log, step by step (sync mode only).
+    offline: peers replayed from a stored experience log, step by step (sync mode only; the log of a sync run with
+    the same task, seed and prompts per step, or its records name prompts this run never draws).
     """
     if len(policy_paths) < 1:
         raise ValueError("a run needs at least one policy; policy_paths is empty")
@@ -152,9 +153,9 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     else:
         plan = {name: threads for name in policy_paths}
     peer_paths = {peer: str(p) for peer, p in {**policy_paths, **(offline.paths if offline else {})}.items()}
-    if probe.teacher and len(policy_paths) < 2:
+    if probe.teacher and len(peer_paths) < 2:
         raise ConfigError(f"probe {probe.name!r} takes its teacher from another policy of the run; got one policy "
-                          f"({sorted(policy_paths)}): pass at least two")
+                          f"({sorted(peer_paths)}): pass at least two, live or offline")
     if cfg.poisoned and cfg.poisoned not in policy_paths:
         raise ConfigError(f"RunnerConfig.poisoned = {cfg.poisoned!r} is not a policy of this run; expected '' (none) "
                           f"or one of {sorted(policy_paths)}")
@@ -290,16 +291,19 @@ def _run_async(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange:
                first_step: int, checkpoint_dir, progress: bool, probe, identity: dict, reporting: Reporting) -> None:
     """Bounded-staleness clock: a worker starts step s once s <= (slowest worker's next step) + staleness.
 
-    A sharing probe gets, at dispatch, its peers' records of step s's prompts published so far, within
-    max_staleness of s (records of a peer running ahead included); the staleness of every one is in the step row.
-    The schedule is the order in which workers finish: fixed for the inline backend (one after another, in order),
-    so its runs are deterministic; with processes it follows the machine's timing, and the dispatch events record it.
+    A step is two calls: the rollout, whose records are published as soon as it returns, then the update with the
+    peers' records of step s's prompts published by then (peers at the same step that finished sampling first, or
+    running ahead), within max_staleness of s; the staleness of every record handed over is in the step row. The
+    schedule is the order in which calls finish: fixed for the inline backend (one call after another, in dispatch
+    order: with fresh prompts every step the first worker of a step never sees a later one's samples of it), so its
+    runs are deterministic; with processes it follows the machine's timing, and the dispatch events record it.
     Checkpoint steps are barriers (every worker finishes them before anyone goes on), so a
     checkpoint is a consistent cut; the experience log is written at each of them and at the end.
     `record.events` logs each dispatch's lead over the slowest.
     """
     next_step = {w: first_step for w in backend.workers}
-    running: set = set()
+    running: dict[str, str] = {}  # worker -> the call in flight: "rollout" or "finish"
+    rollout_of: dict[str, dict] = {}  # worker -> its current step's rollout result
     bar = tqdm(total=(grpo_cfg.steps - first_step + 1) * len(next_step), desc=f"{cfg.backend} async",
                disable=not progress, mininterval=5)
     pending_rows: dict[tuple[int, str], dict] = {}
@@ -315,29 +319,36 @@ def _run_async(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange:
             if w in running or s > grpo_cfg.steps or s > slowest + cfg.staleness or (barrier and s > barrier):
                 continue
             exchange.advance(max(exchange.clock, s))
-            problems = step_prompts(task, grpo_cfg.seed, s, grpo_cfg.prompts_per_step)
-            evaluate = s % grpo_cfg.eval_every == 0 or s == grpo_cfg.steps
-            peer_records, received[(s, w)] = collect_counted(exchange, probe.kinds, w, problems, task, cfg, s)
-            backend.submit(w, "step", (s, problems, evaluate, peer_records))
-            running.add(w)
+            backend.submit(w, "rollout", (s, step_prompts(task, grpo_cfg.seed, s, grpo_cfg.prompts_per_step)))
+            running[w] = "rollout"
             record.events.append({"step": s, "event": f"dispatch {w}", "lead": s - slowest})
         if not running:
             break
         name, result, failure = backend.wait_any(timeout=cfg.step_timeout)
-        running.discard(name)
+        phase = running.pop(name)
         if failure is not None:
             if cfg.failure_policy == "fail":
                 raise WorkerFailed(name, failure)
             backend.drop(name)
             next_step.pop(name, None)
+            rollout_of.pop(name, None)
             record.events.append({"step": exchange.clock, "event": f"dropped {name}: {failure.splitlines()[0]}"})
             continue
         s = next_step[name]
-        exchange.publish_many(result["rollout"]["records"])
-        pending_rows[(s, name)] = {"policy": name, "step": s, "reward": result["rollout"]["reward"],
+        if phase == "rollout":
+            exchange.publish_many(result["records"])
+            rollout_of[name] = result
+            problems = step_prompts(task, grpo_cfg.seed, s, grpo_cfg.prompts_per_step)
+            peer_records, received[(s, name)] = collect_counted(exchange, probe.kinds, name, problems, task, cfg, s)
+            evaluate = s % grpo_cfg.eval_every == 0 or s == grpo_cfg.steps
+            backend.submit(name, "finish", (s, peer_records, evaluate))
+            running[name] = "finish"
+            continue
+        rollout = rollout_of.pop(name)
+        pending_rows[(s, name)] = {"policy": name, "step": s, "reward": rollout["reward"],
                                    "loss": result["update"]["loss"], "grad_norm": result["update"]["grad_norm"],
                                    "active_sequences": result["update"]["active_sequences"],
-                                   "rollout_seconds": result["rollout"]["seconds"],
+                                   "rollout_seconds": rollout["seconds"],
                                    "update_seconds": result["update"]["seconds"], **received.pop((s, name)),
                                    **result["update"].get("probe", {})}
         if result["evals"]:

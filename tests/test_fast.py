@@ -138,3 +138,13 @@ def test_models_the_fast_path_would_compute_differently_fall_back():
     assert with_dropout.config.resid_pdrop > 0 and fast_forward(with_dropout) is None
     assert fast_forward(model_of(SHAPES[2]).to(torch.bfloat16)) is None
     assert fast_forward(model_of(SHAPES[2])) is not None
+
+
+def test_a_mistral_with_a_sliding_window_falls_back_to_transformers():
+    """The fast path attends to every earlier token: a window would change the result, so it refuses one."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    windowed = MistralForCausalLM(MistralConfig(vocab_size=20, hidden_size=32, intermediate_size=64,
+                                                num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                                sliding_window=2)).eval()
+    assert fast_forward(windowed) is None

@@ -146,3 +146,23 @@ def test_beside_a_poisoned_peer_with_reverification_a_run_equals_the_honest_run(
         assert poisoned.counters["forged"] > 0
     trusting = run(poisoned="B", reverify=False)
     assert [m for m in metrics(trusting) if m[0] == "A"] != [m for m in metrics(honest) if m[0] == "A"]
+
+
+def test_a_peer_sample_that_is_not_well_formed_scores_zero_whatever_its_text(bpe_tokenizer, arith_task, problems):
+    """The learner's own rule (EOS last, no other special token before it) applies to a peer's ids: a forged
+    rollout with an unknown token inside a correct-looking text is re-scored 0; trusting takes the claim."""
+    from mrl.probes.terms import rescored_reward
+
+    problem = problems[0]
+    ids = bpe_tokenizer(problem.answer, add_special_tokens=False)["input_ids"]
+    forged = Rollout("run", "P", 0, problem.pid, problem.prompt, problem.answer,
+                     [ids[0], bpe_tokenizer.unk_token_id, *ids[1:], bpe_tokenizer.eos_token_id],
+                     [-0.1] * (len(ids) + 2), 1.0, "eos", "P:bpe")
+    honest = Rollout(**{**forged.__dict__, "token_ids": [*ids, bpe_tokenizer.eos_token_id],
+                        "logps": [-0.1] * (len(ids) + 1)})
+    batch = make_batch(make_model(bpe_tokenizer), bpe_tokenizer, problems, [answers(p, 0) for p in problems],
+                       arith_task.verify)
+    view = peer_view([], bpe_tokenizer)
+    assert rescored_reward(batch, view, 0, honest) == 1.0
+    assert rescored_reward(batch, view, 0, forged) == 0.0
+    assert rescored_reward(batch, peer_view([], bpe_tokenizer, reverify=False), 0, forged) == 1.0

@@ -55,8 +55,8 @@ def test_alpha_one_is_grpo_exactly(bpe_tokenizer, arith_task, problems):
 
 def test_trrd_loss_is_its_equation(bpe_tokenizer, arith_task, problems):
     """The teacher 0.8 nats above the learner on even tokens (kept) and 2 below on odd ones (clamped to 1): r_t =
-    exp(0.5 clamp(log pi - log pi_T, -1, 1)) in value, the clipped surrogate with the own advantages, gradient
-    r_t A grad log pi (the clamp bounds the value only)."""
+    exp(0.5 clamp(log pi - log pi_T, -1, 1)) in value, the clipped surrogate with the own advantages, and the
+    gradient of that expression (a clamped token keeps only the old-policy half of it)."""
     model, batch = own_batch(bpe_tokenizer, arith_task, problems, lambda shape: None)
     model.train()
     with torch.no_grad():
@@ -69,8 +69,10 @@ def test_trrd_loss_is_its_equation(bpe_tokenizer, arith_task, problems):
     model.zero_grad(set_to_none=True)
     logp = completion_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
     mask = batch.completion_mask.float()
-    log_teacher_ratio = torch.where(torch.arange(own.shape[1]) % 2 == 0, -0.8, 1.0)    # -0.8 kept, 2 clamped to 1
-    ratio = torch.exp(logp - logp.detach() + 0.5 * log_teacher_ratio)
+    log_teacher_ratio = torch.clamp(logp - batch.teacher_logp, -1.0, 1.0)    # -0.8 kept, 2 clamped to 1
+    assert torch.allclose(log_teacher_ratio.detach(), torch.where(torch.arange(own.shape[1]) % 2 == 0, -0.8, 1.0)
+                          .expand_as(own), atol=1e-5)
+    ratio = torch.exp(0.5 * (logp - logp.detach()) + 0.5 * log_teacher_ratio)
     advantages = group_advantages(batch.rewards, G, batch.grpo.scale)[:, None]
     per_token = -torch.min(ratio * advantages, torch.clamp(ratio, 0.8, 1.2) * advantages)
     by_hand = ((per_token * mask).sum(-1) / mask.sum(-1)).mean()

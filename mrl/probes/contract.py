@@ -51,8 +51,8 @@ class PeerView:
     tokenizers: dict = field(default_factory=dict)
     """{policy_id: tokenizer} of the peers whose rollouts THL retokenizes"""
     reverify: bool = True
-    """re-score every claimed success and reward with the learner's verifier (terms.peer_reward); False takes
-    them as claimed (the poisoned-peer ablation, RunnerConfig.reverify)"""
+    """re-score every claimed success and reward with the learner's verifier (terms.rescored_reward and
+    terms.accepted_success); False takes them as claimed (the poisoned-peer ablation, RunnerConfig.reverify)"""
 
 
 assert {f.name for f in dataclasses.fields(PeerView)} == {*KINDS, "tokenizers", "reverify"}, \

@@ -27,7 +27,8 @@ def own_grpo_loss(batch: RolloutBatch, advantages: Tensor,
                   anchor: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor | None, int, dict]:
     """The GRPO loss (mrl.grpo.policy_loss with batch.grpo's settings) on the own samples, on-policy: ratio 1,
     old_logp = logp.detach(), as TRL with num_iterations = 1. advantages: (P*G,).
-    anchor: old_logp = anchor(logp.detach()) instead, (P*G, T) -> (P*G, T) (TRRD's old/teacher mixture).
+    anchor: old_logp = anchor(logp) instead, (P*G, T) -> (P*G, T), given the log-probs with their gradient (TRRD's
+    old/teacher mixture, whose clamped teacher term carries gradient).
 
     Returns (loss or None when nothing is active, sequences forwarded, stats). With beta = 0 and
     skip_zero_advantage, rows with A = 0 are not forwarded: their loss and gradient are exactly 0, and the
@@ -43,7 +44,7 @@ def own_grpo_loss(batch: RolloutBatch, advantages: Tensor,
         return None, 0, {}
     logp_active = own_logprobs(batch, active)
     logp = torch.zeros(batch.completion_ids.shape, dtype=logp_active.dtype).index_put((active,), logp_active)
-    old_logp = logp.detach() if anchor is None else anchor(logp.detach())
+    old_logp = logp.detach() if anchor is None else anchor(logp)
     loss, stats = policy_loss(logp, old_logp, advantages, batch.completion_mask, level=cfg.level,
                               loss_type=cfg.loss_type, eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
                               ref_logp=batch.ref_logp, max_completion_length=cfg.max_new_tokens,
@@ -113,17 +114,26 @@ def retokenize_rollouts(batch: RolloutBatch, peers: PeerView):
     return samples, failed, inexact
 
 
+def well_formed(token_ids: list[int], tokenizer) -> bool:
+    """The rule the learner's own rewards follow (rollout.completion_texts), on a peer's ids and tokenizer: EOS last
+    and no other special token (pad, unk, ...) before it."""
+    special = set(tokenizer.all_special_ids) - {tokenizer.eos_token_id}
+    return bool(token_ids) and token_ids[-1] == tokenizer.eos_token_id and not special & set(token_ids[:-1])
+
+
 def rescored_reward(batch: RolloutBatch, peers: PeerView, x: int, record) -> float:
-    """A peer sample's reward under the learner's verifier, never above what the peer claimed (0 without EOS);
-    the claim as it is when peers.reverify is off (the poisoned-peer ablation)."""
+    """A peer sample's reward under the learner's rules, never above what the peer claimed: 0 unless it is well-formed
+    in its own tokenizer (well_formed), else the learner's verifier on its text; the claim as it is when
+    peers.reverify is off (the poisoned-peer ablation)."""
     if not peers.reverify:
         return record.reward
-    if record.finish_reason != "eos":
+    if record.finish_reason != "eos" or not well_formed(list(record.token_ids), peers.tokenizers[record.policy_id]):
         return 0.0
     return min(record.reward, batch.verify(record.completion, batch.problems[x]))
 
 
 def accepted_success(batch: RolloutBatch, peers: PeerView, text: str, problem) -> bool:
     """Whether a peer's claimed success counts: the learner's verifier accepts its text (every claim when
-    peers.reverify is off)."""
+    peers.reverify is off). A Success carries text only, so a correct text a peer's sample did not earn (a pad token
+    inside it, say) still counts: it is a correct answer, though not one the peer's own reward credited."""
     return not peers.reverify or batch.verify(text, problem) > 0

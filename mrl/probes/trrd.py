@@ -7,15 +7,15 @@ samples with the token ratio anchored to a mixture of the old policy and a teach
 
 alpha = 1 is GRPO exactly; the teacher enters only through where the clip binds (a token the teacher likes has a
 smaller ratio, so a positive advantage may raise it further before the clip stops it). c = 1 is the paper's
-clamp of the teacher log ratio (App. B).
+clamp of the teacher log ratio (App. B); as in an autograd implementation of it, a token whose teacher log ratio is
+clamped keeps only the old-policy part of the ratio's gradient (alpha r A grad log pi_S; r A grad log pi_S elsewhere).
 
 What is reconstructed: the teacher is the next policy of the run (A's is B, B's is A; with more policies each
 takes the next in name order) at its starting checkpoint, fixed, as RLAD's teacher is fixed and usually stronger;
 here the two families are complementary (each knows the forms the other lacks), so each is the other's teacher.
 Across tokenizers pi_T of a learner token is its THL group's teacher log-prob spread evenly over the group's
-learner tokens (mrl.teacher). The clamp bounds the ratio's value; its gradient is r_t A grad log pi_S (as RLAD
-writes the unclipped term), not zero where the clamp binds. alpha = 0.5 as RLAD; RLAD's reference KL beta is
-unstated and 0 here, as every probe's default.
+learner tokens (mrl.teacher). alpha = 0.5 as RLAD; RLAD's reference KL beta is unstated and 0 here, as every probe's
+default.
 """
 from __future__ import annotations
 
@@ -42,26 +42,26 @@ class TrrdConfig(ProbeConfig):
 
 
 def trrd_anchor(logp: Tensor, old_logp: Tensor, teacher_logp: Tensor, alpha: float, clamp: float) -> Tensor:
-    """The old_logp that makes the GRPO ratio exp(logp - old_logp) RLAD's r^TRRD (values detached):
+    """The old_logp that makes the GRPO ratio exp(logp - old_logp) RLAD's r^TRRD, value and gradient:
 
         anchor = alpha old_logp + (1 - alpha) (logp - clamp(logp - teacher_logp, -c, c))
         logp - anchor = alpha (logp - old_logp) + (1 - alpha) clamp(logp - teacher_logp, -c, c)
 
-    All (N, T); returns (N, T)."""
-    logp = logp.detach()
+    logp with its gradient, old_logp and teacher_logp without; all (N, T); returns (N, T)."""
     return alpha * old_logp + (1 - alpha) * (logp - torch.clamp(logp - teacher_logp, -clamp, clamp))
 
 
 @register_probe("trrd", config=TrrdConfig, teacher=True)
 def trrd_loss(batch: RolloutBatch, peers: PeerView, cfg: TrrdConfig) -> ProbeOutput:
-    """The GRPO loss on the own samples with the token ratio r^TRRD (one update, on-policy: old_logp = logp)."""
+    """The GRPO loss on the own samples with the token ratio r^TRRD (one update, on-policy: pi_S,old = pi_S in
+    value)."""
     if batch.teacher_logp is None:
         raise ValueError("trrd needs the teacher's log-probs (RolloutBatch.teacher_logp); the actor computes them for "
                          "probes registered with teacher=True")
     teacher = batch.teacher_logp
 
     def anchor(logp: Tensor) -> Tensor:
-        return trrd_anchor(logp, logp, teacher, cfg.alpha, cfg.clamp)
+        return trrd_anchor(logp, logp.detach(), teacher, cfg.alpha, cfg.clamp)
 
     advantages = group_advantages(batch.rewards, batch.group_size, batch.grpo.scale)
     loss, active, stats = own_grpo_loss(batch, advantages, anchor)

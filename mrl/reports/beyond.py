@@ -150,6 +150,7 @@ def scaling_figure(table: pd.DataFrame):
             right.plot(group.n, group[column], marker="o", ls=styles.get(clock, ":"), color=policy_colour(policy),
                        label=f"{column}, {clock}")
     left.set(xlabel="policies n", ylabel="wall seconds (start-up included)", title="Wall time of one run")
+    left.set_ylim(bottom=0)
     right.set(xlabel="policies n", ylabel="final held-out accuracy", title="The pair's weak skills as peers are added")
     for ax in (left, right):
         ax.set_xticks(sorted(table.n.unique()))
