@@ -323,9 +323,9 @@ def heldout_knob_grid(config: RunConfig, backend: str | None = None, cache: bool
 def _heldout_base(config: RunConfig) -> tuple[RunConfig, dict[str, str], str]:
     """(the held-out experiment's run config on its first zoo seed, that zoo's paths of the pairing, pairing label)."""
     heldout = config.experiments.heldout
-    zoo_seed = heldout.zoo_seeds[0]
-    zoo = heldout_zoos(config, progress=False)[zoo_seed]
-    return heldout_config(config, zoo_seed), {name: zoo[name] for name in heldout.pairing}, "+".join(heldout.pairing)
+    run_config = heldout_config(config, heldout.zoo_seeds[0])
+    zoo = policy_paths(run_config, progress=False)   # the first zoo seed's only: the other seeds' are not needed
+    return run_config, {name: zoo[name] for name in heldout.pairing}, "+".join(heldout.pairing)
 
 
 def beyond_grid(config: RunConfig, backend: str | None = None, cache: bool = True,
