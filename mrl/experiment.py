@@ -411,10 +411,10 @@ def scaling_grid(config: RunConfig, progress: bool = True) -> tuple[pd.DataFrame
     beyond, heldout = config.experiments.beyond, config.experiments.heldout
     zoo_seed = heldout.zoo_seeds[0]
     base = heldout_config(config, zoo_seed)
-    grown = dataclasses.replace(base, zoo=dataclasses.replace(base.zoo, families=[*base.zoo.families,
-                                                                                  *beyond.scaling_families]))
+    added = beyond.scaling_families[:max(beyond.scaling_sizes) - 2]   # only the families some run needs
+    grown = dataclasses.replace(base, zoo=dataclasses.replace(base.zoo, families=[*base.zoo.families, *added]))
     zoo = policy_paths(grown, progress)
-    order = [*heldout.pairing, *(f.name for f in beyond.scaling_families)]
+    order = [*heldout.pairing, *(f.name for f in added)]
     probe = as_probe_config(beyond.scaling_probe)
     all_steps, all_evals, runs = [], [], []
     jobs = [(n, mode, seed) for n in beyond.scaling_sizes for mode in beyond.scaling_modes
