@@ -125,23 +125,27 @@ save_figure(poison_figure(poison_numbers), "beyond_poison", run.figures)
 # rows are single runs, not estimates.
 
 # %%
-scale_steps, scale_evals, scale_runs = scaling_grid(config, progress=progress)
-scaling = scaling_table(scale_evals, scale_runs)
-write_table(scaling, "beyond_scaling", run.tables,
-            caption=f"n policies sharing with {beyond.scaling_probe} on the held-out experiment "
-                    f"({beyond.scaling_steps} steps, zoo seed {heldout.zoo_seeds[0]}, RL seed(s) {listing(beyond.scaling_seeds)}, "
-                    f"{beyond.scaling_backend} backend, one run at a time): wall time of the run (start-up included), "
-                    f"the pair's final held-out accuracy on its weak forms and overall, and the mean overall accuracy "
-                    f"of all n policies. Single runs: differences are not estimates.")
+scaling = None
+if beyond.scaling_sizes:
+    scale_steps, scale_evals, scale_runs = scaling_grid(config, progress=progress)
+    scaling = scaling_table(scale_evals, scale_runs)
+    write_table(scaling, "beyond_scaling", run.tables,
+                caption=f"n policies sharing with {beyond.scaling_probe} on the held-out experiment "
+                        f"({beyond.scaling_steps} steps, zoo seed {heldout.zoo_seeds[0]}, RL seed(s) "
+                        f"{listing(beyond.scaling_seeds)}, {beyond.scaling_backend} backend, one run at a time): wall "
+                        f"time of the run (start-up included), the pair's final held-out accuracy on its weak forms "
+                        f"and overall, and the mean overall accuracy of all n policies. Single runs: differences are "
+                        f"not estimates.")
+    staleness = scale_steps[scale_steps["mode"] == "async"].assign(
+        records=lambda f: f.peer_staleness.map(lambda text: sum(json.loads(text).values())))
+    print("records handed over per learner step, async:", staleness.groupby("n").records.mean().round(1).to_dict())
+else:
+    print("no n-policy runs in this profile (experiments.beyond.scaling_sizes is empty)")
 scaling
 
 # %%
-save_figure(scaling_figure(scaling), "beyond_scaling", run.figures)
-
-# %%
-staleness = scale_steps[scale_steps["mode"] == "async"].assign(
-    records=lambda f: f.peer_staleness.map(lambda text: sum(json.loads(text).values())))
-print("records handed over per learner step, async:", staleness.groupby("n").records.mean().round(1).to_dict())
+if scaling is not None:
+    save_figure(scaling_figure(scaling), "beyond_scaling", run.figures)
 
 # %%
 print(f"80_beyond ran in {time.perf_counter() - start:.0f} s ({profile} profile, backend {backend})")
@@ -153,4 +157,5 @@ print(f"80_beyond ran in {time.perf_counter() - start:.0f} s ({profile} profile,
 # NBVAL_CHECK_OUTPUT
 print(numbers.set_index(["policy", "probe"])[["weak", "overall"]].round(2).to_string())
 print(poisoned.set_index(["policy", "probe", "arm"])[["weak", "overall", "equals honest run"]].to_string())
-print(scaling.drop(columns=["wall seconds"]).set_index(["n", "clock"]).round(2).to_string())
+if scaling is not None:
+    print(scaling.drop(columns=["wall seconds"]).set_index(["n", "clock"]).round(2).to_string())
