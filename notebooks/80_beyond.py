@@ -144,8 +144,7 @@ else:
 scaling
 
 # %%
-if scaling is not None:
-    save_figure(scaling_figure(scaling), "beyond_scaling", run.figures)
+save_figure(scaling_figure(scaling), "beyond_scaling", run.figures) if scaling is not None else "no n-policy runs"
 
 # %%
 print(f"80_beyond ran in {time.perf_counter() - start:.0f} s ({profile} profile, backend {backend})")
