@@ -42,6 +42,21 @@ def tiny_zoo(families, root) -> dict[str, str]:
     return {name: str(policy.path) for name, policy in zoo.items()}
 
 
+def pair_run_twice(tiny_zoo_paths, probe: str) -> tuple[list, list]:
+    """A (GPT-2 + BPE) and B (Llama + Unigram) under `probe` through the runner, 3 steps, twice: (each run's step rows
+    without timings, each run's evals)."""
+    from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
+    from mrl.probes import probe_config
+    from mrl.runner import run_concurrent
+
+    paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
+    grpo = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
+    runs = [run_concurrent(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(), progress=False,
+                           probe_cfg=probe_config(probe)) for _ in range(2)]
+    return ([[{k: v for k, v in row.items() if not k.endswith("seconds")} for row in r.steps] for r in runs],
+            [r.evals for r in runs])
+
+
 @pytest.fixture(scope="session")
 def tiny_zoo_paths(tmp_path_factory):
     """Three small families warmed up 150 steps on TINY_TASK: A (GPT-2 + BPE), B (Llama + Unigram), C (Qwen2 +

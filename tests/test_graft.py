@@ -108,15 +108,9 @@ def test_a_forged_success_never_enters_graft(bpe_tokenizer, arith_task, problems
 def test_graft_runs_between_families_and_is_deterministic(tiny_zoo_paths):
     """A (GPT-2 + BPE) and B (Llama + Unigram) under graft through the runner: THL across tokenizers, the same
     metrics twice."""
-    from conftest import TINY_TASK
-    from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
-    from mrl.runner import run_concurrent
+    from conftest import pair_run_twice
 
-    paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
-    grpo = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
-    runs = [run_concurrent(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(), progress=False,
-                           probe_cfg=probe_config("graft")) for _ in range(2)]
-    steps = [[{k: v for k, v in row.items() if not k.endswith("seconds")} for row in r.steps] for r in runs]
-    assert steps[0] == steps[1] and runs[0].evals == runs[1].evals
+    steps, evals = pair_run_twice(tiny_zoo_paths, "graft")
+    assert steps[0] == steps[1] and evals[0] == evals[1]
     assert all("graft_candidates" in row for row in steps[0])
     assert sum(row["graft_samples"] for row in steps[0]) > 0

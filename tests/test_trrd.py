@@ -129,14 +129,8 @@ def test_trrd_config_and_a_run_without_a_teacher_are_refused(tiny_zoo_paths):
 def test_trrd_runs_between_families_and_is_deterministic(tiny_zoo_paths):
     """A (GPT-2 + BPE) with B's starting checkpoint as its teacher and B with A's, through the runner: THL across
     tokenizers, the same metrics twice, the teacher's statistics reported."""
-    from conftest import TINY_TASK
-    from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
-    from mrl.runner import run_concurrent
+    from conftest import pair_run_twice
 
-    paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
-    grpo = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
-    runs = [run_concurrent(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(), progress=False,
-                           probe_cfg=probe_config("trrd")) for _ in range(2)]
-    steps = [[{k: v for k, v in row.items() if not k.endswith("seconds")} for row in r.steps] for r in runs]
-    assert steps[0] == steps[1] and runs[0].evals == runs[1].evals
+    steps, evals = pair_run_twice(tiny_zoo_paths, "trrd")
+    assert steps[0] == steps[1] and evals[0] == evals[1]
     assert all(row["teacher_thl_failed"] == 0 and row["teacher_log_ratio_mean"] != 0 for row in steps[0])
