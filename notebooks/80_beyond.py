@@ -43,13 +43,13 @@ backend = None       # inline | process | ray (None: the profile's); packed_runs
 progress = True
 
 # %%
-import json
 import time
 start = time.perf_counter()
 import pandas as pd
 from mrl.experiment import beyond_grid, offline_grid, poison_grid, scaling_grid
 from mrl.notebook import setup_notebook
-from mrl.reports.beyond import poison_figure, poison_table, scaling_figure, scaling_table, with_arm_labels
+from mrl.reports.beyond import (poison_figure, poison_table, records_handed_over, scaling_figure, scaling_table,
+                                with_arm_labels)
 from mrl.reports.paired import paired_table, weak_skill_figure
 from mrl.results import listing, save_figure, write_table
 
@@ -136,9 +136,7 @@ if beyond.scaling_sizes:
                         f"time of the run (start-up included), the pair's final held-out accuracy on its weak forms "
                         f"and overall, and the mean overall accuracy of all n policies. Single runs: differences are "
                         f"not estimates.")
-    staleness = scale_steps[scale_steps["mode"] == "async"].assign(
-        records=lambda f: f.peer_staleness.map(lambda text: sum(json.loads(text).values())))
-    print("records handed over per learner step, async:", staleness.groupby("n").records.mean().round(1).to_dict())
+    print("records handed over per learner step, async:", records_handed_over(scale_steps))
 else:
     print("no n-policy runs in this profile (experiments.beyond.scaling_sizes is empty)")
 scaling

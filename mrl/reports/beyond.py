@@ -7,6 +7,8 @@ only the peer's records differ.
 """
 from __future__ import annotations
 
+import json
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -135,6 +137,14 @@ def scaling_table(evals: pd.DataFrame, runs: pd.DataFrame, split: str = "held-ou
         row["wall seconds"] = float(wall.iloc[0]) if len(wall) else np.nan
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def records_handed_over(steps: pd.DataFrame, mode: str = "async") -> dict:
+    """{n: mean number of peer records handed to a learner per step} over the `mode` runs, from the step rows'
+    peer_staleness ({staleness: records}, JSON)."""
+    rows = steps[steps["mode"] == mode]
+    records = rows.peer_staleness.map(lambda text: sum(json.loads(text).values()))
+    return records.groupby(rows.n).mean().round(1).to_dict()
 
 
 def scaling_figure(table: pd.DataFrame):
