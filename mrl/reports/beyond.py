@@ -149,16 +149,19 @@ def records_handed_over(steps: pd.DataFrame, mode: str = "async") -> dict:
 
 def scaling_figure(table: pd.DataFrame):
     """Left: wall time vs n per clock. Right: the pair's final weak-skill accuracy vs n per clock (one line per
-    policy and clock; solid sync, dashed async). Mean over seeds where there are several (no band)."""
+    policy and clock; solid with filled circles sync, dashed with open squares async). Mean over seeds where there are
+    several (no band)."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     styles = {"sync": "-", "async": "--"}
+    markers = {"sync": dict(marker="o"), "async": dict(marker="s", mfc="white")}   # told apart at a single n too
     means = table.groupby(["clock", "n"], sort=True).mean(numeric_only=True).reset_index()
     for clock, group in means.groupby("clock"):
-        left.plot(group.n, group["wall seconds"], marker="o", ls=styles.get(clock, ":"), color="black", label=clock)
+        left.plot(group.n, group["wall seconds"], ls=styles.get(clock, ":"), color="black", label=clock,
+                  **markers.get(clock, {}))
         for column in [c for c in table.columns if " weak (" in c]:
             policy = column.split(" ")[0]
-            right.plot(group.n, group[column], marker="o", ls=styles.get(clock, ":"), color=policy_colour(policy),
-                       label=f"{column}, {clock}")
+            right.plot(group.n, group[column], ls=styles.get(clock, ":"), color=policy_colour(policy),
+                       label=f"{column}, {clock}", **markers.get(clock, {}))
     left.set(xlabel="policies n", ylabel="wall seconds (start-up included)", title="Wall time of one run")
     left.set_ylim(bottom=0)
     right.set(xlabel="policies n", ylabel="final held-out accuracy", title="The pair's weak skills as peers are added")
