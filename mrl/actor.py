@@ -15,10 +15,13 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+from torch.utils._pytree import tree_map
 from transformers import PreTrainedTokenizerFast
 
-from mrl.config import GrpoConfig, TaskConfig
+from mrl.config import GrpoConfig, PlacementConfig, TaskConfig
 from mrl.evaluation import skill_accuracy
+from mrl.microbatch import MicroBatchedLogprobs
+from mrl.placement import frozen_dtype, precision, resolve_device
 from mrl.probes import PeerView, ProbeConfig, get_probe
 from mrl.rollout import RolloutBatch, completion_logprobs, completion_texts, sample_groups, score
 from mrl.see import GroupStats, Rollout, Success
@@ -61,6 +64,17 @@ class ActorConfig:
     """a poisoned policy's attack (mrl.poison.PoisonedActor reads it); '' for an honest one"""
     reverify: bool = True
     """re-score the peers' claims with this policy's verifier before they enter a loss (RunnerConfig.reverify)"""
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    """its device, dtype, gradient checkpointing and micro-batch"""
+
+
+def in_precision(method):
+    """Run an actor method inside mrl.placement.precision(actor.device, actor's dtype)."""
+    def wrapper(self, *args, **kwargs):
+        with precision(self.device, self.config.placement.dtype):
+            return method(self, *args, **kwargs)
+    wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = method.__name__, method.__qualname__, method.__doc__
+    return wrapper
 
 
 class PolicyActor:
@@ -73,13 +87,21 @@ class PolicyActor:
         self.peer_tokenizers = {peer: PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
                                 for peer, path in config.peer_paths.items()
                                 if peer != self.name and "rollout" in self.probe.kinds}
+        placement = config.placement
+        self.device = resolve_device(placement.device)
         self.policy = load_policy(config.policy_path)
-        self.model, self.tokenizer = self.policy.model, self.policy.tokenizer
-        self.reference = copy.deepcopy(self.model).eval().requires_grad_(False) if self.cfg.beta else None
+        self.model, self.tokenizer = self.policy.model.to(self.device), self.policy.tokenizer
+        self.reference = None
+        if self.cfg.beta:
+            self.reference = copy.deepcopy(self.model).to(frozen_dtype(placement.dtype)).eval().requires_grad_(False)
         self.teacher = None
         if self.probe.teacher:
             self.teacher = load_policy(config.peer_paths[teacher_of(self.name, list(config.peer_paths))])
-            self.teacher.model.requires_grad_(False)
+            self.teacher.model.to(self.device, frozen_dtype(placement.dtype)).requires_grad_(False)
+        if placement.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.micro_batched = (MicroBatchedLogprobs(self._logprobs, placement.micro_batch)
+                              if placement.micro_batch else None)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, betas=(0.9, 0.99))
         self.task = make_task(config.task)
         kind = self.policy.family.tokenizer if self.policy.family else self.policy.path.name
@@ -97,11 +119,19 @@ class PolicyActor:
 
     def logprobs(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
                  completion_mask: Tensor) -> Tensor:
-        """log pi of every completion token with gradient, the model in training mode. (N, P), (N, T) -> (N, T)."""
+        """log pi of every completion token with gradient, the model in training mode. (N, P), (N, T) -> (N, T).
+        With a micro_batch, computed that many sequences at a time (mrl.microbatch; `apply` backpropagates it)."""
+        if self.micro_batched is not None:
+            return self.micro_batched(prompt_ids, prompt_mask, completion_ids, completion_mask)
+        return self._logprobs(prompt_ids, prompt_mask, completion_ids, completion_mask)
+
+    def _logprobs(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
+                  completion_mask: Tensor) -> Tensor:
         self.model.train()
         return completion_logprobs(self.model, prompt_ids, prompt_mask, completion_ids, completion_mask,
                                    engine=self.cfg.engine)
 
+    @in_precision
     def rollout(self, step: int, problems: list) -> dict:
         """Sample and score this step's groups; keep them as the pending RolloutBatch; return the records to
         publish and rollout metrics."""
@@ -109,10 +139,10 @@ class PolicyActor:
         cfg = self.cfg
         prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp = sample_groups(
             self.model, self.tokenizer, [p.prompt for p in problems], cfg.group_size,
-            step_generator(cfg.seed, step, self.name), cfg.max_new_tokens, cfg.temperature, cfg.engine)
+            step_generator(cfg.seed, step, self.name, self.device), cfg.max_new_tokens, cfg.temperature, cfg.engine)
         expanded = [p for p in problems for _ in range(cfg.group_size)]
         texts = completion_texts(self.tokenizer, completion_ids, completion_mask, self.tokenizer.eos_token_id)
-        rewards = score(texts, expanded, self.task.verify)
+        rewards = score(texts, expanded, self.task.verify, self.device)
         ref_logp = None
         if self.reference is not None:
             with torch.no_grad():
@@ -127,7 +157,7 @@ class PolicyActor:
             policy=self.name, step=step, problems=list(problems), group_size=cfg.group_size, prompt_ids=prompt_ids,
             prompt_mask=prompt_mask, completion_ids=completion_ids, completion_mask=completion_mask,
             sample_logp=sample_logp, rewards=rewards, grpo=cfg, tokenizer=self.tokenizer, verify=self.task.verify,
-            logprobs=self.logprobs, generator=step_generator(cfg.seed, step, f"{self.name}/probe"),
+            logprobs=self.logprobs, generator=step_generator(cfg.seed, step, f"{self.name}/probe", self.device),
             state=self.probe_state, ref_logp=ref_logp, teacher_logp=teacher_logp, teacher_failed=teacher_failed)
         return {"records": self.records(self.pending, texts), "reward": rewards.mean().item(),
                 "seconds": time.perf_counter() - start}
@@ -151,6 +181,7 @@ class PolicyActor:
                                       float((group ** 2).sum()), sample=x))
         return records
 
+    @in_precision
     def update(self, step: int, peer_records: dict | None = None) -> dict:
         """The probe's losses on the pending batch and the peers' records, one optimizer step after each.
 
@@ -177,25 +208,35 @@ class PolicyActor:
         """Backward, clip the global gradient norm, one Adam step; returns the norm before clipping."""
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if self.micro_batched is not None:
+            self.micro_batched.backward(loss)
+        else:
+            loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         self.optimizer.step()
         return grad_norm.item()
 
+    @in_precision
     def finish(self, step: int, peer_records: dict | None = None, evaluate: bool = False) -> dict:
         """The update of the pending rollout with the peers' records, then optionally an evaluation (the async
         clock's second call of a step: the runner collects the records once this worker's rollout is published)."""
         update = self.update(step, peer_records)
         return {"update": update, "evals": self.evaluate(step) if evaluate else None}
 
+    @in_precision
     def evaluate(self, step: int) -> list[dict]:
         return [{"policy": self.name, "step": step, **row}
                 for row in skill_accuracy(self.model, self.tokenizer, self.task, self.cfg.max_new_tokens,
                                           self.cfg.engine)]
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "version": self.version, "probe_state": self.probe_state}
+        """Model, optimizer and probe state on the CPU (a checkpoint or another process reads it anywhere);
+        load_state_dict puts it back on this actor's device."""
+        def host(tree):
+            return tree_map(lambda x: x.detach().cpu() if isinstance(x, Tensor) else x, tree)
+
+        return {"model": host(self.model.state_dict()), "optimizer": host(self.optimizer.state_dict()),
+                "version": self.version, "probe_state": host(self.probe_state)}
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from mrl.config import ConfigError
+from mrl.placement import resolve_device
 from mrl.see import file_sha256
 
 STEP_DIR = "step-{:06d}"
@@ -35,11 +36,14 @@ class CheckpointMismatch(ConfigError):
     """The checkpoint folder holds a different experiment than the one being resumed."""
 
 
-def run_identity(policy_paths: dict, task_cfg, grpo_cfg, probe_cfg, runner_cfg, run_id: str, offline=None) -> dict:
+def run_identity(policy_paths: dict, task_cfg, grpo_cfg, probe_cfg, runner_cfg, run_id: str, offline=None,
+                 placement: dict | None = None) -> dict:
     """The settings that define a run's metrics, as plain JSON values (what a resume must match).
 
     Left out: the backend, threads, timeouts, failure policy and checkpoint interval, which change
-    how a run executes, not what it computes.
+    how a run executes, not what it computes. placement ({policy: PlacementConfig}) enters only where it is not
+    the default (a GPU's or bf16's numbers differ from the CPU's; the GPU share does not change them, the micro-batch
+    only the order of the gradient's sums, so a run may resume with another).
     """
     grpo = dataclasses.asdict(grpo_cfg)
     identity = {
@@ -58,7 +62,18 @@ def run_identity(policy_paths: dict, task_cfg, grpo_cfg, probe_cfg, runner_cfg, 
             "log": str(Path(offline.log_dir).resolve()),
             "policies": {name: str(Path(path).resolve()) for name, path in sorted(offline.paths.items())}},
     }
+    placed = {name: placement_key(p) for name, p in sorted((placement or {}).items()) if placement_key(p)}
+    if placed:
+        identity["placement"] = placed
     return json.loads(json.dumps(identity, sort_keys=True, default=str))  # as a manifest will read it back
+
+
+def placement_key(placement) -> dict:
+    """What of a PlacementConfig can change a run's numbers, where it differs from the CPU default: the device
+    type `auto` resolves to here, the dtype, gradient checkpointing; {} for the default."""
+    key = {"device": resolve_device(placement.device).type, "dtype": placement.dtype,
+           "gradient_checkpointing": placement.gradient_checkpointing}
+    return {} if key == {"device": "cpu", "dtype": "float32", "gradient_checkpointing": False} else key
 
 
 def identity_differences(saved: dict, current: dict) -> list[str]:

@@ -4,6 +4,7 @@
     mrl run --policies A+B --probe sgt --steps 20  # one run of the profile's zoo into results/runs/<key>/
     mrl run --config my_run.yaml --seed 1          # the same from a YAML file (flags override it)
     mrl bench rollout thl                          # benchmarks/bench_<name>.py; no name: all of them
+    mrl plan --profile paper --gpus 2x80           # each policy's GPU memory and GPU (mrl.resources)
 
 `mrl <command> --help` lists each command's options and their allowed values. A run's steps, evaluations and
 events are read back with `mrl.results.load_runs()`.
@@ -106,10 +107,21 @@ def _bench(args) -> int:
     return 0
 
 
+def _plan(args) -> int:
+    from mrl.profiles import load_profile
+    from mrl.resources import parse_gpus, plan_resources
+
+    plan = plan_resources(load_profile(args.profile), parse_gpus(args.gpus), prompt_tokens=args.prompt_tokens,
+                          teachers=args.teachers)
+    print(plan.round(2).to_string(index=False))
+    print(f"[mrl plan] GB per policy on {args.gpus} GB GPUs (10% of each reserved); estimates, see mrl/resources.py")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(prog="mrl", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = main.add_subparsers(dest="command", required=True, metavar="{reproduce,run,bench}")
+    commands = main.add_subparsers(dest="command", required=True, metavar="{reproduce,run,bench,plan}")
     commands.add_parser("reproduce", help="run every notebook of a profile (papermill) and regenerate its outputs",
                         add_help=False)
     run = commands.add_parser("run", help="one concurrent run of the profile's policies under one probe",
@@ -128,6 +140,16 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--recompute", action="store_true", help="run again even when the cache holds the run")
     bench = commands.add_parser("bench", help="run benchmarks/bench_<name>.py (all when no name is given)")
     bench.add_argument("names", nargs="*", metavar="NAME", help=f"benchmarks to run, from {list(BENCHMARKS)}")
+    plan = commands.add_parser("plan", help="the GPU memory of each policy of a profile and the GPU that holds it",
+                               description="Each policy's weights, gradients, Adam states, frozen models, KV "
+                                           "cache and activations (GB, estimated from its architecture and the "
+                                           "profile's batch and placement) and its GPU; a plan that does not fit "
+                                           "is refused, naming the policy and the shortfall.")
+    plan.add_argument("--profile", choices=PROFILES, default="paper", help="a profile with pretrained policies")
+    plan.add_argument("--gpus", default="1x80", help="GB per GPU: NxGB (2x80) or GB,GB,... (default 1x80)")
+    plan.add_argument("--prompt-tokens", dest="prompt_tokens", type=int, default=256,
+                      help="tokens of a prompt with its chat template (default 256)")
+    plan.add_argument("--teachers", action="store_true", help="plan for a probe with a teacher (trrd)")
     return main
 
 
@@ -145,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         cli.error(f"bench: {sorted(set(args.names) - set(BENCHMARKS))} not allowed; expected names from "
                   f"{list(BENCHMARKS)}")
     try:
-        return _run(args) if args.command == "run" else _bench(args)
+        return {"run": _run, "bench": _bench, "plan": _plan}[args.command](args)
     except (ConfigError, FileNotFoundError) as err:
         cli.exit(2, f"mrl {args.command}: error: {err}\n")
 

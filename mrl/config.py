@@ -316,6 +316,38 @@ class GrpoConfig:
         require(self.beta >= 0, c, "beta", self.beta, "a number >= 0")
 
 
+DTYPES = ("float32", "bfloat16")
+DEVICE_SPEC = re.compile(r"^(auto|cpu|cuda(:[0-9]+)?)$")
+
+
+@config_dataclass
+class PlacementConfig:
+    """Where one policy lives and how it computes (mrl.placement); the defaults are this CPU's setting."""
+
+    device: Str = "auto"
+    """auto (the GPU Ray assigned to the actor, else cuda when present, else cpu), cpu, cuda or cuda:N; the
+    model, its optimizer state, the reference and teacher models and every tensor a step creates live there"""
+    dtype: Str = "float32"
+    """float32, or bfloat16: forwards under bf16 autocast over fp32 master weights (Adam and the loss in fp32),
+    the frozen reference and teacher models stored in bf16"""
+    gradient_checkpointing: Bool = False
+    """recompute each layer's activations in the backward of the update (transformers' checkpointing)"""
+    micro_batch: Int = 0
+    """sequences per forward and backward of the update (0: the whole step's batch at once); the gradient is the
+    whole batch's (mrl.placement.MicroBatchedLogprobs)"""
+    gpus: Float = 0.0
+    """GPUs the ray backend reserves for this policy's actor (0.5: two policies share one GPU)"""
+
+    def __post_init__(self):
+        c = "PlacementConfig"
+        require(isinstance(self.device, str) and DEVICE_SPEC.match(self.device) is not None, c, "device",
+                self.device, "auto, cpu, cuda or cuda:N")
+        choice(c, "dtype", self.dtype, DTYPES)
+        require(isinstance(self.micro_batch, int) and self.micro_batch >= 0, c, "micro_batch", self.micro_batch,
+                "an integer >= 0 (0: the whole batch)")
+        require(self.gpus >= 0, c, "gpus", self.gpus, "a number >= 0")
+
+
 FAILURE_POLICIES = ("fail", "continue")
 ATTACKS = ("forged_success", "lying_stats", "malformed")
 """what a poisoned peer publishes (mrl.poison)"""
@@ -663,6 +695,9 @@ class RunConfig:
     packed_runs: Int = 1
     """independent runs of a grid executed at once, each inline in its own process (no core waits at a barrier);
     1: one run at a time on `backend`"""
+    placement: dict[Str, PlacementConfig] = field(default_factory=dict)
+    """{policy name: its device, dtype, checkpointing, micro-batch and GPU share}; a policy not named takes the
+    defaults (this CPU)"""
     notebooks: list[Str] = field(default_factory=lambda: list(NOTEBOOKS))
     """the notebooks `python -m mrl.reproduce` runs for this profile, in order"""
     experiments: ExperimentsConfig = field(default_factory=ExperimentsConfig)
@@ -683,10 +718,16 @@ class RunConfig:
         known = set(self.policies) if self.policies else {f.name for f in self.zoo.families}
         for name, members in self.pairings.items():
             require(set(members) <= known, c, f"pairings[{name!r}]", members, f"policies drawn from {sorted(known)}")
+        require(set(self.placement) <= known, c, "placement", sorted(self.placement),
+                f"policy names drawn from {sorted(known)}")
         used = [*self.experiments.probe.pairings, *self.experiments.hacpo.pairings, self.experiments.mwra.pairing]
         for name in used:
             require(name in self.pairings, c, "experiments", name,
                     f"a pairing defined in pairings {list(self.pairings)}")
+
+    def placement_of(self, name: str) -> PlacementConfig:
+        """The placement of one policy (the defaults when the profile does not name it)."""
+        return self.placement.get(name, PlacementConfig())
 
     def pairing(self, name: str) -> list[str]:
         """The policy names of a pairing."""

@@ -16,12 +16,12 @@ def greedy_accuracy(model, tokenizer, problems, verify, max_new_tokens: int = 6,
     correct = 0.0
     for start in range(0, len(problems), batch_size):
         chunk = problems[start:start + batch_size]
-        ids, mask = encode_prompts(tokenizer, [p.prompt for p in chunk])
+        ids, mask = encode_prompts(tokenizer, [p.prompt for p in chunk], model.device)
         completion_ids, completion_mask, _ = sample_completions(
             model, ids, mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
             pad_id=tokenizer.pad_token_id, greedy=True, engine=engine)
         texts = completion_texts(tokenizer, completion_ids, completion_mask, tokenizer.eos_token_id)
-        correct += score(texts, chunk, verify).sum().item()
+        correct += score(texts, chunk, verify, model.device).sum().item()
     return correct / len(problems)
 
 

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from mrl.config import (ConfigError, ExperimentsConfig, GrpoConfig, HacpoGridConfig, MwraTimingConfig,
                         ProbeGridConfig, RunConfig, RunnerConfig, TaskConfig, config_hash, to_dict)
+from mrl.checkpoint import placement_key
 from mrl.fingerprint import code_fingerprint
 from mrl.probes import ProbeConfig, as_probe_config, get_probe, probe_config
 from mrl.results import git_sha, repo_root
@@ -111,6 +112,9 @@ def run_key(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: 
            "policies": {name: Path(path).name for name, path in sorted(paths.items())}, "code": code_fingerprint()}
     if setup.key() != HONEST.key():
         key["peers"] = setup.key()
+    placed = {name: placement_key(config.placement_of(name)) for name in sorted(paths)}
+    if any(placed.values()):
+        key["placement"] = placed
     return config_hash(key)
 
 
@@ -206,7 +210,8 @@ def run_probe(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed
                                          poisoned=setup.poisoned, attack=setup.attack, reverify=setup.reverify,
                                          mode=setup.mode, max_staleness=setup.max_staleness),
                             threads=config.threads, progress=progress, probe_cfg=probe,
-                            run_id=f"{probe.name}-seed{seed}", experience_dir=experience, offline=offline)
+                            run_id=f"{probe.name}-seed{seed}", experience_dir=experience, offline=offline,
+                            placement={name: config.placement_of(name) for name in paths})
     return save_run(folder, record, config.task, grpo, probe, paths, backend, time.perf_counter() - start,
                     setup)
 

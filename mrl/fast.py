@@ -203,9 +203,10 @@ class FastForward:
 
     def new_cache(self, batch: int, length: int) -> list[tuple[Tensor, Tensor]]:
         """A preallocated (k, v) per layer, each (B, Hkv, length, hd), zeros (masked until written)."""
-        dtype = self.embed.dtype
-        return [(torch.zeros(batch, self.n_kv, length, self.head_dim, dtype=dtype),
-                 torch.zeros(batch, self.n_kv, length, self.head_dim, dtype=dtype)) for _ in self.layers]
+        dtype, device = self.embed.dtype, self.embed.device
+        return [(torch.zeros(batch, self.n_kv, length, self.head_dim, dtype=dtype, device=device),
+                 torch.zeros(batch, self.n_kv, length, self.head_dim, dtype=dtype, device=device))
+                for _ in self.layers]
 
     def prefill(self, cache, input_ids: Tensor, mask: Tensor, position_ids: Tensor) -> Tensor:
         """Run the prompts (B, P) through the model filling the cache's first P positions; last logits (B, V).
@@ -223,7 +224,7 @@ class FastForward:
     def decode(self, cache, token: Tensor, at: int, key_mask: Tensor, position: Tensor) -> Tensor:
         """One new token per row (B,) written at cache position `at`, attending to the cache positions up to `at`
         where key_mask (B, Lc) is 1 (the left padding is 0). position: (B,) its position id. Returns logits (B, V)."""
-        key_bias = torch.zeros(key_mask.shape).masked_fill(key_mask == 0, float("-inf"))
+        key_bias = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill(key_mask == 0, float("-inf"))
         key_bias[:, at + 1:] = float("-inf")
         key_bias = key_bias[:, None, None]
         position_ids = position[:, None]
@@ -241,18 +242,19 @@ def causal_bias(key_mask: Tensor, queries: int) -> Tensor:
     it). key_mask: (B, Lk)."""
     keys = key_mask.size(1)
     offset = keys - queries
-    causal = torch.ones(queries, keys, dtype=torch.bool).tril(offset)
-    itself = causal & ~torch.ones(queries, keys, dtype=torch.bool).tril(offset - 1)
+    device = key_mask.device
+    causal = torch.ones(queries, keys, dtype=torch.bool, device=device).tril(offset)
+    itself = causal & ~torch.ones(queries, keys, dtype=torch.bool, device=device).tril(offset - 1)
     allowed = (causal[None] & key_mask.bool()[:, None, :]) | itself[None]
-    return torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))[:, None]
+    return torch.zeros(allowed.shape, device=device).masked_fill(~allowed, float("-inf"))[:, None]
 
 
 def distinct_rows(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """(first, inverse): the index of the first row of each distinct (ids, mask) row, and each row's distinct
     row, so that ids[first][inverse] == ids. ids, mask: (B, L) -> (U,), (B,)."""
     unique, inverse = torch.unique(torch.cat([ids, mask], 1), dim=0, return_inverse=True)
-    first = torch.full((len(unique),), len(ids), dtype=torch.long).scatter_reduce(
-        0, inverse, torch.arange(len(ids)), reduce="amin")
+    first = torch.full((len(unique),), len(ids), dtype=torch.long, device=ids.device).scatter_reduce(
+        0, inverse, torch.arange(len(ids), device=ids.device), reduce="amin")
     return first, inverse
 
 

@@ -75,7 +75,8 @@ def aggregate(per_token_loss: Tensor, mask: Tensor, loss_type: str, max_completi
             raise ValueError("loss_type='dr_grpo' needs max_completion_length")
         return masked.sum() / (per_token_loss.size(0) * max_completion_length)
     if loss_type == "dapo":
-        denominator = mask.sum() if num_items is None else torch.as_tensor(num_items, dtype=masked.dtype)
+        denominator = mask.sum() if num_items is None else torch.as_tensor(num_items, dtype=masked.dtype,
+                                                                           device=masked.device)
         return masked.sum() / denominator.clamp(min=1.0)
     raise ValueError(f"loss_type={loss_type!r} is not allowed; expected one of {list(LOSS_TYPES)}")
 

@@ -35,10 +35,11 @@ def positions(attention_mask: Tensor) -> Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def encode_prompts(tokenizer, prompts: list[str]) -> tuple[Tensor, Tensor]:
-    """Left-padded prompt ids and mask, (B, P), without special tokens."""
-    enc = tokenizer(prompts, add_special_tokens=False, padding=True, return_tensors="pt")
-    return enc["input_ids"], enc["attention_mask"]
+def encode_prompts(tokenizer, prompts: list[str], device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+    """Left-padded prompt ids and mask, (B, P), without special tokens, on `device`."""
+    enc = tokenizer(prompts, add_special_tokens=False, padding=True)
+    return (torch.tensor(enc["input_ids"], dtype=torch.long, device=device),
+            torch.tensor(enc["attention_mask"], dtype=torch.long, device=device))
 
 
 @torch.no_grad()
@@ -55,7 +56,9 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
     (the `transformers` forward with its dynamic cache).
     """
     batch, prompt_len = prompt_ids.shape
-    attention = torch.cat([prompt_mask, torch.ones(batch, max_new_tokens, dtype=prompt_mask.dtype)], dim=1)
+    device = prompt_ids.device
+    attention = torch.cat([prompt_mask, torch.ones(batch, max_new_tokens, dtype=prompt_mask.dtype, device=device)],
+                          dim=1)
     fast = engine_for(model, engine)
     if fast is not None:
         cache = fast.new_cache(batch, prompt_len + max_new_tokens)
@@ -65,9 +68,9 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
                     use_cache=True, logits_to_keep=1)
         cache, logits = out.past_key_values, out.logits[:, -1]
     next_position = prompt_mask.sum(-1, keepdim=True)
-    ids = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long)
-    logps = torch.zeros(batch, max_new_tokens)
-    alive = torch.ones(batch, dtype=torch.bool)
+    ids = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    logps = torch.zeros(batch, max_new_tokens, device=device)
+    alive = torch.ones(batch, dtype=torch.bool, device=device)
     length = max_new_tokens
     for t in range(max_new_tokens):
         logits = logits.float()
@@ -129,15 +132,15 @@ def completion_texts(tokenizer, completion_ids: Tensor, completion_mask: Tensor,
     return results
 
 
-def score(texts: list[tuple[str, bool]], problems, verify) -> Tensor:
-    """Reward 1 when the completion is well-formed and the verifier accepts it, else 0. Returns (B,)."""
-    return torch.tensor([verify(text, p) if ok else 0.0 for (text, ok), p in zip(texts, problems)])
+def score(texts: list[tuple[str, bool]], problems, verify, device: torch.device | str = "cpu") -> Tensor:
+    """Reward 1 when the completion is well-formed and the verifier accepts it, else 0. Returns (B,) on `device`."""
+    return torch.tensor([verify(text, p) if ok else 0.0 for (text, ok), p in zip(texts, problems)], device=device)
 
 
 def sample_records(model, tokenizer, prompts: list[str], generator: torch.Generator, max_new_tokens: int,
                    temperature: float = 1.0) -> list[dict]:
     """One sampled completion per prompt as an exchange record: ids (EOS included), text, per-token log-probs."""
-    ids, mask = encode_prompts(tokenizer, prompts)
+    ids, mask = encode_prompts(tokenizer, prompts, model.device)
     completion_ids, completion_mask, logps = sample_completions(
         model, ids, mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
         pad_id=tokenizer.pad_token_id, generator=generator, temperature=temperature)
@@ -204,6 +207,11 @@ class RolloutBatch:
     """rows THL could not align to the teacher's tokenizer (their teacher_logp is sample_logp)"""
 
     @property
+    def device(self) -> torch.device:
+        """the learner's device: every tensor a probe makes for this batch goes there"""
+        return self.prompt_ids.device
+
+    @property
     def eos_id(self) -> int:
         return self.tokenizer.eos_token_id
 
@@ -222,7 +230,7 @@ def sample_groups(model, tokenizer, prompts: list[str], group_size: int, generat
                   engine: str = "hf") -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """G completions per prompt, groups contiguous: (prompt_ids, prompt_mask) repeated G times, each (P*G, Lp),
     and (completion_ids, completion_mask, sample_logp), each (P*G, T)."""
-    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts)
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, model.device)
     prompt_ids, prompt_mask = prompt_ids.repeat_interleave(group_size, 0), prompt_mask.repeat_interleave(group_size, 0)
     model.eval()
     completion_ids, completion_mask, sample_logp = sample_completions(
@@ -231,12 +239,12 @@ def sample_groups(model, tokenizer, prompts: list[str], group_size: int, generat
     return prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp
 
 
-def pad_completions(completions: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
-    """Right-padded ids and mask of token lists. -> (N, T) each, T the longest."""
+def pad_completions(completions: list[list[int]], pad_id: int,
+                    device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+    """Right-padded ids and mask of token lists, on `device`. -> (N, T) each, T the longest."""
     length = max(len(c) for c in completions)
-    ids = torch.full((len(completions), length), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(completions), length), dtype=torch.long)
-    for row, completion in enumerate(completions):
-        ids[row, :len(completion)] = torch.tensor(completion, dtype=torch.long)
-        mask[row, :len(completion)] = 1
+    rows = [c + [pad_id] * (length - len(c)) for c in completions]
+    ids = torch.tensor(rows, dtype=torch.long, device=device)
+    mask = torch.tensor([[1] * len(c) + [0] * (length - len(c)) for c in completions], dtype=torch.long,
+                        device=device)
     return ids, mask

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from mrl import checkpoint
 from mrl.actor import ActorConfig, PolicyActor
-from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
+from mrl.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConfig, TaskConfig
 from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads, raise_first_failure
 from mrl.poison import PoisonedActor
 from mrl.probes import ProbeConfig, get_probe
@@ -101,7 +101,8 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
                    threads: int | None = 1, progress: bool = True, run_id: str = "run",
                    actor_cls: type = PolicyActor, probe_cfg: ProbeConfig | None = None,
                    experience_dir: str | Path | None = None, reporters: list | None = None,
-                   offline: OfflinePeers | None = None) -> RunRecord:
+                   offline: OfflinePeers | None = None,
+                   placement: dict[str, PlacementConfig] | None = None) -> RunRecord:
     """Train the policies at `policy_paths` ({name: checkpoint folder}, one or more) together for grpo_cfg.steps steps.
 
     probe_cfg: the sharing probe and its knobs (default grpo: independent policies that still publish experience);
@@ -118,6 +119,8 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     step's metrics, besides the tracker cfg.report_to names.
     offline: peers replayed from a stored experience log, step by step (sync mode only; the log of a sync run with
     the same task, seed and prompts per step, or its records name prompts this run never draws).
+    placement: {policy: PlacementConfig} (device, dtype, checkpointing, micro-batch, GPU share); a policy not
+    named takes the defaults (this CPU).
     """
     if len(policy_paths) < 1:
         raise ValueError("a run needs at least one policy; policy_paths is empty")
@@ -139,7 +142,11 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
                               f"{sorted(policy_paths)} and need mode='sync'"
                               + (f"; both hold {clash}" if clash else ""))
         offline_specs, offline_records = offline.load()
-    identity = checkpoint.run_identity(policy_paths, task_cfg, grpo_cfg, probe_cfg, cfg, run_id, offline)
+    unknown = sorted(set(placement or {}) - set(policy_paths))
+    if unknown:
+        raise ConfigError(f"placement names {unknown}, which are not policies of this run {sorted(policy_paths)}")
+    placement = {name: (placement or {}).get(name, PlacementConfig()) for name in policy_paths}
+    identity = checkpoint.run_identity(policy_paths, task_cfg, grpo_cfg, probe_cfg, cfg, run_id, offline, placement)
     found, state, skipped = None, None, []
     if resume and checkpoint_dir is not None:
         found, state, skipped = checkpoint.load_latest(checkpoint_dir, identity)  # before any worker starts
@@ -161,8 +168,9 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
                           f"or one of {sorted(policy_paths)}")
     specs = [WorkerSpec(name, PoisonedActor if name == cfg.poisoned else actor_cls,
                         ActorConfig(name, str(path), task_cfg, grpo_cfg, probe_cfg, plan[name], run_id, peer_paths,
-                                    attack=cfg.attack if name == cfg.poisoned else "", reverify=cfg.reverify),
-                        num_cpus=plan[name])
+                                    attack=cfg.attack if name == cfg.poisoned else "", reverify=cfg.reverify,
+                                    placement=placement[name]),
+                        num_cpus=plan[name], num_gpus=placement[name].gpus)
              for name, path in policy_paths.items()]
     sinks = [*make_reporters(cfg.report_to, run_id, cfg.logging_dir, identity), *(reporters or [])]
     begin = time.perf_counter()

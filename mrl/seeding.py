@@ -24,9 +24,10 @@ def step_prompts(task, seed: int, step: int, n: int):
     return task.rl_prompts(random.Random(derived_seed("prompts", seed, step)), n)
 
 
-def step_generator(seed: int, step: int, policy: str) -> torch.Generator:
-    """The sampling generator of one policy at one step."""
-    return torch.Generator().manual_seed(derived_seed("sample", seed, step, policy))
+def step_generator(seed: int, step: int, policy: str, device: torch.device | str = "cpu") -> torch.Generator:
+    """The sampling generator of one policy at one step, on the policy's device (a CUDA generator draws other
+    numbers than a CPU one from the same seed: runs are reproducible per device type)."""
+    return torch.Generator(device=device).manual_seed(derived_seed("sample", seed, step, policy))
 
 
 @contextmanager

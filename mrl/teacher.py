@@ -44,12 +44,13 @@ def teacher_logprobs(teacher, teacher_tokenizer, learner_tokenizer, prompts: lis
     good = [i for i, a in enumerate(alignments) if not isinstance(a, ThlError) and a.dst_ids]
     out = fallback.clone().float() * completion_mask
     if good:
-        prompt_ids, prompt_mask = encode_prompts(teacher_tokenizer, [prompts[i] for i in good])
+        prompt_ids, prompt_mask = encode_prompts(teacher_tokenizer, [prompts[i] for i in good], teacher.device)
         teacher_ids, teacher_mask = pad_completions([alignments[i].dst_ids for i in good],
-                                                    teacher_tokenizer.pad_token_id)
+                                                    teacher_tokenizer.pad_token_id, teacher.device)
         teacher.eval()
         logp = completion_logprobs(teacher, prompt_ids, prompt_mask, teacher_ids, teacher_mask, engine=engine)
         for row, i in enumerate(good):
             a = alignments[i]
-            out[i, :len(ids[i])] = torch.from_numpy(spread_over_learner_tokens(a, logp[row, :len(a.dst_ids)].numpy()))
+            spread = spread_over_learner_tokens(a, logp[row, :len(a.dst_ids)].cpu().numpy())
+            out[i, :len(ids[i])] = torch.as_tensor(spread, dtype=out.dtype, device=out.device)
     return out, len(ids) - len(good)

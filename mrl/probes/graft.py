@@ -56,8 +56,8 @@ def compatibility(learner_logps, source_logps, delta: float) -> tuple[float, flo
     """(s, c): s = HACPO's cross ratio with ratio="mean" (hacpo.peer_log_ratio: mean learner token log-prob -
     mean source token log-prob, clamped to +-10, exponentiated), c = min(1, max(delta, s)).
     Inputs: the learner's log-probs of its tokens of T(y) (n_dst,), the source's of its own tokens (n_src,)."""
-    log_s = peer_log_ratio(torch.tensor(float(np.sum(learner_logps))), len(learner_logps), list(source_logps),
-                           0, "mean")
+    learner_sum = torch.tensor(float(np.sum(learner_logps)), device="cpu")  # host-side: a float comes out
+    log_s = peer_log_ratio(learner_sum, len(learner_logps), list(source_logps), 0, "mean")
     s = math.exp(float(log_s))
     return s, min(1.0, max(delta, s))
 
@@ -88,11 +88,12 @@ def graft_loss(batch: RolloutBatch, peers: PeerView, cfg: GraftConfig) -> ProbeO
     if not used:
         return ProbeOutput.single(loss, active, stats)
     own = batch.rewards.view(-1, g)
-    advantage = {x: pooled_advantages([torch.cat([own[x], torch.ones(counts[x], dtype=own.dtype)])])[0][g]
+    advantage = {x: pooled_advantages([torch.cat([own[x], torch.ones(counts[x], dtype=own.dtype,
+                                                                  device=own.device)])])[0][g]
                  for x in chosen}
     learner_logp, mask = text_logprobs(batch, [batch.problems[x].prompt for x, _, _ in used],
                                        [a.dst_ids for _, _, a in used])
-    detached = learner_logp.detach().double().numpy()
+    detached = learner_logp.detach().double().cpu().numpy()
     weights = torch.ones_like(learner_logp)
     compat, floored, capped = [], 0, 0
     for row, (_, record, alignment) in enumerate(used):
@@ -103,7 +104,8 @@ def graft_loss(batch: RolloutBatch, peers: PeerView, cfg: GraftConfig) -> ProbeO
         floored += s < cfg.delta
         capped += s > 1
         log_rho = group_log_ratios(detached[row, :n], source, alignment)[alignment.dst_group]
-        weights[row, :n] = torch.from_numpy(token_weights(log_rho, c, cfg.eps_low, cfg.eps_high)).to(weights.dtype)
+        weights[row, :n] = torch.as_tensor(token_weights(log_rho, c, cfg.eps_low, cfg.eps_high), dtype=weights.dtype,
+                                           device=weights.device)
     peer_sum = weighted_sequence_loss(learner_logp, mask, torch.stack([advantage[x] for x, _, _ in used]), weights)
     stats.update({"compatibility_mean": float(np.mean(compat)), "compatibility_floored": floored,
                   "compatibility_capped": capped})

@@ -118,10 +118,10 @@ def _pooled(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig | HacpoConfig,
     advantage_mode = cfg.advantage if mode == "hacpo" else ("pooled" if mode == "naive" else "own")
     own_adv, peer_adv = [], [[] for _ in batch.problems]
     for x in range(len(batch.problems)):
-        rewards = torch.cat([own[x], torch.tensor(peer_rewards[x], dtype=own.dtype)])
-        is_own = torch.arange(len(rewards)) < g
+        rewards = torch.cat([own[x], torch.tensor(peer_rewards[x], dtype=own.dtype, device=own.device)])
+        is_own = torch.arange(len(rewards), device=own.device) < g
         omegas = torch.tensor([1.0] * g + [tracker.omega(batch.policy, s) if weighted else 1.0
-                                           for s in peer_sources[x]], dtype=own.dtype)
+                                           for s in peer_sources[x]], dtype=own.dtype, device=own.device)
         advantages = capability_advantages(rewards, omegas, is_own, mode=advantage_mode)
         own_adv.append(advantages[:g])
         peer_adv[x] = advantages[g:].tolist()
@@ -159,7 +159,7 @@ def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, o
     ratios: dict[str, list] = {}
     n = len(own_rows) + len(peer_rows)
     if own_rows:
-        rows = torch.tensor(own_rows)
+        rows = torch.tensor(own_rows, device=batch.device)
         logp = own_logprobs(batch, rows)
         old = logp.detach() if old_logp is None else old_logp[rows]
         beta = batch.grpo.beta
@@ -177,14 +177,15 @@ def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, o
         sums = (logp * mask).sum(-1)
         if mode == "naive":
             log_s = sums / mask.sum(-1)
-            objective = torch.exp(log_s - log_s.detach()) * torch.tensor([a for *_, a, _ in peer_rows])
+            objective = torch.exp(log_s - log_s.detach()) * torch.tensor([a for *_, a, _ in peer_rows],
+                                                                         device=log_s.device)
         else:
             log_s = torch.stack([peer_log_ratio(sums[i], len(alignment.dst_ids), record.logps, alignment.n_groups,
                                                 cfg.ratio)
                                  for i, (_, record, alignment, _, _) in enumerate(peer_rows)])
             lower, upper = _bounds(cfg, minibatch)
-            advantages = torch.tensor([a for *_, a, _ in peer_rows], dtype=log_s.dtype)
-            omegas = torch.tensor([o for *_, o in peer_rows], dtype=log_s.dtype)
+            advantages = torch.tensor([a for *_, a, _ in peer_rows], dtype=log_s.dtype, device=log_s.device)
+            omegas = torch.tensor([o for *_, o in peer_rows], dtype=log_s.dtype, device=log_s.device)
             objective = peer_objective(log_s, advantages, omegas, lower, cfg.alpha, upper)
             s = torch.exp(log_s.detach())
             inside = (s >= lower) & (s <= upper)
@@ -203,7 +204,7 @@ def _minibatch_losses(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: 
     old_logp = None
     if cfg.minibatches > 1:  # the ratio of later updates is to the policy that sampled
         with torch.no_grad():
-            old_logp = own_logprobs(batch, torch.arange(len(batch.rewards)))
+            old_logp = own_logprobs(batch, torch.arange(len(batch.rewards), device=batch.device))
     size = math.ceil(len(sequences) / cfg.minibatches)
     stats.update({"peer_kept": 0, "peer_clipped": 0})
     ratios: dict[str, list] = {}

@@ -86,7 +86,7 @@ def capability_advantages(rewards: Tensor, omegas: Tensor, is_own: Tensor, eps: 
         baseline = rewards[is_own].mean()
     else:
         raise ValueError(f"mode={mode!r} is not allowed; expected one of ['capability', 'pooled', 'own']")
-    std = rewards.std() if rewards.numel() > 1 else torch.zeros(())
+    std = rewards.std() if rewards.numel() > 1 else torch.zeros((), device=rewards.device)
     return (rewards - baseline) / (std + eps)
 
 

@@ -43,7 +43,7 @@ def pooled_advantages(rewards: list[torch.Tensor], eps: float = 1e-4) -> list[to
     """Per prompt: A = (r - mean) / (std + eps) over the pooled group (own and peer samples, any size >= 1)."""
     out = []
     for group in rewards:
-        std = group.std() if group.numel() > 1 else torch.tensor(0.0)
+        std = group.std() if group.numel() > 1 else torch.tensor(0.0, device=group.device)
         out.append((group - group.mean()) / (std + eps))
     return out
 
@@ -76,7 +76,7 @@ def _prp(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig | None) -> ProbeOu
         reward = rescored_reward(batch, peers, x, record)
         disagreements += reward != record.reward
         peer_rewards[x].append(reward)
-    pooled = pooled_advantages([torch.cat([own[x], torch.tensor(peer_rewards[x], dtype=own.dtype)])
+    pooled = pooled_advantages([torch.cat([own[x], torch.tensor(peer_rewards[x], dtype=own.dtype, device=own.device)])
                                 for x in range(len(batch.problems))])
     own_advantages = torch.cat([a[:g] for a in pooled])
     loss, active, _ = own_grpo_loss(batch, own_advantages)
@@ -97,7 +97,7 @@ def _prp(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig | None) -> ProbeOu
         learner_logp, mask = text_logprobs(batch, [batch.problems[x].prompt for x, _, _ in kept],
                                            [a.dst_ids for _, _, a in kept])
         weights = torch.ones_like(learner_logp)
-        detached = learner_logp.detach().double().numpy()
+        detached = learner_logp.detach().double().cpu().numpy()
         truncated = 0
         for row, (_, record, alignment) in enumerate(kept):
             n = len(alignment.dst_ids)
@@ -110,7 +110,7 @@ def _prp(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig | None) -> ProbeOu
                 else np.full(n, math.exp(log_w_seq[-1]))
             clip = math.inf if cfg.clip is None else cfg.clip
             truncated += int((per_token > clip).sum())
-            weights[row, :n] = torch.from_numpy(np.minimum(per_token, clip)).to(weights.dtype)
+            weights[row, :n] = torch.as_tensor(np.minimum(per_token, clip), dtype=weights.dtype, device=weights.device)
         peer_sum = weighted_sequence_loss(learner_logp, mask, peer_advantages[keep], weights)
         stats["truncated_tokens"] = truncated
         stats["ess_fraction"] = ess_fraction(np.asarray(log_w_seq))

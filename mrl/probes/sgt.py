@@ -55,7 +55,7 @@ def sgt_loss(batch: RolloutBatch, peers: PeerView, cfg: SgtConfig) -> ProbeOutpu
         return ProbeOutput.single(loss, active, stats)
     targets = []
     for x in rescue:
-        pick = int(torch.randint(len(verified[x]), (1,), generator=batch.generator))
+        pick = int(torch.randint(len(verified[x]), (1,), generator=batch.generator, device=batch.generator.device))
         ids = encode_completion(batch, verified[x][pick])
         stats["targets_inexact"] += decode_text(batch.tokenizer, ids) != verified[x][pick]  # THL residual
         targets.append(ids)

@@ -38,12 +38,13 @@ def own_grpo_loss(batch: RolloutBatch, advantages: Tensor,
     if cfg.beta and batch.ref_logp is None:
         raise ValueError("GrpoConfig.beta > 0 needs the reference log-probs (RolloutBatch.ref_logp); the actor "
                          "computes them when it holds a reference model")
-    active = torch.arange(len(advantages)) if (cfg.beta or not cfg.skip_zero_advantage) \
+    active = torch.arange(len(advantages), device=batch.device) if (cfg.beta or not cfg.skip_zero_advantage) \
         else (advantages != 0).nonzero().squeeze(-1)
     if active.numel() == 0:
         return None, 0, {}
     logp_active = own_logprobs(batch, active)
-    logp = torch.zeros(batch.completion_ids.shape, dtype=logp_active.dtype).index_put((active,), logp_active)
+    logp = torch.zeros(batch.completion_ids.shape, dtype=logp_active.dtype, device=batch.device).index_put(
+        (active,), logp_active)
     old_logp = logp.detach() if anchor is None else anchor(logp)
     loss, stats = policy_loss(logp, old_logp, advantages, batch.completion_mask, level=cfg.level,
                               loss_type=cfg.loss_type, eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
@@ -61,8 +62,8 @@ def encode_completion(batch: RolloutBatch, text: str, with_eos: bool = True) -> 
 def text_logprobs(batch: RolloutBatch, prompts: list[str], completions: list[list[int]]) -> tuple[Tensor, Tensor]:
     """log pi_learner of each completion token (learner ids) given its prompt text, with gradient.
     -> (logp (N, T), mask (N, T))."""
-    prompt_ids, prompt_mask = encode_prompts(batch.tokenizer, prompts)
-    ids, mask = pad_completions(completions, batch.pad_id)
+    prompt_ids, prompt_mask = encode_prompts(batch.tokenizer, prompts, batch.prompt_ids.device)
+    ids, mask = pad_completions(completions, batch.pad_id, batch.prompt_ids.device)
     return batch.logprobs(prompt_ids, prompt_mask, ids, mask), mask
 
 

@@ -55,9 +55,9 @@ def xgrpo_advantages(rewards: Tensor, group_size: int, peer_n: Tensor, peer_sum:
 def xgrpo_loss(batch: RolloutBatch, peers: PeerView, cfg: XgrpoConfig) -> ProbeOutput:
     """L_GRPO on the own samples with the mixed baseline; stats: the mean baseline shift b - mean(own r)."""
     stats = [peers.group_stats.get(problem.pid, []) for problem in batch.problems]
-    peer_n = torch.tensor([float(sum(s.n for s in row)) for row in stats])
-    peer_sum = torch.tensor([sum(s.reward_sum for s in row) for row in stats])
-    peer_sq_sum = torch.tensor([sum(s.reward_sq_sum for s in row) for row in stats])
+    peer_n = torch.tensor([float(sum(s.n for s in row)) for row in stats], device=batch.device)
+    peer_sum = torch.tensor([sum(s.reward_sum for s in row) for row in stats], device=batch.device)
+    peer_sq_sum = torch.tensor([sum(s.reward_sq_sum for s in row) for row in stats], device=batch.device)
     advantages, baseline = xgrpo_advantages(batch.rewards, batch.group_size, peer_n, peer_sum, peer_sq_sum,
                                             cfg.gamma, cfg.std)
     loss, active, _ = own_grpo_loss(batch, advantages)

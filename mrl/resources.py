@@ -1,0 +1,171 @@
+"""A resource plan: the GPU memory each policy of a profile needs, and which GPU holds it (or why none can).
+
+Per policy, from its architecture (the checkpoint's config.json; the published one in mrl/data/published_configs
+when the weights are not on this machine) and the profile's batch (prompts_per_step x group_size sequences of
+prompt_tokens + max_new_tokens tokens) and placement (dtype, gradient checkpointing, micro-batch):
+
+    weights      4 P bytes: fp32 master weights (bfloat16 computes under autocast over them)
+    bf16 copies  2 P under bfloat16: the weight casts autocast caches for the forward
+    gradients    4 P
+    Adam         8 P: exp_avg and exp_avg_sq in fp32
+    frozen       the reference (beta > 0) and a teacher model, 2 bytes per parameter under bfloat16, else 4
+    KV cache     2 L B S kv_heads head_dim e: the rollout of the whole batch (B sequences of S tokens)
+    activations  the update's forward kept for its backward, per micro-batch b of S tokens:
+                 L b S (7 h + 3 kv + 4 I) e without checkpointing (a Llama-style layer with SDPA attention:
+                 two norms' inputs and outputs, q, k, v after RoPE, the attention output, SwiGLU's gate, up,
+                 activation and product), L b S h e + one layer's with it; plus the fp32 log-softmax over the
+                 vocabulary for the completion tokens, b T V (e + 8)
+
+with P parameters, L layers, h the hidden size, I the MLP width, kv = kv_heads head_dim, V the vocabulary, T the
+new tokens and e the bytes of an activation (2 under bfloat16, 4 in float32). The peak is the persistent part
+(weights, copies, Adam, frozen) plus the larger of the rollout (KV cache) and the update (gradients and
+activations). A GPU keeps `reserve` of its memory for the CUDA context, the allocator's fragmentation and
+temporaries. These are estimates to plan with, not measurements (this machine has no GPU).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from mrl.config import ConfigError, RunConfig
+
+GB = 1e9
+PUBLISHED = Path(__file__).parent / "data" / "published_configs"
+
+
+class ResourceError(ConfigError):
+    """A plan that does not fit the given GPUs; names the policy and the shortfall."""
+
+
+@dataclass
+class Architecture:
+    """What the memory of one model depends on."""
+
+    params: int
+    layers: int
+    hidden: int
+    mlp: int
+    kv: int
+    """kv_heads x head_dim"""
+    vocab: int
+    source: str
+    """the config.json it was read from"""
+
+
+def architecture(path: str | Path) -> Architecture:
+    """The architecture of the checkpoint at `path`: its config.json, else the published config of a checkpoint of
+    that folder name; the parameter count is exact (the model built on the meta device, no weights read)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = Path(path)
+    source = path / "config.json" if (path / "config.json").exists() else PUBLISHED / f"{path.name}.json"
+    if not source.exists():
+        raise ResourceError(f"no config.json at {path} and no published config for {path.name!r} in {PUBLISHED}")
+    values = json.loads(source.read_text())
+    values.pop("architectures", None)
+    config = AutoConfig.for_model(values.pop("model_type"), **values)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    text = config.get_text_config()
+    heads = text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    return Architecture(params=sum(p.numel() for p in model.parameters()), layers=text.num_hidden_layers,
+                        hidden=text.hidden_size, mlp=text.intermediate_size, kv=kv_heads * head_dim,
+                        vocab=text.vocab_size, source=str(source))
+
+
+def policy_memory(arch: Architecture, sequences: int, prompt_tokens: int, new_tokens: int, dtype: str,
+                  gradient_checkpointing: bool, micro_batch: int, reference: bool,
+                  teacher: Architecture | None = None) -> dict[str, float]:
+    """The terms of the module docstring, in GB, with `peak`; sequences is the step's batch (P x G)."""
+    e = 2 if dtype == "bfloat16" else 4
+    frozen_bytes = e
+    p, tokens = arch.params, prompt_tokens + new_tokens
+    b = min(micro_batch or sequences, sequences)
+    per_token_layer = arch.hidden if gradient_checkpointing else 7 * arch.hidden + 3 * arch.kv + 4 * arch.mlp
+    full_layer = b * tokens * (7 * arch.hidden + 3 * arch.kv + 4 * arch.mlp) * e
+    activations = arch.layers * b * tokens * per_token_layer * e + (full_layer if gradient_checkpointing else 0)
+    activations += b * new_tokens * arch.vocab * (e + 8)
+    terms = {
+        "weights": 4 * p,
+        "bf16 copies": 2 * p if dtype == "bfloat16" else 0,
+        "gradients": 4 * p,
+        "Adam": 8 * p,
+        "frozen": (frozen_bytes * p if reference else 0) + (frozen_bytes * teacher.params if teacher else 0),
+        "KV cache": 2 * arch.layers * sequences * tokens * arch.kv * e,
+        "activations": activations,
+    }
+    persistent = terms["weights"] + terms["bf16 copies"] + terms["Adam"] + terms["frozen"]
+    terms["peak"] = persistent + max(terms["KV cache"], terms["gradients"] + terms["activations"])
+    return {k: v / GB for k, v in terms.items()}
+
+
+def parse_gpus(spec: str) -> list[float]:
+    """'4x80' -> [80.0] * 4; '80,40' -> [80.0, 40.0] (GB of memory per GPU)."""
+    try:
+        if "x" in spec:
+            count, size = spec.split("x")
+            return [float(size)] * int(count)
+        return [float(part) for part in spec.split(",")]
+    except ValueError:
+        raise ConfigError(f"gpus = {spec!r} is not allowed; expected NxGB (4x80) or GB,GB,... (80,40)") from None
+
+
+def plan_resources(config: RunConfig, gpus: list[float], prompt_tokens: int = 256, reserve: float = 0.1,
+                   teachers: bool = False) -> pd.DataFrame:
+    """One row per policy of the profile: its memory terms (GB), its peak, the GPU that holds it and the Ray GPU
+    share (`PlacementConfig.gpus`) that reserves it; biggest policies placed first, each on the GPU with the
+    most memory left (no policy is split across GPUs). gpus: GB per GPU. teachers: plan for a probe with a
+    teacher (trrd), each policy holding the next one's frozen copy.
+
+    Raises ResourceError naming the first policy that fits on no GPU, what it needs and the shortfall."""
+    if not config.policies:
+        raise ConfigError("plan_resources plans a profile with pretrained policies (config.policies); this profile "
+                          "trains its own zoo on the CPU")
+    if not gpus:
+        raise ResourceError("no GPUs given: a plan needs the memory of at least one GPU")
+    names = sorted(config.policies)
+    archs = {name: architecture(config.policies[name]) for name in names}
+    rows = []
+    for i, name in enumerate(names):
+        placement = config.placement_of(name)
+        teacher = archs[names[(i + 1) % len(names)]] if teachers and len(names) > 1 else None
+        memory = policy_memory(archs[name], config.grpo.prompts_per_step * config.grpo.group_size, prompt_tokens,
+                               config.grpo.max_new_tokens, placement.dtype, placement.gradient_checkpointing,
+                               placement.micro_batch, config.grpo.beta > 0, teacher)
+        rows.append({"policy": name, "model": Path(config.policies[name]).name,
+                     "params (M)": archs[name].params / 1e6, **memory, "advice": _advice(placement, memory)})
+    usable = [size * (1 - reserve) for size in gpus]
+    free = list(usable)
+    for row in sorted(rows, key=lambda r: -r["peak"]):
+        gpu = max(range(len(free)), key=lambda g: free[g])
+        if row["peak"] > free[gpu]:
+            raise ResourceError(
+                f"policy {row['policy']} ({row['model']}) needs {row['peak']:.1f} GB at its peak and the GPU with the "
+                f"most room has {free[gpu]:.1f} GB left of {gpus[gpu]:.0f} GB ({reserve:.0%} reserved): short by "
+                f"{row['peak'] - free[gpu]:.1f} GB; {row['advice']}")
+        free[gpu] -= row["peak"]
+        row["gpu"] = gpu
+    for row in rows:
+        row["ray gpus"] = math.ceil(100 * row["peak"] / usable[row["gpu"]]) / 100
+    return pd.DataFrame(rows).drop(columns="advice")
+
+
+def _advice(placement, memory: dict) -> str:
+    """What would shrink a policy's peak: the batch when the rollout's KV cache sets it, else the update's
+    settings it does not use yet."""
+    if memory["KV cache"] >= memory["gradients"] + memory["activations"]:
+        return (f"the rollout's KV cache ({memory['KV cache']:.1f} GB) sets it: lower grpo.prompts_per_step or "
+                f"group_size, or give more or larger GPUs")
+    steps = [f"lower its micro_batch (now {placement.micro_batch or 'the whole batch'})"]
+    if not placement.gradient_checkpointing:
+        steps.append("turn on gradient_checkpointing")
+    if placement.dtype == "float32":
+        steps.append("use bfloat16")
+    return ", ".join(steps) + ", or give more or larger GPUs"

@@ -1,0 +1,136 @@
+"""Placement: every tensor of a step on the policy's device, bf16 against fp32, the micro-batched update, the
+device and placement settings refused with their field named."""
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+import mrl
+from conftest import TINY_TASK
+from mrl.actor import ActorConfig, PolicyActor
+from mrl.config import ConfigError, GrpoConfig, PlacementConfig, RunConfig, RunnerConfig, TaskConfig
+from mrl.placement import DeviceGuard, PlacementError, precision, resolve_device
+from mrl.probes import PROBES, PeerView, probe_config
+from mrl.runner import run_concurrent
+from mrl.tasks import make_task
+
+GRPO = GrpoConfig(steps=2, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=0, beta=0.04)
+
+
+class GuardedActor(PolicyActor):
+    """A policy actor whose every phase runs under a DeviceGuard for the policy's device."""
+
+    guards: list = []
+
+    def _guarded(self, method, *args):
+        guard = DeviceGuard(self.device)
+        GuardedActor.guards.append(guard)
+        with guard:
+            return method(*args)
+
+    def rollout(self, *args):
+        return self._guarded(super().rollout, *args)
+
+    def update(self, *args):
+        return self._guarded(super().update, *args)
+
+    def finish(self, *args, **kwargs):
+        return self._guarded(lambda: super(GuardedActor, self).finish(*args, **kwargs))
+
+    def evaluate(self, *args):
+        return self._guarded(super().evaluate, *args)
+
+
+@pytest.mark.parametrize("probe", sorted(PROBES))
+def test_a_concurrent_step_of_every_probe_makes_every_tensor_on_the_policy_device(tiny_zoo_paths, probe):
+    paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
+    GuardedActor.guards = []
+    cpu = PlacementConfig(device="cpu")
+    record = run_concurrent(paths, TaskConfig(**TINY_TASK), GRPO, RunnerConfig(), progress=False,
+                            actor_cls=GuardedActor, probe_cfg=probe_config(probe), placement={"A": cpu, "B": cpu})
+    assert {row["step"] for row in record.steps} == {1, 2} and record.evals
+    assert all(g.device == torch.device("cpu") for g in GuardedActor.guards)
+    assert sum(g.checked for g in GuardedActor.guards) > 1000  # the guard saw the step's work
+
+
+def test_the_guard_catches_a_tensor_made_off_the_device_or_without_naming_one():
+    with DeviceGuard("cpu"):
+        with pytest.raises(PlacementError, match="zeros at .*test_placement.py:[0-9]+ made a tensor without naming"):
+            torch.zeros(3)
+        assert torch.zeros(3, device="cpu").exp().device.type == "cpu"
+        assert torch.zeros(3, device="cpu").cpu().numpy().sum() == 0
+    on_device = torch.zeros(3, device="meta")  # meta stands in for a GPU: a device that is not the CPU
+    with DeviceGuard("meta"), pytest.raises(PlacementError, match="zeros_like at .* made a tensor on cpu; the "
+                                                                  "policy's device is meta"):
+        torch.zeros_like(on_device, device="cpu")
+
+
+def test_auto_is_the_cpu_here_and_a_missing_gpu_is_refused():
+    assert resolve_device("auto") == torch.device("cpu" if not torch.cuda.is_available() else "cuda")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="PlacementConfig.device = 'cuda:1'.*no CUDA device"):
+            resolve_device("cuda:1")
+
+
+@pytest.mark.parametrize("values, named", [({"device": "gpu"}, "PlacementConfig.device = 'gpu'"),
+                                           ({"dtype": "float16"}, "PlacementConfig.dtype = 'float16'"),
+                                           ({"micro_batch": -1}, "PlacementConfig.micro_batch = -1"),
+                                           ({"gpus": -0.5}, "PlacementConfig.gpus = -0.5")])
+def test_bad_placements_are_refused_naming_the_field(values, named):
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        PlacementConfig(**values)
+
+
+def test_a_placement_for_a_policy_the_profile_lacks_is_refused():
+    with pytest.raises(ConfigError, match=r"RunConfig.placement = \['Z'\]"):
+        RunConfig(placement={"Z": {"dtype": "bfloat16"}})
+    assert RunConfig(placement={"B": {"dtype": "bfloat16"}}).placement_of("A") == PlacementConfig()
+
+
+def _actor(path, **placement) -> PolicyActor:
+    return PolicyActor(ActorConfig("A", path, TaskConfig(**TINY_TASK), GRPO, placement=PlacementConfig(**placement)))
+
+
+def test_bf16_keeps_fp32_master_weights_and_its_loss_is_within_tolerance_of_fp32(tiny_zoo_paths):
+    fp32, bf16 = _actor(tiny_zoo_paths["A"]), _actor(tiny_zoo_paths["A"], dtype="bfloat16")
+    problems = make_task(TaskConfig(**TINY_TASK)).rl_prompts(__import__("random").Random(0), 4)
+    fp32.rollout(1, problems)
+    batch = fp32.pending
+    losses = {}
+    for actor in (fp32, bf16):
+        with precision(actor.device, actor.config.placement.dtype):
+            output = actor.probe.loss(dataclasses.replace(batch, logprobs=actor.logprobs), PeerView(),
+                                      actor.config.probe)
+            losses[actor.config.placement.dtype] = [loss for loss in output.losses][0]
+    assert losses["bfloat16"].dtype == torch.float32  # the loss in fp32 over bf16 matmuls
+    assert losses["bfloat16"].item() == pytest.approx(losses["float32"].item(), rel=0.05, abs=0.02)
+    assert losses["bfloat16"].item() != losses["float32"].item()  # bf16 did compute in bf16
+    assert next(bf16.model.parameters()).dtype == torch.float32
+    assert next(bf16.reference.parameters()).dtype == torch.bfloat16
+    bf16.apply(losses["bfloat16"])
+    assert all(s["exp_avg"].dtype == torch.float32 for s in bf16.optimizer.state.values())
+
+
+@pytest.mark.parametrize("probe", ["grpo", "prp", "xgrpo", "sgt", "graft", "trrd", "hacpo"])
+def test_a_micro_batched_update_gives_the_whole_batch_gradient(tiny_zoo_paths, probe):
+    paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
+    knobs = {"minibatches": 2} if probe == "hacpo" else {}
+    rows = []
+    for micro in (0, 3):
+        placement = {name: PlacementConfig(micro_batch=micro) for name in paths}
+        record = run_concurrent(paths, TaskConfig(**TINY_TASK), dataclasses.replace(GRPO, beta=0.0), RunnerConfig(),
+                                progress=False, probe_cfg=probe_config(probe, **knobs), placement=placement)
+        rows.append(record.steps)
+    for whole, micro in zip(*rows):
+        assert micro["reward"] == whole["reward"]
+        assert micro["loss"] == pytest.approx(whole["loss"], rel=1e-5, abs=1e-7)
+        assert micro["grad_norm"] == pytest.approx(whole["grad_norm"], rel=1e-4, abs=1e-7)
+
+
+def test_no_module_a_step_runs_makes_a_cpu_tensor_with_from_numpy():
+    """torch.from_numpy escapes the guard (no TorchFunctionMode sees it), so the step's modules are read for it."""
+    root = Path(mrl.__file__).parent
+    modules = [p for p in root.rglob("*.py") if p.parent.name not in ("reports", "bandit")]
+    assert len(modules) > 30
+    assert [str(p.relative_to(root)) for p in modules if "from_numpy" in p.read_text()] == []

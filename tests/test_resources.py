@@ -1,0 +1,89 @@
+"""The resource plan: exact parameter counts of the paper profile's models, each memory term reacting to its
+setting, the plan placed on GPUs, and a plan too large refused with the policy named."""
+import dataclasses
+
+import pytest
+
+from mrl.cli import main
+from mrl.config import PlacementConfig
+from mrl.profiles import load_profile
+from mrl.resources import Architecture, ResourceError, architecture, parse_gpus, plan_resources, policy_memory
+
+PUBLISHED_PARAMS = {"Qwen2.5-0.5B-Instruct": 494_032_768, "Llama-3.2-1B-Instruct": 1_235_814_400,
+                    "SmolLM2-360M-Instruct": 361_821_120}
+"""the parameter counts on the models' Hugging Face pages (safetensors metadata)"""
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS))
+def test_the_paper_models_have_their_published_parameter_counts(name):
+    arch = architecture(f"data/pretrained/{name}")  # not downloaded here: the published config.json
+    assert arch.params == PUBLISHED_PARAMS[name]
+    assert arch.source.endswith(f"published_configs/{name}.json")
+
+
+def test_a_local_checkpoint_is_read_from_its_own_config(tiny_zoo_paths):
+    from mrl.zoo import load_policy
+
+    arch = architecture(tiny_zoo_paths["B"])
+    assert arch.source == f"{tiny_zoo_paths['B']}/config.json"
+    assert arch.params == load_policy(tiny_zoo_paths["B"]).n_params
+    with pytest.raises(ResourceError, match="no config.json at .*nowhere"):
+        architecture("/nowhere")
+
+
+ARCH = Architecture(params=10**9, layers=16, hidden=2048, mlp=8192, kv=512, vocab=128_256, source="test")
+
+
+def _memory(**changes):
+    settings = dict(sequences=512, prompt_tokens=256, new_tokens=512, dtype="float32", gradient_checkpointing=False,
+                    micro_batch=0, reference=False)
+    return policy_memory(ARCH, **{**settings, **changes})
+
+
+def test_each_memory_term_follows_its_setting():
+    base = _memory()
+    assert base["weights"] == 4 and base["gradients"] == 4 and base["Adam"] == 8 and base["bf16 copies"] == 0
+    assert _memory(micro_batch=16)["activations"] == pytest.approx(base["activations"] * 16 / 512)
+    assert _memory(micro_batch=16, gradient_checkpointing=True)["activations"] < _memory(micro_batch=16)["activations"] / 3
+    bf16 = _memory(dtype="bfloat16")
+    assert bf16["KV cache"] == base["KV cache"] / 2 and bf16["bf16 copies"] == 2 and bf16["weights"] == 4
+    assert _memory(reference=True)["frozen"] == 4 and _memory(reference=True, dtype="bfloat16")["frozen"] == 2
+    assert _memory(teacher=ARCH)["frozen"] == 4
+    kv = 2 * 16 * 512 * 768 * 512 * 4 / 1e9
+    assert base["KV cache"] == pytest.approx(kv)
+    small = _memory(micro_batch=1, gradient_checkpointing=True)
+    assert small["peak"] == pytest.approx(4 + 8 + kv)  # weights, Adam and the rollout's cache, once the update is
+    # small (the gradients live only through the update)
+
+
+def test_the_paper_profile_fits_two_80gb_gpus_with_at_most_its_configured_share_each():
+    config = load_profile("paper")
+    plan = plan_resources(config, parse_gpus("2x80"))
+    assert list(plan.policy) == ["A", "B", "C"] and set(plan.gpu) == {0, 1}
+    for row in plan.to_dict("records"):
+        assert row["peak"] > row["weights"] + row["Adam"]
+        assert row["ray gpus"] <= config.placement_of(row["policy"]).gpus  # the share paper.yaml reserves
+    per_gpu = plan.groupby("gpu").peak.sum()
+    assert (per_gpu <= 72).all()
+
+
+def test_a_plan_too_large_is_refused_naming_the_policy_and_the_shortfall():
+    config = load_profile("paper")
+    with pytest.raises(ResourceError, match=r"policy C \(SmolLM2-360M-Instruct\) needs 21\.\d GB .* short by 6\.\d GB"):
+        plan_resources(config, [80])
+    whole_batch = dataclasses.replace(config, placement={name: PlacementConfig() for name in config.policies})
+    with pytest.raises(ResourceError, match="policy B .*lower its micro_batch \\(now the whole batch\\), turn on "
+                                            "gradient_checkpointing, use bfloat16"):
+        plan_resources(whole_batch, [80] * 3)
+
+
+def test_mrl_plan_prints_the_plan_and_refuses_one_that_does_not_fit(capsys):
+    assert main(["plan", "--profile", "paper", "--gpus", "2x80"]) == 0
+    out = capsys.readouterr().out
+    assert "Llama-3.2-1B-Instruct" in out and "KV cache" in out
+    with pytest.raises(SystemExit) as stop:
+        main(["plan", "--profile", "paper", "--gpus", "1x80"])
+    assert stop.value.code == 2 and "short by" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["plan", "--gpus", "eighty"])
+    assert "NxGB" in capsys.readouterr().err
