@@ -23,7 +23,8 @@ from mrl.evaluation import skill_accuracy
 from mrl.microbatch import MicroBatchedLogprobs
 from mrl.placement import frozen_dtype, precision, resolve_device
 from mrl.probes import PeerView, ProbeConfig, get_probe
-from mrl.rollout import RolloutBatch, completion_logprobs, completion_texts, sample_groups, score
+from mrl.rollout import (RolloutBatch, completion_logprobs, completion_texts, prompt_renderer, sample_groups,
+                         score)
 from mrl.see import GroupStats, Rollout, Success
 from mrl.seeding import step_generator
 from mrl.tasks import make_task
@@ -104,6 +105,9 @@ class PolicyActor:
                               if placement.micro_batch else None)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, betas=(0.9, 0.99))
         self.task = make_task(config.task)
+        self.render = prompt_renderer(self.tokenizer, config.task.chat_template)
+        self.teacher_render = prompt_renderer(self.teacher.tokenizer, config.task.chat_template) if self.teacher \
+            else None
         kind = self.policy.family.tokenizer if self.policy.family else self.policy.path.name
         self.tokenizer_id = f"{self.name}:{kind}"
         self.version = 0
@@ -138,7 +142,7 @@ class PolicyActor:
         start = time.perf_counter()
         cfg = self.cfg
         prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp = sample_groups(
-            self.model, self.tokenizer, [p.prompt for p in problems], cfg.group_size,
+            self.model, self.tokenizer, [self.render(p.prompt) for p in problems], cfg.group_size,
             step_generator(cfg.seed, step, self.name, self.device), cfg.max_new_tokens, cfg.temperature, cfg.engine)
         expanded = [p for p in problems for _ in range(cfg.group_size)]
         texts = completion_texts(self.tokenizer, completion_ids, completion_mask, self.tokenizer.eos_token_id)
@@ -151,14 +155,15 @@ class PolicyActor:
         teacher_logp, teacher_failed = None, 0
         if self.teacher is not None:
             teacher_logp, teacher_failed = teacher_logprobs(
-                self.teacher.model, self.teacher.tokenizer, self.tokenizer, [p.prompt for p in expanded],
-                completion_ids, completion_mask, [text for text, _ in texts], sample_logp, cfg.engine)
+                self.teacher.model, self.teacher.tokenizer, self.tokenizer,
+                [self.teacher_render(p.prompt) for p in expanded], completion_ids, completion_mask, [text for text, _ in texts], sample_logp, cfg.engine)
         self.pending = RolloutBatch(
             policy=self.name, step=step, problems=list(problems), group_size=cfg.group_size, prompt_ids=prompt_ids,
             prompt_mask=prompt_mask, completion_ids=completion_ids, completion_mask=completion_mask,
             sample_logp=sample_logp, rewards=rewards, grpo=cfg, tokenizer=self.tokenizer, verify=self.task.verify,
             logprobs=self.logprobs, generator=step_generator(cfg.seed, step, f"{self.name}/probe", self.device),
-            state=self.probe_state, ref_logp=ref_logp, teacher_logp=teacher_logp, teacher_failed=teacher_failed)
+            state=self.probe_state, ref_logp=ref_logp, teacher_logp=teacher_logp, teacher_failed=teacher_failed,
+            render=self.render)
         return {"records": self.records(self.pending, texts), "reward": rewards.mean().item(),
                 "seconds": time.perf_counter() - start}
 
@@ -227,7 +232,7 @@ class PolicyActor:
     def evaluate(self, step: int) -> list[dict]:
         return [{"policy": self.name, "step": step, **row}
                 for row in skill_accuracy(self.model, self.tokenizer, self.task, self.cfg.max_new_tokens,
-                                          self.cfg.engine)]
+                                          self.cfg.engine, self.render)]
 
     def state_dict(self) -> dict:
         """Model, optimizer and probe state on the CPU (a checkpoint or another process reads it anywhere);

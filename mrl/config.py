@@ -138,7 +138,17 @@ class TaskConfig:
     seed: Int = 0
     """seed of the train/test/pool/leak splits"""
     data_files: Str | None = None
-    """gsm8k only: a local JSON/JSONL file in the GSM8K schema (question, answer '... #### 42')"""
+    """gsm8k only: the training rows, a local JSON/JSONL file in the GSM8K schema (question, answer '... #### 42')"""
+    test_files: dict[Str, Str] = field(default_factory=dict)
+    """gsm8k only: {benchmark: local JSON/JSONL file} evaluated as held-out skills, in the GSM8K schema or
+    MATH's (problem, answer), e.g. {gsm8k: data/gsm8k/test.jsonl, math500: data/math500/test.jsonl}; every row
+    (up to test_per_skill) is evaluated and training uses all of data_files but rows whose question a test
+    file holds; empty: the first test_per_skill rows of data_files are held out"""
+    instruction: Str = ""
+    """gsm8k only: the answer-format instruction, stated once, added after every question"""
+    chat_template: Bool = False
+    """gsm8k only: each policy reads a prompt through its own tokenizer's chat template (one user message, the
+    generation prompt added: TRL's conversational prompts); THL aligns the completion text only"""
 
     def __post_init__(self):
         c = "TaskConfig"
@@ -152,6 +162,10 @@ class TaskConfig:
         if self.name == "gsm8k":
             require(self.data_files is not None, c, "data_files", self.data_files,
                     "a path to a GSM8K-schema JSON file when name is 'gsm8k'")
+        else:
+            for name, empty in (("test_files", {}), ("instruction", ""), ("chat_template", False)):
+                require(getattr(self, name) == empty, c, name, getattr(self, name),
+                        f"{empty!r} when name is {self.name!r} (a gsm8k setting)")
 
 
 ARCHS = ("gpt2", "llama", "qwen2", "mistral", "gpt_neox")

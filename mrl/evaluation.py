@@ -1,14 +1,16 @@
 """Greedy accuracy per skill on pool and held-out prompts."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
-from mrl.rollout import completion_texts, encode_prompts, sample_completions, score
+from mrl.rollout import as_written, completion_texts, encode_prompts, sample_completions, score
 
 
 @torch.no_grad()
 def greedy_accuracy(model, tokenizer, problems, verify, max_new_tokens: int = 6, batch_size: int = 512,
-                    engine: str = "hf") -> float:
+                    engine: str = "hf", render: Callable[[str], str] = as_written) -> float:
     """Fraction of problems whose greedy completion is well-formed and verified."""
     if not problems:
         return float("nan")
@@ -16,7 +18,7 @@ def greedy_accuracy(model, tokenizer, problems, verify, max_new_tokens: int = 6,
     correct = 0.0
     for start in range(0, len(problems), batch_size):
         chunk = problems[start:start + batch_size]
-        ids, mask = encode_prompts(tokenizer, [p.prompt for p in chunk], model.device)
+        ids, mask = encode_prompts(tokenizer, [render(p.prompt) for p in chunk], model.device)
         completion_ids, completion_mask, _ = sample_completions(
             model, ids, mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
             pad_id=tokenizer.pad_token_id, greedy=True, engine=engine)
@@ -25,12 +27,14 @@ def greedy_accuracy(model, tokenizer, problems, verify, max_new_tokens: int = 6,
     return correct / len(problems)
 
 
-def skill_accuracy(model, tokenizer, task, max_new_tokens: int = 6, engine: str = "hf") -> list[dict]:
-    """Rows {split, skill, accuracy} for the held-out test set and (if any) the RL pool."""
+def skill_accuracy(model, tokenizer, task, max_new_tokens: int = 6, engine: str = "hf",
+                   render: Callable[[str], str] = as_written) -> list[dict]:
+    """Rows {split, skill, accuracy} for the held-out test set and (if any) the RL pool; render: the policy's text
+    of a prompt (rollout.prompt_renderer)."""
     rows = []
     for split, sets in (("held-out", task.test), ("pool", task.pool)):
         for skill, problems in sets.items():
             rows.append({"split": split, "skill": skill,
                          "accuracy": greedy_accuracy(model, tokenizer, problems, task.verify, max_new_tokens,
-                                                     engine=engine)})
+                                                     engine=engine, render=render)})
     return rows

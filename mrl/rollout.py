@@ -5,6 +5,7 @@ attention mask), full-softmax sampling at temperature T (no top-k), tokens after
 """
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass, field
 from typing import Callable
@@ -12,7 +13,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from mrl.config import ENGINES, GrpoConfig
+from mrl.config import ENGINES, ConfigError, GrpoConfig
 from mrl.fast import FastForward, fast_forward
 
 _FAST: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -33,6 +34,27 @@ def engine_for(model, engine: str) -> FastForward | None:
 def positions(attention_mask: Tensor) -> Tensor:
     """position_ids = cumsum(mask) - 1, clamped at 0 on left padding. (B, L) -> (B, L)."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def as_written(prompt: str) -> str:
+    """A prompt as the task wrote it (a base model's plain text)."""
+    return prompt
+
+
+def chat_prompt(tokenizer, prompt: str) -> str:
+    """A prompt as one user message through the tokenizer's chat template, the assistant's turn opened (TRL's
+    conversational prompts: apply_chat_template(..., add_generation_prompt=True)); special tokens stay text and
+    are encoded as such."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"TaskConfig.chat_template = True is not allowed for {tokenizer.name_or_path!r}: its "
+                          f"tokenizer has no chat template; expected an instruct checkpoint or chat_template false")
+    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True)
+
+
+def prompt_renderer(tokenizer, chat: bool) -> Callable[[str], str]:
+    """What a policy reads for a task prompt: its own chat template's text when the task uses chat templates."""
+    return functools.partial(chat_prompt, tokenizer) if chat else as_written
 
 
 def encode_prompts(tokenizer, prompts: list[str], device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
@@ -205,6 +227,9 @@ class RolloutBatch:
     registered with teacher=True"""
     teacher_failed: int = 0
     """rows THL could not align to the teacher's tokenizer (their teacher_logp is sample_logp)"""
+    render: Callable[[str], str] = as_written
+    """the learner's text of a task prompt (its chat template when the task uses one; prompt_renderer): a peer
+    sample's prompt is read through it before the learner scores the peer's completion"""
 
     @property
     def device(self) -> torch.device:

@@ -9,8 +9,10 @@ The verifier parses an integer with a strict regular expression; text is never e
 """
 from __future__ import annotations
 
+import functools
 import random
 import re
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -135,11 +137,21 @@ class ArithTask:
 GSM8K_FINAL = re.compile(r"####\s*(.+?)\s*$")
 
 
-def load_gsm8k(data_files: str | Path | None = None, split: str = "train"):
-    """GSM8K-schema rows (question, answer '... #### 42') as a `datasets.Dataset`.
+def question_prompt(question: str, instruction: str = "", chat: bool = False) -> str:
+    """A question as a prompt: the user message of a chat (question, then the instruction) or the plain
+    'Question: ...\nAnswer:' of a base model (the instruction on its own line before 'Answer:')."""
+    if chat:
+        return f"{question}\n{instruction}" if instruction else question
+    return f"Question: {question}\n" + (f"{instruction}\n" if instruction else "") + "Answer:"
 
-    data_files: a local JSON/JSONL file; None loads `openai/gsm8k` from the hub (paper profile).
-    Adds `prompt` and `final_answer` columns; a row without '####' raises ValueError naming the row.
+
+def load_gsm8k(data_files: str | Path | None = None, split: str = "train", instruction: str = "",
+               chat: bool = False):
+    """Rows of a math benchmark as a `datasets.Dataset`, in the GSM8K schema (question, answer '... #### 42') or
+    MATH's (problem, answer: the final answer, as MATH-500 publishes it).
+
+    data_files: a local JSON/JSONL file; None loads `openai/gsm8k` from the hub. Adds `question`, `prompt`
+    (`question_prompt`) and `final_answer`; a GSM8K row without '####' raises ValueError naming the row.
     """
     import datasets
 
@@ -147,17 +159,29 @@ def load_gsm8k(data_files: str | Path | None = None, split: str = "train"):
         ds = datasets.load_dataset("openai/gsm8k", "main", split=split)
     else:
         ds = datasets.load_dataset("json", data_files=str(data_files), split="train")
-    missing = {"question", "answer"} - set(ds.column_names)
+    columns = set(ds.column_names)
+    math_schema = {"problem", "answer"} <= columns
+    missing = set() if math_schema else {"question", "answer"} - columns
     if missing:
-        raise ValueError(f"GSM8K data lacks column(s) {sorted(missing)}; it has {ds.column_names}")
+        raise ValueError(f"{data_files or 'GSM8K'} lacks column(s) {sorted(missing)} of the GSM8K schema (question, "
+                         f"answer) or MATH's (problem, answer); it has {ds.column_names}")
 
     def add_fields(row, idx):
-        match = GSM8K_FINAL.search(row["answer"])
-        if match is None:
-            raise ValueError(f"GSM8K row {idx}: answer has no '#### <final answer>' line: {row['answer'][-80:]!r}")
-        return {"prompt": f"Question: {row['question']}\nAnswer:", "final_answer": match.group(1).replace(",", "")}
+        if math_schema:
+            question, final = row["problem"], str(row["answer"]).strip()
+        else:
+            match = GSM8K_FINAL.search(row["answer"])
+            if match is None:
+                raise ValueError(f"GSM8K row {idx}: answer has no '#### <final answer>' line: "
+                                 f"{row['answer'][-80:]!r}")
+            question, final = row["question"], match.group(1).replace(",", "")
+        return {"question": question, "prompt": question_prompt(question, instruction, chat), "final_answer": final}
 
     return ds.map(add_fields, with_indices=True)
+
+
+def _normalized(question: str) -> str:
+    return " ".join(question.lower().split())
 
 
 def math_verify_reward(completion_text: str, final_answer: str) -> float:
@@ -172,29 +196,49 @@ def math_verify_reward(completion_text: str, final_answer: str) -> float:
 
 
 class Gsm8kTask:
-    """GSM8K (or MATH in its schema) as a task with the arithmetic tasks' interface: one skill "gsm8k".
+    """GSM8K (or MATH in its schema) as a task with the arithmetic tasks' interface.
 
-    The first `test_per_skill` rows are held out; of the rest, a seeded `pool_per_skill` form the RL pool
-    (0: fresh training rows every step). The verifier is math-verify on the completion text.
+    Training rows come from `data_files`. With `test_files` each benchmark's own test split is a held-out skill
+    ({name: rows}, up to test_per_skill each), and a training row whose question a test split holds is dropped
+    (counted in `dropped_overlap`); without, the first `test_per_skill` training rows are held out as skill
+    "gsm8k". Of the training rows a seeded `pool_per_skill` form the RL pool (0: fresh rows every step). The
+    verifier is math-verify on the completion text.
     """
 
-    skills = ("gsm8k",)
     verifier_id = "math-verify"
     """names the verifier in the Success records this task's policies publish"""
 
     def __init__(self, config: TaskConfig):
         self.config = config
-        rows = load_gsm8k(config.data_files)
+        load = functools.partial(load_gsm8k, instruction=config.instruction, chat=config.chat_template)
+        rows = load(config.data_files)
         problems = [Problem(row["prompt"], row["final_answer"], "gsm8k", f"gsm8k/{i}") for i, row in enumerate(rows)]
-        if len(problems) <= config.test_per_skill:
-            raise ValueError(f"GSM8K data has {len(problems)} rows; test_per_skill={config.test_per_skill} leaves "
-                             "none to train on")
-        train = problems[config.test_per_skill:]
+        self.dropped_overlap = 0
+        if config.test_files:
+            self.test, held_out = {}, set()
+            for name, path in config.test_files.items():
+                test_rows = load(path)
+                self.test[name] = [Problem(row["prompt"], row["final_answer"], name, f"{name}/{i}")
+                                   for i, row in enumerate(test_rows)][:config.test_per_skill]
+                held_out |= {_normalized(q) for q in test_rows["question"]}
+            train = [p for p, q in zip(problems, rows["question"]) if _normalized(q) not in held_out]
+            self.dropped_overlap = len(problems) - len(train)
+            if self.dropped_overlap:
+                warnings.warn(f"{self.dropped_overlap} training row(s) of {config.data_files} ask a question of the "
+                              f"test files {sorted(config.test_files)}; dropped from training", stacklevel=2)
+        else:
+            if len(problems) <= config.test_per_skill:
+                raise ValueError(f"GSM8K data has {len(problems)} rows; test_per_skill={config.test_per_skill} "
+                                 "leaves none to train on")
+            self.test = {"gsm8k": problems[:config.test_per_skill]}
+            train = problems[config.test_per_skill:]
+        if not train:
+            raise ValueError(f"{config.data_files} leaves no training rows")
         rng = random.Random(config.seed)
-        self.test = {"gsm8k": problems[:config.test_per_skill]}
         self.train = {"gsm8k": train}
         self.pool = {"gsm8k": rng.sample(train, min(config.pool_per_skill, len(train)))} if config.pool_per_skill \
             else {}
+        self.skills = tuple(self.test)
 
     def rl_prompts(self, step_rng: random.Random, n: int) -> list[Problem]:
         source = self.pool or self.train

@@ -60,10 +60,10 @@ def encode_completion(batch: RolloutBatch, text: str, with_eos: bool = True) -> 
 
 
 def text_logprobs(batch: RolloutBatch, prompts: list[str], completions: list[list[int]]) -> tuple[Tensor, Tensor]:
-    """log pi_learner of each completion token (learner ids) given its prompt text, with gradient.
-    -> (logp (N, T), mask (N, T))."""
-    prompt_ids, prompt_mask = encode_prompts(batch.tokenizer, prompts, batch.prompt_ids.device)
-    ids, mask = pad_completions(completions, batch.pad_id, batch.prompt_ids.device)
+    """log pi_learner of each completion token (learner ids) given its task prompt (read through batch.render),
+    with gradient. -> (logp (N, T), mask (N, T))."""
+    prompt_ids, prompt_mask = encode_prompts(batch.tokenizer, [batch.render(p) for p in prompts], batch.device)
+    ids, mask = pad_completions(completions, batch.pad_id, batch.device)
     return batch.logprobs(prompt_ids, prompt_mask, ids, mask), mask
 
 
