@@ -30,7 +30,7 @@ from mrl.grpo import LEVELS, LOSS_TYPES
 from mrl.mwra import BACKENDS
 from mrl.tracking import REPORT_TO
 
-ENGINES = ("fast", "hf")
+ENGINES = ("fast", "hf", "generate")
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -307,7 +307,9 @@ class GrpoConfig:
     """multiply k3 by the importance ratio (TRL's use_bias_correction_kl)"""
     engine: Str = "fast"
     """sampling and log-prob engine: fast (mrl.fast, for the gpt2 / llama / qwen2 checkpoints it implements
-    exactly; any other falls back to transformers) or hf (the transformers forward, the reference)"""
+    exactly; any other falls back to transformers), hf (the transformers forward, the reference) or generate
+    (sampling by transformers' generate with a static cache, for real model sizes on a GPU; the sampling
+    log-probs and the training forward are hf's)"""
     skip_zero_advantage: Bool = True
     """do not forward sequences with A = 0 (exact when beta = 0; the loss normaliser keeps the full batch)"""
     eval_every: Int = 25

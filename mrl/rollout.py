@@ -24,7 +24,7 @@ def engine_for(model, engine: str) -> FastForward | None:
     `transformers` forward: engine "hf", or a checkpoint the fast path does not know)."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r} is not allowed; expected one of {list(ENGINES)}")
-    if engine == "hf":
+    if engine in ("hf", "generate"):
         return None
     if model not in _FAST:
         _FAST[model] = fast_forward(model)
@@ -77,6 +77,10 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
     engine: "fast" (mrl.fast's static cache over the model's weights, when it knows the model) or "hf"
     (the `transformers` forward with its dynamic cache).
     """
+    if engine == "generate":
+        return generate_completions(model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=eos_id,
+                                    pad_id=pad_id, generator=generator, temperature=temperature, greedy=greedy,
+                                    min_new_tokens=min_new_tokens)
     batch, prompt_len = prompt_ids.shape
     device = prompt_ids.device
     attention = torch.cat([prompt_mask, torch.ones(batch, max_new_tokens, dtype=prompt_mask.dtype, device=device)],
@@ -116,10 +120,44 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
                         position_ids=next_position, past_key_values=cache, use_cache=True)
             cache, logits = out.past_key_values, out.logits[:, -1]
         next_position = next_position + 1
-    # the mask covers every token up to and including the first EOS
-    ended_before = torch.cumsum((ids[:, :length] == eos_id).long(), dim=1) - (ids[:, :length] == eos_id).long()
-    mask = ended_before == 0
-    return ids[:, :length], mask.long(), logps[:, :length]
+    return ids[:, :length], first_eos_mask(ids[:, :length], eos_id), logps[:, :length]
+
+
+def first_eos_mask(ids: Tensor, eos_id: int) -> Tensor:
+    """1 for every token up to and including the first EOS of each row, else 0. (B, T) -> (B, T) long."""
+    is_eos = (ids == eos_id).long()
+    return ((torch.cumsum(is_eos, dim=1) - is_eos) == 0).long()
+
+
+@torch.no_grad()
+def generate_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: int,
+                         pad_id: int, generator: torch.Generator | None = None, temperature: float = 1.0,
+                         greedy: bool = False, min_new_tokens: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+    """sample_completions through `transformers`' generate with a static (preallocated) KV cache: full-softmax
+    sampling at `temperature` (the checkpoint's own generation defaults, top-k, top-p and repetition penalty
+    among them, are overridden), tokens after the first EOS masked. generate takes no generator: it draws from
+    torch's global generator, seeded from `generator` inside a fork of the RNG state, which is restored after.
+    The sampling log-probs are the training forward's (completion_logprobs, engine hf) of the drawn tokens, the
+    ratio's denominator as everywhere else. -> completion_ids, completion_mask, sample_logp, each (B, T)."""
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0,
+                              top_p=1.0, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                              eos_token_id=eos_id, pad_token_id=pad_id, cache_implementation="static")
+    seed = 0 if generator is None else int(torch.randint(2 ** 62, (1,), generator=generator, device=generator.device))
+    devices = [prompt_ids.device] if prompt_ids.device.type == "cuda" else []
+    own, model.generation_config = model.generation_config, config  # generate fills unset fields from the model's
+    try:
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=config)
+    finally:
+        model.generation_config = own
+    ids = out[:, prompt_ids.size(1):]
+    mask = first_eos_mask(ids, eos_id)
+    ids = torch.where(mask.bool(), ids, pad_id)
+    logp = completion_logprobs(model, prompt_ids, prompt_mask, ids, mask, engine="hf") * mask
+    return ids, mask, logp
 
 
 def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,

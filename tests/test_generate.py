@@ -1,0 +1,66 @@
+"""The generate engine (transformers' generate with a static cache, for real model sizes): greedy equals the
+reference loop, sampling draws from the model's full softmax whatever the checkpoint's generation defaults, the
+sampling log-probs are the training forward's, and a seed gives the same draws without touching torch's RNG."""
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from mrl.rollout import completion_logprobs, sample_completions
+from test_fast import SHAPES, model_of
+
+CONTEXT = torch.tensor([[0, 0, 5, 7, 3, 9], [2, 8, 4, 4, 6, 3]])
+MASK = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2"])
+def test_greedy_generate_equals_the_reference_loop_and_its_log_probs_are_the_training_forwards(arch):
+    model = model_of(next(s for s in SHAPES if s["arch"] == arch)).eval()
+    kwargs = dict(max_new_tokens=8, eos_id=1, pad_id=0, greedy=True)
+    ids, mask, logp = sample_completions(model, CONTEXT, MASK, engine="generate", **kwargs)
+    reference = sample_completions(model, CONTEXT, MASK, engine="hf", **kwargs)
+    assert torch.equal(ids, reference[0]) and torch.equal(mask, reference[1])
+    torch.testing.assert_close(logp, completion_logprobs(model, CONTEXT, MASK, ids, mask) * mask, atol=0, rtol=0)
+    torch.testing.assert_close(logp, reference[2], atol=1e-5, rtol=0)
+
+
+def test_generate_samples_the_full_softmax_despite_the_checkpoints_generation_defaults():
+    """Chi-square of 6,000 first tokens against the softmax at temperature 0.7, with the checkpoint asking for
+    top-k 5, top-p 0.5 and a repetition penalty (as instruct checkpoints do): generate must not apply them."""
+    model = model_of(SHAPES[2], vocab=120).eval()
+    model.generation_config.update(top_k=5, top_p=0.5, repetition_penalty=1.3, do_sample=True)
+    context, mask = CONTEXT[:1], MASK[:1]
+    with torch.no_grad():
+        logits = model(input_ids=context, attention_mask=mask,
+                       position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits[0, -1] / 0.7
+    expected = torch.softmax(logits.double(), -1)
+    n = 6000
+    ids, _, _ = sample_completions(model, context.repeat(n, 1), mask.repeat(n, 1), max_new_tokens=1, eos_id=1,
+                                   pad_id=0, generator=torch.Generator().manual_seed(0), temperature=0.7,
+                                   engine="generate")
+    counts = torch.bincount(ids[:, 0], minlength=len(expected)).double()
+    assert (counts > 0).sum() > 20   # far more than top-k 5 would leave
+    assert model.generation_config.top_k == 5   # the checkpoint's own defaults are left as they were
+    keep = expected * n >= 5
+    observed = torch.cat([counts[keep], counts[~keep].sum(0, keepdim=True)])
+    wanted = torch.cat([expected[keep], expected[~keep].sum(0, keepdim=True)]) * n
+    if wanted[-1] == 0:
+        observed, wanted = observed[:-1], wanted[:-1]
+    assert chisquare(observed.numpy(), wanted.numpy()).pvalue > 1e-3
+
+
+def test_a_seed_gives_the_same_draws_and_leaves_torchs_generator_alone():
+    model = model_of(SHAPES[5]).eval()
+    kwargs = dict(max_new_tokens=6, eos_id=1, pad_id=0, temperature=1.0, engine="generate")
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    first = sample_completions(model, CONTEXT.repeat(8, 1), MASK.repeat(8, 1),
+                               generator=torch.Generator().manual_seed(7), **kwargs)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    again = sample_completions(model, CONTEXT.repeat(8, 1), MASK.repeat(8, 1),
+                               generator=torch.Generator().manual_seed(7), **kwargs)
+    other = sample_completions(model, CONTEXT.repeat(8, 1), MASK.repeat(8, 1),
+                               generator=torch.Generator().manual_seed(8), **kwargs)
+    assert torch.equal(first[0], again[0]) and not torch.equal(first[0], other[0])
+    ended = first[0] == 1
+    after_eos = (torch.cumsum(ended.long(), 1) - ended.long()) > 0
+    assert (first[0][after_eos] == 0).all() and (first[1][after_eos] == 0).all()
