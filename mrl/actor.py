@@ -100,7 +100,7 @@ class PolicyActor:
             self.teacher = load_policy(config.peer_paths[teacher_of(self.name, list(config.peer_paths))])
             self.teacher.model.to(self.device, frozen_dtype(placement.dtype)).requires_grad_(False)
         if placement.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         self.micro_batched = (MicroBatchedLogprobs(self._logprobs, placement.micro_batch)
                               if placement.micro_batch else None)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, betas=(0.9, 0.99))

@@ -347,7 +347,8 @@ class PlacementConfig:
     """float32, or bfloat16: forwards under bf16 autocast over fp32 master weights (Adam and the loss in fp32),
     the frozen reference and teacher models stored in bf16"""
     gradient_checkpointing: Bool = False
-    """recompute each layer's activations in the backward of the update (transformers' checkpointing)"""
+    """recompute each layer's activations in the backward of the update (transformers' activation checkpointing,
+    so the hf and generate engines; the CPU fast path computes outside transformers' layers and ignores it)"""
     micro_batch: Int = 0
     """sequences per forward and backward of the update (0: the whole step's batch at once); the gradient is the
     whole batch's (mrl.placement.MicroBatchedLogprobs)"""

@@ -134,3 +134,20 @@ def test_no_module_a_step_runs_makes_a_cpu_tensor_with_from_numpy():
     modules = [p for p in root.rglob("*.py") if p.parent.name not in ("reports", "bandit")]
     assert len(modules) > 30
     assert [str(p.relative_to(root)) for p in modules if "from_numpy" in p.read_text()] == []
+
+
+def test_gradient_checkpointing_recomputes_the_same_update(tiny_zoo_paths):
+    """transformers' checkpointing (the hf forward: the fast path keeps no activations to recompute) changes the
+    memory of the update, not its loss or gradient."""
+    paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
+    grpo = dataclasses.replace(GRPO, beta=0.0, engine="hf")
+    rows = []
+    for checkpointing in (False, True):
+        placement = {name: PlacementConfig(gradient_checkpointing=checkpointing) for name in paths}
+        rows.append(run_concurrent(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(), progress=False,
+                                   probe_cfg=probe_config("sgt"), placement=placement).steps)
+    for plain, recomputed in zip(*rows):
+        assert recomputed["reward"] == plain["reward"]
+        assert recomputed["loss"] == pytest.approx(plain["loss"], rel=1e-6, abs=1e-8)
+        assert recomputed["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-5)
+    assert _actor(tiny_zoo_paths["A"], gradient_checkpointing=True).model.is_activation_checkpointing
