@@ -18,10 +18,10 @@ from torch import Tensor
 from torch.utils._pytree import tree_map
 from transformers import PreTrainedTokenizerFast
 
-from mrl.config import GrpoConfig, PlacementConfig, TaskConfig
+from mrl.config import ConfigError, GrpoConfig, PlacementConfig, TaskConfig
 from mrl.evaluation import skill_accuracy
 from mrl.microbatch import MicroBatchedLogprobs
-from mrl.placement import frozen_dtype, precision, resolve_device
+from mrl.placement import active_dropout, frozen_dtype, precision, resolve_device
 from mrl.probes import PeerView, ProbeConfig, get_probe
 from mrl.rollout import (RolloutBatch, completion_logprobs, completion_texts, prompt_renderer, sample_groups,
                          score)
@@ -69,15 +69,6 @@ class ActorConfig:
     """its device, dtype, gradient checkpointing and micro-batch"""
 
 
-def in_precision(method):
-    """Run an actor method inside mrl.placement.precision(actor.device, actor's dtype)."""
-    def wrapper(self, *args, **kwargs):
-        with precision(self.device, self.config.placement.dtype):
-            return method(self, *args, **kwargs)
-    wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = method.__name__, method.__qualname__, method.__doc__
-    return wrapper
-
-
 class PolicyActor:
     """One policy in a run of n >= 1 policies."""
 
@@ -89,18 +80,28 @@ class PolicyActor:
                                 for peer, path in config.peer_paths.items()
                                 if peer != self.name and "rollout" in self.probe.kinds}
         placement = config.placement
-        self.device = resolve_device(placement.device)
+        self.device, self.bf16 = resolve_device(placement.device), placement.dtype == "bfloat16"
         self.policy = load_policy(config.policy_path)
-        self.model, self.tokenizer = self.policy.model.to(self.device), self.policy.tokenizer
+        # fp32 master weights whatever the checkpoint's dtype (Adam's steps of ~lr would round away in bf16)
+        self.model, self.tokenizer = self.policy.model.to(self.device, torch.float32), self.policy.tokenizer
         self.reference = None
         if self.cfg.beta:
             self.reference = copy.deepcopy(self.model).to(frozen_dtype(placement.dtype)).eval().requires_grad_(False)
+        # what samples and evaluates: the model itself in float32; under bfloat16 a bf16 copy synced after every
+        # optimizer step (sampling outside autocast: transformers' static cache takes one dtype for keys and values)
+        self.sampler = self.model
+        if self.bf16:
+            self.sampler = copy.deepcopy(self.model).to(torch.bfloat16).eval().requires_grad_(False)
         self.teacher = None
         if self.probe.teacher:
             self.teacher = load_policy(config.peer_paths[teacher_of(self.name, list(config.peer_paths))])
             self.teacher.model.to(self.device, frozen_dtype(placement.dtype)).requires_grad_(False)
         if placement.gradient_checkpointing:
             self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        if placement.micro_batch and active_dropout(self.model):
+            raise ConfigError(f"PlacementConfig.micro_batch = {placement.micro_batch} is not allowed for "
+                              f"{config.policy_path}: it applies dropout ({active_dropout(self.model)}), so the "
+                              f"micro-batches' second forward would not reproduce the first; expected 0")
         self.micro_batched = (MicroBatchedLogprobs(self._logprobs, placement.micro_batch)
                               if placement.micro_batch else None)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, betas=(0.9, 0.99))
@@ -132,31 +133,49 @@ class PolicyActor:
     def _logprobs(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
                   completion_mask: Tensor) -> Tensor:
         self.model.train()
-        return completion_logprobs(self.model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                   engine=self.cfg.engine)
+        with precision(self.device, self.config.placement.dtype):
+            return completion_logprobs(self.model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                       engine=self.cfg.engine, temperature=self.cfg.temperature)
 
-    @in_precision
+    @torch.no_grad()
+    def scored_logprobs(self, model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
+                        completion_mask: Tensor) -> Tensor:
+        """log-probs of the completions under a model without a graph (this policy's training forward, its
+        reference), in the training forward's precision and micro_batch rows at a time. (N, T)."""
+        model.eval()
+        with precision(self.device, self.config.placement.dtype):
+            return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                       engine=self.cfg.engine, temperature=self.cfg.temperature,
+                                       chunk=self.config.placement.micro_batch)
+
     def rollout(self, step: int, problems: list) -> dict:
         """Sample and score this step's groups; keep them as the pending RolloutBatch; return the records to
         publish and rollout metrics."""
         start = time.perf_counter()
         cfg = self.cfg
+        # the loops' sampling log-probs come free in float32; otherwise the training forward scores the samples
+        rescore = self.bf16 or cfg.engine == "generate"
         prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp = sample_groups(
-            self.model, self.tokenizer, [self.render(p.prompt) for p in problems], cfg.group_size,
-            step_generator(cfg.seed, step, self.name, self.device), cfg.max_new_tokens, cfg.temperature, cfg.engine)
+            self.sampler, self.tokenizer, [self.render(p.prompt) for p in problems], cfg.group_size,
+            step_generator(cfg.seed, step, self.name, self.device), cfg.max_new_tokens, cfg.temperature, cfg.engine,
+            with_logprobs=not rescore)
+        if rescore:
+            sample_logp = completion_mask * self.scored_logprobs(self.model, prompt_ids, prompt_mask, completion_ids,
+                                                                 completion_mask)
         expanded = [p for p in problems for _ in range(cfg.group_size)]
         texts = completion_texts(self.tokenizer, completion_ids, completion_mask, self.tokenizer.eos_token_id)
         rewards = score(texts, expanded, self.task.verify, self.device)
         ref_logp = None
         if self.reference is not None:
-            with torch.no_grad():
-                ref_logp = completion_logprobs(self.reference, prompt_ids, prompt_mask, completion_ids,
-                                               completion_mask, engine=cfg.engine)
+            ref_logp = self.scored_logprobs(self.reference, prompt_ids, prompt_mask, completion_ids,
+                                            completion_mask)
         teacher_logp, teacher_failed = None, 0
         if self.teacher is not None:
-            teacher_logp, teacher_failed = teacher_logprobs(
-                self.teacher.model, self.teacher.tokenizer, self.tokenizer,
-                [self.teacher_render(p.prompt) for p in expanded], completion_ids, completion_mask, [text for text, _ in texts], sample_logp, cfg.engine)
+            with precision(self.device, self.config.placement.dtype):
+                teacher_logp, teacher_failed = teacher_logprobs(
+                    self.teacher.model, self.teacher.tokenizer, self.tokenizer,
+                    [self.teacher_render(p.prompt) for p in expanded], completion_ids, completion_mask,
+                    [text for text, _ in texts], sample_logp, cfg.engine, self.config.placement.micro_batch)
         self.pending = RolloutBatch(
             policy=self.name, step=step, problems=list(problems), group_size=cfg.group_size, prompt_ids=prompt_ids,
             prompt_mask=prompt_mask, completion_ids=completion_ids, completion_mask=completion_mask,
@@ -186,7 +205,6 @@ class PolicyActor:
                                       float((group ** 2).sum()), sample=x))
         return records
 
-    @in_precision
     def update(self, step: int, peer_records: dict | None = None) -> dict:
         """The probe's losses on the pending batch and the peers' records, one optimizer step after each.
 
@@ -219,19 +237,25 @@ class PolicyActor:
             loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         self.optimizer.step()
+        self.sync_sampler()
         return grad_norm.item()
 
-    @in_precision
+    @torch.no_grad()
+    def sync_sampler(self) -> None:
+        """The bf16 sampling copy takes the master weights (nothing to do in float32: it is the model)."""
+        if self.sampler is not self.model:
+            for copy_, master in zip(self.sampler.parameters(), self.model.parameters()):
+                copy_.copy_(master)
+
     def finish(self, step: int, peer_records: dict | None = None, evaluate: bool = False) -> dict:
         """The update of the pending rollout with the peers' records, then optionally an evaluation (the async
         clock's second call of a step: the runner collects the records once this worker's rollout is published)."""
         update = self.update(step, peer_records)
         return {"update": update, "evals": self.evaluate(step) if evaluate else None}
 
-    @in_precision
     def evaluate(self, step: int) -> list[dict]:
         return [{"policy": self.name, "step": step, **row}
-                for row in skill_accuracy(self.model, self.tokenizer, self.task, self.cfg.max_new_tokens,
+                for row in skill_accuracy(self.sampler, self.tokenizer, self.task, self.cfg.max_new_tokens,
                                           self.cfg.engine, self.render)]
 
     def state_dict(self) -> dict:
@@ -245,6 +269,7 @@ class PolicyActor:
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
+        self.sync_sampler()
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = state["version"]
         self.probe_state = state.get("probe_state", {})

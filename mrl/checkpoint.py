@@ -23,7 +23,6 @@ from pathlib import Path
 import torch
 
 from mrl.config import ConfigError
-from mrl.placement import resolve_device
 from mrl.see import file_sha256
 
 STEP_DIR = "step-{:06d}"
@@ -69,11 +68,13 @@ def run_identity(policy_paths: dict, task_cfg, grpo_cfg, probe_cfg, runner_cfg, 
 
 
 def placement_key(placement) -> dict:
-    """What of a PlacementConfig can change a run's numbers, where it differs from the CPU default: the device
-    type `auto` resolves to here, the dtype, gradient checkpointing; {} for the default."""
-    key = {"device": resolve_device(placement.device).type, "dtype": placement.dtype,
+    """What of a PlacementConfig can change a run's numbers, as configured (no device is resolved: the machine
+    that computes a key, a Ray driver say, need not be the one that runs the policy): cuda when the device names
+    it, the dtype, gradient checkpointing; {} for the default (auto or cpu, float32, no checkpointing), so `auto`
+    keys alike on a CPU and on a GPU machine."""
+    key = {"device": "cuda" if placement.device.startswith("cuda") else "auto or cpu", "dtype": placement.dtype,
            "gradient_checkpointing": placement.gradient_checkpointing}
-    return {} if key == {"device": "cpu", "dtype": "float32", "gradient_checkpointing": False} else key
+    return {} if key == {"device": "auto or cpu", "dtype": "float32", "gradient_checkpointing": False} else key
 
 
 def identity_differences(saved: dict, current: dict) -> list[str]:

@@ -21,7 +21,7 @@ def greedy_accuracy(model, tokenizer, problems, verify, max_new_tokens: int = 6,
         ids, mask = encode_prompts(tokenizer, [render(p.prompt) for p in chunk], model.device)
         completion_ids, completion_mask, _ = sample_completions(
             model, ids, mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
-            pad_id=tokenizer.pad_token_id, greedy=True, engine=engine)
+            pad_id=tokenizer.pad_token_id, greedy=True, engine=engine, with_logprobs=False)
         texts = completion_texts(tokenizer, completion_ids, completion_mask, tokenizer.eos_token_id)
         correct += score(texts, chunk, verify, model.device).sum().item()
     return correct / len(problems)

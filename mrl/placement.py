@@ -55,6 +55,19 @@ def precision(device: torch.device, dtype: str = "float32") -> Iterator[None]:
         yield
 
 
+def active_dropout(model) -> list[str]:
+    """The dropout a model applies in training mode: dropout modules with p > 0, and attention dropout above 0
+    in its config (transformers applies it inside the attention function, not as a module), e.g.
+    ['config.attention_dropout=0.1']; [] for none."""
+    found = [f"{name}.p={m.p}" for name, m in model.named_modules() if isinstance(m, torch.nn.Dropout) and m.p > 0]
+    config = getattr(model, "config", None)
+    for key in ("attention_dropout", "attn_pdrop"):
+        value = getattr(config, key, 0) or 0
+        if isinstance(value, (int, float)) and value > 0:
+            found.append(f"config.{key}={value}")
+    return found
+
+
 def _caller() -> str:
     """file:line of the innermost frame outside torch and this module (where the offending call was written)."""
     torch_root = str(Path(torch.__file__).parent)

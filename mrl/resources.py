@@ -1,26 +1,30 @@
 """A resource plan: the GPU memory each policy of a profile needs, and which GPU holds it (or why none can).
 
 Per policy, from its architecture (the checkpoint's config.json; the published one in mrl/data/published_configs
-when the weights are not on this machine) and the profile's batch (prompts_per_step x group_size sequences of
-prompt_tokens + max_new_tokens tokens) and placement (dtype, gradient checkpointing, micro-batch):
+when the weights are not on this machine), the profile's batch (prompts_per_step x group_size sequences, times
+the largest group multiplier of its grids' probes: gspo_x2 samples twice, of prompt_tokens + max_new_tokens
+tokens) and each policy's placement (dtype, gradient checkpointing, micro-batch), in bytes:
 
-    weights      4 P bytes: fp32 master weights (bfloat16 computes under autocast over them)
-    bf16 copies  2 P under bfloat16: the weight casts autocast caches for the forward
+    weights      4 P: fp32 master weights (mrl.actor loads every checkpoint in fp32)
+    bf16 sampler 2 P under bfloat16: the copy that samples and evaluates, synced after every optimizer step
     gradients    4 P
     Adam         8 P: exp_avg and exp_avg_sq in fp32
-    frozen       the reference (beta > 0) and a teacher model, 2 bytes per parameter under bfloat16, else 4
-    KV cache     2 L B S kv_heads head_dim e: the rollout of the whole batch (B sequences of S tokens)
-    activations  the update's forward kept for its backward, per micro-batch b of S tokens:
-                 L b S (7 h + 3 kv + 4 I) e without checkpointing (a Llama-style layer with SDPA attention:
-                 two norms' inputs and outputs, q, k, v after RoPE, the attention output, SwiGLU's gate, up,
-                 activation and product), L b S h e + one layer's with it; plus the fp32 log-softmax over the
-                 vocabulary for the completion tokens, b T V (e + 8)
+    frozen       the reference (beta > 0) and a teacher model, e bytes per parameter
+    KV cache     2 L B S kv e: the rollout of the whole batch (B sequences of S tokens) at once
+    scoring      b T V (e + 8): the no-grad log-prob passes of the rollout (the sampling log-probs under bf16 or
+                 the generate engine, the reference, a teacher), b = micro_batch sequences at a time (all B
+                 without one): the vocabulary's logits in e bytes, their fp32 copy and the fp32 log-softmax
+    activations  the update's forward kept for its backward, per micro-batch b of S tokens: L b S (7 h + 3 kv +
+                 4 I) e without checkpointing (a Llama-style layer with SDPA attention: two norms' inputs and
+                 outputs, q, k, v after RoPE, the attention output, SwiGLU's gate, up, activation and product),
+                 L b S h e + one layer's with it; plus b T V (e + 8) for the log-softmax, and 2 P under bfloat16
+                 for the weight casts autocast keeps during the forward
 
 with P parameters, L layers, h the hidden size, I the MLP width, kv = kv_heads head_dim, V the vocabulary, T the
 new tokens and e the bytes of an activation (2 under bfloat16, 4 in float32). The peak is the persistent part
-(weights, copies, Adam, frozen) plus the larger of the rollout (KV cache) and the update (gradients and
-activations). A GPU keeps `reserve` of its memory for the CUDA context, the allocator's fragmentation and
-temporaries. These are estimates to plan with, not measurements (this machine has no GPU).
+(weights, sampler, Adam, frozen) plus the larger of the rollout (KV cache, then scoring) and the update
+(gradients and activations). A GPU keeps `reserve` of its memory for the CUDA context, the allocator's
+fragmentation and temporaries. These are estimates to plan with, not measurements (this machine has no GPU).
 """
 from __future__ import annotations
 
@@ -83,27 +87,38 @@ def architecture(path: str | Path) -> Architecture:
 def policy_memory(arch: Architecture, sequences: int, prompt_tokens: int, new_tokens: int, dtype: str,
                   gradient_checkpointing: bool, micro_batch: int, reference: bool,
                   teacher: Architecture | None = None) -> dict[str, float]:
-    """The terms of the module docstring, in GB, with `peak`; sequences is the step's batch (P x G)."""
+    """The terms of the module docstring, in GB, with `peak`; sequences is the step's batch (P x G x multiplier)."""
     e = 2 if dtype == "bfloat16" else 4
-    frozen_bytes = e
     p, tokens = arch.params, prompt_tokens + new_tokens
     b = min(micro_batch or sequences, sequences)
-    per_token_layer = arch.hidden if gradient_checkpointing else 7 * arch.hidden + 3 * arch.kv + 4 * arch.mlp
-    full_layer = b * tokens * (7 * arch.hidden + 3 * arch.kv + 4 * arch.mlp) * e
-    activations = arch.layers * b * tokens * per_token_layer * e + (full_layer if gradient_checkpointing else 0)
-    activations += b * new_tokens * arch.vocab * (e + 8)
+    layer = 7 * arch.hidden + 3 * arch.kv + 4 * arch.mlp
+    logits = b * new_tokens * arch.vocab * (e + 8)
+    if gradient_checkpointing:
+        activations = arch.layers * b * tokens * arch.hidden * e + b * tokens * layer * e
+    else:
+        activations = arch.layers * b * tokens * layer * e
     terms = {
         "weights": 4 * p,
-        "bf16 copies": 2 * p if dtype == "bfloat16" else 0,
+        "bf16 sampler": 2 * p if dtype == "bfloat16" else 0,
         "gradients": 4 * p,
         "Adam": 8 * p,
-        "frozen": (frozen_bytes * p if reference else 0) + (frozen_bytes * teacher.params if teacher else 0),
+        "frozen": e * p * reference + (e * teacher.params if teacher else 0),
         "KV cache": 2 * arch.layers * sequences * tokens * arch.kv * e,
-        "activations": activations,
+        "scoring": logits,
+        "activations": activations + logits + (2 * p if dtype == "bfloat16" else 0),
     }
-    persistent = terms["weights"] + terms["bf16 copies"] + terms["Adam"] + terms["frozen"]
-    terms["peak"] = persistent + max(terms["KV cache"], terms["gradients"] + terms["activations"])
+    persistent = terms["weights"] + terms["bf16 sampler"] + terms["Adam"] + terms["frozen"]
+    rollout = max(terms["KV cache"], terms["scoring"])
+    terms["peak"] = persistent + max(rollout, terms["gradients"] + terms["activations"])
     return {k: v / GB for k, v in terms.items()}
+
+
+def group_multiplier(config: RunConfig) -> int:
+    """The largest number of samples per prompt, in group sizes, that a probe of the profile's grids draws."""
+    from mrl.probes import as_probe_config, get_probe
+
+    entries = [*config.experiments.probe.probes, *config.experiments.hacpo.probes]
+    return max([get_probe(as_probe_config(entry).name).group_multiplier for entry in entries] + [1])
 
 
 def parse_gpus(spec: str) -> list[float]:
@@ -131,13 +146,14 @@ def plan_resources(config: RunConfig, gpus: list[float], prompt_tokens: int = 25
     if not gpus:
         raise ResourceError("no GPUs given: a plan needs the memory of at least one GPU")
     names = sorted(config.policies)
+    multiplier = group_multiplier(config)
     archs = {name: architecture(config.policies[name]) for name in names}
     rows = []
     for i, name in enumerate(names):
         placement = config.placement_of(name)
         teacher = archs[names[(i + 1) % len(names)]] if teachers and len(names) > 1 else None
-        memory = policy_memory(archs[name], config.grpo.prompts_per_step * config.grpo.group_size, prompt_tokens,
-                               config.grpo.max_new_tokens, placement.dtype, placement.gradient_checkpointing,
+        memory = policy_memory(archs[name], config.grpo.prompts_per_step * config.grpo.group_size * multiplier,
+                               prompt_tokens, config.grpo.max_new_tokens, placement.dtype, placement.gradient_checkpointing,
                                placement.micro_batch, config.grpo.beta > 0, teacher)
         rows.append({"policy": name, "model": Path(config.policies[name]).name,
                      "params (M)": archs[name].params / 1e6, **memory, "advice": _advice(placement, memory)})
@@ -160,7 +176,7 @@ def plan_resources(config: RunConfig, gpus: list[float], prompt_tokens: int = 25
 def _advice(placement, memory: dict) -> str:
     """What would shrink a policy's peak: the batch when the rollout's KV cache sets it, else the update's
     settings it does not use yet."""
-    if memory["KV cache"] >= memory["gradients"] + memory["activations"]:
+    if memory["KV cache"] >= max(memory["scoring"], memory["gradients"] + memory["activations"]):
         return (f"the rollout's KV cache ({memory['KV cache']:.1f} GB) sets it: lower grpo.prompts_per_step or "
                 f"group_size, or give more or larger GPUs")
     steps = [f"lower its micro_batch (now {placement.micro_batch or 'the whole batch'})"]

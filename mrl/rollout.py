@@ -41,6 +41,11 @@ def as_written(prompt: str) -> str:
     return prompt
 
 
+CHAT_DATE = "26 Jul 2024"
+"""the date a chat template that states one (Llama 3's "Today Date") is given, so a prompt does not change with
+the day a run happens (Llama 3.2's own example date)"""
+
+
 def chat_prompt(tokenizer, prompt: str) -> str:
     """A prompt as one user message through the tokenizer's chat template, the assistant's turn opened (TRL's
     conversational prompts: apply_chat_template(..., add_generation_prompt=True)); special tokens stay text and
@@ -49,7 +54,7 @@ def chat_prompt(tokenizer, prompt: str) -> str:
         raise ConfigError(f"TaskConfig.chat_template = True is not allowed for {tokenizer.name_or_path!r}: its "
                           f"tokenizer has no chat template; expected an instruct checkpoint or chat_template false")
     return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                         add_generation_prompt=True)
+                                         add_generation_prompt=True, date_string=CHAT_DATE)
 
 
 def prompt_renderer(tokenizer, chat: bool) -> Callable[[str], str]:
@@ -67,20 +72,24 @@ def encode_prompts(tokenizer, prompts: list[str], device: torch.device | str = "
 @torch.no_grad()
 def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: int,
                        pad_id: int, generator: torch.Generator | None = None, temperature: float = 1.0,
-                       greedy: bool = False, min_new_tokens: int = 0,
-                       engine: str = "hf") -> tuple[Tensor, Tensor, Tensor]:
+                       greedy: bool = False, min_new_tokens: int = 0, engine: str = "hf",
+                       with_logprobs: bool = True) -> tuple[Tensor, Tensor, Tensor | None]:
     """Sample completions token by token with a KV cache.
 
     prompt_ids, prompt_mask: (B, P) left-padded. Returns completion_ids (B, T), completion_mask
     (B, T) with 1 up to and including the first EOS, and the sampling log-probs (B, T) (0 where masked).
     min_new_tokens suppresses EOS for the first tokens (benchmarks with a fixed length).
-    engine: "fast" (mrl.fast's static cache over the model's weights, when it knows the model) or "hf"
-    (the `transformers` forward with its dynamic cache).
+    engine: "fast" (mrl.fast's static cache over the model's weights, when it knows the model), "hf" (the
+    `transformers` forward with its dynamic cache) or "generate" (generate_completions). with_logprobs: False
+    lets the generate engine skip its log-prob forward and return None (the loops get them for free).
     """
     if engine == "generate":
-        return generate_completions(model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=eos_id,
-                                    pad_id=pad_id, generator=generator, temperature=temperature, greedy=greedy,
-                                    min_new_tokens=min_new_tokens)
+        ids, mask = generate_completions(model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens,
+                                         eos_id=eos_id, pad_id=pad_id, generator=generator, temperature=temperature,
+                                         greedy=greedy, min_new_tokens=min_new_tokens)
+        logp = completion_logprobs(model, prompt_ids, prompt_mask, ids, mask, temperature=temperature) * mask \
+            if with_logprobs else None
+        return ids, mask, logp
     batch, prompt_len = prompt_ids.shape
     device = prompt_ids.device
     attention = torch.cat([prompt_mask, torch.ones(batch, max_new_tokens, dtype=prompt_mask.dtype, device=device)],
@@ -132,18 +141,19 @@ def first_eos_mask(ids: Tensor, eos_id: int) -> Tensor:
 @torch.no_grad()
 def generate_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: int,
                          pad_id: int, generator: torch.Generator | None = None, temperature: float = 1.0,
-                         greedy: bool = False, min_new_tokens: int = 0) -> tuple[Tensor, Tensor, Tensor]:
-    """sample_completions through `transformers`' generate with a static (preallocated) KV cache: full-softmax
-    sampling at `temperature` (the checkpoint's own generation defaults, top-k, top-p and repetition penalty
-    among them, are overridden), tokens after the first EOS masked. generate takes no generator: it draws from
-    torch's global generator, seeded from `generator` inside a fork of the RNG state, which is restored after.
-    The sampling log-probs are the training forward's (completion_logprobs, engine hf) of the drawn tokens, the
-    ratio's denominator as everywhere else. -> completion_ids, completion_mask, sample_logp, each (B, T)."""
+                         greedy: bool = False, min_new_tokens: int = 0) -> tuple[Tensor, Tensor]:
+    """Completions drawn by `transformers`' generate with a static (preallocated) KV cache: full-softmax sampling
+    at `temperature` (the checkpoint's own generation defaults, top-k, top-p and repetition penalty among them,
+    are set aside for the call), tokens after the first EOS masked, no compilation (the prompt length changes
+    every step). generate takes no generator: it draws from torch's global generator, seeded from `generator`
+    inside a fork of the RNG state, which is restored after. -> completion_ids, completion_mask, each (B, T);
+    the sampling log-probs are the training forward's (sample_completions)."""
     from transformers import GenerationConfig
 
     config = GenerationConfig(do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0,
                               top_p=1.0, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
-                              eos_token_id=eos_id, pad_token_id=pad_id, cache_implementation="static")
+                              eos_token_id=eos_id, pad_token_id=pad_id, cache_implementation="static",
+                              disable_compile=True)
     seed = 0 if generator is None else int(torch.randint(2 ** 62, (1,), generator=generator, device=generator.device))
     devices = [prompt_ids.device] if prompt_ids.device.type == "cuda" else []
     own, model.generation_config = model.generation_config, config  # generate fills unset fields from the model's
@@ -155,15 +165,20 @@ def generate_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_
         model.generation_config = own
     ids = out[:, prompt_ids.size(1):]
     mask = first_eos_mask(ids, eos_id)
-    ids = torch.where(mask.bool(), ids, pad_id)
-    logp = completion_logprobs(model, prompt_ids, prompt_mask, ids, mask, engine="hf") * mask
-    return ids, mask, logp
+    return torch.where(mask.bool(), ids, pad_id), mask
 
 
 def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                        completion_mask: Tensor, engine: str = "hf") -> Tensor:
-    """log pi(y_t | x, y_<t) for every completion token. Inputs (B, P) and (B, T); returns (B, T).
-    engine: "fast" or "hf" (see sample_completions); both carry gradient to the model's parameters."""
+                        completion_mask: Tensor, engine: str = "hf", temperature: float = 1.0,
+                        chunk: int = 0) -> Tensor:
+    """log pi(y_t | x, y_<t) for every completion token, of the softmax at `temperature` (the distribution the
+    tokens were sampled from). Inputs (B, P) and (B, T); returns (B, T). engine: "fast" or "hf" ("generate"
+    scores with hf); both carry gradient to the model's parameters. chunk > 0: `chunk` rows at a time, for the
+    passes without a graph (the peak logits are one chunk's)."""
+    if chunk and len(prompt_ids) > chunk:
+        return torch.cat([completion_logprobs(model, prompt_ids[i:i + chunk], prompt_mask[i:i + chunk],
+                                              completion_ids[i:i + chunk], completion_mask[i:i + chunk], engine,
+                                              temperature) for i in range(0, len(prompt_ids), chunk)])
     attention = torch.cat([prompt_mask, completion_mask], dim=1)
     fast = engine_for(model, engine)
     if fast is not None:
@@ -173,6 +188,8 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
         logits = model(input_ids=torch.cat([prompt_ids, completion_ids], dim=1), attention_mask=attention,
                        position_ids=positions(attention), logits_to_keep=completion_ids.size(1) + 1).logits
     logits = logits[:, :-1].float()
+    if temperature != 1.0:
+        logits = logits / temperature
     return torch.log_softmax(logits, dim=-1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
 
 
@@ -289,16 +306,18 @@ class RolloutBatch:
 
 
 def sample_groups(model, tokenizer, prompts: list[str], group_size: int, generator: torch.Generator,
-                  max_new_tokens: int, temperature: float = 1.0,
-                  engine: str = "hf") -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                  max_new_tokens: int, temperature: float = 1.0, engine: str = "hf",
+                  with_logprobs: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
     """G completions per prompt, groups contiguous: (prompt_ids, prompt_mask) repeated G times, each (P*G, Lp),
-    and (completion_ids, completion_mask, sample_logp), each (P*G, T)."""
+    and (completion_ids, completion_mask, sample_logp), each (P*G, T) (sample_logp None when the generate
+    engine is told to skip it: with_logprobs False)."""
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, model.device)
     prompt_ids, prompt_mask = prompt_ids.repeat_interleave(group_size, 0), prompt_mask.repeat_interleave(group_size, 0)
     model.eval()
     completion_ids, completion_mask, sample_logp = sample_completions(
         model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
-        pad_id=tokenizer.pad_token_id, generator=generator, temperature=temperature, engine=engine)
+        pad_id=tokenizer.pad_token_id, generator=generator, temperature=temperature, engine=engine,
+        with_logprobs=with_logprobs)
     return prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp
 
 

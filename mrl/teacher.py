@@ -33,7 +33,7 @@ def spread_over_learner_tokens(alignment, teacher_logps) -> np.ndarray:
 @torch.no_grad()
 def teacher_logprobs(teacher, teacher_tokenizer, learner_tokenizer, prompts: list[str], completion_ids: Tensor,
                      completion_mask: Tensor, texts: list[str], fallback: Tensor,
-                     engine: str = "hf") -> tuple[Tensor, int]:
+                     engine: str = "hf", chunk: int = 0) -> tuple[Tensor, int]:
     """log pi_T of every learner completion token, projected by THL. -> ((N, T) like completion_ids, failed).
 
     prompts, texts: (N,) prompt and decoded completion texts; completion_ids, completion_mask: (N, T) the learner's
@@ -48,7 +48,8 @@ def teacher_logprobs(teacher, teacher_tokenizer, learner_tokenizer, prompts: lis
         teacher_ids, teacher_mask = pad_completions([alignments[i].dst_ids for i in good],
                                                     teacher_tokenizer.pad_token_id, teacher.device)
         teacher.eval()
-        logp = completion_logprobs(teacher, prompt_ids, prompt_mask, teacher_ids, teacher_mask, engine=engine)
+        logp = completion_logprobs(teacher, prompt_ids, prompt_mask, teacher_ids, teacher_mask, engine=engine,
+                                   chunk=chunk)
         for row, i in enumerate(good):
             a = alignments[i]
             spread = spread_over_learner_tokens(a, logp[row, :len(a.dst_ids)].cpu().numpy())

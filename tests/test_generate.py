@@ -64,3 +64,24 @@ def test_a_seed_gives_the_same_draws_and_leaves_torchs_generator_alone():
     ended = first[0] == 1
     after_eos = (torch.cumsum(ended.long(), 1) - ended.long()) > 0
     assert (first[0][after_eos] == 0).all() and (first[1][after_eos] == 0).all()
+
+
+@pytest.mark.parametrize("engine", ["hf", "generate"])
+def test_the_sampling_log_probs_are_of_the_tempered_softmax_the_training_forward_computes(engine):
+    model = model_of(SHAPES[2]).eval()
+    ids, mask, logp = sample_completions(model, CONTEXT.repeat(4, 1), MASK.repeat(4, 1), max_new_tokens=6, eos_id=1,
+                                         pad_id=0, generator=torch.Generator().manual_seed(3), temperature=0.7,
+                                         engine=engine)
+    training = completion_logprobs(model, CONTEXT.repeat(4, 1), MASK.repeat(4, 1), ids, mask, temperature=0.7)
+    torch.testing.assert_close(logp, training * mask, atol=1e-5, rtol=0)
+    untempered = completion_logprobs(model, CONTEXT.repeat(4, 1), MASK.repeat(4, 1), ids, mask) * mask
+    assert (logp - untempered).abs().max() > 1e-2
+
+
+def test_chunked_scoring_equals_the_whole_batch():
+    model = model_of(SHAPES[5]).eval()
+    ids, mask, _ = sample_completions(model, CONTEXT.repeat(5, 1), MASK.repeat(5, 1), max_new_tokens=6, eos_id=1,
+                                      pad_id=0, generator=torch.Generator().manual_seed(4))
+    whole = completion_logprobs(model, CONTEXT.repeat(5, 1), MASK.repeat(5, 1), ids, mask)
+    torch.testing.assert_close(completion_logprobs(model, CONTEXT.repeat(5, 1), MASK.repeat(5, 1), ids, mask, chunk=3),
+                               whole, atol=1e-6, rtol=0)

@@ -114,6 +114,9 @@ def test_a_policy_reads_each_prompt_through_its_own_chat_template(stand_ins):
     assert prompt_renderer(a, True)("Q?") == "<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\n"
     assert prompt_renderer(b, True)("Q?").startswith("<|begin_of_text|><|start_header_id|>user")
     assert prompt_renderer(a, False)("Q?") == "Q?"
+    dated = load_policy(paths["B"]).tokenizer
+    dated.chat_template = "{{ date_string | default(strftime_now('%d %b %Y')) }}: {{ messages[0].content }}"
+    assert prompt_renderer(dated, True)("Q?") == "26 Jul 2024: Q?"   # not the day the run happens
     ids = a(prompt_renderer(a, True)("Q?"), add_special_tokens=False)["input_ids"]
     assert ids[0] == a.convert_tokens_to_ids("<|im_start|>")   # the template's markers are special tokens
     plain = load_policy(paths["A"]).tokenizer
@@ -133,18 +136,21 @@ class ScoringSpy(PolicyActor):
     def rollout(self, step, problems):
         real_sample, real_verify = actor_module.sample_groups, self.task.verify
 
-        def sample_with_the_answer(model, tokenizer, prompts, group_size, *args):
-            prompt_ids, prompt_mask, ids, mask, logp = real_sample(model, tokenizer, prompts, group_size, *args)
+        def sample_with_the_answer(model, tokenizer, prompts, group_size, *args, with_logprobs=True):
+            prompt_ids, prompt_mask, ids, mask, _ = real_sample(model, tokenizer, prompts, group_size, *args,
+                                                                with_logprobs=with_logprobs)
             rows = []
             for x, problem in enumerate(problems):
                 answer = tokenizer(problem.answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
                 rows.append((x * group_size, answer))
             width = max(ids.size(1), *(len(a) for _, a in rows))
             ids = torch.nn.functional.pad(ids, (0, width - ids.size(1)), value=tokenizer.pad_token_id)
-            mask, logp = (torch.nn.functional.pad(t, (0, width - t.size(1))) for t in (mask, logp))
+            mask = torch.nn.functional.pad(mask, (0, width - mask.size(1)))
             for row, answer in rows:
                 ids[row], mask[row] = tokenizer.pad_token_id, 0
                 ids[row, :len(answer)], mask[row, :len(answer)] = torch.tensor(answer), 1
+            if not with_logprobs:
+                return prompt_ids, prompt_mask, ids, mask, None   # the actor scores them with its training forward
             with torch.no_grad():
                 logp = completion_logprobs(model, prompt_ids, prompt_mask, ids, mask) * mask
             return prompt_ids, prompt_mask, ids, mask, logp

@@ -92,24 +92,55 @@ def _actor(path, **placement) -> PolicyActor:
     return PolicyActor(ActorConfig("A", path, TaskConfig(**TINY_TASK), GRPO, placement=PlacementConfig(**placement)))
 
 
-def test_bf16_keeps_fp32_master_weights_and_its_loss_is_within_tolerance_of_fp32(tiny_zoo_paths):
-    fp32, bf16 = _actor(tiny_zoo_paths["A"]), _actor(tiny_zoo_paths["A"], dtype="bfloat16")
+def test_bf16_keeps_fp32_master_weights_and_its_loss_is_within_tolerance_of_fp32(tiny_zoo_paths, tmp_path):
+    from mrl.zoo import load_policy
+
+    saved_in_bf16 = tmp_path / "bf16"  # as the paper profile's checkpoints are published
+    policy = load_policy(tiny_zoo_paths["A"])
+    policy.model.to(torch.bfloat16).save_pretrained(saved_in_bf16)
+    policy.tokenizer.save_pretrained(saved_in_bf16)
+    fp32, bf16 = _actor(tiny_zoo_paths["A"]), _actor(str(saved_in_bf16), dtype="bfloat16")
     problems = make_task(TaskConfig(**TINY_TASK)).rl_prompts(__import__("random").Random(0), 4)
     fp32.rollout(1, problems)
     batch = fp32.pending
     losses = {}
     for actor in (fp32, bf16):
-        with precision(actor.device, actor.config.placement.dtype):
-            output = actor.probe.loss(dataclasses.replace(batch, logprobs=actor.logprobs), PeerView(),
-                                      actor.config.probe)
-            losses[actor.config.placement.dtype] = [loss for loss in output.losses][0]
+        output = actor.probe.loss(dataclasses.replace(batch, logprobs=actor.logprobs), PeerView(), actor.config.probe)
+        losses[actor.config.placement.dtype] = [loss for loss in output.losses][0]
     assert losses["bfloat16"].dtype == torch.float32  # the loss in fp32 over bf16 matmuls
     assert losses["bfloat16"].item() == pytest.approx(losses["float32"].item(), rel=0.05, abs=0.02)
     assert losses["bfloat16"].item() != losses["float32"].item()  # bf16 did compute in bf16
-    assert next(bf16.model.parameters()).dtype == torch.float32
-    assert next(bf16.reference.parameters()).dtype == torch.bfloat16
+    assert {p.dtype for p in bf16.model.parameters()} == {torch.float32}  # loaded from bf16 into fp32 masters
+    assert {p.dtype for p in bf16.reference.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in bf16.sampler.parameters()} == {torch.bfloat16} and fp32.sampler is fp32.model
     bf16.apply(losses["bfloat16"])
     assert all(s["exp_avg"].dtype == torch.float32 for s in bf16.optimizer.state.values())
+    for copy_, master in zip(bf16.sampler.parameters(), bf16.model.parameters()):
+        assert torch.equal(copy_, master.to(torch.bfloat16))  # the sampler follows the update
+
+
+@pytest.mark.parametrize("engine", ["hf", "generate"])
+def test_bf16_runs_every_architecture_with_each_engine(five_zoo_paths, engine):
+    """The sampler is a bf16 copy outside autocast, so transformers' static cache (one dtype for keys and values)
+    works; the sampling log-probs are the fp32 masters' training forward under autocast."""
+    paths = {name: five_zoo_paths[name] for name in ("A", "B", "C", "D", "E")}
+    grpo = dataclasses.replace(GRPO, engine=engine, steps=1, eval_every=1)
+    placement = {name: PlacementConfig(dtype="bfloat16", micro_batch=5) for name in paths}
+    record = run_concurrent(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(), progress=False,
+                            probe_cfg=probe_config("sgt"), placement=placement)
+    assert {row["policy"] for row in record.steps} == set(paths)
+    assert all(0 <= row["reward"] <= 1 and row["loss"] == row["loss"] for row in record.steps)
+
+
+def test_micro_batching_a_model_with_dropout_is_refused(tiny_zoo_paths, tmp_path):
+    from mrl.zoo import load_policy
+
+    policy = load_policy(tiny_zoo_paths["B"])
+    policy.model.config.attention_dropout = 0.1
+    policy.model.save_pretrained(tmp_path)
+    policy.tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match=r"micro_batch = 4 .*dropout \(\['config.attention_dropout=0.1'\]\)"):
+        _actor(str(tmp_path), micro_batch=4)
 
 
 @pytest.mark.parametrize("probe", ["grpo", "prp", "xgrpo", "sgt", "graft", "trrd", "hacpo"])

@@ -7,7 +7,8 @@ import pytest
 from mrl.cli import main
 from mrl.config import PlacementConfig
 from mrl.profiles import load_profile
-from mrl.resources import Architecture, ResourceError, architecture, parse_gpus, plan_resources, policy_memory
+from mrl.resources import (Architecture, ResourceError, architecture, group_multiplier, parse_gpus, plan_resources,
+                           policy_memory)
 
 PUBLISHED_PARAMS = {"Qwen2.5-0.5B-Instruct": 494_032_768, "Llama-3.2-1B-Instruct": 1_235_814_400,
                     "SmolLM2-360M-Instruct": 361_821_120}
@@ -42,11 +43,12 @@ def _memory(**changes):
 
 def test_each_memory_term_follows_its_setting():
     base = _memory()
-    assert base["weights"] == 4 and base["gradients"] == 4 and base["Adam"] == 8 and base["bf16 copies"] == 0
+    assert base["weights"] == 4 and base["gradients"] == 4 and base["Adam"] == 8 and base["bf16 sampler"] == 0
     assert _memory(micro_batch=16)["activations"] == pytest.approx(base["activations"] * 16 / 512)
     assert _memory(micro_batch=16, gradient_checkpointing=True)["activations"] < _memory(micro_batch=16)["activations"] / 3
     bf16 = _memory(dtype="bfloat16")
-    assert bf16["KV cache"] == base["KV cache"] / 2 and bf16["bf16 copies"] == 2 and bf16["weights"] == 4
+    assert bf16["KV cache"] == base["KV cache"] / 2 and bf16["bf16 sampler"] == 2 and bf16["weights"] == 4
+    assert _memory(micro_batch=16)["scoring"] == pytest.approx(base["scoring"] * 16 / 512)
     assert _memory(reference=True)["frozen"] == 4 and _memory(reference=True, dtype="bfloat16")["frozen"] == 2
     assert _memory(teacher=ARCH)["frozen"] == 4
     kv = 2 * 16 * 512 * 768 * 512 * 4 / 1e9
@@ -60,6 +62,7 @@ def test_the_paper_profile_fits_two_80gb_gpus_with_at_most_its_configured_share_
     config = load_profile("paper")
     plan = plan_resources(config, parse_gpus("2x80"))
     assert list(plan.policy) == ["A", "B", "C"] and set(plan.gpu) == {0, 1}
+    assert group_multiplier(config) == 2   # gspo_x2 in the HACPO grid samples twice the group
     for row in plan.to_dict("records"):
         assert row["peak"] > row["weights"] + row["Adam"]
         assert row["ray gpus"] <= config.placement_of(row["policy"]).gpus  # the share paper.yaml reserves
@@ -69,7 +72,7 @@ def test_the_paper_profile_fits_two_80gb_gpus_with_at_most_its_configured_share_
 
 def test_a_plan_too_large_is_refused_naming_the_policy_and_the_shortfall():
     config = load_profile("paper")
-    with pytest.raises(ResourceError, match=r"policy C \(SmolLM2-360M-Instruct\) needs 21\.\d GB .* short by 6\.\d GB"):
+    with pytest.raises(ResourceError, match=r"policy C \(SmolLM2-360M-Instruct\) needs 37\.\d GB .* short by 8\.\d GB"):
         plan_resources(config, [80])
     whole_batch = dataclasses.replace(config, placement={name: PlacementConfig() for name in config.policies})
     with pytest.raises(ResourceError, match="policy B .*lower its micro_batch \\(now the whole batch\\), turn on "
