@@ -243,12 +243,7 @@ def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: 
         updates = _phase(backend, calls, step, record, cfg)
         for name in sorted(updates):
             result = updates[name]
-            record.steps.append({"policy": name, "step": step, "reward": rollouts[name]["reward"],
-                                 "loss": result["loss"], "grad_norm": result["grad_norm"],
-                                 "active_sequences": result["active_sequences"],
-                                 "rollout_seconds": rollouts[name]["seconds"],
-                                 "update_seconds": result["seconds"], **received[name],
-                                 **result.get("probe", {})})
+            record.steps.append(step_row(name, step, rollouts[name], result, received[name]))
         exchange.drop_older_than(step + 1 - cfg.max_staleness)  # what the next step would find stale
         if step % grpo_cfg.eval_every == 0 or step == grpo_cfg.steps:
             _evaluate(backend, step, record, grpo_cfg, cfg)
@@ -282,6 +277,15 @@ def staleness_counts(peer_records: dict, step: int) -> dict[int, int]:
             for r in records:
                 counts[step - r.version] = counts.get(step - r.version, 0) + 1
     return dict(sorted(counts.items()))
+
+
+def step_row(name: str, step: int, rollout: dict, update: dict, received: dict) -> dict:
+    """One policy's row of RunRecord.steps: its rollout's reward and time, its update's loss, gradient norm,
+    active sequences, time and probe statistics, and what it received from its peers (collect_counted)."""
+    return {"policy": name, "step": step, "reward": rollout["reward"], "loss": update["loss"],
+            "grad_norm": update["grad_norm"], "active_sequences": update["active_sequences"],
+            "rollout_seconds": rollout["seconds"], "update_seconds": update["seconds"], **received,
+            **update.get("probe", {})}
 
 
 def collect_counted(exchange: Exchange, kinds, receiver: str, problems, task, cfg: RunnerConfig,
@@ -353,12 +357,7 @@ def _run_async(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange:
             running[name] = "finish"
             continue
         rollout = rollout_of.pop(name)
-        pending_rows[(s, name)] = {"policy": name, "step": s, "reward": rollout["reward"],
-                                   "loss": result["update"]["loss"], "grad_norm": result["update"]["grad_norm"],
-                                   "active_sequences": result["update"]["active_sequences"],
-                                   "rollout_seconds": rollout["seconds"],
-                                   "update_seconds": result["update"]["seconds"], **received.pop((s, name)),
-                                   **result["update"].get("probe", {})}
+        pending_rows[(s, name)] = step_row(name, s, rollout, result["update"], received.pop((s, name)))
         if result["evals"]:
             rollouts = s * grpo_cfg.prompts_per_step * grpo_cfg.group_size
             record.evals += [{**row, "rollouts": rollouts} for row in result["evals"]]
