@@ -15,6 +15,7 @@ from torch import Tensor
 
 from mrl.config import ENGINES, ConfigError, GrpoConfig
 from mrl.fast import FastForward, fast_forward
+from mrl.placement import set_training
 
 _FAST: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -98,6 +99,7 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
     if fast is not None:
         cache = fast.new_cache(batch, prompt_len + max_new_tokens)
         logits = fast.prefill(cache, prompt_ids, prompt_mask, positions(prompt_mask))
+        fused = fast.fused_weights()   # the weights do not change while sampling
     else:
         out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions(prompt_mask),
                     use_cache=True, logits_to_keep=1)
@@ -123,7 +125,7 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
             length = t + 1
             break
         if fast is not None:
-            logits = fast.decode(cache, token, prompt_len + t, attention, next_position[:, 0])
+            logits = fast.decode(cache, token, prompt_len + t, attention, next_position[:, 0], fused)
         else:
             out = model(input_ids=token.unsqueeze(-1), attention_mask=attention[:, : prompt_len + t + 1],
                         position_ids=next_position, past_key_values=cache, use_cache=True)
@@ -313,7 +315,7 @@ def sample_groups(model, tokenizer, prompts: list[str], group_size: int, generat
     engine is told to skip it: with_logprobs False)."""
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, model.device)
     prompt_ids, prompt_mask = prompt_ids.repeat_interleave(group_size, 0), prompt_mask.repeat_interleave(group_size, 0)
-    model.eval()
+    set_training(model, False)
     completion_ids, completion_mask, sample_logp = sample_completions(
         model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
         pad_id=tokenizer.pad_token_id, generator=generator, temperature=temperature, engine=engine,
