@@ -123,15 +123,13 @@ class FastForward:
         out = torch.matmul(softmax(scores).view(batch, self.n_kv, group * length, keys), v)  # (B, Hkv, G Lq, hd)
         return out.view(batch, self.n_heads, length, self.head_dim).transpose(1, 2).reshape(batch, length, -1)
 
-    def block(self, layer: Layer, x: Tensor, rope, bias: Tensor, cache=None, at: int = 0) -> Tensor:
-        """One pre-norm block. With a cache (k, v), each (B, Hkv, Lc, hd), the new keys and values are written at
-        positions at..at+L-1 and attention runs over the whole cache (bias masks what is not written yet), so
-        every decode step has the same shapes and reads the cache without copying it."""
+    def block(self, layer: Layer, x: Tensor, rope, bias: Tensor, cache=None) -> Tensor:
+        """One pre-norm block. With a cache (k, v), each (B, Hkv, L, hd) (a prefill), the keys and values are also
+        written there."""
         q, k, v = self.project_qkv(layer, self.norm(x, layer.norm1), rope)
         if cache is not None:
-            k_cache, v_cache = cache
-            k_cache[:, :, at:at + k.size(2)], v_cache[:, :, at:at + k.size(2)] = k, v
-            k, v = k_cache, v_cache
+            cache[0].copy_(k)
+            cache[1].copy_(v)
         return self.finish_block(layer, x, self.attend(q, k, v, bias))
 
     def finish_block(self, layer: Layer, x: Tensor, attended: Tensor) -> Tensor:
@@ -279,6 +277,7 @@ class FastForward:
         x = x + F.linear(attended, weight, out_bias)
         gate, up = torch.mm(self.norm(x, layer.norm2), w_gate_up).chunk(2, dim=-1)
         return x + F.linear(F.silu(gate) * up, layer.mlp[2])
+
 
 SHORT_ROW = 16
 """rows shorter than this many keys take a scalar path in torch's CPU softmax (an AVX-512 vector holds 16 floats)"""

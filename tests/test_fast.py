@@ -8,7 +8,7 @@ import torch
 from scipy.stats import chisquare
 
 from mrl.config import FamilyConfig
-from mrl.fast import fast_forward
+from mrl.fast import SHORT_ROW, fast_forward, softmax
 from mrl.rollout import completion_logprobs, sample_completions
 from mrl.zoo import build_model
 
@@ -43,6 +43,20 @@ def batch(vocab: int = 50, prompts: int = 5, group: int = 3, seed: int = 0):
     completion_mask = torch.ones_like(completion_ids)
     completion_mask[1, 2:], completion_mask[4, 4:] = 0, 0
     return prompt_ids, prompt_mask, completion_ids, completion_mask
+
+
+@pytest.mark.parametrize("keys", [1, 7, SHORT_ROW - 1, SHORT_ROW, 40])
+def test_the_written_out_softmax_equals_torchs_with_its_gradient(keys):
+    gen = torch.Generator().manual_seed(keys)
+    scores = (4 * torch.randn(6, 3, keys, generator=gen)).requires_grad_()
+    masked = torch.zeros(6, 3, keys)
+    masked[:, :, : keys // 2] = float("-inf")  # left padding and future keys, as the attention bias masks them
+    weights = torch.randn(6, 3, keys, generator=gen)
+    ours = softmax(scores + masked)
+    (grad_ours,) = torch.autograd.grad((ours * weights).sum(), scores)
+    reference = torch.softmax(scores + masked, dim=-1)
+    (grad_reference,) = torch.autograd.grad((reference * weights).sum(), scores)
+    assert torch.allclose(ours, reference, atol=1e-7) and torch.allclose(grad_ours, grad_reference, atol=1e-6)
 
 
 @pytest.mark.parametrize("group", [1, 3], ids=["distinct-prompts", "groups"])
