@@ -104,7 +104,8 @@ class PolicyActor:
                               f"micro-batches' second forward would not reproduce the first; expected 0")
         self.micro_batched = (MicroBatchedLogprobs(self._logprobs, placement.micro_batch)
                               if placement.micro_batch else None)
-        # fused: one kernel for every parameter (TRL's default, adamw_torch_fused); the per-tensor loop was 11% of a zoo update
+        # fused: one kernel for every parameter (TRL's default, adamw_torch_fused); the per-tensor loop took 11% of a
+        # zoo update
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, betas=(0.9, 0.99), fused=True)
         self.task = make_task(config.task)
         self.render = prompt_renderer(self.tokenizer, config.task.chat_template)
@@ -236,7 +237,7 @@ class PolicyActor:
             self.micro_batched.backward(loss)
         else:
             loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip, foreach=True)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         self.optimizer.step()
         self.sync_sampler()
         return grad_norm.item()
@@ -272,5 +273,7 @@ class PolicyActor:
         self.model.load_state_dict(state["model"])
         self.sync_sampler()
         self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:  # the saved groups replace ours: one saved before fused Adam has None
+            group["fused"] = True
         self.version = state["version"]
         self.probe_state = state.get("probe_state", {})

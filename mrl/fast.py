@@ -221,15 +221,13 @@ class FastForward:
             k[:, :, :length], v[:, :, :length] = k_own[inverse], v_own[inverse]
         return logits[inverse]
 
-    def decode(self, cache, token: Tensor, at: int, key_mask: Tensor, position: Tensor,
-               fused: list[tuple] | None = None) -> Tensor:
+    def decode(self, cache, token: Tensor, at: int, key_mask: Tensor, position: Tensor, fused: list[tuple]) -> Tensor:
         """One new token per row (B,) written at cache position `at`, attending to the cache positions up to `at`
         where key_mask (B, Lc) is 1 (the left padding is 0). position: (B,) its position id. fused: fused_weights()
-        of the current weights (taken once per sampling call), or None to take them here. Returns logits (B, V).
+        of the current weights (taken once per sampling call). Returns logits (B, V).
 
         Each row has one query, so the G = H / Hkv query heads of a key head are G rows of one batched matmul
         over that head's cached keys (no broadcast copy of the cache)."""
-        fused = fused if fused is not None else self.fused_weights()
         batch = token.size(0)
         key_bias = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill(key_mask == 0, float("-inf"))
         key_bias[:, at + 1:] = float("-inf")
@@ -256,7 +254,7 @@ class FastForward:
     def fused_weights(self) -> list[tuple]:
         """Per layer (W_qkv (d, (H + 2 Hkv) hd), b_qkv or None, W_gate_up (d, 2 d_ff) or None): the decode step's
         q, k, v projections as one matmul and llama's gate and up as another (copies of the current weights,
-        without gradient; gpt2's own c_attn is already one)."""
+        without gradient, about 60% of a llama's; gpt2's own c_attn is already one)."""
         fused = []
         with torch.no_grad():
             for layer in self.layers:
@@ -286,8 +284,8 @@ SHORT_ROW = 16
 def softmax(scores: Tensor) -> Tensor:
     """softmax over the last dimension; rows shorter than SHORT_ROW written out as exp(s - max) / sum, which took a
     quarter of torch's time forward and backward at 12-13 keys (and three times it at 24). The max is a constant
-    shift (softmax and its gradient do not depend on it), so it carries no gradient. scores: (..., Lk), finite in
-    every row."""
+    shift (softmax and its gradient do not depend on it), so it carries no gradient. scores: (..., Lk), -inf where
+    masked, at least one finite entry in every row."""
     if scores.size(-1) >= SHORT_ROW:
         return torch.softmax(scores, dim=-1)
     exp = (scores - scores.detach().amax(-1, keepdim=True)).exp()

@@ -189,8 +189,8 @@ def warm_up(model, tokenizer, task: ArithTask, family: FamilyConfig, cfg: Warmup
 def warmup_step(model, optimizer, batch: tuple, precision: str, grad_clip: float, engine: str = "fast") -> float:
     """One supervised step on a collated batch (prompt, prompt_mask, answer, answer_mask), each (N, L): the
     completion-only cross-entropy -sum(mask * log pi(answer | prompt)) / sum(mask), its backward (matmuls under
-    bf16 autocast when precision is bf16), the global gradient norm clipped to grad_clip (foreach: one call for
-    every tensor), one optimizer step. Returns the loss."""
+    bf16 autocast when precision is bf16), the global gradient norm clipped to grad_clip, one optimizer step.
+    Returns the loss."""
     prompt, prompt_mask, answer, answer_mask = batch
     device = next(model.parameters()).device.type
     with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16"):
@@ -198,7 +198,7 @@ def warmup_step(model, optimizer, batch: tuple, precision: str, grad_clip: float
     loss = -(logp * answer_mask).sum() / answer_mask.sum()
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=True)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
     return loss.item()
 

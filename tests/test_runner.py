@@ -77,7 +77,7 @@ def independent_grpo(name: str, path: str, task_cfg: TaskConfig, cfg: GrpoConfig
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             loss_value = loss.item()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True).item()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).item()
             optimizer.step()
         steps.append({"policy": name, "step": step, "reward": rewards.mean().item(), "loss": loss_value,
                       "grad_norm": grad_norm, "active_sequences": int(active.numel())})
