@@ -1,7 +1,9 @@
 """The zoo warm-up's step: milliseconds per supervised step of each default family (forward, backward, clip, AdamW)
-on the `transformers` forward in fp32 (the reference, the warm-up before the fast path), mrl's fast forward in
-fp32, and the fast forward under bf16 autocast (`warmup.precision: bf16`), on the same batches, one torch thread,
-back to back in one run. Prints ms/step and the ratio to the reference.
+on the `transformers` forward in fp32 with a per-tensor AdamW (the reference, the warm-up before the fast path), the
+package's step (mrl.zoo.warmup_step: fast forward, fused AdamW) in fp32 (`warmup.precision: fp32`, the default) and
+under bf16 autocast (`warmup.precision: bf16`), on the same batches, one torch thread, back to back in one run.
+Prints ms/step and the ratio to the reference, and whether this CPU computes bf16 natively (AVX512-BF16 or AMX):
+without it bf16 autocast is emulated and slower than fp32.
 
     .venv/bin/python benchmarks/bench_warmup.py [--steps 20] [--families A B C]
 """
@@ -14,27 +16,23 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from mrl.profiles import load_profile  # noqa: E402
-from mrl.rollout import completion_logprobs  # noqa: E402
+from mrl.results import machine  # noqa: E402
 from mrl.tasks import ArithTask  # noqa: E402
-from mrl.zoo import _collate, _encode_sources, build_model, train_tokenizer  # noqa: E402
+from mrl.zoo import _collate, _encode_sources, build_model, train_tokenizer, warmup_step  # noqa: E402
 
-VARIANTS = (("transformers, fp32", "hf", False), ("fast, fp32", "fast", False), ("fast, bf16 autocast", "fast", True))
+VARIANTS = (("transformers, fp32, AdamW per tensor", "hf", "fp32", False), ("fast, fp32", "fast", "fp32", True),
+            ("fast, bf16 autocast", "fast", "bf16", True))
+"""(label, engine, precision, fused AdamW): the first is the warm-up before the fast path, the reference"""
 
 
-def step_ms(family, tokenizer, batches, max_positions: int, engine: str, bf16: bool) -> float:
-    """Mean wall milliseconds of one warm-up step over `batches`, from a fresh model."""
+def step_ms(family, tokenizer, batches, max_positions: int, engine: str, precision: str, fused: bool) -> float:
+    """Mean wall milliseconds of one warm-up step (mrl.zoo.warmup_step) over `batches`, from a fresh model."""
     model = build_model(family, len(tokenizer), max_positions, seed=0)
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0, fused=fused)
     start = time.perf_counter()
-    for prompt, prompt_mask, answer, answer_mask in batches:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            logp = completion_logprobs(model, prompt, prompt_mask, answer, answer_mask, engine=engine)
-        loss = -(logp * answer_mask).sum() / answer_mask.sum()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+    for batch in batches:
+        warmup_step(model, optimizer, batch, precision, 1.0, engine=engine)
     return (time.perf_counter() - start) / len(batches) * 1000
 
 
@@ -46,7 +44,9 @@ def main():
     torch.set_num_threads(1)
     config = load_profile("default")
     task = ArithTask(config.task)
-    print(f"warm-up steps of batch {config.zoo.warmup.batch_size}, {args.steps} steps per variant, 1 thread")
+    cpu = machine()
+    print(f"warm-up steps of batch {config.zoo.warmup.batch_size}, {args.steps} steps per variant, 1 thread; "
+          f"{cpu['cpu']}, bf16 {'native' if cpu['native_bf16'] else 'emulated (no AVX512-BF16 or AMX)'}")
     for family in [f for f in config.zoo.families if f.name in args.families]:
         tokenizer = train_tokenizer(family.tokenizer, task.corpus, family.vocab_size, config.zoo.max_positions)
         keys, weights = zip(*sorted(family.warmup_mix.items()))
@@ -55,8 +55,8 @@ def main():
         size = config.zoo.warmup.batch_size
         batches = [_collate([rng.choice(sources[k]) for k in rng.choices(keys, weights, k=size)], tokenizer.pad_token_id)
                    for _ in range(args.steps)]
-        times = {label: step_ms(family, tokenizer, batches, config.zoo.max_positions, engine, bf16)
-                 for label, engine, bf16 in VARIANTS}
+        times = {label: step_ms(family, tokenizer, batches, config.zoo.max_positions, engine, precision, fused)
+                 for label, engine, precision, fused in VARIANTS}
         reference = times[VARIANTS[0][0]]
         print(f"{family.name} ({family.arch}): " + ", ".join(f"{label} {ms:.0f} ms ({reference / ms:.2f}x)"
                                                          for label, ms in times.items()))

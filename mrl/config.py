@@ -233,7 +233,9 @@ class WarmupConfig:
     """seed of initialisation and the warm-up data stream"""
     precision: Str = "fp32"
     """matmul precision of the warm-up forward and backward: fp32, or bf16 (autocast; weights, gradients and
-    AdamW state stay fp32; about 2x faster on CPUs with AVX512-BF16)"""
+    AdamW state stay fp32). bf16 was about 2x faster than fp32 on a CPU with AVX512-BF16 and about 3x slower on one
+    without (emulated), and its roundings differ between the two, so a bf16 zoo is rebuilt bit for bit only on a
+    CPU of the same kind (mrl.results.machine() is recorded in zoo.json)"""
 
     def __post_init__(self):
         c = "WarmupConfig"

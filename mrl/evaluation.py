@@ -5,6 +5,7 @@ from typing import Callable
 
 import torch
 
+from mrl.placement import set_training
 from mrl.rollout import as_written, completion_texts, encode_prompts, sample_completions, score
 
 
@@ -14,7 +15,7 @@ def greedy_accuracy(model, tokenizer, problems, verify, max_new_tokens: int = 6,
     """Fraction of problems whose greedy completion is well-formed and verified."""
     if not problems:
         return float("nan")
-    model.eval()
+    set_training(model, False)
     correct = 0.0
     for start in range(0, len(problems), batch_size):
         chunk = problems[start:start + batch_size]

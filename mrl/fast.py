@@ -79,7 +79,7 @@ class FastForward:
         weight, bias = weights
         if self.arch == "gpt2":
             return F.layer_norm(x, (x.size(-1),), weight, bias, self.eps)
-        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        return F.rms_norm(x, (x.size(-1),), weight, self.eps)
 
     def rotary(self, position_ids: Tensor) -> tuple[Tensor, Tensor] | None:
         """cos, sin of the rotary embedding, (B, 1, L, head_dim) each; None for gpt2 (learned positions)."""
@@ -112,24 +112,24 @@ class FastForward:
         return q, k, v
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
-        """softmax(q k^T / sqrt(hd) + bias) v, each group of H / Hkv query heads on its key head (no copies of
-        the keys). q (B, H, Lq, hd), k, v (B, Hkv, Lk, hd), bias (B, 1, Lq, Lk) additive (-inf where masked).
+        """softmax(q k^T / sqrt(hd) + bias) v, the G = H / Hkv query heads of a key head as G * Lq rows of one
+        matmul over its keys (a broadcast over G would copy the keys G times, forward and backward).
+        q (B, H, Lq, hd), k, v (B, Hkv, Lk, hd), bias (B, 1, Lq, Lk) additive (-inf where masked).
         Returns (B, Lq, H * hd)."""
         batch, _, length, _ = q.shape
-        grouped = q.view(batch, self.n_kv, self.n_heads // self.n_kv, length, self.head_dim)
-        scores = torch.matmul(grouped, k.transpose(-1, -2).unsqueeze(2)) * self.scale + bias.unsqueeze(1)
-        out = torch.matmul(torch.softmax(scores, dim=-1), v.unsqueeze(2))      # (B, Hkv, G, Lq, hd)
+        group, keys = self.n_heads // self.n_kv, k.size(2)
+        scores = torch.matmul(q.reshape(batch, self.n_kv, group * length, self.head_dim), k.transpose(-1, -2))
+        scores = (scores * self.scale).view(batch, self.n_kv, group, length, keys) + bias.unsqueeze(1)
+        out = torch.matmul(softmax(scores).view(batch, self.n_kv, group * length, keys), v)  # (B, Hkv, G Lq, hd)
         return out.view(batch, self.n_heads, length, self.head_dim).transpose(1, 2).reshape(batch, length, -1)
 
-    def block(self, layer: Layer, x: Tensor, rope, bias: Tensor, cache=None, at: int = 0) -> Tensor:
-        """One pre-norm block. With a cache (k, v), each (B, Hkv, Lc, hd), the new keys and values are written at
-        positions at..at+L-1 and attention runs over the whole cache (bias masks what is not written yet), so
-        every decode step has the same shapes and reads the cache without copying it."""
+    def block(self, layer: Layer, x: Tensor, rope, bias: Tensor, cache=None) -> Tensor:
+        """One pre-norm block. With a cache (k, v), each (B, Hkv, L, hd) (a prefill), the keys and values are also
+        written there."""
         q, k, v = self.project_qkv(layer, self.norm(x, layer.norm1), rope)
         if cache is not None:
-            k_cache, v_cache = cache
-            k_cache[:, :, at:at + k.size(2)], v_cache[:, :, at:at + k.size(2)] = k, v
-            k, v = k_cache, v_cache
+            cache[0].copy_(k)
+            cache[1].copy_(v)
         return self.finish_block(layer, x, self.attend(q, k, v, bias))
 
     def finish_block(self, layer: Layer, x: Tensor, attended: Tensor) -> Tensor:
@@ -221,18 +221,75 @@ class FastForward:
             k[:, :, :length], v[:, :, :length] = k_own[inverse], v_own[inverse]
         return logits[inverse]
 
-    def decode(self, cache, token: Tensor, at: int, key_mask: Tensor, position: Tensor) -> Tensor:
+    def decode(self, cache, token: Tensor, at: int, key_mask: Tensor, position: Tensor, fused: list[tuple]) -> Tensor:
         """One new token per row (B,) written at cache position `at`, attending to the cache positions up to `at`
-        where key_mask (B, Lc) is 1 (the left padding is 0). position: (B,) its position id. Returns logits (B, V)."""
+        where key_mask (B, Lc) is 1 (the left padding is 0). position: (B,) its position id. fused: fused_weights()
+        of the current weights (taken once per sampling call). Returns logits (B, V).
+
+        Each row has one query, so the G = H / Hkv query heads of a key head are G rows of one batched matmul
+        over that head's cached keys (no broadcast copy of the cache)."""
+        batch = token.size(0)
         key_bias = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill(key_mask == 0, float("-inf"))
         key_bias[:, at + 1:] = float("-inf")
-        key_bias = key_bias[:, None, None]
-        position_ids = position[:, None]
-        x = self.embed_tokens(token[:, None], position_ids)
-        rope = self.rotary(position_ids)
-        for layer, layer_cache in zip(self.layers, cache):
-            x = self.block(layer, x, rope, key_bias, layer_cache, at)
-        return self.logits(x[:, 0])
+        key_bias = key_bias.repeat_interleave(self.n_kv, 0)[:, None]                # (B * Hkv, 1, Lc)
+        x = self.embed_tokens(token, position)                                      # (B, d)
+        rope = self.rotary(position[:, None])
+        rope = None if rope is None else (rope[0][:, 0], rope[1][:, 0])           # (B, 1, hd) each
+        heads, kv, hd = self.n_heads, self.n_kv, self.head_dim
+        for layer, (k_cache, v_cache), (w_qkv, b_qkv, w_up) in zip(self.layers, cache, fused):
+            h = self.norm(x, layer.norm1)
+            qkv = torch.addmm(b_qkv, h, w_qkv) if b_qkv is not None else torch.mm(h, w_qkv)
+            qk = qkv[:, :(heads + kv) * hd].view(batch, heads + kv, hd)
+            if rope is not None:
+                qk = self.rotate(qk, *rope)
+            q, k = qk[:, :heads], qk[:, heads:]
+            k_cache[:, :, at], v_cache[:, :, at] = k, qkv[:, (heads + kv) * hd:].view(batch, kv, hd)
+            keys = k_cache.view(batch * kv, -1, hd)
+            scores = torch.baddbmm(key_bias, q.reshape(batch * kv, heads // kv, hd), keys.transpose(1, 2),
+                                   alpha=self.scale)
+            attended = torch.bmm(softmax(scores), v_cache.view(batch * kv, -1, hd))
+            x = self.finish_decode_block(layer, x, attended.view(batch, heads * hd), w_up)
+        return self.logits(x)
+
+    def fused_weights(self) -> list[tuple]:
+        """Per layer (W_qkv (d, (H + 2 Hkv) hd), b_qkv or None, W_gate_up (d, 2 d_ff) or None): the decode step's
+        q, k, v projections as one matmul and llama's gate and up as another (copies of the current weights,
+        without gradient, about 60% of a llama's; gpt2's own c_attn is already one)."""
+        fused = []
+        with torch.no_grad():
+            for layer in self.layers:
+                if self.arch == "gpt2":
+                    fused.append((layer.qkv[0], layer.qkv[1], None))
+                    continue
+                wq, bq, wk, bk, wv, bv = layer.qkv
+                bias = None if bq is None else torch.cat([bq, bk, bv])
+                gate, up, _ = layer.mlp
+                fused.append((torch.cat([wq, wk, wv]).t().contiguous(), bias, torch.cat([gate, up]).t().contiguous()))
+        return fused
+
+    def finish_decode_block(self, layer: Layer, x: Tensor, attended: Tensor, w_gate_up: Tensor | None) -> Tensor:
+        """finish_block for one token per row: x, attended (B, d); llama's gate and up as one matmul."""
+        if self.arch == "gpt2":
+            return self.finish_block(layer, x, attended)
+        weight, out_bias = layer.out
+        x = x + F.linear(attended, weight, out_bias)
+        gate, up = torch.mm(self.norm(x, layer.norm2), w_gate_up).chunk(2, dim=-1)
+        return x + F.linear(F.silu(gate) * up, layer.mlp[2])
+
+
+SHORT_ROW = 16
+"""rows shorter than this many keys take a scalar path in torch's CPU softmax (an AVX-512 vector holds 16 floats)"""
+
+
+def softmax(scores: Tensor) -> Tensor:
+    """softmax over the last dimension; rows shorter than SHORT_ROW written out as exp(s - max) / sum, which took a
+    quarter of torch's time forward and backward at 12-13 keys (and three times it at 24). The max is a constant
+    shift (softmax and its gradient do not depend on it), so it carries no gradient. scores: (..., Lk), -inf where
+    masked, at least one finite entry in every row."""
+    if scores.size(-1) >= SHORT_ROW:
+        return torch.softmax(scores, dim=-1)
+    exp = (scores - scores.detach().amax(-1, keepdim=True)).exp()
+    return exp / exp.sum(-1, keepdim=True)
 
 
 def causal_bias(key_mask: Tensor, queries: int) -> Tensor:

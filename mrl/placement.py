@@ -55,6 +55,13 @@ def precision(device: torch.device, dtype: str = "float32") -> Iterator[None]:
         yield
 
 
+def set_training(model, training: bool) -> None:
+    """model.train(training), skipped when the model is already in that mode: train() walks every module and cost
+    1.3 ms of a 35 ms zoo update. Only the root's flag is read, so a submodule switched by hand is not noticed."""
+    if model.training != training:
+        model.train(training)
+
+
 def active_dropout(model) -> list[str]:
     """The dropout a model applies in training mode: dropout modules with p > 0, and attention dropout above 0
     in its config (transformers applies it inside the attention function, not as a module), e.g.

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from mrl.profiles import PROFILES, load_profile
-from mrl.results import git_sha, repo_root
+from mrl.results import git_sha, machine, repo_root
 
 
 def executed_dir(profile: str) -> Path:
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                      f"of the {args.profile} profile: {[n.removesuffix('.ipynb') for n in notebooks]}")
     selected = [n for n in notebooks if args.only is None or any(n.startswith(p) for p in args.only)]
     record = {"profile": args.profile, "git_sha": git_sha(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "notebooks": {}}
+              "machine": machine(), "notebooks": {}}
     total = time.perf_counter()
     for name in selected:
         print(f"[mrl.reproduce] {args.profile}: running {name} ...", flush=True)

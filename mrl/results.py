@@ -47,6 +47,28 @@ def output_dirs(profile: str) -> tuple[Path, Path]:
     return root / "paper_tables", root / "figures"
 
 
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+"""/proc/cpuinfo flags of a CPU that computes bf16 dot products itself (oneDNN emulates them without)"""
+
+
+def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
+    """The processor the numbers come from: {"cpu": model name, "cpu_capability": torch's (e.g. AVX512),
+    "native_bf16": bool}. Runs are bit-identical on one CPU; bf16 autocast takes other kernels, with other
+    roundings, where the CPU computes bf16 natively (AVX512-BF16 or AMX), so it is recorded with every result."""
+    import torch
+
+    name, flags = platform.processor() or platform.machine(), set()
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                name = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    return {"cpu": name, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "native_bf16": any(flag in flags for flag in NATIVE_BF16_FLAGS)}
+
+
 def start_run(notebook: str, profile: str, config, seed: int, extra: dict | None = None) -> Path:
     """Create results/<notebook>/<profile>-seed<seed>/ with config.yaml and meta.json; returns it."""
     import torch
@@ -59,7 +81,7 @@ def start_run(notebook: str, profile: str, config, seed: int, extra: dict | None
     meta = {"notebook": notebook, "profile": profile, "seed": seed, "git_sha": git_sha(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "python": platform.python_version(),
             "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
-            "torch_threads": torch.get_num_threads(), **(extra or {})}
+            "torch_threads": torch.get_num_threads(), "machine": machine(), **(extra or {})}
     (folder / "meta.json").write_text(json.dumps(meta, indent=2))
     return folder
 

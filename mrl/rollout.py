@@ -15,6 +15,7 @@ from torch import Tensor
 
 from mrl.config import ENGINES, ConfigError, GrpoConfig
 from mrl.fast import FastForward, fast_forward
+from mrl.placement import set_training
 
 _FAST: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -102,6 +103,7 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
         out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions(prompt_mask),
                     use_cache=True, logits_to_keep=1)
         cache, logits = out.past_key_values, out.logits[:, -1]
+    fused = None   # the fast decode step's fused weights, taken at its first call (the weights do not change meanwhile)
     next_position = prompt_mask.sum(-1, keepdim=True)
     ids = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logps = torch.zeros(batch, max_new_tokens, device=device)
@@ -111,11 +113,8 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
         logits = logits.float()
         if t < min_new_tokens:
             logits[:, eos_id] = float("-inf")
-        log_probs = torch.log_softmax(logits / temperature, dim=-1)
-        if greedy:
-            token = log_probs.argmax(-1)
-        else:
-            token = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
+        log_probs = torch.log_softmax(logits / temperature if temperature != 1.0 else logits, dim=-1)
+        token = log_probs.argmax(-1) if greedy else categorical_draw(log_probs.exp(), generator)
         ids[:, t] = torch.where(alive, token, pad_id)
         logps[:, t] = torch.where(alive, log_probs.gather(-1, token.unsqueeze(-1)).squeeze(-1), 0.0)
         alive = alive & (token != eos_id)
@@ -123,13 +122,24 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
             length = t + 1
             break
         if fast is not None:
-            logits = fast.decode(cache, token, prompt_len + t, attention, next_position[:, 0])
+            if fused is None:
+                fused = fast.fused_weights()
+            logits = fast.decode(cache, token, prompt_len + t, attention, next_position[:, 0], fused)
         else:
             out = model(input_ids=token.unsqueeze(-1), attention_mask=attention[:, : prompt_len + t + 1],
                         position_ids=next_position, past_key_values=cache, use_cache=True)
             cache, logits = out.past_key_values, out.logits[:, -1]
         next_position = next_position + 1
     return ids[:, :length], first_eos_mask(ids[:, :length], eos_id), logps[:, :length]
+
+
+def categorical_draw(probs: Tensor, generator: torch.Generator | None) -> Tensor:
+    """One token per row drawn from probs (B, V) -> (B,): argmax_v p_v / q_v with q_v = -log u_v, u ~ U[0, 1)
+    i.i.d. (the Gumbel-max trick in exponential form, torch.multinomial's own algorithm for one draw). Written out
+    because multinomial's input checks and torch's exponential_ took 4x as long as torch.rand and a log on a
+    decode step's (128, 48) probabilities. A token of probability 0 is never drawn."""
+    exponentials = torch.rand(probs.shape, generator=generator, device=probs.device).log_().neg_()
+    return probs.div(exponentials).argmax(-1)
 
 
 def first_eos_mask(ids: Tensor, eos_id: int) -> Tensor:
@@ -313,7 +323,7 @@ def sample_groups(model, tokenizer, prompts: list[str], group_size: int, generat
     engine is told to skip it: with_logprobs False)."""
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, model.device)
     prompt_ids, prompt_mask = prompt_ids.repeat_interleave(group_size, 0), prompt_mask.repeat_interleave(group_size, 0)
-    model.eval()
+    set_training(model, False)
     completion_ids, completion_mask, sample_logp = sample_completions(
         model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
         pad_id=tokenizer.pad_token_id, generator=generator, temperature=temperature, engine=engine,

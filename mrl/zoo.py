@@ -24,7 +24,7 @@ from transformers.utils import logging as hf_logging
 from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig, config_hash, to_dict
 from mrl.fingerprint import zoo_fingerprint
 from mrl.rollout import completion_logprobs
-from mrl.results import repo_root
+from mrl.results import machine, repo_root
 from mrl.seeding import torch_threads
 from mrl.tasks import ArithTask
 
@@ -163,7 +163,7 @@ def warm_up(model, tokenizer, task: ArithTask, family: FamilyConfig, cfg: Warmup
     rng = random.Random(cfg.seed)
     keys, weights = zip(*sorted(family.warmup_mix.items()))
     sources = _encode_sources(tokenizer, task, keys)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0, fused=True)
 
     def lr_at(step):
         if step < cfg.lr_warmup_steps:
@@ -178,20 +178,29 @@ def warm_up(model, tokenizer, task: ArithTask, family: FamilyConfig, cfg: Warmup
                mininterval=5, leave=True)
     for _ in bar:
         batch = [rng.choice(sources[k]) for k in rng.choices(keys, weights, k=cfg.batch_size)]
-        prompt, prompt_mask, answer, answer_mask = _collate(batch, tokenizer.pad_token_id)
-        device = next(model.parameters()).device.type
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
-            logp = completion_logprobs(model, prompt, prompt_mask, answer, answer_mask, engine="fast")
-        loss = -(logp * answer_mask).sum() / answer_mask.sum()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
+        loss = warmup_step(model, optimizer, _collate(batch, tokenizer.pad_token_id), cfg.precision, cfg.grad_clip)
         scheduler.step()
-        losses.append(loss.item())
-        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+        losses.append(loss)
+        bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
     model.eval()
     return losses
+
+
+def warmup_step(model, optimizer, batch: tuple, precision: str, grad_clip: float, engine: str = "fast") -> float:
+    """One supervised step on a collated batch (prompt, prompt_mask, answer, answer_mask), each (N, L): the
+    completion-only cross-entropy -sum(mask * log pi(answer | prompt)) / sum(mask), its backward (matmuls under
+    bf16 autocast when precision is bf16), the global gradient norm clipped to grad_clip, one optimizer step.
+    Returns the loss."""
+    prompt, prompt_mask, answer, answer_mask = batch
+    device = next(model.parameters()).device.type
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        logp = completion_logprobs(model, prompt, prompt_mask, answer, answer_mask, engine=engine)
+    loss = -(logp * answer_mask).sum() / answer_mask.sum()
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return loss.item()
 
 
 @dataclass
@@ -259,7 +268,7 @@ def _build_family_with_threads(task_cfg, family, zoo_cfg, out, threads, progress
     record = {"family": to_dict(family), "task": to_dict(task_cfg), "warmup": to_dict(zoo_cfg.warmup),
               "max_positions": zoo_cfg.max_positions, "warmup_loss": losses,
               "n_params": sum(p.numel() for p in model.parameters()), "vocab_size": len(tokenizer),
-              "torch_threads": threads}
+              "torch_threads": threads, "machine": machine()}
     (tmp / "zoo.json").write_text(json.dumps(record))
     tmp.rename(out)  # atomic: a half-built family is never mistaken for a built one
     return str(out)

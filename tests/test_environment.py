@@ -1,9 +1,9 @@
-"""environment.yml (conda) and pyproject.toml list the same dependencies with the same pins."""
+"""environment.yml (conda) and pyproject.toml list the same dependencies with the same pins; the machine record."""
 import tomllib
 
 import yaml
 
-from mrl.results import repo_root
+from mrl.results import machine, repo_root
 
 
 def test_environment_yml_matches_pyproject():
@@ -18,3 +18,12 @@ def test_environment_yml_matches_pyproject():
     listed = {line for line in pip_section if not line.startswith("-e")}
     assert listed == declared, {"only in environment.yml": listed - declared, "only in pyproject": declared - listed}
     assert "torch==2.13.0" in declared  # a loose torch pulls a CUDA build of several GB
+
+
+def test_the_machine_record_names_the_cpu_and_whether_it_computes_bf16(tmp_path):
+    emulated, native = tmp_path / "emulated", tmp_path / "native"
+    emulated.write_text("model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu avx512f avx512_vnni\n")
+    native.write_text("model name\t: AMD EPYC 9R14\nflags\t\t: fpu avx512f avx512_bf16\n")
+    assert machine(emulated)["cpu"] == "Intel(R) Xeon(R) Processor" and not machine(emulated)["native_bf16"]
+    assert machine(native)["cpu"] == "AMD EPYC 9R14" and machine(native)["native_bf16"]
+    assert machine(tmp_path / "absent")["cpu_capability"]  # torch's, wherever /proc/cpuinfo is missing

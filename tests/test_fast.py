@@ -8,7 +8,7 @@ import torch
 from scipy.stats import chisquare
 
 from mrl.config import FamilyConfig
-from mrl.fast import fast_forward
+from mrl.fast import SHORT_ROW, fast_forward, softmax
 from mrl.rollout import completion_logprobs, sample_completions
 from mrl.zoo import build_model
 
@@ -31,10 +31,10 @@ def model_of(shape: dict, seed: int = 0, vocab: int = 50):
     return model
 
 
-def batch(vocab: int = 50, prompts: int = 5, group: int = 3, seed: int = 0):
+def batch(vocab: int = 50, prompts: int = 5, group: int = 3, seed: int = 0, prompt_len: int = 7):
     """Left-padded prompts, each repeated `group` times, and right-padded completions (some end early)."""
     gen = torch.Generator().manual_seed(seed)
-    prompt_ids = torch.randint(3, vocab, (prompts, 7), generator=gen)
+    prompt_ids = torch.randint(3, vocab, (prompts, prompt_len), generator=gen)
     prompt_mask = torch.ones_like(prompt_ids)
     prompt_mask[0, :3], prompt_mask[2, :1] = 0, 0
     prompt_ids[prompt_mask == 0] = 0
@@ -45,12 +45,31 @@ def batch(vocab: int = 50, prompts: int = 5, group: int = 3, seed: int = 0):
     return prompt_ids, prompt_mask, completion_ids, completion_mask
 
 
+@pytest.mark.parametrize("keys", [1, 7, SHORT_ROW - 1, SHORT_ROW, 40])
+def test_the_written_out_softmax_equals_torchs_with_its_gradient(keys):
+    gen = torch.Generator().manual_seed(keys)
+    scores = (4 * torch.randn(6, 3, keys, generator=gen)).requires_grad_()
+    masked = torch.zeros(6, 3, keys)
+    masked[:, :, : keys // 2] = float("-inf")  # left padding and future keys, as the attention bias masks them
+    weights = torch.randn(6, 3, keys, generator=gen)
+    ours = softmax(scores + masked)
+    (grad_ours,) = torch.autograd.grad((ours * weights).sum(), scores)
+    reference = torch.softmax(scores + masked, dim=-1)
+    (grad_reference,) = torch.autograd.grad((reference * weights).sum(), scores)
+    assert torch.allclose(ours, reference, atol=1e-7) and torch.allclose(grad_ours, grad_reference, atol=1e-6)
+
+
+# prompts of 7 and 14 tokens: attention rows of 7-13 keys (the written-out softmax) and of 14-20 (torch's)
+PROMPT_LENGTHS = pytest.mark.parametrize("prompt_len", [7, 14], ids=["short-rows", "long-rows"])
+
+
+@PROMPT_LENGTHS
 @pytest.mark.parametrize("group", [1, 3], ids=["distinct-prompts", "groups"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(str(v) for v in s.values()))
-def test_fast_logprobs_and_gradients_equal_transformers(shape, group):
+def test_fast_logprobs_and_gradients_equal_transformers(shape, group, prompt_len):
     model = model_of(shape).train()
     assert fast_forward(model) is not None
-    tensors = batch(group=group)
+    tensors = batch(group=group, prompt_len=prompt_len)
     mask = tensors[3]
     results = {}
     for engine in ("hf", "fast"):
@@ -63,13 +82,14 @@ def test_fast_logprobs_and_gradients_equal_transformers(shape, group):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
+@PROMPT_LENGTHS
 @pytest.mark.parametrize("group", [1, 3], ids=["distinct-prompts", "groups"])
-@pytest.mark.parametrize("shape", SHAPES[::2], ids=lambda s: s["arch"] + str(s["d_model"]))
-def test_fast_sampling_log_probs_equal_transformers(shape, group):
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(str(v) for v in s.values()))
+def test_fast_sampling_log_probs_equal_transformers(shape, group, prompt_len):
     """Same generator: the fast cache gives the transformers sampler's log-probs within 1e-5 (and so, but for a
     draw that falls within 1e-5 of a boundary, the same tokens), with prompts repeated in groups or all distinct."""
     model = model_of(shape).eval()
-    prompt_ids, prompt_mask, _, _ = batch(group=group)
+    prompt_ids, prompt_mask, _, _ = batch(group=group, prompt_len=prompt_len)
     out = {engine: sample_completions(model, prompt_ids, prompt_mask, max_new_tokens=6, eos_id=1, pad_id=0,
                                       generator=torch.Generator().manual_seed(3), engine=engine)
            for engine in ("hf", "fast")}

@@ -72,8 +72,8 @@ def loss_and_grads(model, loss):
 
 
 def apply_updates(model, output, lr=1e-3):
-    """What the actor does with a probe's output: backward and one Adam step after each loss, in order."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.99))
+    """What the actor does with a probe's output: backward and one (fused) Adam step after each loss, in order."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.99), fused=True)
     values = []
     for loss in output.losses:
         optimizer.zero_grad(set_to_none=True)
