@@ -1,0 +1,49 @@
+"""The whole zoo warm-up as `make reproduce` runs it: mrl.zoo.build_zoo of a profile's zoo (tokenizers, warm-ups in
+the profile's worker processes, greedy checks) into an empty temporary folder, wall seconds, with the machine.
+
+It uses only `load_config` and `build_zoo`, which every version of the package has, so the same file times an
+older commit: check it out beside this one and run this file with that checkout first on the path, e.g.
+
+    git worktree add /tmp/before e8142eb
+    (cd /tmp/before && PYTHONPATH=/tmp/before python /path/to/benchmarks/bench_zoo.py --label before)
+    .venv/bin/python benchmarks/bench_zoo.py --label now
+
+A few minutes per run on a 2-core CPU; not in `make bench`.
+"""
+import argparse
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="configs/default.yaml", help="a profile's config, relative to the cwd")
+    parser.add_argument("--label", default="", help="a name for this run in the printed line")
+    args = parser.parse_args()
+    from mrl.config import load_config
+    from mrl.zoo import build_zoo
+
+    config = load_config(args.config)
+    with tempfile.TemporaryDirectory() as root:
+        start = time.perf_counter()
+        build_zoo(config.task, config.zoo, root=root, progress=False)
+        seconds = time.perf_counter() - start
+    families = ", ".join(f.name for f in config.zoo.families)
+    print(f"{args.label or 'zoo'}: {args.config} zoo ({families}), {config.zoo.workers} workers, "
+          f"{seconds:.1f} s on {cpu_name()}")
+
+
+if __name__ == "__main__":  # build_zoo spawns worker processes, which import this module
+    main()
