@@ -20,6 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from mrl.actor import policy_optimizer  # noqa: E402
 from mrl.config import GrpoConfig  # noqa: E402
 from mrl.probes.terms import own_grpo_loss  # noqa: E402
 from mrl.rollout import RolloutBatch, completion_logprobs, sample_groups  # noqa: E402
@@ -77,7 +78,7 @@ def main():
         tokenizer = bpe
         model, source = build_model(family, len(bpe), config.zoo.max_positions, 0), "untrained A (no zoo cached)"
     cfg: GrpoConfig = config.grpo
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99))
+    optimizer = policy_optimizer(model.parameters(), cfg.lr)
     prompts = [p.prompt for p in task.pool["S1"][: cfg.prompts_per_step]]
     sample = lambda seed: sample_groups(model, tokenizer, prompts, cfg.group_size,  # noqa: E731
                                         torch.Generator().manual_seed(seed), cfg.max_new_tokens)

@@ -11,20 +11,18 @@ older commit: check it out beside this one and run this file with that checkout 
 A few minutes per run on a 2-core CPU; not in `make bench`.
 """
 import argparse
-import platform
 import tempfile
 import time
-from pathlib import Path
 
 
-def cpu_name() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+def machine_name() -> str:
+    """mrl.results.machine()'s CPU and whether it computes bf16 natively; an older checkout without it: unknown."""
+    try:
+        from mrl.results import machine
+    except ImportError:
+        return "a machine the checkout cannot describe"
+    info = machine()
+    return f"{info['cpu']} (native bf16: {info['native_bf16']})"
 
 
 def main():
@@ -42,7 +40,7 @@ def main():
         seconds = time.perf_counter() - start
     families = ", ".join(f.name for f in config.zoo.families)
     print(f"{args.label or 'zoo'}: {args.config} zoo ({families}), {config.zoo.workers} workers, "
-          f"{seconds:.1f} s on {cpu_name()}")
+          f"{seconds:.1f} s on {machine_name()}")
 
 
 if __name__ == "__main__":  # build_zoo spawns worker processes, which import this module

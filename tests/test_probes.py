@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+from mrl.actor import policy_optimizer
 from mrl.config import ConfigError, FamilyConfig, GrpoConfig
 from mrl.grpo import group_advantages, policy_loss
 from mrl.probes import PeerView, get_probe, probe_config
@@ -73,7 +74,7 @@ def loss_and_grads(model, loss):
 
 def apply_updates(model, output, lr=1e-3):
     """What the actor does with a probe's output: backward and one (fused) Adam step after each loss, in order."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.99), fused=True)
+    optimizer = policy_optimizer(model.parameters(), lr)
     values = []
     for loss in output.losses:
         optimizer.zero_grad(set_to_none=True)

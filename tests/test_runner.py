@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from mrl.actor import PolicyActor
+from mrl.actor import PolicyActor, policy_optimizer
 from conftest import TINY_TASK
 from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.evaluation import skill_accuracy
@@ -47,7 +47,7 @@ def independent_grpo(name: str, path: str, task_cfg: TaskConfig, cfg: GrpoConfig
     the reference the runner's grpo probe on one policy must reproduce exactly."""
     policy, task = load_policy(path), make_task(task_cfg)
     model, tokenizer, g = policy.model, policy.tokenizer, cfg.group_size
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), fused=True)  # as the actor's
+    optimizer = policy_optimizer(model.parameters(), cfg.lr)
     steps, evals = [], []
 
     def evaluate(step):
