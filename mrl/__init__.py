@@ -7,3 +7,7 @@ runner (n >= 1 policies together), experiment (cached grids), bandit (the bandit
 reproduce. The README's "What is inside" has the picture.
 """
 __version__ = "0.1.0"
+
+from mrl import numerics as _numerics
+
+_numerics.apply()  # before any mrl module imports torch: the same fp32 bits on every x86-64 CPU (mrl.numerics)

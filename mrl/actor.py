@@ -18,6 +18,7 @@ from torch import Tensor
 from torch.utils._pytree import tree_map
 from transformers import PreTrainedTokenizerFast
 
+from mrl import numerics
 from mrl.config import ConfigError, GrpoConfig, PlacementConfig, TaskConfig
 from mrl.evaluation import skill_accuracy
 from mrl.microbatch import MicroBatchedLogprobs
@@ -79,6 +80,7 @@ class PolicyActor:
     """One policy in a run of n >= 1 policies."""
 
     def __init__(self, config: ActorConfig):
+        numerics.require()  # in every worker, whichever backend started it
         torch.set_num_threads(config.threads)
         self.config, self.name, self.cfg = config, config.name, config.grpo
         self.probe = get_probe(config.probe.name)

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from mrl.config import (ConfigError, ExperimentsConfig, GrpoConfig, HacpoGridConfig, MwraTimingConfig,
                         ProbeGridConfig, RunConfig, RunnerConfig, TaskConfig, config_hash, to_dict)
 from mrl.checkpoint import placement_key
+from mrl import numerics
 from mrl.fingerprint import code_fingerprint
 from mrl.probes import ProbeConfig, as_probe_config, get_probe, probe_config
 from mrl.results import git_sha, repo_root
@@ -109,7 +110,8 @@ def run_key(config: RunConfig, paths: dict[str, str], probe: ProbeConfig, seed: 
             setup: PeerSetup = HONEST) -> str:
     grpo = dataclasses.replace(config.grpo, seed=seed, steps=steps)
     key = {"task": to_dict(config.task), "grpo": to_dict(grpo), "probe": to_dict(probe),
-           "policies": {name: Path(path).name for name, path in sorted(paths.items())}, "code": code_fingerprint()}
+           "policies": {name: Path(path).name for name, path in sorted(paths.items())}, "code": code_fingerprint(),
+           "numerics": numerics.mode()}
     if setup.key() != HONEST.key():
         key["peers"] = setup.key()
     placed = {name: placement_key(config.placement_of(name)) for name in sorted(paths)}
@@ -227,7 +229,7 @@ def save_run(folder: Path, record, task: TaskConfig, grpo: GrpoConfig, probe: Pr
     (folder / "run.json").write_text(json.dumps({
         "task": to_dict(task), "grpo": to_dict(grpo), "probe": to_dict(probe), "policies": paths,
         "peers": setup.key(), "experience": setup.log_experience, "counters": record.counters,
-        "events": record.events, "backend": backend, "git_sha": git_sha(),
+        "events": record.events, "backend": backend, "git_sha": git_sha(), "numerics": numerics.state(),
         "wall_seconds": round(wall_seconds, 1)}, indent=2, default=str))
     return steps_df, evals_df
 

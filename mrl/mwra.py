@@ -21,6 +21,8 @@ import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
+from mrl import numerics
+
 BACKENDS = ("inline", "process", "ray")
 
 
@@ -309,6 +311,8 @@ class RayBackend(Backend):
         for index, spec in enumerate(specs):
             self.actors[spec.name] = host.options(
                 num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_restarts=0, name=None,
+                # a cluster's workers did not inherit this process's environment: the numerics go with the actor
+                runtime_env={"env_vars": numerics.environment()},
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=index),
             ).remote(spec.cls, spec.config)
         _, failures = self.call({s.name: ("ping", ()) for s in specs}, start_timeout)

@@ -52,10 +52,13 @@ NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
-    """The processor the numbers come from: {"cpu": model name, "cpu_capability": torch's (e.g. AVX512),
-    "native_bf16": bool}. Runs are bit-identical on one CPU; bf16 autocast takes other kernels, with other
-    roundings, where the CPU computes bf16 natively (AVX512-BF16 or AMX), so it is recorded with every result."""
+    """The processor the numbers come from and the numerics they were computed under: {"cpu": model name,
+    "cpu_capability": the kernels torch runs (AVX2 under the contract), "native_bf16": bool, "numerics":
+    mrl.numerics.state()}. Under the portable contract fp32 runs are bit-identical on every x86-64 CPU with AVX2;
+    bf16 autocast is not (a CPU with AVX512-BF16 or AMX computes bf16 natively, with other roundings)."""
     import torch
+
+    from mrl import numerics
 
     name, flags = platform.processor() or platform.machine(), set()
     if cpuinfo.exists():
@@ -66,7 +69,7 @@ def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
             elif key.strip() == "flags":
                 flags = set(value.split())
     return {"cpu": name, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "native_bf16": any(flag in flags for flag in NATIVE_BF16_FLAGS)}
+            "native_bf16": any(flag in flags for flag in NATIVE_BF16_FLAGS), "numerics": numerics.state()}
 
 
 def start_run(notebook: str, profile: str, config, seed: int, extra: dict | None = None) -> Path:

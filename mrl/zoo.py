@@ -21,6 +21,7 @@ from transformers import (AutoModelForCausalLM, GPT2Config, GPTNeoXConfig, Llama
                           PreTrainedTokenizerFast, Qwen2Config)
 from transformers.utils import logging as hf_logging
 
+from mrl import numerics
 from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig, config_hash, to_dict
 from mrl.fingerprint import zoo_fingerprint
 from mrl.rollout import completion_logprobs
@@ -224,9 +225,10 @@ class Policy:
 
 def family_dir(root: Path, task_cfg: TaskConfig, family: FamilyConfig, zoo_cfg: ZooConfig) -> Path:
     """Cache folder of one family: its name plus a hash of everything its weights depend on (the configs and the
-    code of the warm-up, mrl.fingerprint.zoo_fingerprint, so a zoo never outlives the code that built it)."""
+    code of the warm-up, mrl.fingerprint.zoo_fingerprint, so a zoo never outlives the code that built it, and the
+    numerics mode, mrl.numerics.mode(), whose kernels round otherwise)."""
     key = {"task": to_dict(task_cfg), "family": to_dict(family), "warmup": to_dict(zoo_cfg.warmup),
-           "max_positions": zoo_cfg.max_positions, "code": zoo_fingerprint()}
+           "max_positions": zoo_cfg.max_positions, "code": zoo_fingerprint(), "numerics": numerics.mode()}
     return Path(root) / task_cfg.name / f"{family.name}-{config_hash(key)}"
 
 
@@ -255,6 +257,7 @@ def _build_family(args) -> str:
 
 
 def _build_family_with_threads(task_cfg, family, zoo_cfg, out, threads, progress, position) -> str:
+    numerics.require()
     hf_logging.disable_progress_bar()
     task = ArithTask(task_cfg)
     tokenizer = train_tokenizer(family.tokenizer, task.corpus, family.vocab_size, zoo_cfg.max_positions)
