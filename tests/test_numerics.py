@@ -1,0 +1,109 @@
+"""The numerics contract (mrl.numerics): the same bits from a fixed seed whatever instruction set the CPU offers.
+
+One machine cannot be two kinds of CPU, but it can be made to look like a smaller one: torch's kernels, MKL and
+oneDNN each take a lower instruction-set level when told to (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS,
+ONEDNN_MAX_CPU_ISA). The cross-level test warms up the smoke profile's A and B and runs SGT between them, in a fresh
+process per level (tests/cpu_level_run.py), and compares checkpoints and metrics byte for byte: equal under the
+contract, and, so that the equality is not vacuous, different with MRL_NUMERICS=native, where the levels really
+compute otherwise (on a CPU without AVX-512 there is only one level to run and that half is skipped).
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mrl import numerics
+
+RUN = Path(__file__).parent / "cpu_level_run.py"
+
+LEVELS = {"AVX512": {}, "AVX2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                                 "ONEDNN_MAX_CPU_ISA": "AVX2"}}
+"""the instruction-set levels this test can force, as the environment a process starts in (AVX512: the CPU's own)"""
+
+
+def clean_environment(**extra) -> dict:
+    """This process's environment without the variables that pick kernels (the test's own run set them)."""
+    picked = set(numerics.CONTRACT) | {"MRL_NUMERICS", "MKL_ENABLE_INSTRUCTIONS"}
+    return {**{k: v for k, v in os.environ.items() if k not in picked}, **extra}
+
+
+def python(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], env=clean_environment(**env), capture_output=True,
+                          text=True, timeout=120)
+
+
+def native_capability() -> str:
+    """torch's kernel level on this CPU when nothing pins it (AVX512, AVX2, DEFAULT)."""
+    done = python("import torch; print(torch.backends.cpu.get_cpu_capability())")
+    return done.stdout.strip()
+
+
+def test_this_test_process_runs_under_the_contract():
+    state = numerics.require()
+    assert state == {"mode": "portable", "aten": "AVX2", "mkl_cbwr": state["mkl_cbwr"], "onednn_max_cpu_isa": "AVX2",
+                     "portable": True}
+    assert state["mkl_cbwr"] in ("COMPATIBLE", "unknown")
+
+
+def test_an_unknown_mode_names_the_allowed_values(monkeypatch):
+    monkeypatch.setenv("MRL_NUMERICS", "fast")
+    with pytest.raises(ValueError, match=r"MRL_NUMERICS='fast'.*\['portable', 'native'\]"):
+        numerics.mode()
+
+
+def test_native_mode_sets_nothing_but_itself(monkeypatch):
+    monkeypatch.setenv("MRL_NUMERICS", "native")
+    assert numerics.environment() == {"MRL_NUMERICS": "native"}
+    monkeypatch.setenv("MRL_NUMERICS", "portable")
+    assert numerics.environment() == {"MRL_NUMERICS": "portable", **numerics.CONTRACT}
+
+
+def test_torch_used_before_mrl_is_a_clear_error():
+    done = python("import torch; torch.randn(8, 8) @ torch.randn(8, 8)\n"
+                  "import mrl.numerics; mrl.numerics.require()")
+    assert done.returncode != 0
+    assert "import mrl first" in done.stderr and "MRL_NUMERICS=native" in done.stderr
+
+
+def test_native_mode_is_recorded_and_not_required():
+    done = python("import mrl.numerics as n, json; print(json.dumps(n.require()))", MRL_NUMERICS="native")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["mode"] == "native"
+
+
+def level_runs(mode: str, levels: list[str], root: Path) -> dict[str, dict]:
+    """{level: cpu_level_run.py's JSON} for each level, two processes at a time."""
+    processes = {level: subprocess.Popen([sys.executable, str(RUN), str(root / f"{mode}-{level}")],
+                                         env=clean_environment(MRL_NUMERICS=mode, **LEVELS[level]),
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for level in levels}
+    results = {}
+    for level, process in processes.items():
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, f"{mode} at {level}: {err[-3000:]}"
+        results[level] = json.loads(out.strip().splitlines()[-1])
+    return results
+
+
+@pytest.mark.slow
+def test_warmup_and_sgt_are_byte_identical_across_instruction_set_levels(tmp_path):
+    levels = ["AVX512", "AVX2"] if native_capability() == "AVX512" else ["AVX2"]
+    portable = level_runs("portable", levels, tmp_path)
+    for level, result in portable.items():
+        assert result["numerics"]["portable"], f"the contract did not hold at {level}: {result['numerics']}"
+        assert result["rescues"] > 0, "the SGT run rescued nothing: too short to exercise the sharing path"
+        zoo_json = next((tmp_path / f"portable-{level}" / "zoo").rglob("zoo.json"))
+        assert json.loads(zoo_json.read_text())["machine"]["numerics"]["portable"]
+    reference = portable[levels[0]]
+    for level in levels[1:]:
+        assert {k: portable[level][k] for k in ("checkpoints", "steps", "evals")} == \
+            {k: reference[k] for k in ("checkpoints", "steps", "evals")}, f"the contract's bits differ at {level}"
+    if len(levels) == 1:
+        pytest.skip(f"this CPU's kernels are {native_capability()}: no second level to compare native runs at")
+    native = level_runs("native", levels, tmp_path)
+    assert {level: r["numerics"]["aten"] for level, r in native.items()} == {"AVX512": "AVX512", "AVX2": "AVX2"}
+    assert native["AVX512"]["checkpoints"] != native["AVX2"]["checkpoints"], \
+        "native runs at two levels gave the same checkpoints: this test could not see a CPU-dependent result"
