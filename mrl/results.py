@@ -73,10 +73,15 @@ def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
 
 
 def start_run(notebook: str, profile: str, config, seed: int, extra: dict | None = None) -> Path:
-    """Create results/<notebook>/<profile>-seed<seed>/ with config.yaml and meta.json; returns it."""
+    """Create results/<notebook>/<profile>-seed<seed>/ with config.yaml and meta.json; returns it. Raises where the
+    numerics contract was asked for and does not hold (mrl.numerics.require: torch ran before mrl was imported)."""
     import torch
     import transformers
     import trl
+
+    from mrl import numerics
+
+    numerics.require()
 
     folder = repo_root() / "results" / notebook / f"{profile}-seed{seed}"
     folder.mkdir(parents=True, exist_ok=True)
