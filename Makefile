@@ -52,12 +52,12 @@ smoke: $(STAMP)
 	$(PY) -m mrl.reproduce --profile smoke
 
 bench: $(STAMP)
-	$(PY) benchmarks/bench_grpo_step.py
-	$(PY) benchmarks/bench_rollout.py
+	$(PY) benchmarks/bench_grpo_step.py --numerics both
+	$(PY) benchmarks/bench_rollout.py --numerics both
 	$(PY) benchmarks/bench_thl.py
 	$(PY) benchmarks/bench_probes.py --no-skip
 	$(PY) benchmarks/bench_packing.py
-	$(PY) benchmarks/bench_warmup.py
+	$(PY) benchmarks/bench_warmup.py --numerics both
 
 # after editing a notebook (.ipynb in JupyterLab, or its .py twin in an editor): bring the other side up to date
 sync: $(STAMP)

@@ -9,23 +9,27 @@ length limit), Adam at the same learning rate, a coin-flip reward on both sides 
 group has signal (mrl's skip of zero-advantage rows then saves nearly nothing). Prints per-step
 medians, mean completion lengths and the ratio mrl/TRL.
 
-    .venv/bin/python benchmarks/bench_grpo_step.py [--steps 20] [--threads 2]
+    .venv/bin/python benchmarks/bench_grpo_step.py [--steps 20] [--threads 2] [--numerics both]
 """
 import argparse
 import os
 import random
 import statistics
+import sys
 import tempfile
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, before torch and numpy)
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
+from numerics_cost import add_numerics_flag, compare, hand_back  # noqa: E402
 from mrl.actor import ActorConfig, PolicyActor  # noqa: E402
 from mrl.config import FamilyConfig, GrpoConfig, TaskConfig  # noqa: E402
+from mrl.numerics import state  # noqa: E402
 from mrl.tasks import ArithTask  # noqa: E402
 from mrl.zoo import build_model, train_tokenizer  # noqa: E402
 
@@ -100,7 +104,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
+    add_numerics_flag(parser)
     args = parser.parse_args()
+    if args.numerics == "both":
+        return compare(__file__, sys.argv[1:])
     torch.set_num_threads(args.threads)
     task = ArithTask(TaskConfig())
     tokenizer = train_tokenizer("bpe", task.corpus, 48, 64)
@@ -113,11 +120,12 @@ def main():
     trl_median = statistics.median(trl_times[2:])
     mrl_median = statistics.median(mrl_times[2:])
     print(f"GRPO step, {PROMPTS} prompts x {G} completions, completion length <= {LENGTH}, "
-          f"{args.threads} threads, median of {args.steps} steps after 2 warm-up steps")
+          f"{args.threads} threads, median of {args.steps} steps after 2 warm-up steps, numerics {state()['mode']}")
     print(f"  trl.GRPOTrainer : {trl_median * 1000:8.1f} ms/step  (mean completion length {trl_length:.1f})")
     print(f"  mrl PolicyActor : {mrl_median * 1000:8.1f} ms/step  (sequences forwarded per step "
           f"{statistics.mean(mrl_active):.1f} of {PROMPTS * G})")
     print(f"  ratio mrl/TRL   : {mrl_median / trl_median:.3f}")
+    hand_back({"trl.GRPOTrainer step": trl_median * 1000, "mrl PolicyActor step": mrl_median * 1000})
 
 
 if __name__ == "__main__":

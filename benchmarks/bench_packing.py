@@ -10,6 +10,7 @@ import os
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, before torch and numpy)
 from mrl.experiment import policy_paths, run_grid  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
 

@@ -18,6 +18,7 @@ import os
 import statistics
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, before torch and numpy)
 from mrl.config import RunnerConfig  # noqa: E402
 from mrl.probes import probe_config  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402

@@ -8,16 +8,20 @@ tokens per second (prompt tokens, padding included, and completion tokens), the 
 and the share of the machine's measured matmul peak (2 x parameters FLOPs per token of the naive batch
 against the best torch.mm rate on this core count: a path that shares prompt work shows above its true rate).
 
-    .venv/bin/python benchmarks/bench_rollout.py [--threads 1] [--repeats 5] [--new-tokens 6]
+    .venv/bin/python benchmarks/bench_rollout.py [--threads 1] [--repeats 5] [--new-tokens 6] [--numerics both]
 """
 import argparse
 import os
 import statistics
+import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, before torch and numpy)
 import torch  # noqa: E402
 
+from numerics_cost import add_numerics_flag, compare, hand_back  # noqa: E402
+from mrl.numerics import state  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
 from mrl.rollout import completion_logprobs, encode_prompts, sample_completions  # noqa: E402
 from mrl.tasks import make_task  # noqa: E402
@@ -52,7 +56,10 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=6)
+    add_numerics_flag(parser)
     args = parser.parse_args()
+    if args.numerics == "both":
+        return compare(__file__, sys.argv[1:])
     torch.set_num_threads(args.threads)
     config = load_profile("default")
     task = make_task(config.task)
@@ -60,7 +67,8 @@ def main():
     prompts = [p.prompt for p in task.pool["S1"][:8] + task.pool["S2"][:8]]
     group, new = config.grpo.group_size, args.new_tokens
     print(f"GRPO-step batch: {len(prompts)} prompts x {group} completions, {new} new tokens each, "
-          f"{args.threads} thread(s); matmul peak {peak / 1e9:.1f} GFLOP/s")
+          f"{args.threads} thread(s); matmul peak {peak / 1e9:.1f} GFLOP/s; numerics {state()['mode']}")
+    timings = {}
     header = f"{'family':<16}{'path':<18}{'ms':>8}{'tokens/s':>11}{'of peak':>9}"
     print(header)
     for family in config.zoo.families:
@@ -95,12 +103,14 @@ def main():
                 "fwd+bwd, fast": timed(lambda: train("fast"), args.repeats),
                 "fwd+bwd, hf": timed(lambda: train("hf"), args.repeats)}
         name = f"{family.name} ({family.arch})"
+        timings.update({f"{family.name} {path}": seconds * 1000 for path, seconds in rows.items()})
         for path, seconds in rows.items():
             work = flops * (3 if path.startswith("fwd") else 1)   # backward costs about twice the forward
             print(f"{name:<16}{path:<18}{seconds * 1000:8.1f}{tokens / seconds:11.0f}{work / seconds / peak:9.1%}")
         print(f"{name:<16}ratio hf / fast: sampling {rows['sample, hf'] / rows['sample, fast']:.2f}, "
               f"generate / fast {rows['model.generate'] / rows['sample, fast']:.2f}, "
               f"fwd+bwd {rows['fwd+bwd, hf'] / rows['fwd+bwd, fast']:.2f}")
+    hand_back(timings)
 
 
 if __name__ == "__main__":

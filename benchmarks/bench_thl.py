@@ -17,6 +17,7 @@ import statistics
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, before torch and numpy)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 

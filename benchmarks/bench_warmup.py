@@ -5,19 +5,22 @@ under bf16 autocast (`warmup.precision: bf16`), on the same batches, one torch t
 Prints ms/step and the ratio to the reference, and whether this CPU computes bf16 natively (AVX512-BF16 or AMX):
 without it bf16 autocast is emulated and slower than fp32.
 
-    .venv/bin/python benchmarks/bench_warmup.py [--steps 20] [--families A B C]
+    .venv/bin/python benchmarks/bench_warmup.py [--steps 20] [--families A B C] [--numerics both]
 """
 import argparse
 import os
 import random
+import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, before torch and numpy)
 import torch  # noqa: E402
 
 from mrl.profiles import load_profile  # noqa: E402
 from mrl.results import machine  # noqa: E402
 from mrl.tasks import ArithTask  # noqa: E402
+from numerics_cost import add_numerics_flag, compare, hand_back  # noqa: E402
 from mrl.zoo import _collate, _encode_sources, build_model, train_tokenizer, warmup_step  # noqa: E402
 
 VARIANTS = (("transformers, fp32, AdamW per tensor", "hf", "fp32", False), ("fast, fp32", "fast", "fp32", True),
@@ -40,13 +43,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--families", nargs="+", default=["A", "B", "C"])
+    add_numerics_flag(parser)
     args = parser.parse_args()
+    if args.numerics == "both":
+        return compare(__file__, sys.argv[1:])
     torch.set_num_threads(1)
     config = load_profile("default")
     task = ArithTask(config.task)
     cpu = machine()
     print(f"warm-up steps of batch {config.zoo.warmup.batch_size}, {args.steps} steps per variant, 1 thread; "
-          f"{cpu['cpu']}, bf16 {'native' if cpu['native_bf16'] else 'emulated (no AVX512-BF16 or AMX)'}")
+          f"{cpu['cpu']}, bf16 {'native' if cpu['native_bf16'] else 'emulated (no AVX512-BF16 or AMX)'}, "
+          f"numerics {cpu['numerics']['mode']} (torch's kernels {cpu['numerics']['aten']})")
+    timings = {}
     for family in [f for f in config.zoo.families if f.name in args.families]:
         tokenizer = train_tokenizer(family.tokenizer, task.corpus, family.vocab_size, config.zoo.max_positions)
         keys, weights = zip(*sorted(family.warmup_mix.items()))
@@ -60,6 +68,8 @@ def main():
         reference = times[VARIANTS[0][0]]
         print(f"{family.name} ({family.arch}): " + ", ".join(f"{label} {ms:.0f} ms ({reference / ms:.2f}x)"
                                                          for label, ms in times.items()))
+        timings.update({f"{family.name} {label}": ms for label, ms in times.items()})
+    hand_back(timings)
 
 
 if __name__ == "__main__":

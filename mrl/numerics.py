@@ -14,6 +14,9 @@ and that computes the same bits on all of them:
   MKL reads it at its first call; with `MKL_DYNAMIC=FALSE` the thread count is the one asked for.
 - oneDNN: `ONEDNN_MAX_CPU_ISA=AVX2` (torch's fp32 matmuls do not reach oneDNN; bf16 autocast does, and is not
   covered: see below).
+- numpy: `NPY_DISABLE_CPU_FEATURES` lists every AVX-512 feature (numpy's exp and log, used by PRP's importance
+  weights and the bandit analysis, take other algorithms with AVX-512 and round otherwise; read when numpy is
+  imported), and `OPENBLAS_CORETYPE=Haswell` pins the AVX2 kernels of the OpenBLAS inside numpy and scipy.
 - threads: every run sets its own torch thread count (`threads` of the profile, one per warm-up), and the count
   is recorded with the result; the bits are the same only for the same count.
 
@@ -25,8 +28,9 @@ smoke copies are no longer reproduced byte for byte.
 
 `apply()` runs when `mrl` is imported, before any of its modules imports torch; every process mrl starts (the
 zoo's warm-up pool, the process backend's workers, Ray actors, the notebook kernel under papermill, `mrl run`,
-the benchmarks) imports mrl and inherits the environment. A process that ran a torch kernel before importing
-mrl cannot be pinned any more: `require()` then names the fix.
+the benchmarks) imports mrl and inherits the environment. A process that ran a torch kernel or imported numpy
+(torch, pandas and transformers import it) before importing mrl cannot be pinned any more: `require()` then names
+the fix, `import mrl` first.
 """
 from __future__ import annotations
 
@@ -38,8 +42,13 @@ from pathlib import Path
 MODES = ("portable", "native")
 """MRL_NUMERICS: portable (the contract, the default) or native (every library's fastest path on this CPU)"""
 
+NUMPY_AVX512 = ("AVX512F", "AVX512CD", "AVX512_KNL", "AVX512_KNM", "AVX512_SKX", "AVX512_CLX", "AVX512_CNL",
+                "AVX512_ICL", "AVX512_SPR")
+"""numpy's AVX-512 dispatch targets (numpy.show_config()), all switched off by the contract"""
+
 CONTRACT = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2",
-            "MKL_DYNAMIC": "FALSE", "OMP_DYNAMIC": "FALSE"}
+            "MKL_DYNAMIC": "FALSE", "OMP_DYNAMIC": "FALSE", "NPY_DISABLE_CPU_FEATURES": " ".join(NUMPY_AVX512),
+            "OPENBLAS_CORETYPE": "Haswell"}
 """the environment of the portable contract, set before torch's first kernel and MKL's first call"""
 
 MKL_BRANCHES = {0: "OFF", 1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1", 8: "SSE4_2",
@@ -95,28 +104,43 @@ def mkl_branch() -> str:
     return MKL_BRANCHES.get(value, str(value))
 
 
+def numpy_avx512() -> bool:
+    """Whether numpy dispatches any of its kernels to AVX-512 in this process."""
+    from numpy._core._multiarray_umath import __cpu_features__
+
+    return any(__cpu_features__.get(feature, False) for feature in NUMPY_AVX512)
+
+
 def state() -> dict:
-    """What the libraries do now: {"mode", "aten", "mkl_cbwr", "onednn_max_cpu_isa", "portable"}; "portable" is
-    True when every pinned path is in effect (recorded in meta.json, zoo.json and the reproduce record)."""
+    """What the libraries do now: {"mode", "aten", "mkl_cbwr", "onednn_max_cpu_isa", "numpy_avx512", "portable"};
+    "portable" is True when every pinned path is in effect (recorded in meta.json, zoo.json, run.json and the
+    reproduce record)."""
     import torch
 
     aten = torch.backends.cpu.get_cpu_capability()
     mkl = mkl_branch()
     onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
-    portable = aten == "AVX2" and mkl in ("COMPATIBLE", "unknown") and onednn == CONTRACT["ONEDNN_MAX_CPU_ISA"]
+    numpy_wide = numpy_avx512()
+    portable = (aten == "AVX2" and mkl in ("COMPATIBLE", "unknown") and onednn == CONTRACT["ONEDNN_MAX_CPU_ISA"]
+                and not numpy_wide)
     return {"mode": mode(), "aten": aten, "mkl_cbwr": mkl, "onednn_max_cpu_isa": onednn or "native",
-            "portable": portable}
+            "numpy_avx512": numpy_wide, "portable": portable}
 
 
 def require() -> dict:
     """state(), after checking that the portable contract holds where it was asked for; raises a RuntimeError that
-    says why and what to do (import mrl before running torch, or MRL_NUMERICS=native) where it does not."""
+    names what is off and what to do (import mrl before torch and numpy, or MRL_NUMERICS=native) where it does not."""
     current = state()
     if current["mode"] == "portable" and not current["portable"]:
+        off = [f"torch's kernels run {current['aten']} (expected AVX2)"] * (current["aten"] != "AVX2") \
+            + [f"MKL's branch is {current['mkl_cbwr']} (expected COMPATIBLE)"] \
+            * (current["mkl_cbwr"] not in ("COMPATIBLE", "unknown")) \
+            + [f"ONEDNN_MAX_CPU_ISA is {current['onednn_max_cpu_isa']} (expected AVX2)"] \
+            * (current["onednn_max_cpu_isa"] != "AVX2") \
+            + ["numpy dispatches to AVX-512 (expected AVX2 at most)"] * current["numpy_avx512"]
         raise RuntimeError(
-            f"the portable numerics contract is not in effect in this process: torch's kernels run {current['aten']} "
-            f"(expected AVX2), MKL's branch is {current['mkl_cbwr']} (expected COMPATIBLE), ONEDNN_MAX_CPU_ISA is "
-            f"{current['onednn_max_cpu_isa']} (expected AVX2). Either torch computed something before mrl was "
-            "imported (restart the kernel or process and import mrl first), or this CPU has no AVX2. Set "
-            "MRL_NUMERICS=native to run on this CPU's own kernels (bit-reproducible on this kind of CPU only).")
+            f"the portable numerics contract is not in effect in this process: {'; '.join(off)}. Either torch or "
+            "numpy came first (torch, pandas and transformers import numpy): restart the kernel or process and "
+            "`import mrl` before them; or this CPU has no AVX2. Set MRL_NUMERICS=native to run on this CPU's own "
+            "kernels (bit-reproducible on this kind of CPU only).")
     return current

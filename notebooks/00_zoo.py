@@ -36,6 +36,7 @@ profile = "default"  # smoke | default
 progress = True      # tqdm bars during the warm-up
 
 # %%
+import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 from mrl.notebook import setup_notebook
 from mrl.reports.substrate import skill_matrix, warmup_accuracy, warmup_figure, zoo_table
 from mrl.results import save_figure, write_table

@@ -32,6 +32,7 @@ seed = 0           # sampling and training seed
 skill = "S2"       # the prompt's skill: S1, S2 or S3
 
 # %%
+import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 import dataclasses
 
 from IPython.display import HTML, display

@@ -36,6 +36,7 @@ seed = 0             # RL seed (prompt order and sampling)
 progress = True
 
 # %%
+import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 from mrl.experiment import policy_paths, run_probe
 from mrl.notebook import setup_notebook
 from mrl.probes import probe_config

@@ -39,6 +39,7 @@ seed = 0             # sampling seed of the zoo completions
 progress = True
 
 # %%
+import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 import torch
 from mrl.notebook import setup_notebook
 from mrl.real_tokenizers import load_real_tokenizer, mixed_script_texts

@@ -36,6 +36,7 @@ backends = None       # e.g. ["inline", "process"] (None: the profile's experime
 progress = True
 
 # %%
+import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 import dataclasses
 import pandas as pd
 from mrl.config import RunnerConfig, override

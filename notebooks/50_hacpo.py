@@ -52,6 +52,7 @@ backend = None       # inline | process | ray: same metrics, different wall time
 progress = True
 
 # %%
+import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 import time
 start = time.perf_counter()
 import pandas as pd

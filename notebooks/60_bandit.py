@@ -37,6 +37,7 @@ profile = "default"  # smoke | default
 progress = True
 
 # %%
+import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 import time
 start = time.perf_counter()
 from mrl.bandit import DynamicsConfig, EnvConfig, closed_form_check, dynamics_methods, run_dynamics, summarise, trade_off

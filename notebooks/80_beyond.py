@@ -43,6 +43,7 @@ backend = None       # inline | process | ray (None: the profile's); packed_runs
 progress = True
 
 # %%
+import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 import time
 start = time.perf_counter()
 import pandas as pd

@@ -1,9 +1,8 @@
 import os
 
+import mrl  # noqa: F401, I001  (first: the numerics contract, mrl.numerics, before torch and numpy)
 import pytest
 import torch
-
-import mrl  # noqa: F401  (the numerics contract, mrl.numerics, before torch's first kernel)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

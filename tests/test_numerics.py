@@ -2,7 +2,7 @@
 
 One machine cannot be two kinds of CPU, but it can be made to look like a smaller one: torch's kernels, MKL and
 oneDNN each take a lower instruction-set level when told to (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS,
-ONEDNN_MAX_CPU_ISA). The cross-level test warms up the smoke profile's A and B and runs SGT between them, in a fresh
+ONEDNN_MAX_CPU_ISA, OPENBLAS_CORETYPE, NPY_DISABLE_CPU_FEATURES). The cross-level test warms up the smoke profile's A and B and runs SGT between them, in a fresh
 process per level (tests/cpu_level_run.py), and compares checkpoints and metrics byte for byte: equal under the
 contract, and, so that the equality is not vacuous, different with MRL_NUMERICS=native, where the levels really
 compute otherwise (on a CPU without AVX-512 there is only one level to run and that half is skipped).
@@ -20,7 +20,8 @@ from mrl import numerics
 RUN = Path(__file__).parent / "cpu_level_run.py"
 
 LEVELS = {"AVX512": {}, "AVX2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-                                 "ONEDNN_MAX_CPU_ISA": "AVX2"}}
+                                 "ONEDNN_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Haswell",
+                                 "NPY_DISABLE_CPU_FEATURES": numerics.CONTRACT["NPY_DISABLE_CPU_FEATURES"]}}
 """the instruction-set levels this test can force, as the environment a process starts in (AVX512: the CPU's own)"""
 
 
@@ -44,7 +45,7 @@ def native_capability() -> str:
 def test_this_test_process_runs_under_the_contract():
     state = numerics.require()
     assert state == {"mode": "portable", "aten": "AVX2", "mkl_cbwr": state["mkl_cbwr"], "onednn_max_cpu_isa": "AVX2",
-                     "portable": True}
+                     "numpy_avx512": False, "portable": True}
     assert state["mkl_cbwr"] in ("COMPATIBLE", "unknown")
 
 
@@ -65,7 +66,17 @@ def test_torch_used_before_mrl_is_a_clear_error():
     done = python("import torch; torch.randn(8, 8) @ torch.randn(8, 8)\n"
                   "import mrl.numerics; mrl.numerics.require()")
     assert done.returncode != 0
-    assert "import mrl first" in done.stderr and "MRL_NUMERICS=native" in done.stderr
+    assert "torch's kernels run" in done.stderr and "MKL's branch is OFF" in done.stderr
+    assert "`import mrl` before them" in done.stderr and "MRL_NUMERICS=native" in done.stderr
+
+
+def test_torch_imported_but_unused_before_mrl_is_pinned_but_for_numpy():
+    """torch's kernels and MKL are pinned at their first use; numpy's dispatch is fixed when torch imports it."""
+    done = python("import torch\nimport mrl.numerics, json; print(json.dumps(mrl.numerics.state()))")
+    state = json.loads(done.stdout)
+    assert state["aten"] == "AVX2" and state["mkl_cbwr"] in ("COMPATIBLE", "unknown")
+    if native_capability() == "AVX512":
+        assert state["numpy_avx512"] and not state["portable"]
 
 
 def test_native_mode_is_recorded_and_not_required():
