@@ -1,11 +1,12 @@
 """The numerics contract (mrl.numerics): the same bits from a fixed seed whatever instruction set the CPU offers.
 
-One machine cannot be two kinds of CPU, but it can be made to look like a smaller one: torch's kernels, MKL and
-oneDNN each take a lower instruction-set level when told to (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS,
-ONEDNN_MAX_CPU_ISA, OPENBLAS_CORETYPE, NPY_DISABLE_CPU_FEATURES). The cross-level test warms up the smoke profile's A and B and runs SGT between them, in a fresh
-process per level (tests/cpu_level_run.py), and compares checkpoints and metrics byte for byte: equal under the
-contract, and, so that the equality is not vacuous, different with MRL_NUMERICS=native, where the levels really
-compute otherwise (on a CPU without AVX-512 there is only one level to run and that half is skipped).
+One machine cannot be two kinds of CPU, but it can be made to look like a smaller one: torch's kernels, MKL,
+oneDNN, numpy and OpenBLAS each take a lower instruction-set level when told to (ATEN_CPU_CAPABILITY,
+MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA, NPY_DISABLE_CPU_FEATURES, OPENBLAS_CORETYPE). The cross-level test
+warms up the smoke profile's A and B and runs SGT between them, in a fresh process per level
+(tests/cpu_level_run.py), and compares checkpoints and metrics byte for byte: equal under the contract, and, so
+that the equality is not vacuous, different with MRL_NUMERICS=native, where the levels really compute otherwise
+(on a CPU without AVX-512 there is only one level to run and that half is skipped).
 """
 import json
 import os
