@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from mrl.numerics import CONTRACT
+
 TIMINGS_FILE = "MRL_BENCH_TIMINGS"
 """the environment variable naming the file a child writes its timings to"""
 
@@ -40,9 +42,9 @@ def compare(script: str, argv: list[str]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         for mode in ("native", "portable"):
             out = Path(folder) / f"{mode}.json"
-            env = {**os.environ, "MRL_NUMERICS": mode, TIMINGS_FILE: str(out)}
-            for name in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA"):
-                env.pop(name, None)  # set by this process's own `import mrl`; the child sets its mode's
+            # without the contract's variables (this process's own `import mrl` set them): the child sets its mode's
+            env = {**{k: v for k, v in os.environ.items() if k not in CONTRACT}, "MRL_NUMERICS": mode,
+                   TIMINGS_FILE: str(out)}
             print(f"== MRL_NUMERICS={mode} ==", flush=True)
             subprocess.run([sys.executable, script, *argv], env=env, check=True)
             timings[mode] = json.loads(out.read_text())

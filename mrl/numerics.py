@@ -1,10 +1,11 @@
-"""The numerics contract: the same fp32 bits from a fixed seed on every x86-64 CPU with AVX2.
+"""The numerics contract: the same fp32 bits from a fixed seed on every x86-64 CPU with AVX2 (Intel and AMD).
 
 torch's own kernels (ATen), MKL (torch's BLAS on x86) and oneDNN each pick a code path by the instruction set the
 CPU reports, and each path rounds in its own order: an fp32 trajectory then differs in its last bits from one kind
 of CPU to another, and RL amplifies the difference into other samples, other accuracies, other tables. The
-`portable` contract (the default) pins every one of them to a path that every x86-64 CPU of the last decade has,
-and that computes the same bits on all of them:
+`portable` contract (the default on x86-64) pins every one of them to a path that every x86-64 CPU with AVX2 has
+(Intel Core since 2013, AMD since 2015; some Pentium, Celeron and Atom parts lack it), and that computes the same
+bits on all of them:
 
 - ATen: `ATEN_CPU_CAPABILITY=avx2` (torch's vectorized kernels, Sleef's transcendentals included, are the same
   AVX2 + FMA code on an Intel and an AMD CPU; read lazily, at torch's first kernel dispatch).
@@ -16,13 +17,17 @@ and that computes the same bits on all of them:
   covered: see below).
 - numpy: `NPY_DISABLE_CPU_FEATURES` lists every AVX-512 feature (numpy's exp and log, used by PRP's importance
   weights and the bandit analysis, take other algorithms with AVX-512 and round otherwise; read when numpy is
-  imported), and `OPENBLAS_CORETYPE=Haswell` pins the AVX2 kernels of the OpenBLAS inside numpy and scipy.
+  imported), and `OPENBLAS_CORETYPE=Haswell` with `OPENBLAS_NUM_THREADS=1` pins the AVX2 kernels of the
+  OpenBLAS inside numpy and scipy and its partition of the work.
+- fp32 matmuls at torch's "highest" precision (the default; "high" or "medium" sends them to reduced-precision
+  kernels where the CPU has AMX or AVX512-BF16).
 - threads: every run sets its own torch thread count (`threads` of the profile, one per warm-up), and the count
   is recorded with the result; the bits are the same only for the same count.
 
 What it does not cover: bf16 autocast on the CPU (oneDNN computes bf16 natively with AVX512-BF16 or AMX and
 emulates it otherwise, with other roundings), GPUs (CUDA kernels are another world), other torch, MKL or glibc
-builds, and other thread counts. `MRL_NUMERICS=native` switches the contract off: each library then takes its
+builds, other thread counts, and other processors: on ARM (or any CPU that is not x86-64) the default is native,
+and recorded so. `MRL_NUMERICS=native` switches the contract off: each library then takes its
 fastest path on this CPU, runs are still bit-reproducible on one kind of CPU, and the committed tables and nbval's
 smoke copies are no longer reproduced byte for byte.
 
@@ -37,10 +42,15 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import platform
 from pathlib import Path
 
 MODES = ("portable", "native")
-"""MRL_NUMERICS: portable (the contract, the default) or native (every library's fastest path on this CPU)"""
+"""MRL_NUMERICS: portable (the contract, the default on x86-64) or native (every library's fastest path on this
+CPU, the default elsewhere)"""
+
+X86_64 = ("x86_64", "amd64")
+"""platform.machine() of the processors the contract is for (lower case)"""
 
 NUMPY_AVX512 = ("AVX512F", "AVX512CD", "AVX512_KNL", "AVX512_KNM", "AVX512_SKX", "AVX512_CLX", "AVX512_CNL",
                 "AVX512_ICL", "AVX512_SPR")
@@ -48,7 +58,7 @@ NUMPY_AVX512 = ("AVX512F", "AVX512CD", "AVX512_KNL", "AVX512_KNM", "AVX512_SKX",
 
 CONTRACT = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2",
             "MKL_DYNAMIC": "FALSE", "OMP_DYNAMIC": "FALSE", "NPY_DISABLE_CPU_FEATURES": " ".join(NUMPY_AVX512),
-            "OPENBLAS_CORETYPE": "Haswell"}
+            "OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_NUM_THREADS": "1"}
 """the environment of the portable contract, set before torch's first kernel and MKL's first call"""
 
 MKL_BRANCHES = {0: "OFF", 1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1", 8: "SSE4_2",
@@ -60,8 +70,10 @@ _MKL_CBWR_BRANCH = 1
 
 
 def mode() -> str:
-    """MRL_NUMERICS of this process: "portable" (unset) or "native"; anything else names the allowed values."""
-    value = os.environ.get("MRL_NUMERICS", "portable").strip().lower() or "portable"
+    """MRL_NUMERICS of this process: "portable" or "native"; unset, portable on x86-64 and native elsewhere (the
+    contract pins x86 instruction sets); anything else names the allowed values."""
+    default = "portable" if platform.machine().lower() in X86_64 else "native"
+    value = os.environ.get("MRL_NUMERICS", "").strip().lower() or default
     if value not in MODES:
         raise ValueError(f"MRL_NUMERICS={os.environ['MRL_NUMERICS']!r} is not allowed; expected one of "
                          f"{list(MODES)} (portable: the same bits on every x86-64 CPU with AVX2; native: this "
@@ -81,25 +93,29 @@ def apply() -> None:
 
 @functools.lru_cache(maxsize=1)
 def _mkl_cbwr_get():
-    """oneMKL's cbwr getter exported by torch's CPU library (None where this torch build has none)."""
+    """oneMKL's cbwr getter, exported by torch's CPU library (None where this torch build has none)."""
     import torch
 
-    try:
-        library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
-        getter = library.mkl_serv_cbwr_get
-    except (OSError, AttributeError):
-        return None
-    getter.argtypes, getter.restype = [ctypes.c_int], ctypes.c_int
-    return getter
+    for library in (Path(torch.__file__).parent / "lib" / "libtorch_cpu.so", None):
+        try:
+            getter = ctypes.CDLL(str(library) if library else None).mkl_serv_cbwr_get
+        except (OSError, AttributeError):
+            continue
+        getter.argtypes, getter.restype = [ctypes.c_int], ctypes.c_int
+        return getter
+    return None
 
 
 def mkl_branch() -> str:
-    """The MKL code branch in effect ("COMPATIBLE", "OFF" = no CNR, ...), or "unknown" if it cannot be read."""
+    """The MKL code branch in effect ("COMPATIBLE", "OFF" = no CNR, ...); "none" without MKL, "unreadable" where
+    this torch build has MKL but does not export its getter."""
     import torch
 
-    getter = _mkl_cbwr_get() if torch.backends.mkl.is_available() else None
+    if not torch.backends.mkl.is_available():
+        return "none"
+    getter = _mkl_cbwr_get()
     if getter is None:
-        return "unknown"
+        return "unreadable"
     value = getter(_MKL_CBWR_BRANCH)
     return MKL_BRANCHES.get(value, str(value))
 
@@ -112,19 +128,27 @@ def numpy_avx512() -> bool:
 
 
 def state() -> dict:
-    """What the libraries do now: {"mode", "aten", "mkl_cbwr", "onednn_max_cpu_isa", "numpy_avx512", "portable"};
-    "portable" is True when every pinned path is in effect (recorded in meta.json, zoo.json, run.json and the
-    reproduce record)."""
+    """What the libraries do now: {"mode", "aten", "mkl_cbwr", "onednn_max_cpu_isa", "numpy_avx512",
+    "fp32_matmul", "portable"}; "portable" is True when every pinned path is in effect (recorded in meta.json,
+    zoo.json, run.json and the reproduce record)."""
     import torch
 
-    aten = torch.backends.cpu.get_cpu_capability()
-    mkl = mkl_branch()
-    onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
-    numpy_wide = numpy_avx512()
-    portable = (aten == "AVX2" and mkl in ("COMPATIBLE", "unknown") and onednn == CONTRACT["ONEDNN_MAX_CPU_ISA"]
-                and not numpy_wide)
-    return {"mode": mode(), "aten": aten, "mkl_cbwr": mkl, "onednn_max_cpu_isa": onednn or "native",
-            "numpy_avx512": numpy_wide, "portable": portable}
+    current = {"mode": mode(), "aten": torch.backends.cpu.get_cpu_capability(), "mkl_cbwr": mkl_branch(),
+               "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "") or "native",
+               "numpy_avx512": numpy_avx512(), "fp32_matmul": torch.get_float32_matmul_precision()}
+    return {**current, "portable": not deviations(current)}
+
+
+def deviations(current: dict) -> list[str]:
+    """What in a state() differs from the portable contract, one phrase each (empty: the contract holds)."""
+    return [f"torch's kernels run {current['aten']} (expected AVX2)"] * (current["aten"] != "AVX2") \
+        + [f"MKL's branch is {current['mkl_cbwr']} (expected COMPATIBLE)"] \
+        * (current["mkl_cbwr"] not in ("COMPATIBLE", "none")) \
+        + [f"ONEDNN_MAX_CPU_ISA is {current['onednn_max_cpu_isa']} (expected AVX2)"] \
+        * (current["onednn_max_cpu_isa"] != CONTRACT["ONEDNN_MAX_CPU_ISA"]) \
+        + ["numpy dispatches to AVX-512 (expected AVX2 at most)"] * current["numpy_avx512"] \
+        + [f"torch's fp32 matmul precision is {current['fp32_matmul']!r} (expected 'highest')"] \
+        * (current["fp32_matmul"] != "highest")
 
 
 def require() -> dict:
@@ -132,15 +156,9 @@ def require() -> dict:
     names what is off and what to do (import mrl before torch and numpy, or MRL_NUMERICS=native) where it does not."""
     current = state()
     if current["mode"] == "portable" and not current["portable"]:
-        off = [f"torch's kernels run {current['aten']} (expected AVX2)"] * (current["aten"] != "AVX2") \
-            + [f"MKL's branch is {current['mkl_cbwr']} (expected COMPATIBLE)"] \
-            * (current["mkl_cbwr"] not in ("COMPATIBLE", "unknown")) \
-            + [f"ONEDNN_MAX_CPU_ISA is {current['onednn_max_cpu_isa']} (expected AVX2)"] \
-            * (current["onednn_max_cpu_isa"] != "AVX2") \
-            + ["numpy dispatches to AVX-512 (expected AVX2 at most)"] * current["numpy_avx512"]
         raise RuntimeError(
-            f"the portable numerics contract is not in effect in this process: {'; '.join(off)}. Either torch or "
-            "numpy came first (torch, pandas and transformers import numpy): restart the kernel or process and "
-            "`import mrl` before them; or this CPU has no AVX2. Set MRL_NUMERICS=native to run on this CPU's own "
-            "kernels (bit-reproducible on this kind of CPU only).")
+            f"the portable numerics contract is not in effect in this process: {'; '.join(deviations(current))}. "
+            "Either torch or numpy came first (torch, pandas and transformers import numpy): restart the kernel or "
+            "process and `import mrl` before them; or this CPU is not an x86-64 CPU with AVX2. Set "
+            "MRL_NUMERICS=native to run on this CPU's own kernels (bit-reproducible on this kind of CPU only).")
     return current

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from mrl import checkpoint
+from mrl import checkpoint, numerics
 from mrl.actor import ActorConfig, PolicyActor
 from mrl.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConfig, TaskConfig
 from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads, raise_first_failure
@@ -122,6 +122,7 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     placement: {policy: PlacementConfig} (device, dtype, checkpointing, micro-batch, GPU share); a policy not
     named takes the defaults (this CPU).
     """
+    numerics.require()  # the driver records run.json's numerics and hosts inline workers
     if len(policy_paths) < 1:
         raise ValueError("a run needs at least one policy; policy_paths is empty")
     if cfg.checkpoint_every and checkpoint_dir is None:
