@@ -16,7 +16,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-test: unit nbval
+# unit tests and nbval side by side, one core each (both run one torch thread); each one's output kept together
+test: $(STAMP) latex
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit nbval
 
 # pdflatex for tests/test_tables.py (every paper_tables/*.tex must compile); without root or a Debian
 # mirror the install fails softly and that test is skipped with its reason
