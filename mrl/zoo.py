@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import os
 import random
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -264,7 +266,7 @@ def _build_family_with_threads(task_cfg, family, zoo_cfg, out, threads, progress
     check_composition(tokenizer, [p for s in task.test for p in task.test[s][:50]])
     model = build_model(family, len(tokenizer), zoo_cfg.max_positions, zoo_cfg.warmup.seed)
     losses = warm_up(model, tokenizer, task, family, zoo_cfg.warmup, progress, position)
-    tmp = Path(str(out) + ".tmp")
+    tmp = Path(f"{out}.tmp-{os.getpid()}")  # this process's own: two builds of one family never share a folder
     tmp.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
@@ -273,7 +275,12 @@ def _build_family_with_threads(task_cfg, family, zoo_cfg, out, threads, progress
               "n_params": sum(p.numel() for p in model.parameters()), "vocab_size": len(tokenizer),
               "torch_threads": threads, "machine": machine()}
     (tmp / "zoo.json").write_text(json.dumps(record))
-    tmp.rename(out)  # atomic: a half-built family is never mistaken for a built one
+    try:
+        tmp.rename(out)  # atomic: a half-built family is never mistaken for a built one
+    except OSError:
+        if not (out / "zoo.json").exists():
+            raise
+        shutil.rmtree(tmp)  # another process (a notebook, a test) built the same family first: the same bits
     return str(out)
 
 

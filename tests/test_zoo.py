@@ -6,7 +6,7 @@ import torch
 
 from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig
 from mrl.tasks import ArithTask
-from mrl.zoo import build_zoo, check_composition, family_dir, train_tokenizer
+from mrl.zoo import _build_family_with_threads, build_zoo, check_composition, family_dir, train_tokenizer
 
 SMALL = dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=64)
 
@@ -50,6 +50,19 @@ def test_build_cache_and_roundtrip(tmp_path):
     assert family_dir(tmp_path, task_cfg, changed.families[0], changed) == zoo["A"].path
     assert family_dir(tmp_path, task_cfg, changed.families[1], changed) != zoo["B"].path
     assert json.loads((zoo["B"].path / "zoo.json").read_text())["family"]["d_ff"] == 64
+
+
+def test_a_family_built_twice_at_once_keeps_the_first(tmp_path):
+    """Two processes (a notebook and a test, two notebooks) that build the same family at once each write their own
+    folder; the one that finishes second finds the family built, keeps it and removes its own copy."""
+    task_cfg = TaskConfig(test_per_skill=20, pool_per_skill=5)
+    zoo_cfg = ZooConfig(families=[FamilyConfig(name="A", arch="gpt2", tokenizer="bpe", **SMALL)],
+                        warmup=WarmupConfig(steps=5, batch_size=8, lr_warmup_steps=1), workers=1)
+    first = build_zoo(task_cfg, zoo_cfg, root=tmp_path, progress=False)["A"]
+    stamp = (first.path / "zoo.json").stat().st_mtime_ns
+    again = _build_family_with_threads(task_cfg, zoo_cfg.families[0], zoo_cfg, first.path, 1, False, 0)
+    assert again == str(first.path) and (first.path / "zoo.json").stat().st_mtime_ns == stamp
+    assert [p.name for p in first.path.parent.iterdir()] == [first.path.name]  # no half-built copy left
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
