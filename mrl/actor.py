@@ -74,6 +74,13 @@ class ActorConfig:
     """re-score the peers' claims with this policy's verifier before they enter a loss (RunnerConfig.reverify)"""
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     """its device, dtype, gradient checkpointing and micro-batch"""
+    probe_module: str = ""
+    """the module that registers the probe (mrl.probes.Probe.module), imported by a worker that does not know it yet;
+    '' takes it from this process's registry"""
+
+    def __post_init__(self):
+        if not self.probe_module:
+            self.probe_module = get_probe(self.probe.name).module
 
 
 class PolicyActor:
@@ -83,7 +90,7 @@ class PolicyActor:
         numerics.require()  # in every worker, whichever backend started it
         torch.set_num_threads(config.threads)
         self.config, self.name, self.cfg = config, config.name, config.grpo
-        self.probe = get_probe(config.probe.name)
+        self.probe = get_probe(config.probe.name, config.probe_module)
         self.peer_tokenizers = {peer: PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
                                 for peer, path in config.peer_paths.items()
                                 if peer != self.name and "rollout" in self.probe.kinds}

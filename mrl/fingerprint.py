@@ -1,13 +1,19 @@
-"""Fingerprints of the package's code for the caches: a cached zoo or run never outlives the code that made it.
+"""Fingerprints of the code for the caches: a cached zoo or run never outlives the code that made it.
 
 The fingerprint of a set of source files is a sha256 over each file's syntax tree without docstrings (comments never
-reach the tree), so an edited comment or docstring keeps what is cached and any change of the code does not.
+reach the tree), so an edited comment or docstring keeps what is cached and any change of the code does not. A
+user's own probe is fingerprinted too (`user_code_fingerprint`): its whole module when it lives in a file, its
+definitions when it was written in a notebook cell.
 """
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import hashlib
+import inspect
+import sys
+import textwrap
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
@@ -48,3 +54,58 @@ def code_fingerprint() -> str:
 def zoo_fingerprint() -> str:
     """The fingerprint of the code a zoo member's weights depend on (ZOO_MODULES)."""
     return source_fingerprint([PACKAGE / name for name in ZOO_MODULES])
+
+
+def definition_source(obj) -> str:
+    """The docstring-free code of one function or class, for objects that have no file to read (a notebook cell).
+
+    A function: its source as Python sees it (IPython keeps every cell's source). A class: its qualified name, its
+    dataclass fields (name, type, default) and the source of each function it defines (a class in a cell has no
+    file that `inspect.getsource` could read)."""
+    if isinstance(obj, type):
+        fields = [(f.name, str(f.type), repr(f.default)) for f in dataclasses.fields(obj)] \
+            if dataclasses.is_dataclass(obj) else []
+        methods = [definition_source(v) for _, v in sorted(vars(obj).items()) if inspect.isfunction(v)]
+        return repr((obj.__qualname__, fields, methods))
+    return code_without_docs(textwrap.dedent(inspect.getsource(obj)))
+
+
+def referenced_definitions(fn, module: str) -> list:
+    """`fn` and every function or class of `module` that it reaches through global names, recursively, in a fixed
+    order: what a probe written in a notebook cell runs besides its loss function."""
+    found, todo = {}, [fn]
+    while todo:
+        obj = todo.pop()
+        if obj.__qualname__ in found:
+            continue
+        found[obj.__qualname__] = obj
+        codes = [obj.__code__] if inspect.isfunction(obj) else \
+            [v.__code__ for v in vars(obj).values() if inspect.isfunction(v)]
+        while codes:
+            code = codes.pop()
+            codes += [c for c in code.co_consts if inspect.iscode(c)]
+            namespace = getattr(obj, "__globals__", None) or vars(sys.modules[module])
+            for name in code.co_names:
+                target = namespace.get(name)
+                if (inspect.isfunction(target) or isinstance(target, type)) and target.__module__ == module:
+                    todo.append(target)
+    return [found[name] for name in sorted(found)]
+
+
+def user_code_fingerprint(objects: list) -> str:
+    """16 hex digits of sha256 over the code of `objects` (functions, classes) defined outside the mrl package: the
+    whole docstring-free module of each one that lives in a file, else (a notebook cell, an interactive session) the
+    object and every definition of its module it reaches by name. Objects of the mrl package give '' (code_fingerprint
+    covers them)."""
+    digest = hashlib.sha256()
+    for obj in objects:
+        module = sys.modules[obj.__module__]
+        path = getattr(module, "__file__", None)
+        if path and Path(path).resolve().is_relative_to(PACKAGE):
+            continue
+        if path and Path(path).is_file():
+            digest.update(obj.__module__.encode() + code_without_docs(Path(path).read_text()).encode())
+        else:
+            for definition in referenced_definitions(obj, obj.__module__):
+                digest.update(definition_source(definition).encode())
+    return "" if digest.digest() == hashlib.sha256().digest() else digest.hexdigest()[:16]

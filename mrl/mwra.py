@@ -59,6 +59,12 @@ def plan_threads(costs: dict[str, float], total_threads: int) -> dict[str, int]:
     return shares
 
 
+def import_path() -> str:
+    """This process's sys.path as a PYTHONPATH, so a Ray worker imports what this process can (a user's probe module,
+    a test's actor class)."""
+    return os.pathsep.join(p for p in sys.path if p)
+
+
 @dataclass
 class WorkerSpec:
     """How to build one worker: `cls(config)`, plus its resources."""
@@ -297,7 +303,7 @@ class RayBackend(Backend):
             local = {} if address else {
                 "num_cpus": max(os.cpu_count() or 1, int(sum(s.num_cpus for s in specs))),
                 # workers import what this process can (as spawned processes do), e.g. test-defined actors
-                "runtime_env": {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}}
+                "runtime_env": {"env_vars": {"PYTHONPATH": import_path()}}}
             ray.init(address=address, include_dashboard=False, log_to_driver=False, **local)
         bundles = [{"CPU": s.num_cpus, **({"GPU": s.num_gpus} if s.num_gpus else {})} for s in specs]
         self._group = placement_group(bundles, strategy="PACK")
@@ -311,8 +317,9 @@ class RayBackend(Backend):
         for index, spec in enumerate(specs):
             self.actors[spec.name] = host.options(
                 num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_restarts=0, name=None,
-                # a cluster's workers did not inherit this process's environment: the numerics go with the actor
-                runtime_env={"env_vars": numerics.environment()},
+                # a cluster's workers did not inherit this process's environment: the numerics go with the actor, and
+                # so does this process's import path as it is now (a user's probe module imported after ray.init)
+                runtime_env={"env_vars": {**numerics.environment(), "PYTHONPATH": import_path()}},
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=index),
             ).remote(spec.cls, spec.config)
         _, failures = self.call({s.name: ("ping", ()) for s in specs}, start_timeout)

@@ -10,8 +10,8 @@ import torch
 from mrl.grpo import group_advantages
 from mrl.probes import PeerView, get_probe, probe_config
 from mrl.probes.graft import compatibility, token_weights
-from mrl.probes.sgt import rescue_set
-from mrl.probes.prp import pooled_advantages
+from mrl.probes.terms import rescue_set
+from mrl.probes.advantages import pooled_advantages
 from mrl.probes.terms import own_grpo_loss, weighted_sequence_loss
 from mrl.rollout import completion_logprobs
 from mrl.see import Rollout

@@ -8,10 +8,9 @@ from mrl.actor import policy_optimizer
 from mrl.config import ConfigError, FamilyConfig, GrpoConfig
 from mrl.grpo import group_advantages, policy_loss
 from mrl.probes import PeerView, get_probe, probe_config
-from mrl.probes.prp import pooled_advantages
-from mrl.probes.sgt import rescue_set
+from mrl.probes.advantages import pooled_advantages, xgrpo_advantages
+from mrl.probes.terms import rescue_set
 from mrl.probes.terms import own_grpo_loss
-from mrl.probes.xgrpo import xgrpo_advantages
 from mrl.rollout import RolloutBatch, completion_logprobs, encode_prompts
 from mrl.runner import collect_for
 from mrl.see import Exchange, GroupStats, PolicySpec, Rollout, Success

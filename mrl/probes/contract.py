@@ -11,16 +11,26 @@ so a probe never steps the optimizer or reads the model: it computes log-probs t
 draws from `batch.generator` and keeps what must outlive the step in `batch.state` (checkpointed).
 `kinds` names the SEE records the runner collects for it; `aggregations` the GRPO loss types
 (`mrl.grpo.LOSS_TYPES`) its loss honours: a run with any other is refused before it starts.
+
+Where a probe may live. The registry remembers the module that defines each probe: a worker on another process
+or a Ray actor imports that module to find it (`get_probe(name, module)`), and a run's cache key holds the code of
+the module (`probe_code`), so editing a user's probe re-runs it. A probe written in a notebook cell (module
+`__main__`) runs on the inline backend, keyed by its cell's code; to run on processes or Ray, put it in a `.py`
+module. Running a cell or reloading a module again replaces its probe; another module's probe of the same name
+is refused.
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import sys
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from torch import Tensor
 
 from mrl.config import ConfigError, GrpoConfig, Str, config_dataclass, require
+from mrl.fingerprint import user_code_fingerprint
 from mrl.grpo import LOSS_TYPES
 from mrl.rollout import RolloutBatch
 from mrl.see import KINDS
@@ -100,6 +110,14 @@ class Probe:
     teacher: bool = False
     """the actor scores its own samples with a fixed teacher (the next policy of the run's checkpoint, mrl.teacher)
     into RolloutBatch.teacher_logp (trrd)"""
+    module: str = ""
+    """the module that defines the loss function (imported by a worker that does not know the probe yet)"""
+
+    @property
+    def in_notebook(self) -> bool:
+        """Defined in `__main__` without a file (a notebook cell, an interactive session): no other process can
+        import it."""
+        return self.module == "__main__" and not getattr(sys.modules.get("__main__"), "__file__", None)
 
     def check(self, grpo: GrpoConfig) -> None:
         """Refuse a GRPO config whose aggregation this probe's loss does not implement."""
@@ -114,26 +132,52 @@ PROBES: dict[str, Probe] = {}
 def register_probe(name: str, config: type = ProbeConfig, kinds: tuple[str, ...] = (),
                    aggregations: tuple[str, ...] = tuple(LOSS_TYPES), group_multiplier: int = 1,
                    teacher: bool = False):
-    """Register `fn(batch, peers, cfg) -> ProbeOutput` under `name` with its config class."""
+    """Register `fn(batch, peers, cfg) -> ProbeOutput` under `name` with its config class. The same definition
+    registered again (a re-run notebook cell, a reloaded module) replaces the first; a different one is refused."""
     def wrap(fn: ProbeLoss) -> ProbeLoss:
-        if name in PROBES:
-            raise ValueError(f"probe {name!r} is already registered")
+        known = PROBES.get(name)
+        if known is not None and (known.module, known.loss.__qualname__) != (fn.__module__, fn.__qualname__):
+            raise ValueError(f"probe {name!r} is already registered by {known.module}.{known.loss.__qualname__}; "
+                             f"choose another name for {fn.__module__}.{fn.__qualname__}")
         if not (isinstance(config, type) and issubclass(config, ProbeConfig)):
             raise TypeError(f"probe {name!r}: config must be a ProbeConfig subclass, got {config!r}")
         unknown = set(kinds) - set(KINDS) or set(aggregations) - set(LOSS_TYPES)
         if unknown:
             raise ValueError(f"probe {name!r}: unknown kinds or aggregations {sorted(unknown)}; expected kinds from "
                              f"{list(KINDS)} and aggregations from {list(LOSS_TYPES)}")
-        PROBES[name] = Probe(name, fn, config, tuple(kinds), tuple(aggregations), group_multiplier, teacher)
+        PROBES[name] = Probe(name, fn, config, tuple(kinds), tuple(aggregations), group_multiplier, teacher,
+                             fn.__module__)
         return fn
     return wrap
 
 
-def get_probe(name: str) -> Probe:
-    """The registered probe; an unknown name lists the allowed ones."""
+def get_probe(name: str, module: str = "") -> Probe:
+    """The registered probe; `module` (Probe.module) is imported first when the name is not registered yet (a worker
+    process meeting a user's probe). An unknown name lists the allowed ones."""
+    if name not in PROBES and module and module != "__main__":
+        importlib.import_module(module)
     if name not in PROBES:
         raise ConfigError(f"probe name={name!r} is not allowed; expected one of {sorted(PROBES)}")
     return PROBES[name]
+
+
+def probe_code(name: str) -> str:
+    """The fingerprint of a probe's code outside the mrl package ('' for the package's own probes, which the
+    package's fingerprint covers): the module that defines its loss function and config class, or the notebook
+    cells' definitions they reach. A run's cache key holds it, so an edit of a user's probe re-runs it."""
+    probe = get_probe(name)
+    return user_code_fingerprint([probe.loss, probe.config])
+
+
+def require_importable(name: str, backend: str) -> None:
+    """Refuse to send a probe written in a notebook cell to a worker process or a Ray actor (they cannot import
+    `__main__`), naming the fix."""
+    probe = get_probe(name)
+    if backend != "inline" and probe.in_notebook:
+        raise ConfigError(f"probe {name!r} is defined in a notebook cell (module __main__), which backend "
+                          f"{backend!r} cannot import in its workers; run it with backend='inline', or move "
+                          f"{probe.loss.__qualname__} and {probe.config.__qualname__} into a .py module next to the "
+                          f"notebook and import it")
 
 
 def probe_config(name: str, **knobs) -> ProbeConfig:

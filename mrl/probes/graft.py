@@ -28,12 +28,10 @@ import numpy as np
 import torch
 
 from mrl.config import Float, config_dataclass, require
-from mrl.grpo import group_advantages
+from mrl.probes.advantages import pooled_advantages
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
-from mrl.probes.hacpo import peer_log_ratio
-from mrl.probes.prp import MAX_LOG_RATIO, group_log_ratios, pooled_advantages
-from mrl.probes.sgt import rescue_set
-from mrl.probes.terms import (own_grpo_loss, pooled_loss, rescored_reward, retokenize_rollouts, text_logprobs,
+from mrl.probes.terms import (MAX_LOG_WEIGHT, group_log_ratios, own_term, peer_log_ratio, pooled_loss,
+                              rescored_reward, rescue_set, retokenize_rollouts, text_logprobs,
                               weighted_sequence_loss)
 from mrl.rollout import RolloutBatch
 
@@ -53,7 +51,7 @@ class GraftConfig(ProbeConfig):
 
 
 def compatibility(learner_logps, source_logps, delta: float) -> tuple[float, float]:
-    """(s, c): s = HACPO's cross ratio with ratio="mean" (hacpo.peer_log_ratio: mean learner token log-prob -
+    """(s, c): s = HACPO's cross ratio with ratio="mean" (terms.peer_log_ratio: mean learner token log-prob -
     mean source token log-prob, clamped to +-10, exponentiated), c = min(1, max(delta, s)).
     Inputs: the learner's log-probs of its tokens of T(y) (n_dst,), the source's of its own tokens (n_src,)."""
     learner_sum = torch.tensor(float(np.sum(learner_logps)), device="cpu")  # host-side: a float comes out
@@ -64,7 +62,7 @@ def compatibility(learner_logps, source_logps, delta: float) -> tuple[float, flo
 
 def token_weights(log_rho: np.ndarray, c: float, eps_low: float, eps_high: float) -> np.ndarray:
     """w_t = c * clip(exp(log_rho_t), 1 - eps_low, 1 + eps_high). (n_dst,) -> (n_dst,)."""
-    return c * np.clip(np.exp(np.clip(log_rho, -MAX_LOG_RATIO, MAX_LOG_RATIO)), 1 - eps_low, 1 + eps_high)
+    return c * np.clip(np.exp(np.clip(log_rho, -MAX_LOG_WEIGHT, MAX_LOG_WEIGHT)), 1 - eps_low, 1 + eps_high)
 
 
 @register_probe("graft", config=GraftConfig, kinds=("rollout",), aggregations=("grpo",))
@@ -81,7 +79,7 @@ def graft_loss(batch: RolloutBatch, peers: PeerView, cfg: GraftConfig) -> ProbeO
     chosen = set(rescue_set(batch.successes_per_prompt, batch.group_size, 0.0, [n > 0 for n in counts]))
     used = [(x, record, alignment) for x, record, alignment in verified if x in chosen]
     g = batch.group_size
-    loss, active, _ = own_grpo_loss(batch, group_advantages(batch.rewards, g, batch.grpo.scale))
+    loss, active, _, _ = own_term(batch)
     stats = {"graft_candidates": int((batch.successes_per_prompt == 0).sum()), "graft_prompts": len(chosen),
              "graft_samples": len(used), "rejected_successes": len(claimed) - len(verified), "thl_failed": failed,
              "thl_inexact": inexact}

@@ -26,11 +26,11 @@ from mrl.grpo import policy_loss
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.hacpo_primitives import (CapabilityTracker, capability_advantages, peer_objective,
                                          stepwise_lower_bound)
-from mrl.probes.terms import own_logprobs, rescored_reward, retokenize_rollouts, text_logprobs
+from mrl.probes.terms import (own_logprobs, peer_log_ratio, rescored_reward, retokenize_rollouts,
+                              text_logprobs)
 from mrl.rollout import RolloutBatch
 
 GSPO_EPS = (3e-4, 4e-4)   # GSPO's sequence-ratio clip on own samples (epsilon low, high)
-MAX_LOG_RATIO = 10.0      # the official code clamps |log s| <= 10
 
 
 @config_dataclass(frozen=True)
@@ -80,18 +80,6 @@ class HacpoConfig(ProbeConfig):
                 "delta in [0, 1) and delta_step >= 0")
         require(isinstance(self.capability_window, int) and self.capability_window >= 1, c, "capability_window",
                 self.capability_window, "an integer >= 1")
-
-
-def peer_log_ratio(learner_logp_sum: torch.Tensor, n_learner: int, source_logps: list, n_groups: int,
-                   ratio: str) -> torch.Tensor:
-    """log s of one peer sequence: (sum logp_learner - sum logp_source) / n_groups (thl), or
-    sum logp_learner / n_learner - sum logp_source / n_source (mean); clamped to +-10."""
-    source = float(sum(source_logps))
-    if ratio == "thl":
-        value = (learner_logp_sum - source) / max(n_groups, 1)
-    else:
-        value = learner_logp_sum / max(n_learner, 1) - source / max(len(source_logps), 1)
-    return value.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
 
 
 def _pooled(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig | HacpoConfig, mode: str):

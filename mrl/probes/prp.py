@@ -18,12 +18,11 @@ import torch
 
 from mrl.config import Float, Str, choice, config_dataclass, require
 from mrl.grpo import LEVELS
+from mrl.probes.advantages import pooled_advantages
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
-from mrl.probes.terms import (own_grpo_loss, pooled_loss, rescored_reward, retokenize_rollouts, text_logprobs,
-                              weighted_sequence_loss)
+from mrl.probes.terms import (MAX_LOG_WEIGHT, ess_fraction, group_log_ratios, own_grpo_loss, pooled_loss,
+                              rescored_reward, retokenize_rollouts, text_logprobs, weighted_sequence_loss)
 from mrl.rollout import RolloutBatch
-
-MAX_LOG_RATIO = 20.0  # exp(+-20) bounds a weight before truncation; beyond it float32 is meaningless anyway
 
 
 @config_dataclass(frozen=True)
@@ -37,32 +36,6 @@ class PrpConfig(ProbeConfig):
         choice("PrpConfig", "level", self.level, LEVELS)
         require(self.clip is None or self.clip > 0, "PrpConfig", "clip", self.clip, "a number > 0, or None (no "
                                                                                     "truncation)")
-
-
-def pooled_advantages(rewards: list[torch.Tensor], eps: float = 1e-4) -> list[torch.Tensor]:
-    """Per prompt: A = (r - mean) / (std + eps) over the pooled group (own and peer samples, any size >= 1)."""
-    out = []
-    for group in rewards:
-        std = group.std() if group.numel() > 1 else torch.tensor(0.0, device=group.device)
-        out.append((group - group.mean()) / (std + eps))
-    return out
-
-
-def group_log_ratios(learner_logp: np.ndarray, source_logps: np.ndarray, alignment) -> np.ndarray:
-    """log w per THL group: sum of the learner's log-probs minus the source's over the group's tokens.
-
-    learner_logp (n_dst,), source_logps (n_src,) -> (n_groups,)."""
-    n = alignment.n_groups
-    return (np.bincount(alignment.dst_group, weights=learner_logp, minlength=n)
-            - np.bincount(alignment.src_group, weights=source_logps, minlength=n))
-
-
-def ess_fraction(log_weights: np.ndarray) -> float:
-    """(sum w)^2 / (n sum w^2), computed stably from log w. (n,) -> scalar in (0, 1]."""
-    if len(log_weights) == 0:
-        return float("nan")
-    w = np.exp(log_weights - log_weights.max())
-    return float(w.sum() ** 2 / (len(w) * (w ** 2).sum()))
 
 
 def _prp(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig | None) -> ProbeOutput:
@@ -102,8 +75,8 @@ def _prp(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig | None) -> ProbeOu
         for row, (_, record, alignment) in enumerate(kept):
             n = len(alignment.dst_ids)
             log_w = np.clip(group_log_ratios(detached[row, :n], np.asarray(record.logps, dtype=np.float64),
-                                             alignment), -MAX_LOG_RATIO, MAX_LOG_RATIO)
-            log_w_seq.append(float(np.clip(log_w.sum(), -MAX_LOG_RATIO, MAX_LOG_RATIO)))
+                                             alignment), -MAX_LOG_WEIGHT, MAX_LOG_WEIGHT)
+            log_w_seq.append(float(np.clip(log_w.sum(), -MAX_LOG_WEIGHT, MAX_LOG_WEIGHT)))
             if cfg is None:
                 continue
             per_token = np.exp(log_w[alignment.dst_group]) if cfg.level == "token" \

@@ -1,13 +1,13 @@
 """sgt (outcome level; the form GRAFT confirms): GRPO plus an NLL toward one verified peer success
-on the rescue set R = {x : k_own(x) <= tau G and a peer succeeded on x}."""
+on the rescue set R = {x : k_own(x) <= tau G and a peer succeeded on x} (terms.rescue_set)."""
 from __future__ import annotations
 
 import torch
 
 from mrl.config import Float, config_dataclass, require
-from mrl.grpo import group_advantages
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
-from mrl.probes.terms import accepted_success, encode_completion, own_grpo_loss, text_logprobs
+from mrl.probes.terms import (accepted_success, encode_completion, failure_threshold, own_term, rescue_set,
+                              text_logprobs)
 from mrl.rollout import RolloutBatch
 from mrl.thl import decode_text
 
@@ -24,18 +24,6 @@ class SgtConfig(ProbeConfig):
         require(0 <= self.tau < 1, "SgtConfig", "tau", self.tau, "a number in [0, 1)")
 
 
-def failure_threshold(group_size: int, tau: float) -> int:
-    """The largest own success count k that still counts as failing: floor(tau G) (0 for tau = 0)."""
-    return int(tau * group_size + 1e-9)
-
-
-def rescue_set(successes_per_prompt, group_size: int, tau: float, peer_has_success) -> list[int]:
-    """Indices x with k_own(x) <= tau G and at least one verified peer success. Inputs (P,)."""
-    threshold = failure_threshold(group_size, tau)
-    return [x for x, (k, peer) in enumerate(zip(successes_per_prompt.tolist(), peer_has_success))
-            if k <= threshold and peer]
-
-
 @register_probe("sgt", config=SgtConfig, kinds=("success",))
 def sgt_loss(batch: RolloutBatch, peers: PeerView, cfg: SgtConfig) -> ProbeOutput:
     """L_GRPO + lam * mean_{x in R} NLL_learner(T(y*) | x), token mean per target, y* uniform among the
@@ -45,8 +33,7 @@ def sgt_loss(batch: RolloutBatch, peers: PeerView, cfg: SgtConfig) -> ProbeOutpu
         texts = [s.completion for s in peers.success.get(problem.pid, [])]
         verified.append([t for t in texts if accepted_success(batch, peers, t, problem)])
     rescue = rescue_set(batch.successes_per_prompt, batch.group_size, cfg.tau, [bool(v) for v in verified])
-    advantages = group_advantages(batch.rewards, batch.group_size, batch.grpo.scale)
-    loss, active, _ = own_grpo_loss(batch, advantages)
+    loss, active, _, _ = own_term(batch)
     threshold = failure_threshold(batch.group_size, cfg.tau)
     stats = {"rescue_candidates": int((batch.successes_per_prompt <= threshold).sum()), "rescue_size": len(rescue),
              "rejected_successes": sum(len(peers.success.get(p.pid, [])) for p in batch.problems)

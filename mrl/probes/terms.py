@@ -1,20 +1,29 @@
-"""Loss terms the probes share: the GRPO loss on the learner's own samples, log-probs of arbitrary completions,
-peer rollouts retokenized by THL, importance-weighted sequence terms and their pooling.
+"""Loss terms the probes share: the GRPO term on the learner's own samples, log-probs of arbitrary completions,
+peer rollouts retokenized by THL and re-scored, importance ratios over THL groups, importance-weighted sequence
+terms and their pooling, and the rescue set.
 
-Every function reads a `RolloutBatch` (plain data plus the learner's `logprobs`) and returns tensors; none
-touches a model or an optimizer.
+Every function reads a `RolloutBatch` (plain data plus the learner's `logprobs`) or plain arrays and returns
+tensors or numbers; none touches a model or an optimizer. A probe file holds only what is its own.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from mrl.grpo import policy_loss
-from mrl.probes.contract import PeerView
+from mrl.probes.advantages import get_advantage
+from mrl.probes.contract import PeerView, ProbeConfig
 from mrl.rollout import RolloutBatch, encode_prompts, pad_completions
 from mrl.thl import ThlError, align_batch
+
+MAX_LOG_WEIGHT = 20.0
+"""|log w| bound of a token or sequence importance weight before truncation (exp(20) is already beyond what float32
+weights mean)"""
+MAX_SEQUENCE_LOG_RATIO = 10.0
+"""|log s| bound of HACPO's sequence cross ratio (its official code clamps at 10)"""
 
 
 def own_logprobs(batch: RolloutBatch, rows: Tensor) -> Tensor:
@@ -51,6 +60,28 @@ def own_grpo_loss(batch: RolloutBatch, advantages: Tensor,
                               ref_logp=batch.ref_logp, max_completion_length=cfg.max_new_tokens,
                               kl_bias_correction=cfg.kl_bias_correction)
     return loss, int(active.numel()), {k: v.item() for k, v in stats.items()}
+
+
+class OwnTerm(NamedTuple):
+    """The GRPO term on the learner's own samples."""
+
+    loss: Tensor | None
+    """None when no sequence is active"""
+    active: int
+    """sequences forwarded"""
+    stats: dict
+    """the loss's statistics (mrl.grpo.policy_loss: clip fractions, kl)"""
+    advantage_stats: dict
+    """the estimator's statistics"""
+
+
+def own_term(batch: RolloutBatch, peers: PeerView | None = None, cfg: ProbeConfig | None = None,
+             estimator: str = "group", anchor: Callable[[Tensor], Tensor] | None = None) -> OwnTerm:
+    """own_grpo_loss with the advantages of a registered estimator (mrl.probes.advantages): the prelude every probe
+    that trains on its own samples with GRPO shares."""
+    advantages, advantage_stats = get_advantage(estimator)(batch, peers or PeerView(), cfg or ProbeConfig())
+    loss, active, stats = own_grpo_loss(batch, advantages, anchor)
+    return OwnTerm(loss, active, stats, advantage_stats)
 
 
 def encode_completion(batch: RolloutBatch, text: str, with_eos: bool = True) -> list[int]:
@@ -138,3 +169,44 @@ def accepted_success(batch: RolloutBatch, peers: PeerView, text: str, problem) -
     peers.reverify is off). A Success carries text only, so a correct text a peer's sample did not earn (a pad token
     inside it, say) still counts: it is a correct answer, though not one the peer's own reward credited."""
     return not peers.reverify or batch.verify(text, problem) > 0
+
+
+def group_log_ratios(learner_logp: np.ndarray, source_logps: np.ndarray, alignment) -> np.ndarray:
+    """log w per THL group: sum of the learner's log-probs minus the source's over the group's tokens.
+
+    learner_logp (n_dst,), source_logps (n_src,) -> (n_groups,)."""
+    n = alignment.n_groups
+    return (np.bincount(alignment.dst_group, weights=learner_logp, minlength=n)
+            - np.bincount(alignment.src_group, weights=source_logps, minlength=n))
+
+
+def peer_log_ratio(learner_logp_sum: Tensor, n_learner: int, source_logps: list, n_groups: int,
+                   ratio: str) -> Tensor:
+    """log s of one peer sequence: (sum logp_learner - sum logp_source) / n_groups (thl), or
+    sum logp_learner / n_learner - sum logp_source / n_source (mean); clamped to +-MAX_SEQUENCE_LOG_RATIO."""
+    source = float(sum(source_logps))
+    if ratio == "thl":
+        value = (learner_logp_sum - source) / max(n_groups, 1)
+    else:
+        value = learner_logp_sum / max(n_learner, 1) - source / max(len(source_logps), 1)
+    return value.clamp(-MAX_SEQUENCE_LOG_RATIO, MAX_SEQUENCE_LOG_RATIO)
+
+
+def ess_fraction(log_weights: np.ndarray) -> float:
+    """(sum w)^2 / (n sum w^2), computed stably from log w. (n,) -> scalar in (0, 1]."""
+    if len(log_weights) == 0:
+        return float("nan")
+    w = np.exp(log_weights - log_weights.max())
+    return float(w.sum() ** 2 / (len(w) * (w ** 2).sum()))
+
+
+def failure_threshold(group_size: int, tau: float) -> int:
+    """The largest own success count k that still counts as failing: floor(tau G) (0 for tau = 0)."""
+    return int(tau * group_size + 1e-9)
+
+
+def rescue_set(successes_per_prompt, group_size: int, tau: float, peer_has_success) -> list[int]:
+    """R = {x : k_own(x) <= tau G and at least one verified peer success}, as indices x. Inputs (P,)."""
+    threshold = failure_threshold(group_size, tau)
+    return [x for x, (k, peer) in enumerate(zip(successes_per_prompt.tolist(), peer_has_success))
+            if k <= threshold and peer]

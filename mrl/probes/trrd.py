@@ -23,9 +23,8 @@ import torch
 from torch import Tensor
 
 from mrl.config import Float, config_dataclass, require
-from mrl.grpo import group_advantages
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
-from mrl.probes.terms import own_grpo_loss
+from mrl.probes.terms import own_term
 from mrl.rollout import RolloutBatch
 
 
@@ -63,8 +62,7 @@ def trrd_loss(batch: RolloutBatch, peers: PeerView, cfg: TrrdConfig) -> ProbeOut
     def anchor(logp: Tensor) -> Tensor:
         return trrd_anchor(logp, logp.detach(), teacher, cfg.alpha, cfg.clamp)
 
-    advantages = group_advantages(batch.rewards, batch.group_size, batch.grpo.scale)
-    loss, active, stats = own_grpo_loss(batch, advantages, anchor)
+    loss, active, stats, _ = own_term(batch, anchor=anchor)
     mask = batch.completion_mask.bool()
     gap = (batch.sample_logp - teacher)[mask]   # log pi_S - log pi_T at sampling, per token
     stats = {**stats, "teacher_log_ratio_mean": gap.mean().item() if gap.numel() else 0.0,
