@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
 import random
 import shutil
@@ -26,6 +25,7 @@ from transformers.utils import logging as hf_logging
 from mrl import numerics
 from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig, config_hash, to_dict
 from mrl.fingerprint import zoo_fingerprint
+from mrl.pools import map_in_processes
 from mrl.rollout import completion_logprobs
 from mrl.results import machine, repo_root
 from mrl.seeding import torch_threads
@@ -290,7 +290,8 @@ def build_zoo(task_cfg: TaskConfig, zoo_cfg: ZooConfig, root: str | Path | None 
 
     root: the cache folder, by default data/models/ of the checkout (whatever the working directory).
     Missing families are built in `zoo_cfg.workers` spawned processes with one torch thread each
-    (deterministic for a fixed seed); cached ones are loaded.
+    (deterministic for a fixed seed); cached ones are loaded. A warm-up process that dies or cannot start (a script
+    without its `if __name__ == "__main__":` guard) raises mrl.pools.PoolBroken.
     """
     root = Path(root) if root is not None else repo_root() / "data" / "models"
     dirs = {f.name: family_dir(root, task_cfg, f, zoo_cfg) for f in zoo_cfg.families}
@@ -298,8 +299,7 @@ def build_zoo(task_cfg: TaskConfig, zoo_cfg: ZooConfig, root: str | Path | None 
     jobs = [(task_cfg, f, zoo_cfg, dirs[f.name], 1, progress, i % zoo_cfg.workers)
             for i, f in enumerate(zoo_cfg.families) if not dirs[f.name].exists()]
     if zoo_cfg.workers > 1 and len(jobs) > 1:
-        with multiprocessing.get_context("spawn").Pool(min(zoo_cfg.workers, len(jobs))) as pool:
-            pool.map(_build_family, jobs, chunksize=1)
+        map_in_processes(_build_family, jobs, min(zoo_cfg.workers, len(jobs)), "the zoo's warm-up")
     else:
         for job in jobs:
             _build_family(job)

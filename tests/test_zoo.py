@@ -97,3 +97,30 @@ def test_unigram_ids_are_canonical_where_scores_tie():
     assert [piece for piece, _ in vocab[:3]] == ["<pad>", "<eos>", "<unk>"]
     assert learnt == sorted(learnt, key=lambda e: (-e[1], e[0]))
     assert len({score for _, score in learnt}) < len(learnt)   # the case that matters: some scores tie
+
+
+UNGUARDED_SCRIPT = """
+import sys
+import mrl
+from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig
+from mrl.zoo import build_zoo
+
+small = dict(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64, warmup_mix={"S1": 1.0})
+build_zoo(TaskConfig(max_operand=9, test_per_skill=10, pool_per_skill=5, leak_n=10),
+          ZooConfig(families=[FamilyConfig(name="A", **small), FamilyConfig(name="B", arch="llama", **small)],
+                    warmup=WarmupConfig(steps=2, batch_size=8, lr_warmup_steps=1), workers=2),
+          root=sys.argv[1], progress=False)
+"""
+
+
+def test_a_script_without_its_main_guard_gets_an_error_naming_it_not_a_hang(tmp_path):
+    """The zoo's warm-up workers re-import an unguarded script and cannot start: a clear error, within minutes."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "models")], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode != 0
+    assert "PoolBroken" in done.stderr and 'if __name__ == "__main__":' in done.stderr, done.stderr[-3000:]
