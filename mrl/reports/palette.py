@@ -29,13 +29,9 @@ ALIASES = {"is-prp": "prp", "naive-prp": "prp_naive", "x-grpo": "xgrpo", "gspo-x
 OTHER = "#7f7f7f"
 POLICY_COLOURS = {"A": "#1b9e77", "B": "#d95f02", "C": "#7570b3", "D": "#e7298a", "E": "#66a61e"}
 PHASE_COLOURS = {"rollout": "#1f77b4", "update": "#ff7f0e", "evaluate": "#2ca02c"}
-VARIANT_DASHES = ["", (4, 2), (1, 2), (4, 1.5, 1, 1.5), (8, 2), (4, 1.5, 1, 1.5, 1, 1.5), (1, 1), (8, 2, 1, 2)]
-"""seaborn dash patterns (on, off, ...) in line widths: solid, dashed, dotted, dash-dot, long dash, dash-dot-dot,
-densely dotted, long dash-dot; the variants of a base probe take them in this order"""
-VARIANT_STYLES = ["-", "--", ":", "-.", *((0, dashes) for dashes in VARIANT_DASHES[4:])]
-"""the same as matplotlib line styles"""
-SEABORN_DASHES = dict(zip(VARIANT_STYLES, VARIANT_DASHES))
-"""{matplotlib line style: seaborn dash pattern}"""
+VARIANT_STYLES = ["-", "--", ":", "-.", (0, (8, 2)), (0, (4, 1.5, 1, 1.5, 1, 1.5)), (0, (1, 1)), (0, (8, 2, 1, 2))]
+"""matplotlib line styles: solid, dashed, dotted, dash-dot, long dash, dash-dot-dot, densely dotted, long dash-dot (dash
+patterns (on, off, ...) in line widths); the variants of a base probe take them in this order"""
 
 
 def base_probe(label: str) -> str:
@@ -67,12 +63,6 @@ def line_style(label: str, labels) -> str | tuple:
     same = sorted({other for other in [*labels, label] if base_probe(other) == base_probe(label)},
                   key=lambda other: (_knob_count(other), other))
     return VARIANT_STYLES[same.index(label) % len(VARIANT_STYLES)]
-
-
-def probe_dashes(labels) -> dict:
-    """{label: seaborn dash pattern}: variants of one base probe told apart (seaborn's `dashes=` with style=hue)."""
-    labels = list(dict.fromkeys(labels))
-    return {label: SEABORN_DASHES[line_style(label, labels)] for label in labels}
 
 
 def policy_colour(name: str) -> str:

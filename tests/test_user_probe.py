@@ -1,0 +1,109 @@
+"""A user's own probe, written as a newcomer would: in a module outside mrl/, or in a notebook cell.
+
+It runs on every backend (its workers import its module), and editing it gives a new run key, so the run cache never
+hands back what the old code computed."""
+import importlib
+import sys
+import textwrap
+
+import pytest
+
+from conftest import TINY_TASK
+from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
+from mrl.probes import PROBES, get_probe, probe_code, probe_config, require_importable
+from mrl.runner import run_concurrent
+
+USER_PROBE = '''
+"""A user's probe: GRPO's own term, scaled."""
+from mrl.config import Float, config_dataclass
+from mrl.probes import PeerView, ProbeConfig, ProbeOutput, register_probe
+from mrl.probes.terms import own_term
+
+SCALE = {scale}
+
+
+@config_dataclass(frozen=True)
+class ScaledConfig(ProbeConfig):
+    offset: Float = 0.0
+
+
+@register_probe("{name}", config=ScaledConfig, kinds=("success",))
+def scaled_loss(batch, peers: PeerView, cfg: ScaledConfig) -> ProbeOutput:
+    own = own_term(batch)
+    return ProbeOutput.single(None if own.loss is None else own.loss * SCALE + cfg.offset, own.active)
+'''
+
+GRPO = GrpoConfig(steps=2, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=0)
+
+
+def write_probe(folder, module: str, name: str, scale: float) -> None:
+    (folder / f"{module}.py").write_text(USER_PROBE.format(scale=scale, name=name))
+    importlib.invalidate_caches()
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """A module user_probe_<test> in a folder on sys.path, registering probe `scaled`; removed afterwards."""
+    module = "user_probe_module"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write_probe(tmp_path, module, "scaled", 1.0)
+    importlib.import_module(module)
+    yield tmp_path, module
+    sys.modules.pop(module, None)
+    PROBES.pop("scaled", None)
+
+
+def losses(record) -> list:
+    return [(row["policy"], row["step"], row["loss"]) for row in record.steps]
+
+
+def test_a_probe_in_a_users_module_runs_on_every_backend(user_module, tiny_zoo_paths):
+    pytest.importorskip("ray")
+    _, module = user_module
+    assert get_probe("scaled").module == module
+    paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
+    runs = {backend: run_concurrent(paths, TaskConfig(**TINY_TASK), GRPO, RunnerConfig(backend=backend,
+                                                                                        step_timeout=300),
+                                    progress=False, probe_cfg=probe_config("scaled", offset=0.5))
+            for backend in ("inline", "process", "ray")}
+    assert losses(runs["inline"]) == losses(runs["process"]) == losses(runs["ray"])
+    assert any(row["loss"] != 0 for row in runs["inline"].steps)
+
+
+def test_editing_a_users_probe_changes_its_code_fingerprint(user_module):
+    folder, module = user_module
+    before = probe_code("scaled")
+    assert before and probe_code("grpo") == ""   # the package's own probes are in the package's fingerprint
+    (folder / f"{module}.py").write_text((folder / f"{module}.py").read_text().replace('"""A user', '"""Still a user'))
+    importlib.reload(sys.modules[module])   # a docstring edit: the same code
+    assert probe_code("scaled") == before
+    write_probe(folder, module, "scaled", 50.0)
+    importlib.reload(sys.modules[module])   # registering the same definition again replaces it
+    assert probe_code("scaled") != before
+
+
+def test_another_modules_probe_of_the_same_name_is_refused(user_module):
+    folder, _ = user_module
+    write_probe(folder, "user_probe_clash", "scaled", 2.0)
+    with pytest.raises(ValueError, match="already registered by user_probe_module.scaled_loss"):
+        importlib.import_module("user_probe_clash")
+    sys.modules.pop("user_probe_clash", None)
+
+
+def test_a_worker_imports_the_probes_module_when_it_does_not_know_the_probe(user_module):
+    _, module = user_module
+    PROBES.pop("scaled")
+    sys.modules.pop(module)
+    assert get_probe("scaled", module).module == module
+
+
+def test_a_notebook_cell_probe_is_refused_on_worker_backends_with_the_fix(monkeypatch):
+    namespace = {"__name__": "__main__"}
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", None, raising=False)
+    exec(textwrap.dedent(USER_PROBE.format(scale=1.0, name="cell_probe")), namespace)
+    try:
+        require_importable("cell_probe", "inline")
+        with pytest.raises(Exception, match="notebook cell .* backend='inline', or move scaled_loss and ScaledConfig"):
+            require_importable("cell_probe", "process")
+    finally:
+        PROBES.pop("cell_probe", None)
