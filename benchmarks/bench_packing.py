@@ -11,7 +11,7 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, before torch and numpy)
-from mrl.experiment import policy_paths, run_grid  # noqa: E402
+from mrl.experiments import grid_runs, policy_paths, run_many  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
 
 
@@ -27,10 +27,11 @@ def main():
     results, walls = {}, {}
     for label, packed, backend in (("one at a time, process backend", 1, "process"),
                                    ("packed two at a time, inline", 2, None)):
-        run = dataclasses.replace(config, packed_runs=packed, backend=backend or config.backend)
+        run = dataclasses.replace(config, runner=dataclasses.replace(config.runner,
+                                                                      backend=backend or config.runner.backend))
         start = time.perf_counter()
-        results[label] = run_grid(run, paths, [args.pairing], args.probes, args.seeds, args.steps, cache=False,
-                                  progress=False)
+        labelled = grid_runs(run, paths, [args.pairing], args.probes, args.seeds, args.steps)
+        results[label] = run_many(labelled, packed, cache=False, progress=False)
         walls[label] = time.perf_counter() - start
     (first, a), (second, b) = results.items()
     drop = lambda df: df.drop(columns=[c for c in df.columns if c.endswith("seconds")])  # noqa: E731

@@ -19,11 +19,14 @@ from pathlib import Path
 
 import yaml
 
-from mrl.config import ConfigError, Int, Str, choice, config_dataclass, require
+from typing import Literal
+
+from mrl.experiments import Run, policy_paths, run_one
 from mrl.mwra import BACKENDS
-from mrl.probes import PROBES
-from mrl.profiles import PROFILES
+from mrl.probes import PROBES, as_probe_config
+from mrl.profiles import PROFILES, load_profile
 from mrl.tracking import REPORT_TO
+from mrl.validation import ConfigError, Count, PositiveInt, Str, config_dataclass
 
 BENCHMARKS = ("grpo_step", "rollout", "thl", "probes", "packing", "warmup", "mwra")
 """benchmarks/bench_<name>.py, in the order `make bench` runs them"""
@@ -33,48 +36,35 @@ BENCHMARKS = ("grpo_step", "rollout", "thl", "probes", "packing", "warmup", "mwr
 class RunRequest:
     """One concurrent run, as `mrl run` takes it from a YAML file or its flags."""
 
-    profile: Str = "smoke"
+    profile: Literal[PROFILES] = "smoke"
     """the profile whose zoo, task and GRPO settings the run uses: smoke, default or paper"""
     policies: Str = "A+B"
     """the policies trained together, their names joined by '+' (from the profile's zoo)"""
     probe: Str | dict = "grpo"
     """a registered probe name, or a mapping {name: ..., knob: value} (e.g. {name: sgt, lam: 0.3})"""
-    steps: Int | None = None
+    steps: PositiveInt | None = None
     """RL steps (default: the profile's grpo.steps)"""
-    seed: Int = 0
-    backend: Str | None = None
-    """inline, process or ray (default: the profile's)"""
-    report_to: Str = "none"
+    seed: Count = 0
+    backend: Literal[BACKENDS] | None = None
+    """inline, process or ray (default: the profile's runner.backend)"""
+    report_to: Literal[REPORT_TO] = "none"
     """live metrics: none, tensorboard or trackio"""
-
-    def __post_init__(self):
-        choice("RunRequest", "profile", self.profile, PROFILES)
-        if self.backend is not None:
-            choice("RunRequest", "backend", self.backend, BACKENDS)
-        choice("RunRequest", "report_to", self.report_to, REPORT_TO)
-        require(self.steps is None or self.steps >= 1, "RunRequest", "steps", self.steps, "an integer >= 1")
-        require(self.seed >= 0, "RunRequest", "seed", self.seed, "an integer >= 0")
 
 
 def run_request(request: RunRequest, recompute: bool = False, progress: bool = True):
     """Run (or read from the cache) one run; returns (its cache folder, steps, evals)."""
-    from mrl.experiment import policy_paths, run_folder, run_probe
-    from mrl.probes import as_probe_config
-    from mrl.profiles import load_profile
-
     config = load_profile(request.profile)
     names = request.policies.split("+")
-    known = [f.name for f in config.zoo.families] if not config.policies else list(config.policies)
+    known = list(config.policies) if config.policies else [f.name for f in config.zoo.families] if config.zoo else []
     unknown = [name for name in names if name not in known]
     if unknown or len(set(names)) != len(names):
         raise ConfigError(f"RunRequest.policies = {request.policies!r} is not allowed; expected distinct names of "
                           f"the {request.profile} profile's policies {known} joined by '+'")
-    probe = as_probe_config(request.probe)
-    steps = request.steps or config.grpo.steps
     paths = {name: path for name, path in policy_paths(config, progress).items() if name in names}
-    steps_df, evals_df = run_probe(config, paths, probe, request.seed, steps, backend=request.backend,
-                                   cache=not recompute, progress=progress, report_to=request.report_to)
-    return run_folder(config, paths, probe, request.seed, steps), steps_df, evals_df
+    run = Run(config, paths, as_probe_config(request.probe), request.seed, request.steps or config.grpo.steps)
+    steps_df, evals_df = run_one(run, backend=request.backend, cache=not recompute, progress=progress,
+                                 report_to=request.report_to)
+    return run.folder(), steps_df, evals_df
 
 
 def _run(args) -> int:
@@ -108,7 +98,6 @@ def _bench(args) -> int:
 
 
 def _plan(args) -> int:
-    from mrl.profiles import load_profile
     from mrl.resources import parse_gpus, plan_resources
 
     plan = plan_resources(load_profile(args.profile), parse_gpus(args.gpus), prompt_tokens=args.prompt_tokens,

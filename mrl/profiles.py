@@ -1,11 +1,14 @@
 """Profiles: smoke (CI, tiny budgets), default (this 2-core CPU), paper (GPUs, real models).
 
 A profile is one YAML file, configs/<profile>.yaml, and holds everything its runs need: the task, the zoo
-(or pretrained checkpoints), GRPO, the pairings, the backend and timeouts, the notebooks to run and each
-experiment's grid. `load_profile` returns it validated (mrl.config): every field and every probe entry of the grids.
+(or pretrained checkpoints), GRPO, the pairings, the runner (backend, timeouts), the notebooks to run and each
+experiment's grid (every grid field is required there: no experiment has code defaults). `load_profile` returns it
+validated (mrl.config, and each experiment's config class in mrl.experiments): every field and every probe entry of
+the grids.
 """
 from __future__ import annotations
 
+import mrl.experiments  # noqa: F401  (registers the experiments' config classes RunConfig.experiments is checked by)
 from mrl.config import RunConfig, load_config
 from mrl.results import repo_root
 

@@ -37,6 +37,7 @@ import pandas as pd
 import torch
 
 from mrl.config import ConfigError, RunConfig
+from mrl.probes import as_probe_config, get_probe
 
 GB = 1e9
 PUBLISHED = Path(__file__).parent / "data" / "published_configs"
@@ -115,9 +116,8 @@ def policy_memory(arch: Architecture, sequences: int, prompt_tokens: int, new_to
 
 def group_multiplier(config: RunConfig) -> int:
     """The largest number of samples per prompt, in group sizes, that a probe of the profile's grids draws."""
-    from mrl.probes import as_probe_config, get_probe
-
-    entries = [*config.experiments.probe.probes, *config.experiments.hacpo.probes]
+    entries = [entry for name in ("probe", "hacpo") if name in config.experiments
+               for entry in config.experiments[name].probes]
     return max([get_probe(as_probe_config(entry).name).group_multiplier for entry in entries] + [1])
 
 

@@ -170,7 +170,7 @@ def load_runs(folder: str | Path | None = None, table: str = "evals", as_dataset
     run.json) is skipped; no run at all gives an empty frame with the identity columns."""
     import pandas as pd
 
-    from mrl.experiment import probe_label
+    from mrl.experiments.runs import probe_label
     from mrl.probes import as_probe_config
 
     if table not in RUN_TABLES:

@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
-import mrl.experiment
+import mrl.experiments.runs
 from mrl import cli
 from mrl.config import ConfigError
 from mrl.results import load_runs
@@ -49,8 +49,8 @@ def test_unknown_benchmark_and_policy_are_refused(capsys):
 @pytest.fixture
 def tiny_profile(monkeypatch, tmp_path, tiny_zoo_paths):
     """`mrl run` on the smoke profile's settings with the tests' tiny zoo, its run cache under tmp_path."""
-    monkeypatch.setattr(mrl.experiment, "repo_root", lambda: tmp_path)
-    monkeypatch.setattr(mrl.experiment, "policy_paths", lambda config, progress=True: dict(tiny_zoo_paths))
+    monkeypatch.setattr(mrl.experiments.runs, "repo_root", lambda: tmp_path)
+    monkeypatch.setattr(cli, "policy_paths", lambda config, progress=True: dict(tiny_zoo_paths))
     return tmp_path / "results" / "runs"
 
 

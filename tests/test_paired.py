@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import t as student_t
 
 from mrl.config import SKILLS
-from mrl.experiment import heldout_config
+from mrl.experiments.heldout import heldout_config
 from mrl.profiles import load_profile
 from mrl.reports.claims import claims_ledger, verdict
 from mrl.reports.paired import (final_values, paired_differences, paired_table, reach_table, rollouts_to_reach,
@@ -151,14 +151,14 @@ def test_verdict_is_inconclusive_on_too_few_pairs():
 
 
 def test_heldout_runs_have_their_own_cache_keys():
-    from mrl.experiment import run_key
+    from mrl.experiments import Run
     from mrl.probes import probe_config
 
     profile = load_profile("smoke")
     grpo = probe_config("grpo")
     def paths(c):
         return {f.name: f"/zoo/{f.name}-{c.zoo.warmup.seed}-{c.task.name}" for f in c.zoo.families[:2]}
-    keys = {run_key(c, paths(c), grpo, 0, 4) for c in (profile, heldout_config(profile, 0), heldout_config(profile, 1))}
+    keys = {Run(c, paths(c), grpo, 0, 4).key() for c in (profile, heldout_config(profile, 0), heldout_config(profile, 1))}
     assert len(keys) == 3
 
 
@@ -166,10 +166,14 @@ def test_heldout_runs_have_their_own_cache_keys():
                                           ({"probes": ["sgt"], "zoo_seed_probes": []}, "probes"),
                                           ({"seeds": [0, 0]}, "seeds"), ({"pairing": ["A", "A"]}, "pairing")])
 def test_heldout_config_names_the_bad_field(knobs, field):
-    from mrl.config import ConfigError, HeldoutConfig
+    import dataclasses
 
-    with pytest.raises(ConfigError, match=field):
-        HeldoutConfig(**knobs)
+    from mrl.config import ConfigError
+    from mrl.experiments.heldout import HeldoutConfig
+
+    profile = dataclasses.asdict(load_profile("smoke").experiment("heldout"))
+    with pytest.raises(ConfigError, match=f"HeldoutConfig.{field}"):
+        HeldoutConfig(**{**profile, **knobs})
 
 
 def test_claims_ledger_judges_each_zoo_seed_on_its_own():

@@ -11,7 +11,7 @@ import torch
 import mrl.actor as actor_module
 from mrl.actor import PolicyActor
 from mrl.config import ConfigError, FamilyConfig, RunnerConfig, TaskConfig
-from mrl.experiment import policy_paths
+from mrl.experiments import policy_paths
 from mrl.probes import PROBES, probe_config
 from mrl.profiles import load_profile
 from mrl.rollout import completion_logprobs
@@ -61,7 +61,7 @@ def stand_ins(tmp_path_factory):
 def test_paper_profile_loads_and_names_its_notebooks():
     config = load_profile("paper")
     assert config.task.name == "gsm8k" and set(config.policies) == {"A", "B", "C"}
-    assert "00_zoo" not in config.notebooks and config.backend == "ray"
+    assert "00_zoo" not in config.notebooks and config.runner.backend == "ray"
     with pytest.raises(FileNotFoundError, match="configs/paper.yaml"):
         policy_paths(config)   # the checkpoints are not on this machine: a clear error, not a download
 

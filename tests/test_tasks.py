@@ -124,7 +124,7 @@ def test_a_correct_answer_as_the_zoos_tokenizers_decode_it_is_the_canonical_stri
 
     profile = load_profile("default")
     task_cfg, zoo = (profile.task, profile.zoo) if experiment == "main" else \
-        (profile.experiments.heldout.task, profile.experiments.heldout.zoo)
+        (profile.experiment("heldout").task, profile.experiment("heldout").zoo)
     task = ArithTask(task_cfg)
     problems = [p for s in SKILLS for p in task.train[s] + task.test[s]]
     for family in zoo.families:

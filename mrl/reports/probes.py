@@ -1,6 +1,6 @@
 """Tables and figures of the probe experiment (SPEC section 10): main results, stability, curves.
 
-Inputs are the concatenated `steps` and `evals` of `mrl.experiment.run_grid` (columns pairing, probe, seed).
+Inputs are the concatenated `steps` and `evals` of `mrl.experiments.run_many` (columns pairing, probe, seed).
 Means over seeds carry a 95% confidence half-width from Student's t with n - 1 degrees of freedom.
 """
 from __future__ import annotations
@@ -251,14 +251,19 @@ def hyperparameter_table(config, probe_cfgs) -> pd.DataFrame:
     rows += [{"scope": "all runs", "setting": f"task.{name}", "value": getattr(config.task, name),
               "default": _default_mark(getattr(config.task, name), getattr(task, name))}
              for name in ("name", "pool_per_skill", "test_per_skill")]
-    grids = config.experiments
-    steps = [(f"RL steps, probe grid {pairing}", value) for pairing, value in grids.probe.steps.items()
-             if pairing in grids.probe.pairings]
-    steps += [("RL steps, HACPO comparison", grids.hacpo.steps),
-              ("RL steps, HACPO ablations", grids.hacpo.ablation_steps),
-              ("RL steps, held-out experiment", grids.heldout.steps)]
+    grids = config.experiments   # the experiments this profile holds (mrl.experiments)
+    steps = []
+    if "probe" in grids:
+        steps += [(f"RL steps, probe grid {pairing}", value) for pairing, value in grids["probe"].steps.items()
+                  if pairing in grids["probe"].pairings]
+    if "hacpo" in grids:
+        steps += [("RL steps, HACPO comparison", grids["hacpo"].steps),
+                  ("RL steps, HACPO ablations", grids["hacpo"].ablation_steps)]
+    if "heldout" in grids:
+        steps += [("RL steps, held-out experiment", grids["heldout"].steps)]
     rows += [{"scope": "experiments", "setting": name, "value": value, "default": "profile"} for name, value in steps]
-    for scope, zoo in (("zoo warm-up", config.zoo), ("held-out zoo warm-up", grids.heldout.zoo)):
+    zoos = [("zoo warm-up", config.zoo), ("held-out zoo warm-up", grids["heldout"].zoo if "heldout" in grids else None)]
+    for scope, zoo in [(scope, zoo) for scope, zoo in zoos if zoo is not None]:
         rows += [{"scope": scope, "setting": f"warmup.{name}", "value": getattr(zoo.warmup, name),
                   "default": _default_mark(getattr(zoo.warmup, name), getattr(warmup, name))}
                  for name in ("steps", "batch_size", "lr", "lr_warmup_steps", "grad_clip", "precision")]

@@ -1,0 +1,196 @@
+"""80_beyond: methods beyond the papers on the held-out experiment (its first zoo seed, pairing, steps and GRPO
+settings), every arm paired with GRPO on the same RL seeds: probes online, probes offline (each policy alone, its
+peers replayed from the grpo run's experience log), a poisoned peer, and n-policy runs sync and async."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Annotated, Literal
+
+import pandas as pd
+from pydantic import Field
+from tqdm.auto import tqdm
+
+from mrl.config import ATTACKS, MODES, FamilyConfig, RunConfig, register_experiment
+from mrl.experiments.heldout import heldout_base, heldout_config
+from mrl.experiments.runs import (Labelled, ProbeEntry, Run, Variant, check_panels, check_probes, policy_paths,
+                                  probe_label, run_many)
+from mrl.mwra import BACKENDS
+from mrl.probes import as_probe_config, get_probe, probe_config
+from mrl.validation import Int, NonEmpty, PositiveInt, Seeds, Str, config_dataclass, require
+
+
+@register_experiment("beyond")
+@config_dataclass
+class BeyondConfig:
+    """80_beyond: methods beyond the papers on the held-out experiment (its zoo seed 0, pairing, steps and GRPO
+    settings), every arm paired with GRPO on the same RL seeds."""
+
+    probes: list[ProbeEntry]
+    """probes run online between the pairing's policies (the MRL probes and HACPO come from the held-out grid)"""
+    offline_probes: list[ProbeEntry]
+    """probes run by one learner at a time against its peer replayed from the grpo run's experience log"""
+    poison_probes: list[ProbeEntry]
+    """probes run beside a poisoned peer; each meets the attacks on the record kinds it reads"""
+    attacks: Annotated[list[Literal[ATTACKS]], NonEmpty]
+    """what the poisoned peer publishes (mrl.poison)"""
+    poisoned: Str
+    """the policy that lies; the other learns beside it"""
+    seeds: Seeds
+    """RL seeds of every arm (and of its GRPO pair)"""
+    reverified_seeds: Seeds
+    """RL seeds of the poisoned runs with re-verification on (each must equal the honest run: a check, not an
+    estimate)"""
+    scaling_families: list[FamilyConfig]
+    """families added to the held-out pairing, in order, for the n-policy runs (built into the held-out zoo on its
+    first zoo seed)"""
+    scaling_sizes: Annotated[list[Annotated[Int, Field(ge=2)]], NonEmpty]
+    """numbers of policies n: the pairing plus the first n - 2 scaling families"""
+    scaling_probe: ProbeEntry
+    """the probe every n-policy run shares with"""
+    scaling_modes: Annotated[list[Literal[MODES]], NonEmpty]
+    """step clocks compared (RunnerConfig.mode): sync, async (each worker up to one step ahead)"""
+    scaling_async_staleness: PositiveInt
+    """async runs: SEE keeps peer records up to this many steps old (RunnerConfig.max_staleness; sync runs take the
+    profile's runner.max_staleness)"""
+    scaling_seeds: Seeds
+    """RL seeds of the n-policy runs"""
+    scaling_steps: PositiveInt
+    """RL steps of the n-policy runs"""
+    scaling_backend: Literal[BACKENDS]
+    """the backend the n-policy runs use, one run at a time, so their wall times compare the clocks (not packed)"""
+    panels: Annotated[dict[Str, list[ProbeEntry]], NonEmpty]
+    """the weak-skill figure's panels: {title: the probes it draws (names, mappings or labels as the tables show
+    them, e.g. 'graft (offline)')}"""
+
+    def __post_init__(self):
+        c = "BeyondConfig"
+        names = [f.name for f in self.scaling_families]
+        require(len(set(names)) == len(names) and not set(names) & {"A", "B"}, c, "scaling_families", names,
+                "families with distinct names other than the pairing's A and B")
+        require(all(n <= 2 + len(names) for n in self.scaling_sizes), c, "scaling_sizes", self.scaling_sizes,
+                f"integers from 2 to {2 + len(names)} (2 + the scaling families)")
+        check_probes(c, "scaling_probe", [self.scaling_probe])
+        for name in ("probes", "offline_probes", "poison_probes"):
+            check_probes(c, name, getattr(self, name))
+        check_panels(c, self.panels)
+
+
+def beyond_runs(config: RunConfig) -> Labelled:
+    """The online probes (beyond.probes), the poison probes beside an honest peer (the comparison) and grpo on the
+    held-out experiment's first zoo seed over beyond.seeds, labelled like the held-out runs (those it shares come
+    from their cache)."""
+    beyond, heldout = config.experiment("beyond"), config.experiment("heldout")
+    run_config, paths, base = heldout_base(config)
+    probes = [probe_config("grpo"), *(as_probe_config(entry) for entry in [*beyond.probes, *beyond.poison_probes])]
+    return [({"pairing": base["pairing"], "probe": probe_label(probe), "seed": seed, "zoo_seed": base["zoo_seed"]},
+             Run(run_config, paths, probe, seed, heldout.steps)) for probe in probes for seed in beyond.seeds]
+
+
+def offline_sources(config: RunConfig) -> Labelled:
+    """The grpo runs whose experience logs the offline probes replay, recorded with their logs (same metrics)."""
+    beyond, heldout = config.experiment("beyond"), config.experiment("heldout")
+    run_config, paths, _ = heldout_base(config)
+    logged = Variant(log_experience=True)
+    return [({"seed": seed}, Run(run_config, paths, probe_config("grpo"), seed, heldout.steps, logged))
+            for seed in beyond.seeds]
+
+
+def offline_runs(config: RunConfig) -> Labelled:
+    """The offline probes: each policy of the pairing learns alone while the others are replayed from the
+    experience log of the grpo run of the same seed (offline_sources; no co-training; GRAFT's offline variant).
+    Labelled "<probe> (offline)"."""
+    beyond, heldout = config.experiment("beyond"), config.experiment("heldout")
+    run_config, paths, base = heldout_base(config)
+    logs = {run.seed: run.folder() / "experience" for _, run in offline_sources(config)}
+    labelled = []
+    for entry in beyond.offline_probes:
+        probe = as_probe_config(entry)
+        for seed in beyond.seeds:
+            for learner in paths:
+                variant = Variant(offline=tuple((peer, path) for peer, path in paths.items() if peer != learner),
+                                  offline_log=str(logs[seed]))
+                label = {"pairing": base["pairing"], "probe": f"{probe_label(probe)} (offline)", "seed": seed,
+                         "zoo_seed": base["zoo_seed"]}
+                labelled.append((label, Run(run_config, {learner: paths[learner]}, probe, seed, heldout.steps,
+                                            variant)))
+    return labelled
+
+
+def run_offline(config: RunConfig, backend: str | None = None, cache: bool = True,
+                progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(steps, evals) of the offline runs, their sources first (run_many of offline_sources, then offline_runs)."""
+    run_many(offline_sources(config), config.packed_runs, backend, cache, progress)
+    return run_many(offline_runs(config), config.packed_runs, backend, cache, progress)
+
+
+ATTACKED_KINDS = {"forged_success": {"rollout", "success"}, "lying_stats": {"group_stats"},
+                  "malformed": {"rollout", "success", "group_stats"}}
+"""the record kinds each attack changes: a probe meets an attack only when it reads one of them"""
+
+
+def poison_runs(config: RunConfig) -> Labelled:
+    """Each poison probe beside the poisoned policy under each attack on a record kind it reads (forged successes
+    without re-verification over beyond.seeds and with it over beyond.reverified_seeds; the other attacks, which
+    re-verification cannot touch, over beyond.seeds), and each probe honest over beyond.seeds (from the held-out
+    grid's cache). Labels add attack ("none" for honest) and reverify."""
+    beyond, heldout = config.experiment("beyond"), config.experiment("heldout")
+    run_config, paths, base = heldout_base(config)
+    require(beyond.poisoned in paths, "BeyondConfig", "poisoned", beyond.poisoned,
+            f"a policy of the held-out pairing, one of {sorted(paths)}")
+    labelled = []
+    for entry in beyond.poison_probes:
+        probe = as_probe_config(entry)
+        label = {"pairing": base["pairing"], "probe": probe_label(probe), "zoo_seed": base["zoo_seed"]}
+        labelled += [({**label, "seed": seed, "attack": "none", "reverify": True},
+                      Run(run_config, paths, probe, seed, heldout.steps)) for seed in beyond.seeds]
+        for attack in beyond.attacks:
+            if not ATTACKED_KINDS[attack] & set(get_probe(probe.name).kinds):
+                continue
+            arms = ((False, beyond.seeds), (True, beyond.reverified_seeds)) if attack == "forged_success" \
+                else ((True, beyond.seeds),)   # nothing re-verifies group statistics; SEE rejects malformed ones
+            for reverify, seeds in arms:
+                variant = Variant(poisoned=beyond.poisoned, attack=attack, reverify=reverify)
+                labelled += [({**label, "seed": seed, "attack": attack, "reverify": reverify},
+                              Run(run_config, paths, probe, seed, heldout.steps, variant)) for seed in seeds]
+    return labelled
+
+
+def scaling_runs(config: RunConfig, progress: bool = True) -> Labelled:
+    """The n-policy runs: the held-out pairing plus the first n - 2 of beyond.scaling_families (built into the
+    held-out zoo of its first zoo seed), sharing with beyond.scaling_probe under each clock of scaling_modes (async:
+    records up to scaling_async_staleness steps old), on beyond.scaling_backend (in the run's key: its wall time is
+    a measurement of that backend); labelled with pairing, probe, seed, zoo_seed, n and mode."""
+    beyond, heldout = config.experiment("beyond"), config.experiment("heldout")
+    zoo_seed = heldout.zoo_seeds[0]
+    base = heldout_config(config, zoo_seed)
+    added = beyond.scaling_families[:max(beyond.scaling_sizes) - 2]   # only the families some run needs
+    grown = dataclasses.replace(base, zoo=dataclasses.replace(base.zoo, families=[*base.zoo.families, *added]))
+    zoo = policy_paths(grown, progress)
+    order = [*heldout.pairing, *(f.name for f in added)]
+    probe = as_probe_config(beyond.scaling_probe)
+    labelled = []
+    for n in beyond.scaling_sizes:
+        for mode in beyond.scaling_modes:
+            for seed in beyond.scaling_seeds:
+                paths = {name: zoo[name] for name in order[:n]}
+                staleness = beyond.scaling_async_staleness if mode == "async" else config.runner.max_staleness
+                variant = Variant(mode=mode, max_staleness=staleness, backend=beyond.scaling_backend)
+                label = {"pairing": "+".join(paths), "probe": probe_label(probe), "seed": seed, "zoo_seed": zoo_seed,
+                         "n": n, "mode": mode}
+                labelled.append((label, Run(base, paths, probe, seed, beyond.scaling_steps, variant)))
+    return labelled
+
+
+def run_scaling(config: RunConfig, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The n-policy runs one at a time (scaling_runs; never packed: their wall times are measurements). Returns
+    (steps, evals, runs: one row per run with its label, its wall seconds start-up included and backend)."""
+    labelled = scaling_runs(config, progress)
+    all_steps, all_evals, runs = [], [], []
+    for label, run in tqdm(labelled, desc="n-policy runs", disable=not progress):
+        steps_df, evals_df = run_many([(label, run)], progress=False)
+        all_steps.append(steps_df)
+        all_evals.append(evals_df)
+        saved = json.loads((run.folder() / "run.json").read_text())
+        runs.append({**label, "wall seconds": saved["wall_seconds"], "backend": saved["backend"]})
+    return pd.concat(all_steps, ignore_index=True), pd.concat(all_evals, ignore_index=True), pd.DataFrame(runs)

@@ -1,0 +1,127 @@
+"""70_heldout: the held-out experiment (arith-forms, fresh RL prompts every step, a form gap over one shared
+algorithm): its own task and zoo, and a grid paired on GRPO (the same RL seeds and zoo seeds for every probe)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated
+
+from mrl.config import RunConfig, TaskConfig, ZooConfig, register_experiment
+from mrl.experiments.runs import Labelled, ProbeEntry, Run, check_panels, check_probes, policy_paths, probe_label
+from mrl.probes import as_probe_config, probe_config
+from mrl.validation import NonEmpty, PositiveInt, Seeds, Str, config_dataclass, require
+
+
+@register_experiment("heldout")
+@config_dataclass
+class HeldoutConfig:
+    """70_heldout: the held-out experiment (arith-forms, fresh RL prompts every step, a form gap over one shared
+    algorithm): its own task and zoo, and a grid paired on GRPO (the same RL seeds and zoo seeds for every probe)."""
+
+    task: TaskConfig
+    """the task and its splits: arith-forms, pool_per_skill 0 (fresh training prompts every RL step)"""
+    zoo: ZooConfig
+    """the families and their warm-up (its warmup.seed is replaced by each of zoo_seeds)"""
+    pairing: list[Str]
+    """the policies trained together (each one's weak form is another's own form)"""
+    probes: list[ProbeEntry]
+    """the probes (names or mappings, as in ProbeGridConfig.probes); grpo is the paired baseline and must be one"""
+    seeds: Seeds
+    """RL seeds of every probe (on every zoo seed that probe runs on)"""
+    zoo_seeds: Seeds
+    """warm-up seeds (initialisation and data stream) of the zoos; the first runs every probe"""
+    zoo_seed_probes: list[Str]
+    """the probes that also run on the zoo seeds after the first, so their interval covers the warm-up"""
+    steps: PositiveInt
+    """RL steps of every run"""
+    eval_every: PositiveInt
+    """greedy held-out evaluation every this many steps"""
+    knob_probes: list[ProbeEntry]
+    """knob variants of the probes (mappings {name: ..., knob: value}), each paired with its probe's default on the
+    first zoo seed; [] for none"""
+    knob_seeds: Seeds
+    """RL seeds of the knob variants and of their defaults (one seed: the differences are shown, never called real)"""
+    panels: Annotated[dict[Str, list[ProbeEntry]], NonEmpty]
+    """the weak-skill figure's panels: {title: the probes it draws (names, mappings or labels as the tables show
+    them)}"""
+
+    def __post_init__(self):
+        c = "HeldoutConfig"
+        require(self.task.name == "arith-forms" and self.task.pool_per_skill == 0, c, "task",
+                f"name={self.task.name}, pool_per_skill={self.task.pool_per_skill}",
+                "arith-forms with pool_per_skill 0 (fresh prompts)")
+        families = [f.name for f in self.zoo.families]
+        require(len(set(self.pairing)) == len(self.pairing) >= 2 and set(self.pairing) <= set(families), c,
+                "pairing", self.pairing, f"two or more distinct policies drawn from {families}")
+        check_probes(c, "probes", self.probes)
+        names = [p if isinstance(p, str) else p.get("name") for p in self.probes]
+        require("grpo" in names, c, "probes", names, "a list that includes grpo (the paired baseline)")
+        require(set(self.zoo_seed_probes) <= set(names) and ("grpo" in self.zoo_seed_probes or len(self.zoo_seeds) == 1),
+                c, "zoo_seed_probes", self.zoo_seed_probes,
+                f"probe names drawn from {names}, grpo among them (each zoo seed needs its baseline)")
+        if self.knob_probes:
+            check_probes(c, "knob_probes", self.knob_probes)
+        check_panels(c, self.panels)
+
+    @property
+    def pairing_name(self) -> str:
+        return "+".join(self.pairing)
+
+
+def heldout_config(config: RunConfig, zoo_seed: int) -> RunConfig:
+    """The profile of the held-out experiment on one zoo seed: its task and zoo (warm-up seed `zoo_seed`), its
+    pairing, the profile's GRPO settings with the held-out evaluation cadence, and the profile's execution."""
+    heldout = config.experiment("heldout")
+    zoo = dataclasses.replace(heldout.zoo, warmup=dataclasses.replace(heldout.zoo.warmup, seed=zoo_seed))
+    return dataclasses.replace(config, task=heldout.task, zoo=zoo, policies={},
+                               grpo=dataclasses.replace(config.grpo, eval_every=heldout.eval_every),
+                               pairings={heldout.pairing_name: list(heldout.pairing)}, notebooks=[],
+                               experiments={"heldout": heldout})
+
+
+def heldout_zoos(config: RunConfig, progress: bool = True) -> dict[int, dict[str, str]]:
+    """{zoo seed: {name: checkpoint folder}} of the held-out experiment, each zoo built when missing."""
+    return {seed: policy_paths(heldout_config(config, seed), progress)
+            for seed in config.experiment("heldout").zoo_seeds}
+
+
+def heldout_base(config: RunConfig) -> tuple[RunConfig, dict[str, str], dict]:
+    """(the held-out experiment's run config on its first zoo seed, that zoo's paths of the pairing, the label
+    columns its runs share: pairing and zoo_seed)."""
+    heldout = config.experiment("heldout")
+    run_config = heldout_config(config, heldout.zoo_seeds[0])
+    zoo = policy_paths(run_config, progress=False)   # the first zoo seed's only: the other seeds' are not needed
+    return (run_config, {name: zoo[name] for name in heldout.pairing},
+            {"pairing": heldout.pairing_name, "zoo_seed": heldout.zoo_seeds[0]})
+
+
+def _label(heldout: HeldoutConfig, probe, seed: int, zoo_seed: int) -> dict:
+    return {"pairing": heldout.pairing_name, "probe": probe_label(probe), "seed": seed, "zoo_seed": zoo_seed}
+
+
+def heldout_runs(config: RunConfig, progress: bool = True) -> Labelled:
+    """Every run of the held-out experiment: each probe on the first zoo seed, the zoo_seed_probes on every zoo
+    seed, every RL seed; labelled with pairing, probe, seed and zoo_seed."""
+    heldout = config.experiment("heldout")
+    probes = [as_probe_config(entry) for entry in heldout.probes]
+    labelled = []
+    for zoo_seed, paths in heldout_zoos(config, progress).items():
+        run_config = heldout_config(config, zoo_seed)
+        for probe in probes:
+            if zoo_seed != heldout.zoo_seeds[0] and probe.name not in heldout.zoo_seed_probes:
+                continue
+            labelled += [(_label(heldout, probe, seed, zoo_seed), Run(run_config, paths, probe, seed, heldout.steps))
+                         for seed in heldout.seeds]
+    return labelled
+
+
+def knob_runs(config: RunConfig, progress: bool = True) -> Labelled:
+    """The probes' knob variants (knob_probes) and each one's probe at its defaults, on the first zoo seed over
+    knob_seeds, labelled like heldout_runs' (a default shared with the main grid comes from the run cache)."""
+    heldout = config.experiment("heldout")
+    variants = [as_probe_config(entry) for entry in heldout.knob_probes]
+    defaults = [probe_config(name) for name in dict.fromkeys(v.name for v in variants)]
+    zoo_seed = heldout.zoo_seeds[0]
+    paths = heldout_zoos(config, progress)[zoo_seed]
+    run_config = heldout_config(config, zoo_seed)
+    return [(_label(heldout, probe, seed, zoo_seed), Run(run_config, paths, probe, seed, heldout.steps))
+            for probe in defaults + variants for seed in heldout.knob_seeds]

@@ -1,0 +1,333 @@
+"""A run as data, and the one function that runs many: packed, cached and labelled.
+
+A `Run` is everything one concurrent run's numbers depend on: the profile's config (task, GRPO, runner, placement),
+the policies' checkpoint folders, the probe, the RL seed and steps, and its `Variant` (what its peers do besides the
+probe). `Run.key()` hashes what the numbers depend on (task, GRPO settings with seed and steps, probe, policies,
+the source code of the mrl package, the numerics mode, the peers' variant, the placement); the run's steps and evals
+are cached under results/runs/<key>/ and read back when the same run is asked for again (a notebook re-run, or
+HACPO's notebook reusing the MRL probes' runs). Any edit of mrl/'s code (not its docstrings, comments or
+mrl/reports/) makes new keys, so a cached run never outlives the code that produced it. The backend is not part of
+the key: inline, process and ray give the same metrics.
+
+An experiment (a module of mrl.experiments) expands its config into [(label, Run)], the label being the columns
+its tables group by (pairing, probe, seed, ...); `run_many` runs what the cache lacks (`packed_runs` at a time,
+each inline in its own process) and returns every run's steps and evals with its label's columns.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import shutil
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from mrl import numerics
+from mrl.checkpoint import placement_key
+from mrl.config import ATTACKS, MODES, GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+from mrl.fingerprint import code_fingerprint
+from mrl.probes import ProbeConfig, as_probe_config, probe_config
+from mrl.results import git_sha, repo_root
+from mrl.runner import OfflinePeers, run_concurrent
+from mrl.validation import ConfigError, Str, config_hash, require, to_dict
+from mrl.zoo import build_zoo
+
+ProbeEntry = Union[Str, dict[Str, Any]]
+"""a probe of a grid: a registered name, or a mapping {name: ..., knob: value} (mrl.probes.as_probe_config)"""
+
+
+def check_probes(cls: str, name: str, values: list) -> None:
+    """Every entry a registered probe with valid knobs (checked against mrl.probes' registry)."""
+    require(len(values) > 0, cls, name, values, "a non-empty list of probe names or mappings {name: ..., knob: value}")
+    for entry in values:
+        require(isinstance(entry, str) or isinstance(entry.get("name"), str), cls, name, entry,
+                "a probe name or a mapping with a name: {name: ..., knob: value}")
+        try:
+            as_probe_config(entry)
+        except (ConfigError, ValueError, TypeError) as err:
+            raise ConfigError(f"{cls}.{name}: entry {entry!r} is not a valid probe: {err}") from None
+
+
+def check_panels(cls: str, panels: dict) -> None:
+    """A figure's panels {title: [probe entries]}: a string is a probe label as the tables show it (a registered
+    name, its changed knobs in brackets, ' (offline)' for a replayed peer); a mapping a probe entry."""
+    for title, entries in panels.items():
+        for entry in entries:
+            check_probes(cls, f"panels[{title!r}]", [entry.split(" (")[0] if isinstance(entry, str) else entry])
+
+
+def panel_labels(panels: dict) -> dict[str, list[str]]:
+    """{title: [probe labels]} of a config's panels (mappings turned into their labels, as the tables show them)."""
+    return {title: [entry if isinstance(entry, str) else probe_label(as_probe_config(entry)) for entry in entries]
+            for title, entries in panels.items()}
+
+
+def probe_label(probe: ProbeConfig) -> str:
+    """The probe's name, with the knobs that differ from their defaults (ablations stay distinguishable)."""
+    default = probe_config(probe.name).knobs()
+    changed = [f"{knob}={value}" for knob, value in probe.knobs().items() if value != default[knob]]
+    return probe.name + (f" ({', '.join(changed)})" if changed else "")
+
+
+def policy_paths(config: RunConfig, progress: bool = True) -> dict[str, str]:
+    """{name: checkpoint folder}: the profile's pretrained checkpoints (paper), else the zoo, built when missing."""
+    if config.policies:
+        missing = [f"{name}: {path}" for name, path in config.policies.items() if not Path(path).is_dir()]
+        if missing:
+            raise FileNotFoundError(f"pretrained checkpoint folder(s) not found: {missing} (see configs/paper.yaml "
+                                    "for how to download them)")
+        return dict(config.policies)
+    if config.zoo is None:
+        raise ConfigError("RunConfig has neither policies nor a zoo: a profile names one of them")
+    return {name: str(policy.path) for name, policy in build_zoo(config.task, config.zoo, progress=progress).items()}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What a run's peers do besides its probe: one poisoned policy (mrl.poison) with or without re-verification,
+    or peers replayed from another run's experience log (runner.OfflinePeers), and its step clock. The default:
+    honest live peers, in step."""
+
+    poisoned: str = ""
+    """the policy that publishes lies, '' for none"""
+    attack: str = "forged_success"
+    """what it publishes (mrl.config.ATTACKS)"""
+    reverify: bool = True
+    """learners re-score their peers' claims with their own verifier"""
+    offline: tuple = ()
+    """((peer, checkpoint folder), ...): peers replayed from offline_log instead of co-trained"""
+    offline_log: str = ""
+    """the experience log of a cached run (its folder/experience)"""
+    log_experience: bool = False
+    """write this run's experience log into its cache folder (it computes the same metrics: not in the key)"""
+    mode: str | None = None
+    """the step clock (RunnerConfig.mode); async lets each worker run ahead, sharing within max_staleness; None:
+    the profile's runner.mode"""
+    max_staleness: int | None = None
+    """SEE drops peer records older than this many steps (RunnerConfig.max_staleness); None: the profile's"""
+    backend: str = ""
+    """the backend this run must use, part of its key ('' : the caller's, for runs whose metrics every backend
+    gives alike); an async run on processes depends on the machine's timing, and a run timed for its wall time is a
+    measurement of its backend"""
+
+    def __post_init__(self):
+        require(self.attack in ATTACKS, "Variant", "attack", self.attack, f"one of {list(ATTACKS)}")
+        require(self.mode in (None, *MODES), "Variant", "mode", self.mode, f"one of {list(MODES)} or None")
+
+    def resolved(self, runner: RunnerConfig) -> Variant:
+        """The variant with the step clock it leaves to the profile (None) taken from `runner`."""
+        return dataclasses.replace(self, mode=self.mode or runner.mode,
+                                   max_staleness=self.max_staleness or runner.max_staleness)
+
+    def key(self) -> dict:
+        """What the run's numbers depend on, independent of where the repository lies (of a resolved variant)."""
+        key = {"poisoned": self.poisoned, "attack": self.attack if self.poisoned else "", "reverify": self.reverify,
+               "offline": {name: Path(path).name for name, path in self.offline},
+               "offline_log": Path(self.offline_log).parent.name if self.offline_log else ""}
+        if (self.mode, self.max_staleness) != ("sync", 1):
+            key.update(mode=self.mode, max_staleness=self.max_staleness)
+        if self.backend:
+            key["backend"] = self.backend
+        return key
+
+
+HONEST = Variant()
+SHARED = Variant(mode="sync", max_staleness=1)
+"""honest live peers in step, sharing the current step's samples: a run whose key has no peers entry"""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One concurrent run: `paths` ({name: checkpoint folder}) trained together under `probe` for `steps` RL steps
+    of seed `seed`, with the profile's `config` (task, GRPO, runner, placement) and its peers' `variant`."""
+
+    config: RunConfig
+    paths: dict[str, str]
+    probe: ProbeConfig
+    seed: int
+    steps: int
+    variant: Variant = field(default=HONEST)
+
+    def key_content(self) -> dict:
+        """Everything the run's numbers depend on (the one place the key is built)."""
+        grpo = dataclasses.replace(self.config.grpo, seed=self.seed, steps=self.steps)
+        key = {"task": to_dict(self.config.task), "grpo": to_dict(grpo), "probe": to_dict(self.probe),
+               "policies": {name: Path(path).name for name, path in sorted(self.paths.items())},
+               "code": code_fingerprint(), "numerics": numerics.mode()}
+        variant = self.variant.resolved(self.config.runner)
+        if variant.key() != SHARED.key():
+            key["peers"] = variant.key()
+        placed = {name: placement_key(self.config.placement_of(name)) for name in sorted(self.paths)}
+        if any(placed.values()):
+            key["placement"] = placed
+        return key
+
+    def key(self) -> str:
+        """The run's cache key: the hash of key_content()."""
+        return config_hash(self.key_content())
+
+    def folder(self) -> Path:
+        """results/runs/<key>/: where the run's steps, evals and run.json are cached."""
+        return repo_root() / "results" / "runs" / self.key()
+
+    def label(self) -> str:
+        """The run in words, for progress and errors: 'sgt seed 1 of A+B'."""
+        return f"{probe_label(self.probe)} seed {self.seed} of {'+'.join(self.paths)}"
+
+    def grpo(self) -> GrpoConfig:
+        """The GRPO settings the run trains with: the profile's, with its seed and steps (an evaluation at least
+        at the end)."""
+        return dataclasses.replace(self.config.grpo, seed=self.seed, steps=self.steps,
+                                   eval_every=min(self.config.grpo.eval_every, self.steps))
+
+    def is_cached(self) -> bool:
+        """The run finished in its folder (run.json), with its experience log when its variant asks for one."""
+        folder = self.folder()
+        if not (folder / "run.json").exists():
+            return False
+        return not self.variant.log_experience or json.loads((folder / "run.json").read_text()).get("experience",
+                                                                                                     False)
+
+
+def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progress: bool = False,
+            report_to: str = "none") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(steps, evals) of one run; from the cache when it holds the run. backend: the variant's, else this one,
+    else the profile's (config.runner.backend). report_to: live metrics (mrl.tracking)."""
+    folder = run.folder()
+    if cache and run.is_cached():
+        return pd.read_csv(folder / "steps.csv"), pd.read_csv(folder / "evals.csv")
+    config, variant, grpo = run.config, run.variant.resolved(run.config.runner), run.grpo()
+    backend = variant.backend or backend or config.runner.backend
+    experience = folder / "experience" if variant.log_experience else None
+    if experience is not None and experience.exists():
+        shutil.rmtree(experience)  # a log torn by an interrupted run: write it again whole
+    offline = OfflinePeers(variant.offline_log, dict(variant.offline)) if variant.offline else None
+    runner = dataclasses.replace(config.runner, backend=backend, report_to=report_to, poisoned=variant.poisoned,
+                                 attack=variant.attack, reverify=variant.reverify, mode=variant.mode,
+                                 max_staleness=variant.max_staleness)
+    start = time.perf_counter()
+    record = run_concurrent(run.paths, config.task, grpo, runner, threads=config.threads, progress=progress,
+                            probe_cfg=run.probe, run_id=f"{run.probe.name}-seed{run.seed}", experience_dir=experience,
+                            offline=offline, placement={name: config.placement_of(name) for name in run.paths})
+    return save_run(folder, record, config.task, grpo, run.probe, run.paths, backend, time.perf_counter() - start,
+                    variant)
+
+
+def save_run(folder: Path, record, task: TaskConfig, grpo: GrpoConfig, probe: ProbeConfig, paths: dict[str, str],
+             backend: str, wall_seconds: float, variant: Variant = SHARED) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A finished run into its cache folder: steps.csv, evals.csv, then run.json (its settings, peers' variant,
+    counters, events, backend, git SHA and wall time), which marks it finished; returns (steps, evals)."""
+    steps_df, evals_df = pd.DataFrame(record.steps), pd.DataFrame(record.evals)
+    folder.mkdir(parents=True, exist_ok=True)
+    steps_df.to_csv(folder / "steps.csv", index=False)
+    evals_df.to_csv(folder / "evals.csv", index=False)
+    (folder / "run.json").write_text(json.dumps({
+        "task": to_dict(task), "grpo": to_dict(grpo), "probe": to_dict(probe), "policies": paths,
+        "peers": variant.key(), "experience": variant.log_experience, "counters": record.counters,
+        "events": record.events, "backend": backend, "git_sha": git_sha(), "numerics": numerics.state(),
+        "wall_seconds": round(wall_seconds, 1)}, indent=2, default=str))
+    return steps_df, evals_df
+
+
+def _run_inline(job: tuple[Run, bool]) -> None:
+    run, recompute = job
+    run_one(run, backend="inline", cache=not recompute)
+
+
+def run_packed(runs: list[Run], processes: int, progress: bool = True, recompute: bool = False,
+               job=_run_inline) -> None:
+    """Run independent runs `processes` at a time, each inline in its own spawned process (its policies one after
+    another on one core, so no core waits at a barrier for a slower policy), into the run cache.
+
+    Inline gives the metrics of every other backend, so the cached results are those of a run on the profile's
+    backend. recompute: run even what the cache holds. Nothing hangs: a run process that dies raises at once,
+    naming the runs in flight, and one that finishes nothing within `packed_deadline` is killed with the others;
+    finished runs stay in the cache either way. job: what runs one (run, recompute) in a packed process (tests
+    inject faults here)."""
+    if not runs:
+        return
+    processes = min(processes, len(runs))
+    before = set(multiprocessing.active_children())
+    executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        pending = {executor.submit(job, (run, recompute)): run for run in runs}
+        with tqdm(total=len(runs), desc=f"runs, {processes} at a time", disable=not progress) as bar:
+            while pending:
+                deadline = packed_deadline(list(pending.values()))
+                done, _ = wait(pending, timeout=deadline, return_when=FIRST_COMPLETED)
+                if not done:
+                    raise TimeoutError(f"no packed run finished within {deadline:.0f} s (step_timeout x the steps "
+                                       f"of the longest run in flight); in flight: {_describe(pending.values())}")
+                for future in done:
+                    run = pending.pop(future)
+                    try:
+                        future.result()
+                    except BrokenProcessPool:
+                        raise RuntimeError(f"a packed run's process died (killed, or out of memory) while running "
+                                           f"{_describe([run, *pending.values()])}; finished runs are cached, "
+                                           f"run again to continue") from None
+                    bar.update(1)
+    except BaseException:
+        executor.shutdown(wait=False, cancel_futures=True)
+        for child in set(multiprocessing.active_children()) - before:  # a stuck run is killed, not waited for
+            child.kill()
+        raise
+    executor.shutdown()
+
+
+def packed_deadline(runs: list[Run]) -> float:
+    """Seconds within which one of `runs` must finish: the step deadline for each phase of the longest
+    (rollout and update per step, an evaluation every eval_every steps and at 0)."""
+    def phases(run: Run) -> int:
+        return 2 * run.steps + run.steps // max(1, min(run.config.grpo.eval_every, run.steps)) + 2
+    return max(run.config.runner.step_timeout * phases(run) for run in runs)
+
+
+def _describe(runs) -> str:
+    return ", ".join(run.label() for run in runs)
+
+
+Labelled = list[tuple[dict, Run]]
+"""[(label, run)]: each run with the columns its rows carry in the tables (pairing, probe, seed, ...)"""
+
+
+def run_many(labelled: Labelled, packed_runs: int = 1, backend: str | None = None, cache: bool = True,
+             progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(steps, evals) of every run, each row with its label's columns, in the order given.
+
+    With packed_runs > 1 the runs missing from the cache first run that many at a time, each inline in its own
+    process (run_packed; a run asked for twice runs once); then every run is read (or, one at a time, run on
+    `backend`: None takes the profile's). cache=False runs every run again."""
+    if packed_runs > 1:
+        runs = {run.folder(): run for _, run in labelled}
+        missing = [run for run in runs.values() if not cache or not run.is_cached()]
+        run_packed(missing, packed_runs, progress, recompute=not cache)
+        cache = True  # every run is in the cache now
+    all_steps, all_evals = [], []
+    for label, run in tqdm(labelled, desc="probe runs", disable=not progress or packed_runs > 1):
+        steps_df, evals_df = run_one(run, backend=backend, cache=cache)
+        all_steps.append(steps_df.assign(**label))
+        all_evals.append(evals_df.assign(**label))
+    return pd.concat(all_steps, ignore_index=True), pd.concat(all_evals, ignore_index=True)
+
+
+def grid_runs(config: RunConfig, zoo_paths: dict[str, str], pairings: list[str], probes: list, seeds: list[int],
+              steps: int | dict[str, int]) -> Labelled:
+    """Every (pairing, probe, seed) run, labelled with those three. probes: ProbeConfig objects or grid entries
+    (names, mappings {name: ..., knob: value}); steps: RL steps of every run, or {pairing: steps}."""
+    probes = [as_probe_config(entry) for entry in probes]
+    labelled = []
+    for pairing in pairings:
+        paths = {name: zoo_paths[name] for name in config.pairing(pairing)}
+        for probe in probes:
+            for seed in seeds:
+                run = Run(config, paths, probe, seed, steps[pairing] if isinstance(steps, dict) else steps)
+                labelled.append(({"pairing": pairing, "probe": probe_label(probe), "seed": seed}, run))
+    return labelled
