@@ -38,7 +38,7 @@ import dataclasses
 from IPython.display import HTML, display
 
 from mrl.config import RunnerConfig
-from mrl.experiment import policy_paths
+from mrl.experiments import policy_paths
 from mrl.notebook import setup_notebook
 from mrl.probes import probe_config
 from mrl.reports.substrate import zoo_table
@@ -142,7 +142,7 @@ for kind, rows in records.groupby("kind"):
 # its run's identity. Called without a folder it reads the cache of every notebook's runs, `results/runs/`.
 
 # %%
-from mrl.experiment import save_run
+from mrl.experiments import save_run
 from mrl.results import load_runs
 
 save_run(run.folder / "runs" / "tour-sgt", record, config.task, grpo, probe_config("sgt"),

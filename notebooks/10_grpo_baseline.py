@@ -37,7 +37,7 @@ progress = True
 
 # %%
 import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
-from mrl.experiment import policy_paths, run_probe
+from mrl.experiments import Run, policy_paths, run_one
 from mrl.notebook import setup_notebook
 from mrl.probes import probe_config
 from mrl.reports.substrate import baseline_table, learning_curves_figure
@@ -48,7 +48,7 @@ config = run.config
 paths = policy_paths(config, progress)
 
 # %%
-steps, evals = run_probe(config, paths, probe_config("grpo"), seed, config.grpo.steps, progress=progress)
+steps, evals = run_one(Run(config, paths, probe_config("grpo"), seed, config.grpo.steps), progress=progress)
 steps.to_csv(run.folder / "steps.csv", index=False)
 evals.to_csv(run.folder / "evals.csv", index=False)
 

@@ -39,15 +39,15 @@ progress = True
 import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 import dataclasses
 import pandas as pd
-from mrl.config import RunnerConfig, override
-from mrl.experiment import policy_paths
+from mrl.experiments import policy_paths
+from mrl.validation import override
 from mrl.notebook import setup_notebook
 from mrl.reports.substrate import mwra_compute_table, mwra_timeline_figure
 from mrl.results import save_figure, write_table
 from mrl.runner import run_concurrent
 
 run = setup_notebook("30_mwra", profile, partial=steps is not None or backends is not None)
-config, timing = run.config, run.config.experiments.mwra
+config, timing = run.config, run.config.experiment("mwra")
 timing = override(timing, steps=steps, backends=backends)  # checked; papermill's text values parsed as YAML
 steps, backends = timing.steps, timing.backends
 grpo = dataclasses.replace(config.grpo, steps=steps, eval_every=steps)
@@ -59,7 +59,7 @@ paths = {name: zoo_paths[name] for name in config.pairing(timing.pairing)}
 records = {}
 for backend in backends:
     records[backend] = run_concurrent(paths, config.task, grpo,
-                                      RunnerConfig(backend=backend, step_timeout=config.step_timeout),
+                                      dataclasses.replace(config.runner, backend=backend),
                                       threads=config.threads, progress=progress)
 runs = {b: {"timeline": r.timeline, "wall": r.wall_seconds, "startup": r.startup_seconds} for b, r in records.items()}
 pd.DataFrame([r for b, rec in records.items() for r in rec.timeline]).to_csv(run.folder / "timeline.csv", index=False)

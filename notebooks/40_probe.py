@@ -51,28 +51,28 @@ import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before to
 import time
 start = time.perf_counter()
 import pandas as pd
-from mrl.config import override
-from mrl.experiment import policy_paths, run_grid
+from mrl.experiments import policy_paths, run_many
+from mrl.experiments.probe import probe_runs
 from mrl.notebook import setup_notebook
 from mrl.reports.paired import paired_table
 from mrl.reports.probes import accuracy_figure, main_table, rescue_figure, stability_table
 from mrl.results import listing, save_figure, write_table
+from mrl.validation import override
 
 requested = {"pairings": pairings, "probes": probes, "seeds": seeds, "steps": steps}
 run = setup_notebook("40_probe", profile, partial=any(v is not None for v in requested.values()))
 config = run.config
-grid = override(config.experiments.probe, pairings=pairings)  # checked; papermill's text values parsed as YAML
+grid = override(config.experiment("probe"), pairings=pairings)  # checked; papermill's text values parsed as YAML
 if isinstance(steps, int):
     requested["steps"] = {pairing: steps for pairing in grid.pairings}
 grid = override(grid, **{k: v for k, v in requested.items() if k != "pairings"})
-backend = backend or config.backend
+backend = backend or config.runner.backend
 run.record(grid=grid, backend=backend)
 paths = policy_paths(config, progress)
 steps_text = ", ".join(f"{k} {v}" for k, v in grid.steps.items() if k in grid.pairings)
 
 # %%
-steps_df, evals = run_grid(config, paths, grid.pairings, grid.probes, grid.seeds, grid.steps, backend=backend,
-                           progress=progress)
+steps_df, evals = run_many(probe_runs(config, paths, grid), config.packed_runs, backend, progress=progress)
 steps_df.to_csv(run.folder / "steps.csv", index=False)
 evals.to_csv(run.folder / "evals.csv", index=False)
 print(f"{len(steps_df.groupby(['pairing', 'probe', 'seed']))} runs, {time.perf_counter() - start:.0f} s")

@@ -56,7 +56,8 @@ import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before to
 import time
 start = time.perf_counter()
 import pandas as pd
-from mrl.experiment import CLIPPING_MINIBATCHES, hacpo_ablations, policy_paths, run_grid
+from mrl.experiments import policy_paths, run_many
+from mrl.experiments.hacpo import ablation_probes, ablation_runs, hacpo_runs
 from mrl.notebook import setup_notebook
 from mrl.probes import as_probe_config, probe_config
 from mrl.reports.paired import paired_table
@@ -65,10 +66,10 @@ from mrl.reports.probes import (hyperparameter_table, peer_clip_table, ratio_sta
 from mrl.results import listing, save_figure, write_table
 
 run = setup_notebook("50_hacpo", profile)
-config, grid = run.config, run.config.experiments.hacpo
-backend = backend or config.backend
+config, grid = run.config, run.config.experiment("hacpo")
+backend = backend or config.runner.backend
 run.record(grid=grid, backend=backend, ablations={axis: [p.knobs() for p in probes]
-                                                  for axis, probes in hacpo_ablations().items()})
+                                                  for axis, probes in ablation_probes(grid).items()})
 zoo_paths = policy_paths(config, progress)
 
 # %% [markdown]
@@ -76,8 +77,7 @@ zoo_paths = policy_paths(config, progress)
 
 # %%
 arms = [as_probe_config(entry) for entry in grid.probes]
-steps_df, evals = run_grid(config, zoo_paths, grid.pairings, arms, grid.seeds, grid.steps, backend=backend,
-                           progress=progress)
+steps_df, evals = run_many(hacpo_runs(config, zoo_paths), config.packed_runs, backend, progress=progress)
 steps_df.to_csv(run.folder / "steps.csv", index=False)
 evals.to_csv(run.folder / "evals.csv", index=False)
 comparison = summary_table(evals)
@@ -106,9 +106,9 @@ paired
 
 # %%
 ablation_rows, ablation_steps = [], []
-for axis, probes in hacpo_ablations().items():
-    a_steps, a_evals = run_grid(config, zoo_paths, grid.pairings, probes, grid.ablation_seeds, grid.ablation_steps,
-                                backend=backend, progress=progress)
+clip_minibatches = max([p.minibatches for p in ablation_probes(grid).get("clipping", [])] + [1])
+for axis, labelled in ablation_runs(config, zoo_paths).items():
+    a_steps, a_evals = run_many(labelled, config.packed_runs, backend, progress=progress)
     table = summary_table(a_evals).merge(peer_clip_table(a_steps), on=["pairing", "probe", "policy"], how="left")
     ablation_rows.append(table.assign(axis=axis))
     ablation_steps.append(a_steps.assign(axis=axis))
@@ -117,7 +117,7 @@ ablations = ablations[["axis"] + [c for c in ablations.columns if c != "axis"]]
 write_table(ablations, "hacpo_ablations", run.tables,
             caption=f"HACPO ablations on {listing(grid.pairings)}, {grid.ablation_steps} steps, seed(s) "
                     f"{listing(grid.ablation_seeds)}: final greedy accuracy and the fraction of peer samples inside "
-                    f"the clip range. The clipping rows take {CLIPPING_MINIBATCHES} minibatch updates per step.")
+                    f"the clip range. The clipping rows take {clip_minibatches} minibatch updates per step.")
 ablations
 
 # %% [markdown]
@@ -146,14 +146,14 @@ ratio_table
 clip_steps = pd.concat(ablation_steps)
 clip_steps = clip_steps[clip_steps.axis == "clipping"]
 default = probe_config("hacpo")
-fig = stepwise_clipping_figure(clip_steps, default.delta, default.delta_step, CLIPPING_MINIBATCHES)
+fig = stepwise_clipping_figure(clip_steps, default.delta, default.delta_step, clip_minibatches)
 save_figure(fig, "hacpo_stepwise_clipping", run.figures)
 
 # %% [markdown]
 # ## Hyperparameters (generated from the configs)
 
 # %%
-probes_used = arms + [p for probes in hacpo_ablations().values() for p in probes]
+probes_used = arms + [p for probes in ablation_probes(grid).values() for p in probes]
 hyper = hyperparameter_table(config, probes_used)
 write_table(hyper, "hyperparameters", run.tables, caption="Hyperparameters of every run, read from the configs.")
 hyper

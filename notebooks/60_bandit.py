@@ -47,7 +47,7 @@ from mrl.results import listing, save_figure, write_table
 
 env_config = EnvConfig()
 run = setup_notebook("60_bandit", profile, extra={"env": repr(env_config), "env_seed": env_config.seed})
-settings = run.config.experiments.bandit
+settings = run.config.experiment("bandit")
 dynamics_config = DynamicsConfig(steps=settings.steps)
 
 # %% [markdown]

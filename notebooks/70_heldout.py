@@ -49,7 +49,9 @@ import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before to
 import time
 start = time.perf_counter()
 import pandas as pd
-from mrl.experiment import heldout_grid, heldout_knob_grid, heldout_zoos, policy_paths, run_grid
+from mrl.experiments import panel_labels, policy_paths, run_many
+from mrl.experiments.hacpo import hacpo_runs
+from mrl.experiments.heldout import heldout_runs, heldout_zoos, knob_runs
 from mrl.notebook import setup_notebook
 from mrl.reports.claims import claims_ledger, verdict_counts
 from mrl.reports.paired import knob_table, paired_table, weak_skill_figure
@@ -60,8 +62,8 @@ from mrl.tasks import make_task
 from mrl.zoo import load_policy
 
 run = setup_notebook("70_heldout", profile)
-config, heldout = run.config, run.config.experiments.heldout
-backend = backend or config.backend
+config, heldout = run.config, run.config.experiment("heldout")
+backend = backend or config.runner.backend
 run.record(heldout=heldout, backend=backend)
 zoos = heldout_zoos(config, progress)
 
@@ -81,7 +83,7 @@ families
 # ## The grid: every probe on zoo seed 0, GRPO and SGT on every zoo seed, each over the RL seeds
 
 # %%
-steps_df, evals = heldout_grid(config, backend=backend, progress=progress)
+steps_df, evals = run_many(heldout_runs(config, progress), config.packed_runs, backend, progress=progress)
 steps_df.to_csv(run.folder / "steps.csv", index=False)
 evals.to_csv(run.folder / "evals.csv", index=False)
 n_runs = len(steps_df.groupby(["probe", "seed", "zoo_seed"]))
@@ -131,10 +133,7 @@ write_table(per_zoo, "heldout_per_zoo", run.tables,
 per_zoo
 
 # %%
-panels = {"MRL probes and GRAFT": ["grpo", "prp", "prp_naive", "xgrpo", "sgt", "graft"],
-          "HACPO and its baselines": ["grpo", "hacpo", "gspo", "gspo_x2", "naive"],
-          "the same, 4 updates per step": ["grpo", *(f"{p} (minibatches=4)" for p in ("hacpo", "gspo", "gspo_x2",
-                                                                                       "naive"))]}
+panels = panel_labels(heldout.panels)   # {title: probe labels}, the profile's (experiments.heldout.panels)
 first_zoo = heldout.zoo_seeds[0]
 save_figure(weak_skill_figure(evals, steps_df, panels, zoo_seed=first_zoo), "heldout_weak_skill", run.figures)
 
@@ -156,7 +155,7 @@ save_figure(weak_skill_figure(evals, steps_df, panels, zoo_seed=last_zoo), name,
 
 # %%
 if heldout.knob_probes:
-    knob_steps, knob_evals = heldout_knob_grid(config, backend=backend, progress=progress)
+    knob_steps, knob_evals = run_many(knob_runs(config, progress), config.packed_runs, backend, progress=progress)
     knobs = knob_table(knob_evals)
     write_table(knobs, "heldout_knobs", run.tables,
                 caption=f"Knob variants against their probe's defaults on the held-out experiment ({heldout.steps} "
@@ -178,9 +177,9 @@ knobs
 # each zoo seed is a unit of its own (its interval over the RL seeds of that zoo).
 
 # %%
-pool_grid = config.experiments.hacpo
-pool_steps, pool_evals = run_grid(config, policy_paths(config, progress), pool_grid.pairings, pool_grid.probes,
-                                  pool_grid.seeds, pool_grid.steps, backend=backend, progress=progress)
+pool_grid = config.experiment("hacpo")
+pool_steps, pool_evals = run_many(hacpo_runs(config, policy_paths(config, progress)), config.packed_runs, backend,
+                                  progress=progress)
 regimes = {"pool (arith-ops)": (pool_evals, pool_steps), "held-out (arith-forms)": (evals, steps_df)}
 ledger = claims_ledger(regimes, {name: rescue_skills(e) for name, (e, _) in regimes.items()})
 write_table(ledger, "claims", run.tables,

@@ -47,7 +47,8 @@ import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before to
 import time
 start = time.perf_counter()
 import pandas as pd
-from mrl.experiment import beyond_grid, offline_grid, poison_grid, scaling_grid
+from mrl.experiments import panel_labels, run_many
+from mrl.experiments.beyond import beyond_runs, poison_runs, run_offline, run_scaling
 from mrl.notebook import setup_notebook
 from mrl.reports.beyond import (poison_figure, poison_table, records_handed_over, scaling_figure, scaling_table,
                                 with_arm_labels)
@@ -55,16 +56,16 @@ from mrl.reports.paired import paired_table, weak_skill_figure
 from mrl.results import listing, save_figure, write_table
 
 run = setup_notebook("80_beyond", profile)
-config, beyond, heldout = run.config, run.config.experiments.beyond, run.config.experiments.heldout
-backend = backend or config.backend
+config, beyond, heldout = run.config, run.config.experiment("beyond"), run.config.experiment("heldout")
+backend = backend or config.runner.backend
 run.record(beyond=beyond, heldout=heldout, backend=backend)
 
 # %% [markdown]
 # ## TRRD and GRAFT (online and offline) against the MRL probes and HACPO, paired with GRPO
 
 # %%
-online_steps, online_evals = beyond_grid(config, backend=backend, progress=progress)
-offline_steps, offline_evals = offline_grid(config, backend=backend, progress=progress)
+online_steps, online_evals = run_many(beyond_runs(config), config.packed_runs, backend, progress=progress)
+offline_steps, offline_evals = run_offline(config, backend, progress=progress)
 steps_df = pd.concat([online_steps, offline_steps], ignore_index=True)
 evals = pd.concat([online_evals, offline_evals], ignore_index=True)
 steps_df.to_csv(run.folder / "steps.csv", index=False)
@@ -82,8 +83,7 @@ write_table(table, "beyond_main", run.tables,
 table
 
 # %%
-panels = {"teacher and trajectory methods": ["grpo", "trrd", "graft", "graft (offline)"],
-          "MRL probes and HACPO": ["grpo", *(p for p in ("prp", "xgrpo", "sgt", "hacpo") if p in set(evals.probe))]}
+panels = panel_labels(beyond.panels)   # {title: probe labels}, the profile's (experiments.beyond.panels)
 save_figure(weak_skill_figure(evals, steps_df, panels), "beyond_weak_skill", run.figures)
 
 # %% [markdown]
@@ -98,7 +98,7 @@ save_figure(weak_skill_figure(evals, steps_df, panels), "beyond_weak_skill", run
 # them.
 
 # %%
-poison_steps, poison_evals = poison_grid(config, backend=backend, progress=progress)
+poison_steps, poison_evals = run_many(poison_runs(config), config.packed_runs, backend, progress=progress)
 poison_steps, poison_evals = with_arm_labels(poison_steps), with_arm_labels(poison_evals)
 poison_numbers, poisoned = poison_table(poison_evals, poison_steps, beyond.poisoned)
 write_table(poisoned, "beyond_poison", run.tables,
@@ -128,7 +128,7 @@ save_figure(poison_figure(poison_numbers), "beyond_poison", run.figures)
 # %%
 scaling = None
 if beyond.scaling_sizes:
-    scale_steps, scale_evals, scale_runs = scaling_grid(config, progress=progress)
+    scale_steps, scale_evals, scale_runs = run_scaling(config, progress=progress)
     scaling = scaling_table(scale_evals, scale_runs)
     write_table(scaling, "beyond_scaling", run.tables,
                 caption=f"n policies sharing with {beyond.scaling_probe} on the held-out experiment "
