@@ -323,11 +323,13 @@ class RunConfig:
 
     def __post_init__(self):
         c = "RunConfig"
-        known = set(self.policies) if self.policies else {f.name for f in self.zoo.families} if self.zoo else set()
-        for name, members in self.pairings.items():
-            require(set(members) <= known, c, f"pairings[{name!r}]", members, f"policies drawn from {sorted(known)}")
-        require(set(self.placement) <= known, c, "placement", sorted(self.placement),
-                f"policy names drawn from {sorted(known)}")
+        if self.policies or self.zoo:   # (a config built in Python for given checkpoint folders may name neither)
+            known = set(self.policies) if self.policies else {f.name for f in self.zoo.families}
+            for name, members in self.pairings.items():
+                require(set(members) <= known, c, f"pairings[{name!r}]", members,
+                        f"policies drawn from {sorted(known)}")
+            require(set(self.placement) <= known, c, "placement", sorted(self.placement),
+                    f"policy names drawn from {sorted(known)}")
         unknown = sorted(set(self.experiments) - set(EXPERIMENTS))
         require(not unknown, c, "experiments", unknown,
                 f"experiment names drawn from {sorted(EXPERIMENTS)} (the modules of mrl.experiments register them)")

@@ -83,9 +83,10 @@ def test_bad_placements_are_refused_naming_the_field(values, named):
 
 
 def test_a_placement_for_a_policy_the_profile_lacks_is_refused():
+    zoo = {"families": [{"name": "A"}, {"name": "B"}]}
     with pytest.raises(ConfigError, match=r"RunConfig.placement = \['Z'\]"):
-        RunConfig(placement={"Z": {"dtype": "bfloat16"}})
-    assert RunConfig(placement={"B": {"dtype": "bfloat16"}}).placement_of("A") == PlacementConfig()
+        RunConfig(zoo=zoo, placement={"Z": {"dtype": "bfloat16"}})
+    assert RunConfig(zoo=zoo, placement={"B": {"dtype": "bfloat16"}}).placement_of("A") == PlacementConfig()
 
 
 def _actor(path, **placement) -> PolicyActor:
