@@ -3,15 +3,24 @@
 One path for every experiment: independent GRPO is this runner with the `grpo` probe (n = 1, or n > 1
 policies that publish but read nothing), the probes and HACPO are the same loop with another probe.
 
-Each step: the exchange clock advances; every worker samples and scores the step's prompts
-(`rollout`, a barrier); their records are published (malformed ones are rejected and counted);
-for each learner the runner collects the peers' records of the kinds its probe declares (successes
-re-verified with the learner's verifier, stale records dropped); every worker updates with its
-probe's loss (`update`, a barrier).
-Greedy evaluation every `eval_every` steps. Checkpoints every `checkpoint_every` steps hold every
-policy's weights and optimizer state, the exchange (clock, counters, records) and all metrics so
-far, written atomically (a temporary folder renamed into place); `resume=True` continues from
-the latest complete one and ends with the metrics of an uninterrupted run.
+The shape: `plan_run` makes every check once, before any worker starts, into a frozen `RunPlan` (the probe
+and its GRPO config, each policy's placement and threads, the peers, the offline records, the run's identity,
+the checkpoint to resume). A `Session` holds what the run changes (backend, exchange, record, reporting)
+and its phases, each written once: rollout, collect, update, evaluate, end of step, checkpoint. A clock
+drives the session:
+
+- `sync_clock`, step by step: the exchange clock advances; every worker samples and scores the step's
+  prompts (`rollout`, a barrier); their records are published (malformed ones are rejected and counted) and
+  logged; for each learner the session collects the peers' records of the kinds its probe declares
+  (successes re-verified with the learner's verifier, stale records dropped); every worker updates with its
+  probe's loss (`update`, a barrier).
+- `async_clock`: each worker runs up to `staleness` steps ahead of the slowest; its update takes the peers'
+  records published by then (the schedule: `async_clock`'s docstring).
+
+Greedy evaluation every `eval_every` steps and at the last. Checkpoints every `checkpoint_every` steps hold
+every policy's weights and optimizer state, the exchange (clock, counters, records) and all metrics so far,
+written atomically (a temporary folder renamed into place); `resume=True` continues from the latest
+complete one and ends with the metrics of an uninterrupted run.
 """
 from __future__ import annotations
 
@@ -28,9 +37,9 @@ from tqdm.auto import tqdm
 from mrl import checkpoint, numerics
 from mrl.actor import ActorConfig, PolicyActor
 from mrl.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConfig, TaskConfig
-from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads, raise_first_failure
+from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads
 from mrl.poison import PoisonedActor
-from mrl.probes import ProbeConfig, get_probe
+from mrl.probes import Probe, ProbeConfig, get_probe
 from mrl.see import Exchange, PolicySpec, read_log_index, replay
 from mrl.seeding import step_prompts
 from mrl.tasks import make_task
@@ -80,21 +89,143 @@ class OfflinePeers:
         return specs, by_step
 
 
-latest_checkpoint = checkpoint.latest
-"""the newest finished checkpoint folder of a run (mrl.checkpoint.latest)"""
+# --- the plan: every check, once, before any worker starts ----------------------------------------------------
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What plan_run decided from run_concurrent's arguments; nothing in it changes while the run goes on."""
+
+    policy_paths: dict
+    """{policy: checkpoint folder} of the live policies"""
+    task: object
+    """the task (mrl.tasks.make_task) whose prompts and verifier every step uses"""
+    grpo_cfg: GrpoConfig
+    """the GRPO config, its group size multiplied by the probe's group_multiplier"""
+    probe: Probe
+    """the resolved probe (its kinds, teacher, group multiplier)"""
+    probe_cfg: ProbeConfig
+    """its config, checked to be the probe's own class"""
+    placement: dict
+    """{policy: PlacementConfig}, the defaults for a policy not named"""
+    threads: dict
+    """{policy: torch threads}, given or planned from the policies' parameter counts"""
+    peer_paths: dict
+    """{policy: checkpoint folder} of every peer, live and offline (THL and the teacher need their tokenizers)"""
+    offline_specs: dict
+    """{offline policy: its spec from the stored log}"""
+    offline_records: dict
+    """{step: [records]} the offline peers publish at that step"""
+    identity: dict
+    """the settings a resume must match (mrl.checkpoint.run_identity)"""
+    experience_dir: Path | str | None
+    """where the exchange logs its accepted records (None: no log)"""
+    workers: tuple
+    """one WorkerSpec per live policy, the poisoned one's class PoisonedActor"""
+    resumed: Path | None = None
+    """the checkpoint folder the run continues from (its identity matched), None for a fresh run"""
+    saved: dict | None = None
+    """that checkpoint's state (step, workers, exchange, record)"""
+    skipped: tuple = ()
+    """(folder name, reason) of every damaged checkpoint passed over to find it"""
+
+    @property
+    def first_step(self) -> int:
+        """The first step this run trains: 1, or the one after the resumed checkpoint's."""
+        return self.saved["step"] + 1 if self.saved is not None else 1
 
 
-def save_checkpoint(folder: str | Path, step: int, backend, exchange: Exchange, record: RunRecord, identity: dict,
-                    cfg: RunnerConfig) -> Path:
-    """Every live worker's state (within the step deadline, failures handled by the failure policy), the
-    exchange and the metrics so far, written atomically with the run's identity."""
-    states = _phase(backend, {w: ("state_dict", ()) for w in backend.workers}, step, record, cfg,
-                    "while checkpointing: ")
-    state = {"step": step, "workers": states, "exchange": exchange.state_dict(),
-             "record": {k: v for k, v in record.__dict__.items()
-                        if k not in ("timeline", "startup_seconds", "wall_seconds")}}
-    return checkpoint.save(folder, step, state, identity)
+def plan_run(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg: GrpoConfig, cfg: RunnerConfig,
+             checkpoint_dir: str | Path | None = None, resume: bool = False, threads: int | None = 1,
+             run_id: str = "run", actor_cls: type = PolicyActor, probe_cfg: ProbeConfig | None = None,
+             experience_dir: str | Path | None = None, offline: OfflinePeers | None = None,
+             placement: dict[str, PlacementConfig] | None = None) -> RunPlan:
+    """Every check of run_concurrent's arguments (ValueError or ConfigError naming what is wrong), in one order,
+    and the RunPlan they leave; the checkpoint to resume is found and matched against the run's identity here,
+    before any worker starts. The arguments are run_concurrent's."""
+    if len(policy_paths) < 1:
+        raise ValueError("a run needs at least one policy; policy_paths is empty")
+    if cfg.checkpoint_every and checkpoint_dir is None:
+        raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
+    probe_cfg = probe_cfg or ProbeConfig()
+    probe, grpo_cfg = _resolve_probe(probe_cfg, grpo_cfg)
+    offline_specs, offline_records = _load_offline(offline, policy_paths, cfg)
+    placement = _placements(placement, policy_paths)
+    identity = checkpoint.run_identity(policy_paths, task_cfg, grpo_cfg, probe_cfg, cfg, run_id, offline, placement)
+    found, saved, skipped = None, None, []
+    if resume and checkpoint_dir is not None:
+        found, saved, skipped = checkpoint.load_latest(checkpoint_dir, identity)
+    if experience_dir is None and checkpoint_dir is not None:
+        experience_dir = Path(checkpoint_dir) / "experience"
+    task = make_task(task_cfg)
+    thread_plan = _plan_threads(threads, policy_paths)
+    peer_paths = {peer: str(p) for peer, p in {**policy_paths, **(offline.paths if offline else {})}.items()}
+    _check_peers(probe, peer_paths, policy_paths, cfg)
+    workers = tuple(
+        WorkerSpec(name, PoisonedActor if name == cfg.poisoned else actor_cls,
+                   ActorConfig(name, str(path), task_cfg, grpo_cfg, probe_cfg, thread_plan[name], run_id, peer_paths,
+                               attack=cfg.attack if name == cfg.poisoned else "", reverify=cfg.reverify,
+                               placement=placement[name]),
+                   num_cpus=thread_plan[name], num_gpus=placement[name].gpus)
+        for name, path in policy_paths.items())
+    return RunPlan(policy_paths=dict(policy_paths), task=task, grpo_cfg=grpo_cfg, probe=probe, probe_cfg=probe_cfg,
+                   placement=placement, threads=thread_plan, peer_paths=peer_paths, offline_specs=offline_specs,
+                   offline_records=offline_records, identity=identity, experience_dir=experience_dir,
+                   workers=workers, resumed=found, saved=saved, skipped=tuple(skipped))
 
+
+def _resolve_probe(probe_cfg: ProbeConfig, grpo_cfg: GrpoConfig) -> tuple[Probe, GrpoConfig]:
+    """(the registered probe of probe_cfg, grpo_cfg with the probe's group multiplier); a config of another class
+    than the probe's, or an aggregation its loss does not implement, is refused."""
+    probe = get_probe(probe_cfg.name)
+    if type(probe_cfg) is not probe.config:
+        raise ConfigError(f"probe {probe.name!r} takes a {probe.config.__name__}, got {type(probe_cfg).__name__}; "
+                          f"build it with mrl.probes.probe_config({probe.name!r}, ...)")
+    probe.check(grpo_cfg)
+    if probe.group_multiplier != 1:
+        grpo_cfg = dataclasses.replace(grpo_cfg, group_size=grpo_cfg.group_size * probe.group_multiplier)
+    return probe, grpo_cfg
+
+
+def _load_offline(offline: OfflinePeers | None, policy_paths: dict, cfg: RunnerConfig) -> tuple[dict, dict]:
+    """OfflinePeers.load() of peers that are not live policies, in a sync run; ({}, {}) without offline peers."""
+    if offline is None:
+        return {}, {}
+    clash = sorted(set(offline.paths) & set(policy_paths))
+    if clash or cfg.mode != "sync":
+        raise ConfigError(f"offline peers {sorted(offline.paths)} must differ from the live policies "
+                          f"{sorted(policy_paths)} and need mode='sync'"
+                          + (f"; both hold {clash}" if clash else ""))
+    return offline.load()
+
+
+def _placements(placement: dict | None, policy_paths: dict) -> dict[str, PlacementConfig]:
+    """{policy: PlacementConfig} for every policy (the defaults where none is given); naming another is refused."""
+    unknown = sorted(set(placement or {}) - set(policy_paths))
+    if unknown:
+        raise ConfigError(f"placement names {unknown}, which are not policies of this run {sorted(policy_paths)}")
+    return {name: (placement or {}).get(name, PlacementConfig()) for name in policy_paths}
+
+
+def _plan_threads(threads: int | None, policy_paths: dict) -> dict[str, int]:
+    """{policy: torch threads}: `threads` each, or (None) this machine's cores shared by the policies' declared
+    cost (their parameter counts, mwra.plan_threads)."""
+    if threads is not None:
+        return {name: threads for name in policy_paths}
+    costs = {name: json.loads((Path(path) / "zoo.json").read_text())["n_params"] for name, path in policy_paths.items()}
+    return plan_threads(costs, os.cpu_count() or 1)
+
+
+def _check_peers(probe: Probe, peer_paths: dict, policy_paths: dict, cfg: RunnerConfig) -> None:
+    """A teacher probe needs a second policy (live or offline); the poisoned policy must be one of the run's."""
+    if probe.teacher and len(peer_paths) < 2:
+        raise ConfigError(f"probe {probe.name!r} takes its teacher from another policy of the run; got one policy "
+                          f"({sorted(peer_paths)}): pass at least two, live or offline")
+    if cfg.poisoned and cfg.poisoned not in policy_paths:
+        raise ConfigError(f"RunnerConfig.poisoned = {cfg.poisoned!r} is not a policy of this run; expected '' (none) "
+                          f"or one of {sorted(policy_paths)}")
+
+
+# --- the entry point -----------------------------------------------------------------------------------------
 
 def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg: GrpoConfig,
                    cfg: RunnerConfig, checkpoint_dir: str | Path | None = None, resume: bool = False,
@@ -123,86 +254,23 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     named takes the defaults (this CPU).
     """
     numerics.require()  # the driver records run.json's numerics and hosts inline workers
-    if len(policy_paths) < 1:
-        raise ValueError("a run needs at least one policy; policy_paths is empty")
-    if cfg.checkpoint_every and checkpoint_dir is None:
-        raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
-    probe_cfg = probe_cfg or ProbeConfig()
-    probe = get_probe(probe_cfg.name)
-    if type(probe_cfg) is not probe.config:
-        raise ConfigError(f"probe {probe.name!r} takes a {probe.config.__name__}, got {type(probe_cfg).__name__}; "
-                          f"build it with mrl.probes.probe_config({probe.name!r}, ...)")
-    probe.check(grpo_cfg)
-    if probe.group_multiplier != 1:
-        grpo_cfg = dataclasses.replace(grpo_cfg, group_size=grpo_cfg.group_size * probe.group_multiplier)
-    offline_specs, offline_records = {}, {}
-    if offline is not None:
-        clash = sorted(set(offline.paths) & set(policy_paths))
-        if clash or cfg.mode != "sync":
-            raise ConfigError(f"offline peers {sorted(offline.paths)} must differ from the live policies "
-                              f"{sorted(policy_paths)} and need mode='sync'"
-                              + (f"; both hold {clash}" if clash else ""))
-        offline_specs, offline_records = offline.load()
-    unknown = sorted(set(placement or {}) - set(policy_paths))
-    if unknown:
-        raise ConfigError(f"placement names {unknown}, which are not policies of this run {sorted(policy_paths)}")
-    placement = {name: (placement or {}).get(name, PlacementConfig()) for name in policy_paths}
-    identity = checkpoint.run_identity(policy_paths, task_cfg, grpo_cfg, probe_cfg, cfg, run_id, offline, placement)
-    found, state, skipped = None, None, []
-    if resume and checkpoint_dir is not None:
-        found, state, skipped = checkpoint.load_latest(checkpoint_dir, identity)  # before any worker starts
-    if experience_dir is None and checkpoint_dir is not None:
-        experience_dir = Path(checkpoint_dir) / "experience"
-    task = make_task(task_cfg)
-    if threads is None:
-        costs = {name: json.loads((Path(path) / "zoo.json").read_text())["n_params"]
-                 for name, path in policy_paths.items()}
-        plan = plan_threads(costs, os.cpu_count() or 1)
-    else:
-        plan = {name: threads for name in policy_paths}
-    peer_paths = {peer: str(p) for peer, p in {**policy_paths, **(offline.paths if offline else {})}.items()}
-    if probe.teacher and len(peer_paths) < 2:
-        raise ConfigError(f"probe {probe.name!r} takes its teacher from another policy of the run; got one policy "
-                          f"({sorted(peer_paths)}): pass at least two, live or offline")
-    if cfg.poisoned and cfg.poisoned not in policy_paths:
-        raise ConfigError(f"RunnerConfig.poisoned = {cfg.poisoned!r} is not a policy of this run; expected '' (none) "
-                          f"or one of {sorted(policy_paths)}")
-    specs = [WorkerSpec(name, PoisonedActor if name == cfg.poisoned else actor_cls,
-                        ActorConfig(name, str(path), task_cfg, grpo_cfg, probe_cfg, plan[name], run_id, peer_paths,
-                                    attack=cfg.attack if name == cfg.poisoned else "", reverify=cfg.reverify,
-                                    placement=placement[name]),
-                        num_cpus=plan[name], num_gpus=placement[name].gpus)
-             for name, path in policy_paths.items()]
-    sinks = [*make_reporters(cfg.report_to, run_id, cfg.logging_dir, identity), *(reporters or [])]
+    plan = plan_run(policy_paths, task_cfg, grpo_cfg, cfg, checkpoint_dir=checkpoint_dir, resume=resume,
+                    threads=threads, run_id=run_id, actor_cls=actor_cls, probe_cfg=probe_cfg,
+                    experience_dir=experience_dir, offline=offline, placement=placement)
+    sinks = [*make_reporters(cfg.report_to, run_id, cfg.logging_dir, plan.identity), *(reporters or [])]
     begin = time.perf_counter()
-    backend = make_backend(cfg.backend, specs)  # building the workers has its own deadline (start_timeout)
+    backend = make_backend(cfg.backend, list(plan.workers))  # building the workers has its own deadline (start_timeout)
     startup = time.perf_counter() - begin
-    record = RunRecord(**state["record"]) if state is not None else RunRecord(workers=list(policy_paths))
-    first_step = state["step"] + 1 if state is not None else 1
-    reporting = Reporting(sinks, reported=record if state is not None else None)
+    resumed = plan.saved is not None
+    record = RunRecord(**plan.saved["record"]) if resumed else RunRecord(workers=list(policy_paths))
+    reporting = Reporting(sinks, reported=record if resumed else None)
     try:
-        policies = _phase(backend, {w: ("policy_spec", ()) for w in backend.workers}, first_step - 1, record, cfg,
-                          "at start-up: ")
-        exchange = Exchange({**offline_specs, **{name: PolicySpec(**spec) for name, spec in policies.items()}},
-                            log_dir=experience_dir)
-        if state is not None:
-            _restore(backend, exchange, state, found.name, record, cfg)
-        for name, reason in skipped:
-            warnings.warn(f"skipped damaged checkpoint {name}: {reason}", stacklevel=2)
-            record.events.append({"step": first_step - 1, "event": f"skipped damaged checkpoint {name}: {reason}"})
-        if found is not None:
-            record.events.append({"step": first_step - 1, "event": f"resumed from {found.name}"})
-        if first_step == 1:
-            _evaluate(backend, 0, record, grpo_cfg, cfg)
+        session = Session.open(plan, cfg, backend, record, reporting, checkpoint_dir)
         loop_start = time.perf_counter()
-        if cfg.mode == "async":
-            _run_async(backend, task, grpo_cfg, cfg, exchange, record, first_step, checkpoint_dir, progress, probe,
-                       identity, reporting)
-        else:
-            _run_sync(backend, task, grpo_cfg, cfg, exchange, record, first_step, checkpoint_dir, progress, probe,
-                      identity, reporting, offline_records)
+        clock = async_clock if cfg.mode == "async" else sync_clock
+        clock(session, plan.first_step, progress)
         reporting.update(record)
-        record.counters = dict(exchange.counters)
+        record.counters = dict(session.exchange.counters)
         record.wall_seconds = time.perf_counter() - loop_start
         record.startup_seconds = startup
         return record
@@ -212,46 +280,287 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
         reporting.close()
 
 
-def _restore(backend, exchange: Exchange, state: dict, name: str, record: RunRecord, cfg: RunnerConfig) -> None:
-    """Load a checkpoint's state into the workers (within the step deadline) and into the exchange."""
-    for worker in list(backend.workers):
-        if worker not in state["workers"]:
-            backend.drop(worker)  # it had been dropped before the checkpoint
-    _phase(backend, {w: ("load_state_dict", (state["workers"][w],)) for w in backend.workers}, state["step"], record,
-           cfg, f"while resuming from {name}: ")
-    exchange.load_state_dict(state["exchange"])
+# --- the session: what a run changes, and its phases ----------------------------------------------------------
 
+@dataclass
+class Session:
+    """A run under way: its plan and runner config, the backend's workers, the exchange, the record so far and
+    the reporting of it. Each phase of a step is one method, shared by both clocks."""
 
-def _run_sync(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: Exchange, record: RunRecord,
-              first_step: int, checkpoint_dir, progress: bool, probe, identity: dict, reporting: Reporting,
-              offline_records: dict | None = None) -> None:
-    """Two barriers per step (rollout, update); the peers' records are collected in between and logged.
-    offline_records: {step: [records]} of offline peers, published with the step's own."""
-    steps = range(first_step, grpo_cfg.steps + 1)
-    for step in tqdm(steps, desc=f"{cfg.backend} x{len(backend.workers)} {probe.name}", disable=not progress,
-                     mininterval=5):
-        exchange.advance(step)
-        problems = step_prompts(task, grpo_cfg.seed, step, grpo_cfg.prompts_per_step)
-        rollouts = _phase(backend, {w: ("rollout", (step, problems)) for w in backend.workers}, step, record, cfg)
-        for name in sorted(rollouts):  # a fixed order, whatever order the workers answered in
-            exchange.publish_many(rollouts[name]["records"])
-        exchange.publish_many((offline_records or {}).get(step, []))
-        exchange.flush(step)
+    plan: RunPlan
+    cfg: RunnerConfig
+    backend: object
+    exchange: Exchange
+    record: RunRecord
+    reporting: Reporting
+    checkpoint_dir: str | Path | None = None
+
+    @classmethod
+    def open(cls, plan: RunPlan, cfg: RunnerConfig, backend, record: RunRecord, reporting: Reporting,
+             checkpoint_dir: str | Path | None) -> Session:
+        """The session of freshly started workers: the exchange built from their policy specs (and the offline
+        peers'), a checkpoint restored, skipped and resumed checkpoints named in the events, and the step-0
+        evaluation of a fresh run."""
+        at = plan.first_step - 1
+        policies = _phase(backend, {w: ("policy_spec", ()) for w in backend.workers}, at, record, cfg, "at start-up: ")
+        exchange = Exchange({**plan.offline_specs, **{name: PolicySpec(**spec) for name, spec in policies.items()}},
+                            log_dir=plan.experience_dir)
+        session = cls(plan, cfg, backend, exchange, record, reporting, checkpoint_dir)
+        if plan.saved is not None:
+            session.restore()
+        for name, reason in plan.skipped:
+            warnings.warn(f"skipped damaged checkpoint {name}: {reason}", stacklevel=3)  # run_concurrent's caller
+            record.events.append({"step": at, "event": f"skipped damaged checkpoint {name}: {reason}"})
+        if plan.resumed is not None:
+            record.events.append({"step": at, "event": f"resumed from {plan.resumed.name}"})
+        if plan.first_step == 1:
+            session.evaluate(0)
+        return session
+
+    @property
+    def identity(self) -> dict:
+        """The run's identity, written with every checkpoint."""
+        return self.plan.identity
+
+    def restore(self) -> None:
+        """Load the plan's checkpoint into the workers (within the step deadline; a worker it does not hold had been
+        dropped before it, and is dropped again) and into the exchange."""
+        saved = self.plan.saved
+        for worker in list(self.backend.workers):
+            if worker not in saved["workers"]:
+                self.backend.drop(worker)
+        self.phase({w: ("load_state_dict", (saved["workers"][w],)) for w in self.backend.workers}, saved["step"],
+                   f"while resuming from {self.plan.resumed.name}: ")
+        self.exchange.load_state_dict(saved["exchange"])
+
+    def phase(self, calls: dict, step: int, context: str = "") -> dict:
+        """One barrier over `calls` ({worker: (method, args)}) within the step deadline (`_phase`)."""
+        return _phase(self.backend, calls, step, self.record, self.cfg, context)
+
+    def lose(self, name: str, reason: str, step: int, context: str = "") -> None:
+        """A worker failed (`_lose`): raise under failure_policy fail, else drop it and name it in the events."""
+        _lose(self.backend, self.record, self.cfg, name, reason, step, context)
+
+    def prompts(self, step: int) -> list:
+        """The RL prompts of `step`, the same for every policy."""
+        return step_prompts(self.plan.task, self.plan.grpo_cfg.seed, step, self.plan.grpo_cfg.prompts_per_step)
+
+    def rollout(self, step: int, problems: list) -> dict:
+        """The sync rollout barrier: the exchange clock moves to `step`, every worker samples and scores `problems`;
+        their records are published in name order (whatever order they answered in), then the offline peers' of
+        this step, and the step is logged. {worker: rollout result}."""
+        self.exchange.advance(step)
+        rollouts = self.phase({w: ("rollout", (step, problems)) for w in self.backend.workers}, step)
+        for name in sorted(rollouts):
+            self.exchange.publish_many(rollouts[name]["records"])
+        self.exchange.publish_many(self.plan.offline_records.get(step, []))
+        self.exchange.flush(step)
+        return rollouts
+
+    def collect(self, name: str, step: int, problems: list) -> tuple[dict, dict]:
+        """(the peers' records of the probe's kinds for learner `name` at `step`, what its step row says of them):
+        `collect_counted`."""
+        return collect_counted(self.exchange, self.plan.probe.kinds, name, problems, self.plan.task, self.cfg, step)
+
+    def update(self, step: int, problems: list, rollouts: dict) -> None:
+        """The sync update barrier: every worker that rolled out updates with the records collected for it (in name
+        order); each one that answered appends its step row."""
         calls, received = {}, {}
-        for w in sorted(rollouts):
-            peer_records, received[w] = collect_counted(exchange, probe.kinds, w, problems, task, cfg, step)
-            calls[w] = ("update", (step, peer_records))
-        updates = _phase(backend, calls, step, record, cfg)
+        for name in sorted(rollouts):
+            peer_records, received[name] = self.collect(name, step, problems)
+            calls[name] = ("update", (step, peer_records))
+        updates = self.phase(calls, step)
         for name in sorted(updates):
-            result = updates[name]
-            record.steps.append(step_row(name, step, rollouts[name], result, received[name]))
-        exchange.drop_older_than(step + 1 - cfg.max_staleness)  # what the next step would find stale
-        if step % grpo_cfg.eval_every == 0 or step == grpo_cfg.steps:
-            _evaluate(backend, step, record, grpo_cfg, cfg)
-        record.counters = dict(exchange.counters)
-        reporting.update(record)
-        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-            save_checkpoint(checkpoint_dir, step, backend, exchange, record, identity, cfg)
+            self.record.steps.append(step_row(name, step, rollouts[name], updates[name], received[name]))
+
+    def is_eval_step(self, step: int) -> bool:
+        """Whether `step` ends with a greedy evaluation: every eval_every steps and the last."""
+        return step % self.plan.grpo_cfg.eval_every == 0 or step == self.plan.grpo_cfg.steps
+
+    def rollouts_at(self, step: int) -> int:
+        """Rollouts each policy has sampled by the end of `step` (the x axis of the evaluations)."""
+        return step * self.plan.grpo_cfg.prompts_per_step * self.plan.grpo_cfg.group_size
+
+    def evaluate(self, step: int) -> None:
+        """The greedy evaluation barrier; every answer's rows are added in name order."""
+        results = self.phase({w: ("evaluate", (step,)) for w in self.backend.workers}, step)
+        for name in sorted(results):
+            self.add_evals(step, results[name])
+
+    def add_evals(self, step: int, rows: list) -> None:
+        """One policy's evaluation rows of `step`, each with the rollouts sampled by then."""
+        rollouts = self.rollouts_at(step)
+        self.record.evals += [{**row, "rollouts": rollouts} for row in rows]
+
+    def end_of_step(self, done: int, evaluate: bool = False) -> None:
+        """Every live worker has finished step `done` and its rows are in: records that the next step would find
+        stale are dropped, the sync clock's evaluation runs, counters and reporting are brought up to date."""
+        self.exchange.drop_older_than(done + 1 - self.cfg.max_staleness)
+        if evaluate:
+            self.evaluate(done)
+        self.record.counters = dict(self.exchange.counters)
+        self.reporting.update(self.record)
+
+    def checkpoint_due(self, step: int) -> bool:
+        """Whether a checkpoint is written after `step` (every checkpoint_every steps; never without)."""
+        return bool(self.cfg.checkpoint_every) and step > 0 and step % self.cfg.checkpoint_every == 0
+
+    def next_checkpoint(self, step: int) -> int | None:
+        """The first checkpoint step >= step (a barrier for the async clock), or None without checkpoints."""
+        every = self.cfg.checkpoint_every
+        return None if not every else ((step + every - 1) // every) * every
+
+    def checkpoint(self, step: int) -> Path:
+        """`save_checkpoint` of the run at `step` into the checkpoint folder."""
+        return save_checkpoint(self.checkpoint_dir, step, self.backend, self.exchange, self.record, self.identity,
+                               self.cfg)
+
+
+# --- the clocks -----------------------------------------------------------------------------------------------
+
+def sync_clock(session: Session, first_step: int, progress: bool) -> None:
+    """Two barriers per step (rollout, update), the peers' records collected in between; then the end of step
+    and, on its cadence, a checkpoint."""
+    plan = session.plan
+    desc = f"{session.cfg.backend} x{len(session.backend.workers)} {plan.probe.name}"
+    for step in tqdm(range(first_step, plan.grpo_cfg.steps + 1), desc=desc, disable=not progress, mininterval=5):
+        problems = session.prompts(step)
+        session.update(step, problems, session.rollout(step, problems))
+        session.end_of_step(step, evaluate=session.is_eval_step(step))
+        if session.checkpoint_due(step):
+            session.checkpoint(step)
+
+
+def async_clock(session: Session, first_step: int, progress: bool) -> None:
+    """Bounded-staleness clock: a worker starts step s once s <= (slowest worker's next step) + staleness.
+
+    A step is two calls: the rollout, whose records are published as soon as it returns, then the update with the
+    peers' records of step s's prompts published by then (peers at the same step that finished sampling first, or
+    running ahead), within max_staleness of s; the staleness of every record handed over is in the step row. The
+    schedule is the order in which calls finish: fixed for the inline backend (one call after another, in dispatch
+    order: with fresh prompts every step the first worker of a step never sees a later one's samples of it), so its
+    runs are deterministic; with processes it follows the machine's timing, and the dispatch events record it.
+    Checkpoint steps are barriers (every worker finishes them before anyone goes on), so a
+    checkpoint is a consistent cut; the experience log is written at each of them and at the end.
+    `record.events` logs each dispatch's lead over the slowest.
+    """
+    lanes = _Lanes(session, {w: first_step for w in session.backend.workers})
+    bar = tqdm(total=(session.plan.grpo_cfg.steps - first_step + 1) * len(lanes.next_step),
+               desc=f"{session.cfg.backend} async", disable=not progress, mininterval=5)
+    while lanes.dispatch():
+        name, result, failure = session.backend.wait_any(timeout=session.cfg.step_timeout)
+        call = lanes.running.pop(name)
+        if failure is not None:
+            lanes.drop(name, failure)
+        elif call == "rollout":
+            lanes.rolled_out(name, result)
+        else:
+            lanes.finished(name, result)
+            bar.update(1)
+    lanes.close()
+    bar.close()
+
+
+@dataclass
+class _Lanes:
+    """The async clock's state, one lane per worker: its next step, its call in flight, its current step's
+    rollout and what it received, and the step rows waiting for the slowest worker to finish their step."""
+
+    session: Session
+    next_step: dict
+    """worker -> the step it works on next (a dropped worker leaves)"""
+    running: dict = field(default_factory=dict)
+    """worker -> its call in flight, rollout or finish"""
+    rollout_of: dict = field(default_factory=dict)
+    """worker -> its current step's rollout result"""
+    received: dict = field(default_factory=dict)
+    """(step, worker) -> what its step row records of the peers' records (collect_counted)"""
+    pending_rows: dict = field(default_factory=dict)
+    """(step, worker) -> its step row, appended to the record once every live worker has finished the step"""
+
+    def dispatch(self) -> bool:
+        """Start the rollout of every idle worker within the staleness bound (and not past the next checkpoint
+        barrier); False when no call is left in flight (every live worker is done)."""
+        session = self.session
+        live = [w for w in session.backend.workers if w in self.next_step]
+        if not live:
+            return False
+        slowest = min(self.next_step[w] for w in live)
+        barrier = session.next_checkpoint(slowest)
+        for w in live:
+            s = self.next_step[w]
+            if w in self.running or s > session.plan.grpo_cfg.steps or s > slowest + session.cfg.staleness \
+                    or (barrier and s > barrier):
+                continue
+            session.exchange.advance(max(session.exchange.clock, s))
+            session.backend.submit(w, "rollout", (s, session.prompts(s)))
+            self.running[w] = "rollout"
+            session.record.events.append({"step": s, "event": f"dispatch {w}", "lead": s - slowest})
+        return bool(self.running)
+
+    def drop(self, name: str, failure: str) -> None:
+        """A call of `name` failed: the failure policy raises, or the worker and its lane are dropped."""
+        self.session.lose(name, failure, self.session.exchange.clock)
+        self.next_step.pop(name, None)
+        self.rollout_of.pop(name, None)
+
+    def rolled_out(self, name: str, result: dict) -> None:
+        """`name`'s rollout returned: publish its records, collect its peers' and start its update (with the
+        evaluation on the evaluation steps)."""
+        session, s = self.session, self.next_step[name]
+        session.exchange.publish_many(result["records"])
+        self.rollout_of[name] = result
+        peer_records, self.received[(s, name)] = session.collect(name, s, session.prompts(s))
+        session.backend.submit(name, "finish", (s, peer_records, session.is_eval_step(s)))
+        self.running[name] = "finish"
+
+    def finished(self, name: str, result: dict) -> None:
+        """`name`'s update returned: its row waits for the step's slowest worker, its evaluation rows are added;
+        the steps every live worker has finished end (rows appended in order), and a checkpoint step that every
+        worker has reached, with nothing in flight, is logged and checkpointed."""
+        session, s = self.session, self.next_step[name]
+        self.pending_rows[(s, name)] = step_row(name, s, self.rollout_of.pop(name), result["update"],
+                                                self.received.pop((s, name)))
+        if result["evals"]:  # None when the step is no evaluation step
+            session.add_evals(s, result["evals"])
+        self.next_step[name] = s + 1
+        done = min(self.next_step[w] for w in self.next_step) - 1  # every live worker has finished this step
+        for key in sorted(k for k in self.pending_rows if k[0] <= done):
+            session.record.steps.append(self.pending_rows.pop(key))
+        session.end_of_step(done)
+        at_barrier = not self.running and all(self.next_step[w] == done + 1 for w in self.next_step)
+        if session.checkpoint_due(done) and at_barrier:
+            session.exchange.flush(done)
+            session.checkpoint(done)
+
+    def close(self) -> None:
+        """The run is over: the last records are logged, the rows still waiting appended, evaluations sorted."""
+        self.session.exchange.flush(self.session.exchange.clock)
+        for key in sorted(self.pending_rows):
+            self.session.record.steps.append(self.pending_rows.pop(key))
+        self.session.record.evals.sort(key=lambda row: (row["step"], row["policy"]))
+
+
+# --- barriers, collection, rows and checkpoints -------------------------------------------------------------
+
+def _phase(backend, calls: dict, step: int, record: RunRecord, cfg: RunnerConfig, context: str = "") -> dict:
+    """One barrier with the step deadline: results of the workers that answered; failures handled by the
+    failure policy (fail: raise WorkerFailed; continue: drop the worker, an event names it)."""
+    results, failures = backend.call(calls, timeout=cfg.step_timeout)
+    for name, reason in failures.items():
+        _lose(backend, record, cfg, name, reason, step, context)
+    if failures and not backend.workers:
+        raise WorkerFailed(next(iter(failures)), "no worker is left")
+    return results
+
+
+def _lose(backend, record: RunRecord, cfg: RunnerConfig, name: str, reason: str, step: int, context: str) -> None:
+    """A failed worker under the failure policy: fail raises WorkerFailed naming it; continue drops it and adds
+    an event with the first line of the reason."""
+    if cfg.failure_policy == "fail":
+        raise WorkerFailed(name, f"{context}{reason}")
+    backend.drop(name)
+    record.events.append({"step": step, "event": f"dropped {name}: {context}{reason.splitlines()[0]}"})
 
 
 def collect_for(exchange: Exchange, kinds, receiver: str, problems, task, max_staleness: int | None,
@@ -280,15 +589,6 @@ def staleness_counts(peer_records: dict, step: int) -> dict[int, int]:
     return dict(sorted(counts.items()))
 
 
-def step_row(name: str, step: int, rollout: dict, update: dict, received: dict) -> dict:
-    """One policy's row of RunRecord.steps: its rollout's reward and time, its update's loss, gradient norm,
-    active sequences, time and probe statistics, and what it received from its peers (collect_counted)."""
-    return {"policy": name, "step": step, "reward": rollout["reward"], "loss": update["loss"],
-            "grad_norm": update["grad_norm"], "active_sequences": update["active_sequences"],
-            "rollout_seconds": rollout["seconds"], "update_seconds": update["seconds"], **received,
-            **update.get("probe", {})}
-
-
 def collect_counted(exchange: Exchange, kinds, receiver: str, problems, task, cfg: RunnerConfig,
                     step: int) -> tuple[dict, dict]:
     """(collect_for's records for `receiver` at `step`, what its step row records of them): the peer successes SEE
@@ -300,109 +600,22 @@ def collect_counted(exchange: Exchange, kinds, receiver: str, problems, task, cf
                      "peer_staleness": json.dumps(staleness_counts(records, step))}
 
 
-def _run_async(backend, task, grpo_cfg: GrpoConfig, cfg: RunnerConfig, exchange: Exchange, record: RunRecord,
-               first_step: int, checkpoint_dir, progress: bool, probe, identity: dict, reporting: Reporting) -> None:
-    """Bounded-staleness clock: a worker starts step s once s <= (slowest worker's next step) + staleness.
-
-    A step is two calls: the rollout, whose records are published as soon as it returns, then the update with the
-    peers' records of step s's prompts published by then (peers at the same step that finished sampling first, or
-    running ahead), within max_staleness of s; the staleness of every record handed over is in the step row. The
-    schedule is the order in which calls finish: fixed for the inline backend (one call after another, in dispatch
-    order: with fresh prompts every step the first worker of a step never sees a later one's samples of it), so its
-    runs are deterministic; with processes it follows the machine's timing, and the dispatch events record it.
-    Checkpoint steps are barriers (every worker finishes them before anyone goes on), so a
-    checkpoint is a consistent cut; the experience log is written at each of them and at the end.
-    `record.events` logs each dispatch's lead over the slowest.
-    """
-    next_step = {w: first_step for w in backend.workers}
-    running: dict[str, str] = {}  # worker -> the call in flight: "rollout" or "finish"
-    rollout_of: dict[str, dict] = {}  # worker -> its current step's rollout result
-    bar = tqdm(total=(grpo_cfg.steps - first_step + 1) * len(next_step), desc=f"{cfg.backend} async",
-               disable=not progress, mininterval=5)
-    pending_rows: dict[tuple[int, str], dict] = {}
-    received: dict[tuple[int, str], dict] = {}
-    while True:
-        live = [w for w in backend.workers if w in next_step]
-        if not live:
-            break
-        slowest = min(next_step[w] for w in live)
-        barrier = _next_checkpoint(slowest, cfg.checkpoint_every)
-        for w in live:
-            s = next_step[w]
-            if w in running or s > grpo_cfg.steps or s > slowest + cfg.staleness or (barrier and s > barrier):
-                continue
-            exchange.advance(max(exchange.clock, s))
-            backend.submit(w, "rollout", (s, step_prompts(task, grpo_cfg.seed, s, grpo_cfg.prompts_per_step)))
-            running[w] = "rollout"
-            record.events.append({"step": s, "event": f"dispatch {w}", "lead": s - slowest})
-        if not running:
-            break
-        name, result, failure = backend.wait_any(timeout=cfg.step_timeout)
-        phase = running.pop(name)
-        if failure is not None:
-            if cfg.failure_policy == "fail":
-                raise WorkerFailed(name, failure)
-            backend.drop(name)
-            next_step.pop(name, None)
-            rollout_of.pop(name, None)
-            record.events.append({"step": exchange.clock, "event": f"dropped {name}: {failure.splitlines()[0]}"})
-            continue
-        s = next_step[name]
-        if phase == "rollout":
-            exchange.publish_many(result["records"])
-            rollout_of[name] = result
-            problems = step_prompts(task, grpo_cfg.seed, s, grpo_cfg.prompts_per_step)
-            peer_records, received[(s, name)] = collect_counted(exchange, probe.kinds, name, problems, task, cfg, s)
-            evaluate = s % grpo_cfg.eval_every == 0 or s == grpo_cfg.steps
-            backend.submit(name, "finish", (s, peer_records, evaluate))
-            running[name] = "finish"
-            continue
-        rollout = rollout_of.pop(name)
-        pending_rows[(s, name)] = step_row(name, s, rollout, result["update"], received.pop((s, name)))
-        if result["evals"]:
-            rollouts = s * grpo_cfg.prompts_per_step * grpo_cfg.group_size
-            record.evals += [{**row, "rollouts": rollouts} for row in result["evals"]]
-        next_step[name] = s + 1
-        bar.update(1)
-        done = min(next_step[w] for w in next_step) - 1  # every live worker has finished this step
-        exchange.drop_older_than(done + 1 - cfg.max_staleness)  # what the slowest worker's next step finds stale
-        for key in sorted(k for k in pending_rows if k[0] <= done):
-            record.steps.append(pending_rows.pop(key))
-        record.counters = dict(exchange.counters)
-        reporting.update(record)
-        if cfg.checkpoint_every and done and done % cfg.checkpoint_every == 0 and not running \
-                and all(next_step[w] == done + 1 for w in next_step):
-            exchange.flush(done)
-            save_checkpoint(checkpoint_dir, done, backend, exchange, record, identity, cfg)
-    exchange.flush(exchange.clock)
-    for key in sorted(pending_rows):
-        record.steps.append(pending_rows.pop(key))
-    record.evals.sort(key=lambda row: (row["step"], row["policy"]))
-    bar.close()
+def step_row(name: str, step: int, rollout: dict, update: dict, received: dict) -> dict:
+    """One policy's row of RunRecord.steps: its rollout's reward and time, its update's loss, gradient norm,
+    active sequences, time and probe statistics, and what it received from its peers (collect_counted)."""
+    return {"policy": name, "step": step, "reward": rollout["reward"], "loss": update["loss"],
+            "grad_norm": update["grad_norm"], "active_sequences": update["active_sequences"],
+            "rollout_seconds": rollout["seconds"], "update_seconds": update["seconds"], **received,
+            **update.get("probe", {})}
 
 
-def _next_checkpoint(step: int, every: int) -> int | None:
-    """The first checkpoint step >= step (a barrier for the async clock), or None without checkpoints."""
-    return None if not every else ((step + every - 1) // every) * every
-
-
-def _phase(backend, calls: dict, step: int, record: RunRecord, cfg: RunnerConfig, context: str = "") -> dict:
-    """One barrier with the step deadline: results of the workers that answered; failures handled by the
-    failure policy (fail: raise WorkerFailed; continue: drop the worker, an event names it)."""
-    results, failures = backend.call(calls, timeout=cfg.step_timeout)
-    if failures:
-        if cfg.failure_policy == "fail":
-            raise_first_failure(failures, context)
-        for name, reason in failures.items():
-            backend.drop(name)
-            record.events.append({"step": step, "event": f"dropped {name}: {context}{reason.splitlines()[0]}"})
-        if not backend.workers:
-            raise WorkerFailed(next(iter(failures)), "no worker is left")
-    return results
-
-
-def _evaluate(backend, step: int, record: RunRecord, grpo_cfg: GrpoConfig, cfg: RunnerConfig) -> None:
-    results = _phase(backend, {w: ("evaluate", (step,)) for w in backend.workers}, step, record, cfg)
-    rollouts = step * grpo_cfg.prompts_per_step * grpo_cfg.group_size
-    for name in sorted(results):
-        record.evals += [{**row, "rollouts": rollouts} for row in results[name]]
+def save_checkpoint(folder: str | Path, step: int, backend, exchange: Exchange, record: RunRecord, identity: dict,
+                    cfg: RunnerConfig) -> Path:
+    """Every live worker's state (within the step deadline, failures handled by the failure policy), the
+    exchange and the metrics so far, written atomically with the run's identity."""
+    states = _phase(backend, {w: ("state_dict", ()) for w in backend.workers}, step, record, cfg,
+                    "while checkpointing: ")
+    state = {"step": step, "workers": states, "exchange": exchange.state_dict(),
+             "record": {k: v for k, v in record.__dict__.items()
+                        if k not in ("timeline", "startup_seconds", "wall_seconds")}}
+    return checkpoint.save(folder, step, state, identity)

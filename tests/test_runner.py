@@ -21,7 +21,8 @@ from mrl.grpo import group_advantages, policy_loss
 from mrl.mwra import WorkerFailed
 from mrl.probes import probe_config
 from mrl.rollout import completion_logprobs, completion_texts, encode_prompts, sample_completions, score
-from mrl.runner import latest_checkpoint, run_concurrent
+from mrl import checkpoint
+from mrl.runner import run_concurrent
 from mrl.seeding import step_generator, step_prompts
 from mrl.tasks import make_task
 from mrl.zoo import load_policy
@@ -199,12 +200,12 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_metrics(paths, tmp_path):
     ckpt = tmp_path / "ckpt"
     process = subprocess.Popen([sys.executable, str(script), str(ckpt)])
     deadline = time.monotonic() + 300
-    while latest_checkpoint(ckpt) is None or latest_checkpoint(ckpt).name < "step-000004":
+    while checkpoint.latest(ckpt) is None or checkpoint.latest(ckpt).name < "step-000004":
         assert process.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
-    killed_at = latest_checkpoint(ckpt).name
+    killed_at = checkpoint.latest(ckpt).name
     assert killed_at < "step-000040"
     resumed = run_concurrent(paths, TASK, grpo, RunnerConfig(checkpoint_every=2), checkpoint_dir=ckpt,
                              resume=True, progress=False)
@@ -229,7 +230,7 @@ def test_killed_worker_fails_the_run_by_name_and_keeps_the_checkpoint(paths, tmp
     with pytest.raises(WorkerFailed, match="worker 'B' failed: its process died"):
         run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, progress=False, actor_cls=CrashingActor)
     assert time.monotonic() - start < 60
-    assert latest_checkpoint(tmp_path).name == "step-000002"
+    assert checkpoint.latest(tmp_path).name == "step-000002"
 
 
 @pytest.mark.slow
@@ -285,7 +286,7 @@ def test_async_clock_bounds_the_lead_and_matches_sync(paths, backend, tmp_path):
     assert key(metrics(fast)[0]) == key(metrics(sync)[0])
     assert sorted(fast.evals, key=lambda r: (r["step"], r["policy"], r["split"], r["skill"])) == \
         sorted(sync.evals, key=lambda r: (r["step"], r["policy"], r["split"], r["skill"]))
-    assert latest_checkpoint(tmp_path).name == "step-000006"
+    assert checkpoint.latest(tmp_path).name == "step-000006"
 
 
 class BadPeerActor(PolicyActor):
@@ -365,7 +366,7 @@ def test_hacpo_resumes_with_its_capability_tracker(paths, tmp_path):
     two = dict(list(paths.items())[:2])
     whole = run_concurrent(two, TASK, grpo, RunnerConfig(checkpoint_every=2), checkpoint_dir=tmp_path / "a",
                            progress=False, probe_cfg=probe)
-    state = torch.load(latest_checkpoint(tmp_path / "a") / "state.pt", weights_only=False)
+    state = torch.load(checkpoint.latest(tmp_path / "a") / "state.pt", weights_only=False)
     assert state["workers"]["A"]["probe_state"]["capability"].updates == 4
     shutil.rmtree(tmp_path / "a" / "step-000004")
     resumed = run_concurrent(two, TASK, grpo, RunnerConfig(checkpoint_every=2), checkpoint_dir=tmp_path / "a",
@@ -474,7 +475,7 @@ def test_a_worker_that_never_answers_fails_the_run_within_the_deadline(paths, tm
     with pytest.raises(WorkerFailed, match=f"worker 'C' failed: .*no answer to {actor.hang_in} within 5.0 s"):
         run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, progress=False, actor_cls=actor)
     assert time.monotonic() - start < 90
-    assert latest_checkpoint(tmp_path) is None
+    assert checkpoint.latest(tmp_path) is None
 
 
 @pytest.mark.slow
@@ -494,8 +495,8 @@ def test_a_worker_dying_while_checkpointing_is_dropped_with_continue(paths, tmp_
     assert [r["step"] for r in record.steps if r["policy"] == "C"] == [1, 2]
     assert [r["step"] for r in record.steps if r["policy"] == "A"] == list(range(1, GRPO.steps + 1))
     assert any(e["event"].startswith("dropped C: while checkpointing: its process died") for e in record.events)
-    state = torch.load(latest_checkpoint(tmp_path) / "state.pt", weights_only=False)
-    assert latest_checkpoint(tmp_path).name == "step-000006" and sorted(state["workers"]) == ["A", "B"]
+    state = torch.load(checkpoint.latest(tmp_path) / "state.pt", weights_only=False)
+    assert checkpoint.latest(tmp_path).name == "step-000006" and sorted(state["workers"]) == ["A", "B"]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,8 @@ import pytest
 
 from conftest import TINY_TASK
 from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
-from mrl.runner import latest_checkpoint, run_concurrent
+from mrl import checkpoint
+from mrl.runner import run_concurrent
 from mrl.see import replay
 
 pytestmark = pytest.mark.soak
@@ -48,7 +49,7 @@ def metrics(record):
 
 
 def damage_newest(folder, rng) -> str | None:
-    newest = latest_checkpoint(folder)
+    newest = checkpoint.latest(folder)
     if newest is None:
         return None
     state = newest / "state.pt"
@@ -86,8 +87,8 @@ def test_a_run_under_random_kills_and_damage_ends_as_an_uninterrupted_one(paths,
         if tally["worker kills"] + tally["run kills"] == FAULTS:
             assert process.wait(timeout=900) == 0
             break
-        before, deadline = latest_checkpoint(ckpt), time.monotonic() + 300
-        while latest_checkpoint(ckpt) == before and process.poll() is None:  # strike once the run has progressed
+        before, deadline = checkpoint.latest(ckpt), time.monotonic() + 300
+        while checkpoint.latest(ckpt) == before and process.poll() is None:  # strike once the run has progressed
             assert time.monotonic() < deadline, "no checkpoint within 300 s"
             time.sleep(0.05)
         time.sleep(rng.uniform(0, 2))

@@ -13,7 +13,8 @@ import pytest
 from conftest import TINY_TASK
 from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.probes import probe_config
-from mrl.runner import RunRecord, latest_checkpoint, run_concurrent
+from mrl import checkpoint
+from mrl.runner import RunRecord, run_concurrent
 from mrl.tracking import NotebookTable, Reporting, eval_metrics, step_metrics
 
 TASK = TaskConfig(**TINY_TASK)
@@ -98,7 +99,7 @@ def test_a_resumed_run_reports_only_its_new_steps(tiny_zoo_paths, tmp_path):
     cfg = RunnerConfig(checkpoint_every=2)
     run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, progress=False, reporters=[first])
     assert [step for step, _ in first.logged] == [0, 1, 2, 3, 4]
-    shutil.rmtree(latest_checkpoint(tmp_path))  # as if killed before its step-4 checkpoint
+    shutil.rmtree(checkpoint.latest(tmp_path))  # as if killed before its step-4 checkpoint
     run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, resume=True, progress=False,
                    reporters=[second])
     assert [step for step, _ in second.logged] == [3, 4]
