@@ -17,8 +17,8 @@ from pydantic import AfterValidator, Field
 from mrl.grpo import LEVELS, LOSS_TYPES
 from mrl.mwra import BACKENDS
 from mrl.tracking import REPORT_TO
-from mrl.validation import (Bool, ConfigError, Count, Float, Fraction, Int, NonEmpty, Positive, PositiveInt,  # noqa: F401
-                            Str, choice, config_dataclass, config_hash, override, require, to_dict)
+from mrl.validation import (Bool, ConfigError, Count, Float, Fraction, Int, NonEmpty, Positive, PositiveInt, Str,
+                            config_dataclass, require)
 from mrl import validation
 
 ENGINES = ("fast", "hf", "generate")

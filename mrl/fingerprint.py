@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import dis
 import functools
 import hashlib
 import inspect
@@ -70,10 +71,21 @@ def definition_source(obj) -> str:
     return code_without_docs(textwrap.dedent(inspect.getsource(obj)))
 
 
-def referenced_definitions(fn, module: str) -> list:
-    """`fn` and every function or class of `module` that it reaches through global names, recursively, in a fixed
-    order: what a probe written in a notebook cell runs besides its loss function."""
-    found, todo = {}, [fn]
+def global_names(code) -> list[str]:
+    """The global names a code object reads (LOAD_GLOBAL / LOAD_NAME; not attribute names)."""
+    return [ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
+
+
+CONSTANT_TYPES = (int, float, str, bytes, bool, type(None), tuple, list, dict, frozenset)
+"""global values whose repr a notebook-cell probe's fingerprint holds (a set's repr depends on hashing: left out)"""
+
+
+def referenced_definitions(fn, module: str) -> tuple[list, list]:
+    """([`fn` and every function or class of `module` it reaches through global names, recursively],
+    [(name, repr) of every plain constant (CONSTANT_TYPES) those reach]), both in a fixed order: what a probe
+    written in a notebook cell runs besides its loss function."""
+    found, constants, todo = {}, {}, [fn]
+    namespace = vars(sys.modules[module])
     while todo:
         obj = todo.pop()
         if obj.__qualname__ in found:
@@ -84,18 +96,19 @@ def referenced_definitions(fn, module: str) -> list:
         while codes:
             code = codes.pop()
             codes += [c for c in code.co_consts if inspect.iscode(c)]
-            namespace = getattr(obj, "__globals__", None) or vars(sys.modules[module])
-            for name in code.co_names:
+            for name in global_names(code):
                 target = namespace.get(name)
                 if (inspect.isfunction(target) or isinstance(target, type)) and target.__module__ == module:
                     todo.append(target)
-    return [found[name] for name in sorted(found)]
+                elif name in namespace and isinstance(target, CONSTANT_TYPES):
+                    constants[name] = repr(target)
+    return [found[name] for name in sorted(found)], sorted(constants.items())
 
 
 def user_code_fingerprint(objects: list) -> str:
     """16 hex digits of sha256 over the code of `objects` (functions, classes) defined outside the mrl package: the
     whole docstring-free module of each one that lives in a file, else (a notebook cell, an interactive session) the
-    object and every definition of its module it reaches by name. Objects of the mrl package give '' (code_fingerprint
+    object and every definition and plain constant of its module it reaches by name. Objects of the mrl package give '' (code_fingerprint
     covers them)."""
     digest = hashlib.sha256()
     for obj in objects:
@@ -106,6 +119,8 @@ def user_code_fingerprint(objects: list) -> str:
         if path and Path(path).is_file():
             digest.update(obj.__module__.encode() + code_without_docs(Path(path).read_text()).encode())
         else:
-            for definition in referenced_definitions(obj, obj.__module__):
+            definitions, constants = referenced_definitions(obj, obj.__module__)
+            for definition in definitions:
                 digest.update(definition_source(definition).encode())
+            digest.update(repr(constants).encode())
     return "" if digest.digest() == hashlib.sha256().digest() else digest.hexdigest()[:16]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from mrl.config import to_dict
+from mrl.validation import to_dict
 
 
 def repo_root() -> Path:

@@ -39,7 +39,7 @@ from mrl.actor import ActorConfig, PolicyActor
 from mrl.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConfig, TaskConfig
 from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads
 from mrl.poison import PoisonedActor
-from mrl.probes import Probe, ProbeConfig, get_probe
+from mrl.probes import Probe, ProbeConfig, get_probe, require_importable
 from mrl.see import Exchange, PolicySpec, read_log_index, replay
 from mrl.seeding import step_prompts
 from mrl.tasks import make_task
@@ -148,6 +148,7 @@ def plan_run(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg: GrpoC
         raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
     probe_cfg = probe_cfg or ProbeConfig()
     probe, grpo_cfg = _resolve_probe(probe_cfg, grpo_cfg)
+    require_importable(probe.name, cfg.backend)   # a notebook cell's probe runs inline only
     offline_specs, offline_records = _load_offline(offline, policy_paths, cfg)
     placement = _placements(placement, policy_paths)
     identity = checkpoint.run_identity(policy_paths, task_cfg, grpo_cfg, probe_cfg, cfg, run_id, offline, placement)

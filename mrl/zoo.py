@@ -23,7 +23,8 @@ from transformers import (AutoModelForCausalLM, GPT2Config, GPTNeoXConfig, Llama
 from transformers.utils import logging as hf_logging
 
 from mrl import numerics
-from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig, config_hash, to_dict
+from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig
+from mrl.validation import config_hash, to_dict
 from mrl.fingerprint import zoo_fingerprint
 from mrl.pools import map_in_processes
 from mrl.rollout import completion_logprobs

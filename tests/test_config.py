@@ -2,7 +2,8 @@ import dataclasses
 
 import pytest
 
-from mrl.config import ConfigError, FamilyConfig, GrpoConfig, RunConfig, config_hash, load_config, override
+from mrl.config import FamilyConfig, GrpoConfig, RunConfig, load_config
+from mrl.validation import ConfigError, config_hash, override
 from mrl.profiles import load_profile
 
 

@@ -388,7 +388,7 @@ def test_packed_runs_give_the_one_at_a_time_results(paths, tmp_path, monkeypatch
     """A grid run two at a time, each inline in its own process, caches exactly what one run at a time on the
     process backend gives."""
     from mrl.config import RunConfig
-    from mrl.experiment import run_grid
+    from mrl.experiments import grid_runs, run_many
 
     monkeypatch.chdir(tmp_path)            # the run cache goes under this folder's results/
     (tmp_path / "pyproject.toml").write_text("")
@@ -396,10 +396,12 @@ def test_packed_runs_give_the_one_at_a_time_results(paths, tmp_path, monkeypatch
     grpo = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
     frames = {}
     for packed in (1, 2):
-        config = RunConfig(task=TASK, grpo=grpo, pairings={"A+B": ["A", "B"]}, backend="process", packed_runs=packed)
-        frames[packed] = run_grid(config, paths, ["A+B"], ["grpo", "sgt"], [0], 3, cache=False, progress=False)
+        config = RunConfig(task=TASK, grpo=grpo, pairings={"A+B": ["A", "B"]},
+                           runner=RunnerConfig(backend="process"), packed_runs=packed)
+        runs = grid_runs(config, paths, ["A+B"], ["grpo", "sgt"], [0], 3)
+        frames[packed] = run_many(runs, packed, cache=False, progress=False)
         if packed == 2:   # the packed runs were cached: read back, they hold the same numbers
-            frames["cached"] = run_grid(config, paths, ["A+B"], ["grpo", "sgt"], [0], 3, progress=False)
+            frames["cached"] = run_many(runs, packed, progress=False)
     drop = lambda df: df.drop(columns=[c for c in df.columns if c.endswith("seconds")])  # noqa: E731
     for packed in (2, "cached"):
         assert drop(frames[packed][0]).equals(drop(frames[1][0])) and frames[packed][1].equals(frames[1][1])
@@ -407,8 +409,8 @@ def test_packed_runs_give_the_one_at_a_time_results(paths, tmp_path, monkeypatch
 
 def dying_job(job):
     """A packed run whose process is killed (seed 1), beside one that finishes (seed 0)."""
-    (_, _, _, seed, _), _ = job
-    if seed == 1:
+    run, _ = job
+    if run.seed == 1:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -420,10 +422,11 @@ def stuck_job(job):
                                                  (stuck_job, "no packed run finished", 2.0)])
 def test_a_packed_run_that_dies_or_hangs_never_hangs_the_grid(job, error, timeout):
     from mrl.config import RunConfig
-    from mrl.experiment import run_packed
+    from mrl.experiments.runs import Run, run_packed
 
-    config = RunConfig(task=TASK, grpo=dataclasses.replace(GRPO, steps=1, eval_every=1), step_timeout=timeout)
-    runs = [(config, {"A": "a", "B": "b"}, probe_config("grpo"), seed, 1) for seed in (0, 1)]
+    config = RunConfig(task=TASK, grpo=dataclasses.replace(GRPO, steps=1, eval_every=1),
+                       runner=RunnerConfig(step_timeout=timeout))
+    runs = [Run(config, {"A": "a", "B": "b"}, probe_config("grpo"), seed, 1) for seed in (0, 1)]
     start = time.monotonic()
     with pytest.raises((RuntimeError, TimeoutError), match=error):
         run_packed(runs, 2, progress=False, job=job)

@@ -15,7 +15,7 @@ from mrl.runner import run_concurrent
 
 USER_PROBE = '''
 """A user's probe: GRPO's own term, scaled."""
-from mrl.config import Float, config_dataclass
+from mrl.validation import Float, config_dataclass
 from mrl.probes import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.terms import own_term
 
@@ -107,3 +107,63 @@ def test_a_notebook_cell_probe_is_refused_on_worker_backends_with_the_fix(monkey
             require_importable("cell_probe", "process")
     finally:
         PROBES.pop("cell_probe", None)
+
+
+CELLS = [
+    '''import json
+import mrl
+from mrl.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+from mrl.experiments.runs import Run, run_one
+from mrl.probes import PeerView, ProbeConfig, ProbeOutput, probe_config, register_probe
+from mrl.probes.terms import own_term
+paths = json.loads({paths!r})
+config = RunConfig(task=TaskConfig(**json.loads({task!r})), grpo=GrpoConfig(steps=2, prompts_per_step=4, group_size=4,
+                   lr=3e-4, eval_every=2), runner=RunnerConfig(backend="inline"))
+seen = {{}}''',
+    '''SCALE = 1.0''',
+    '''def scaled(loss):
+    return None if loss is None else loss * SCALE''',
+    '''@register_probe("cell_probe")
+def cell_loss(batch, peers: PeerView, cfg: ProbeConfig) -> ProbeOutput:
+    own = own_term(batch)
+    return ProbeOutput.single(scaled(own.loss), own.active)''',
+    '''def run(tag):
+    run = Run(config, paths, probe_config("cell_probe"), 0, 2)
+    cached = run.is_cached()
+    steps, _ = run_one(run)
+    seen[tag] = {{"key": run.key(), "cached": cached, "loss": steps[steps.step == 1].loss.tolist()}}
+run("first")''',
+    '''run("again")''',
+    '''SCALE = 50.0''',
+    '''run("scale edited")''',
+    '''def scaled(loss):
+    return None if loss is None else 2 * loss * SCALE''',
+    '''run("helper edited")''',
+    '''print(json.dumps(seen))''',
+]
+
+
+def test_a_probe_written_in_notebook_cells_is_rerun_after_an_edit(tiny_zoo_paths, tmp_path):
+    """Cells define a probe, its helper and a constant; running it twice reads the cache; after an edit of the
+    constant or the helper (as a user re-runs an edited cell) the run has a new key and runs again."""
+    import json
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    from conftest import TINY_TASK
+
+    (tmp_path / "pyproject.toml").write_text("")   # the run cache goes under this folder's results/
+    (tmp_path / "mrl").mkdir()
+    paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
+    cells = [cell.format(paths=json.dumps(paths), task=json.dumps(TINY_TASK)) for cell in CELLS]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell) for cell in cells])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+                   ).execute()
+    seen = json.loads(notebook.cells[-1].outputs[0]["text"])
+    first, again, scale, helper = (seen[tag] for tag in ("first", "again", "scale edited", "helper edited"))
+    assert not first["cached"] and again["cached"] and again["key"] == first["key"]
+    assert len({first["key"], scale["key"], helper["key"]}) == 3 and not scale["cached"] and not helper["cached"]
+    for edited, factor in ((scale, 50.0), (helper, 100.0)):   # step 1: the same samples, the loss times the edit
+        assert edited["loss"] == pytest.approx([factor * loss for loss in first["loss"]], rel=1e-5)

@@ -20,7 +20,7 @@ import json
 import multiprocessing
 import shutil
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +33,8 @@ from mrl import numerics
 from mrl.checkpoint import placement_key
 from mrl.config import ATTACKS, MODES, GrpoConfig, RunConfig, RunnerConfig, TaskConfig
 from mrl.fingerprint import code_fingerprint
-from mrl.probes import ProbeConfig, as_probe_config, probe_config
+from mrl.pools import GUARD_HINT, spawn_executor
+from mrl.probes import ProbeConfig, as_probe_config, get_probe, probe_code, probe_config
 from mrl.results import git_sha, repo_root
 from mrl.runner import OfflinePeers, run_concurrent
 from mrl.validation import ConfigError, Str, config_hash, require, to_dict
@@ -161,6 +162,9 @@ class Run:
         key = {"task": to_dict(self.config.task), "grpo": to_dict(grpo), "probe": to_dict(self.probe),
                "policies": {name: Path(path).name for name, path in sorted(self.paths.items())},
                "code": code_fingerprint(), "numerics": numerics.mode()}
+        user_code = probe_code(self.probe.name)
+        if user_code:
+            key["probe_code"] = user_code   # a probe written outside the package: its module's or cells' code
         variant = self.variant.resolved(self.config.runner)
         if variant.key() != SHARED.key():
             key["peers"] = variant.key()
@@ -255,7 +259,7 @@ def run_packed(runs: list[Run], processes: int, progress: bool = True, recompute
         return
     processes = min(processes, len(runs))
     before = set(multiprocessing.active_children())
-    executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+    executor = spawn_executor(processes)
     try:
         pending = {executor.submit(job, (run, recompute)): run for run in runs}
         with tqdm(total=len(runs), desc=f"runs, {processes} at a time", disable=not progress) as bar:
@@ -270,9 +274,9 @@ def run_packed(runs: list[Run], processes: int, progress: bool = True, recompute
                     try:
                         future.result()
                     except BrokenProcessPool:
-                        raise RuntimeError(f"a packed run's process died (killed, or out of memory) while running "
+                        raise RuntimeError(f"a packed run's process died or could not start while running "
                                            f"{_describe([run, *pending.values()])}; finished runs are cached, "
-                                           f"run again to continue") from None
+                                           f"run again to continue. {GUARD_HINT}") from None
                     bar.update(1)
     except BaseException:
         executor.shutdown(wait=False, cancel_futures=True)
@@ -303,16 +307,19 @@ def run_many(labelled: Labelled, packed_runs: int = 1, backend: str | None = Non
     """(steps, evals) of every run, each row with its label's columns, in the order given.
 
     With packed_runs > 1 the runs missing from the cache first run that many at a time, each inline in its own
-    process (run_packed; a run asked for twice runs once); then every run is read (or, one at a time, run on
-    `backend`: None takes the profile's). cache=False runs every run again."""
+    process (run_packed; a run asked for twice runs once), but for runs of a probe written in a notebook cell, which
+    another process cannot import; then every run is read (or, one at a time, run on `backend`: None takes the
+    profile's). cache=False runs every run again."""
+    in_cells = {run.folder() for _, run in labelled if get_probe(run.probe.name).in_notebook}
+    packed = set()
     if packed_runs > 1:
-        runs = {run.folder(): run for _, run in labelled}
+        runs = {run.folder(): run for _, run in labelled if run.folder() not in in_cells}
         missing = [run for run in runs.values() if not cache or not run.is_cached()]
         run_packed(missing, packed_runs, progress, recompute=not cache)
-        cache = True  # every run is in the cache now
+        packed = set(runs)  # these are in the cache now
     all_steps, all_evals = [], []
-    for label, run in tqdm(labelled, desc="probe runs", disable=not progress or packed_runs > 1):
-        steps_df, evals_df = run_one(run, backend=backend, cache=cache)
+    for label, run in tqdm(labelled, desc="probe runs", disable=not progress or (packed_runs > 1 and not in_cells)):
+        steps_df, evals_df = run_one(run, backend=backend, cache=cache or run.folder() in packed)
         all_steps.append(steps_df.assign(**label))
         all_evals.append(evals_df.assign(**label))
     return pd.concat(all_steps, ignore_index=True), pd.concat(all_evals, ignore_index=True)

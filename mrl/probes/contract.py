@@ -29,7 +29,8 @@ from typing import Callable, Iterable
 
 from torch import Tensor
 
-from mrl.config import ConfigError, GrpoConfig, Str, config_dataclass, require
+from mrl.config import GrpoConfig
+from mrl.validation import ConfigError, Str, config_dataclass, require
 from mrl.fingerprint import user_code_fingerprint
 from mrl.grpo import LOSS_TYPES
 from mrl.rollout import RolloutBatch

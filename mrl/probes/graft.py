@@ -27,7 +27,7 @@ import math
 import numpy as np
 import torch
 
-from mrl.config import Float, config_dataclass, require
+from mrl.validation import Float, config_dataclass, require
 from mrl.probes.advantages import pooled_advantages
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.terms import (MAX_LOG_WEIGHT, group_log_ratios, own_term, peer_log_ratio, pooled_loss,

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from mrl.config import Bool, Float, Int, Str, choice, config_dataclass, require
+from mrl.validation import Bool, Float, Int, Str, choice, config_dataclass, require
 from mrl.grpo import policy_loss
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.hacpo_primitives import (CapabilityTracker, capability_advantages, peer_objective,

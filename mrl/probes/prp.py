@@ -16,7 +16,7 @@ import math
 import numpy as np
 import torch
 
-from mrl.config import Float, Str, choice, config_dataclass, require
+from mrl.validation import Float, Str, choice, config_dataclass, require
 from mrl.grpo import LEVELS
 from mrl.probes.advantages import pooled_advantages
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe

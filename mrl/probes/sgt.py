@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from mrl.config import Float, config_dataclass, require
+from mrl.validation import Float, config_dataclass, require
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.terms import (accepted_success, encode_completion, failure_threshold, own_term, rescue_set,
                               text_logprobs)

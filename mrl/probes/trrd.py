@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mrl.config import Float, config_dataclass, require
+from mrl.validation import Float, config_dataclass, require
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.terms import own_term
 from mrl.rollout import RolloutBatch

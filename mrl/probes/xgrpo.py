@@ -4,7 +4,7 @@ Only GroupStats cross between policies; no text, no THL.
 """
 from __future__ import annotations
 
-from mrl.config import Float, Str, choice, config_dataclass, require
+from mrl.validation import Float, Str, choice, config_dataclass, require
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.terms import own_term
 from mrl.rollout import RolloutBatch
