@@ -1,4 +1,4 @@
-"""Step time of each probe against independent GRPO, measured in the same run (SPEC section 8).
+"""Step time of each probe against independent GRPO, measured in the same run (docs/architecture.md, The probes).
 
 Two policies (A gpt2 + BPE, B llama + Unigram) of the default zoo, inline backend, 1 torch thread,
 the default profile's step (16 prompts x 8 samples). For every probe the same steps run with the same

@@ -1,4 +1,4 @@
-"""GRPO core: group advantages and the clipped policy loss with its four aggregations (SPEC 4).
+"""GRPO core: group advantages and the clipped policy loss with its four aggregations (docs/architecture.md, GRPO core).
 
 Pure tensor functions, no mrl imports. `policy_loss` equals TRL 1.16 `GRPOTrainer._compute_loss`
 on the same inputs for loss types grpo, bnpo, dr_grpo and dapo, token and sequence level, with

@@ -1,4 +1,5 @@
-"""MWRA, Multi-Worker Resource Allocation (SPEC section 7): one worker per policy, one API, three backends.
+"""MWRA, Multi-Worker Resource Allocation (docs/architecture.md, MWRA and the runner): one worker per policy, one
+API, three backends.
 
 - `inline`: actors in this process, called one after another (deterministic: tests, nbval).
 - `process`: one spawned OS process per actor, commands over a pipe (the fast CPU default).

@@ -1,4 +1,4 @@
-"""SEE, the Shared Experience Exchange (SPEC section 6): typed, versioned, validated records.
+"""SEE, the Shared Experience Exchange (docs/architecture.md, SEE): typed, versioned, validated records.
 
 Three kinds of record cross between policies:
 - `Rollout` (data level: a peer's sampled completion with its token ids and log-probs),

@@ -1,4 +1,5 @@
-"""Verifiable tasks: the complementary-skill arithmetic families (SPEC section 3) and GSM8K/MATH.
+"""Verifiable tasks: the complementary-skill arithmetic families (docs/architecture.md, The task and the zoo) and
+GSM8K/MATH.
 
 `arith-ops` (an algorithm gap): S1 addition `37+48=`, S2 subtraction `91-56=`, S3 multiplication
 by one digit `7*13=`. `arith-forms` (a format gap over addition): S1 `37+48=`, S2 `add 37 and 48:`,

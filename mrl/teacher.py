@@ -9,7 +9,7 @@ learner's tokens of that group:
 
 so every group (and the sequence) keeps the teacher's total; with one tokenizer the groups are single tokens and
 this is the teacher's own per-token log-prob exactly. Hand-written: no library projects log-probs across
-tokenizers (notes/peers.md surveys the alignment methods; THL is the package's own).
+tokenizers; THL is the package's own.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""THL, the Tokenizer Heterogeneity Layer (SPEC section 5): text is the unit of exchange.
+"""THL, the Tokenizer Heterogeneity Layer (docs/architecture.md, THL): text is the unit of exchange.
 
 1. Retokenize: decode the source ids (`skip_special_tokens=True, clean_up_tokenization_spaces=False`)
    and encode the text with the receiver (`add_special_tokens=False`).

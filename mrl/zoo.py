@@ -2,8 +2,8 @@
 
 Each family is an architecture (gpt2, llama, qwen2) built from config, a tokenizer trained with
 `tokenizers` on the task corpus of all skills (byte-level BPE, Unigram, WordPiece) and saved as a
-`PreTrainedTokenizerFast`, and a supervised warm-up on the family's skill mixture (SPEC 3). Built
-once into `data/models/<task>/<family>-<hash>/` and rebuilt whenever its config changes.
+`PreTrainedTokenizerFast`, and a supervised warm-up on the family's skill mixture (docs/architecture.md, The task and
+the zoo). Built once into `data/models/<task>/<family>-<hash>/` and rebuilt whenever its config changes.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The bandit's closed forms against Monte Carlo (SPEC section 9).
+"""The bandit's closed forms against Monte Carlo (docs/architecture.md, The bandit analysis).
 
 Tolerances come from the Monte Carlo standard error: a closed form passes when every component lies
 within Z standard errors of the sample mean (Z = 5: with a few hundred components per test the chance
@@ -49,7 +49,7 @@ def test_xgrpo_mean(gamma):
     mc = monte_carlo(Method("xgrpo", gamma=gamma), pi_a, pi_b, r, G, reps=20_000, seed=2)
     exact = expected_xgrpo(pi_a, r, G, gamma)
     assert_within_se(mc.mean, mc.stderr, exact)
-    if gamma == 0.5:  # the statement of SPEC section 9
+    if gamma == 0.5:  # the statement of docs/architecture.md, The bandit analysis
         assert np.allclose(exact, (1 - 1 / (2 * G)) * true_gradient(pi_a, r))
     if gamma == 0.0:  # no peer weight is GRPO
         assert np.allclose(exact, expected_grpo(pi_a, r, G))

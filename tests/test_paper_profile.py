@@ -1,6 +1,6 @@
 """The paper profile's code path with local stand-ins: pretrained-style checkpoints (no zoo.json) with chat
 templates, GSM8K-schema training and test files and a MATH-schema test file scored by math-verify, every probe
-(SPEC section 10)."""
+(docs/architecture.md, Experiments and profiles)."""
 import dataclasses
 import json
 import warnings

@@ -1,4 +1,5 @@
-"""The probes on hand-built batches: each claim of SPEC section 8 checked against an independent computation."""
+"""The probes on hand-built batches: each claim of docs/architecture.md's probe section checked against an
+independent computation."""
 import math
 
 import pytest

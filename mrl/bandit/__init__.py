@@ -1,4 +1,5 @@
-"""The contextual-bandit analysis of MRL's stability-support trade-off (SPEC section 9; a reconstruction).
+"""The contextual-bandit analysis of MRL's stability-support trade-off (a reconstruction; docs/architecture.md,
+The bandit analysis).
 
     env          prompts, responses, correct sets and two softmax policies with different supports
     closed_form  exact moments: E g_hat per method, support gain, chi^2, lognormal partial expectations

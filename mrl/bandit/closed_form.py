@@ -1,4 +1,5 @@
-"""Closed-form moments of the per-prompt update estimators (SPEC section 9; reconstruction, notes/papers.md 4.2).
+"""Closed-form moments of the per-prompt update estimators (a reconstruction; docs/architecture.md, The bandit
+analysis).
 
 Everything lives in logit space of one tabular softmax policy per prompt: arrays (..., K) over the K
 responses, r (..., K) in {0, 1} the reward of each response. The score of a response is

@@ -1,4 +1,5 @@
-"""The dynamic simulation: both policies trained together under one method (SPEC section 9; reconstruction).
+"""The dynamic simulation: both policies trained together under one method (a reconstruction; docs/architecture.md,
+The bandit analysis).
 
 Per step, each policy draws G samples on every training prompt; its update is the method's
 logit-space estimator (estimators.update) with the other policy's samples as its peer's, pulled

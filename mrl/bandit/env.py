@@ -1,4 +1,4 @@
-"""The contextual bandit of the MRL trade-off analysis (SPEC section 9; a reconstruction, notes/papers.md 4.1).
+"""The contextual bandit of the MRL trade-off analysis (docs/architecture.md, The bandit analysis; a reconstruction).
 
 Contexts x = 1..M, K discrete responses per context, a correct set C_x (one response), two softmax
 policies A and B with different supports. Each prompt has a type:

@@ -1,4 +1,5 @@
-"""Sampled update estimators of each sharing method and their Monte Carlo moments (SPEC section 9).
+"""Sampled update estimators of each sharing method and their Monte Carlo moments (docs/architecture.md, The
+bandit analysis).
 
 An estimator turns one step's samples into a logit-space update per prompt. All work on batches
 of shape (..., M, G) of sampled responses with leading replicate axes, vectorised: there is no
@@ -7,7 +8,7 @@ Python loop over samples. Every estimator is a weighted sum of scores,
     g_hat = sum_i c_i e_{y_i} - (sum_i c_i) pi_learner,
 
 so each method only says how it weights its own and its peer's samples (`_coefficients`).
-Methods and knobs (the reconstruction of notes/papers.md 4.2):
+Methods and knobs (docs/architecture.md, The bandit analysis):
 
     grpo       own samples, b = mean(own r)                          (no knob)
     xgrpo      own samples, b = (1-gamma) mean(own r) + gamma mean(peer r)          gamma

@@ -1,4 +1,5 @@
-"""The stability-support plane: each method's point per knob setting and support overlap (SPEC section 9).
+"""The stability-support plane: each method's point per knob setting and support overlap (docs/architecture.md,
+The bandit analysis).
 
 For learner A at the static policies (theta = 0) of an environment:
     support      S = <grad log p_A, E g_hat> averaged over the A-hard/B-easy prompts (the rescue set);
@@ -27,7 +28,7 @@ SOLVABLE_BY_A = ("shared-easy", "B-hard/A-easy")
 
 
 def knob_sweeps() -> dict[str, list[Method]]:
-    """Each curve of the plane: a method with one knob varied (notes/papers.md 4.4)."""
+    """Each curve of the plane: a method with one knob varied (docs/architecture.md, The bandit analysis)."""
     return {
         "grpo": [Method("grpo")],
         "xgrpo (gamma)": [Method("xgrpo", gamma=g) for g in (0.0, 0.25, 0.5, 0.75, 1.0)],

@@ -1,4 +1,4 @@
-"""hacpo, and its baselines gspo and naive (SPEC section 8; HACPO from its official code).
+"""hacpo, and its baselines gspo and naive (docs/architecture.md, The probes; HACPO from its official code).
 
 hacpo: the learner's group for a prompt is its own samples plus every peer's (retokenized by THL);
 advantages from the capability-aware mixed baseline (hacpo_primitives.capability_advantages); own samples take

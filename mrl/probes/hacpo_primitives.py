@@ -1,5 +1,6 @@
-"""HACPO's primitives (from the official code; SPEC section 8, notes/papers.md 2): capability tracking,
-the capability-aware mixed baseline, exponential importance sampling and stepwise clipping.
+"""HACPO's primitives (from the official code of the HACPO paper, arXiv 2603.02604; docs/architecture.md, The
+probes): capability tracking, the capability-aware mixed baseline, exponential importance sampling and stepwise
+clipping.
 
 Pure functions and one small stateful tracker; the probes `hacpo`, `gspo` and `naive` (mrl/probes/hacpo.py)
 put them together (beside this file). Nothing here imports the rest of mrl.

@@ -1,4 +1,4 @@
-"""Paired statistics against independent GRPO, and rollouts-to-reach (SPEC section 10; issue: held-out experiment).
+"""Paired statistics against independent GRPO, and rollouts-to-reach (docs/architecture.md, Experiments and profiles).
 
 Every run of a grid shares its prompts and sampling seeds per step with the GRPO run of the same RL seed (and zoo
 seed), so a probe is compared with GRPO run by run: d_s = value(probe, s) - value(grpo, s) over the shared seeds s,

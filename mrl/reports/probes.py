@@ -1,4 +1,5 @@
-"""Tables and figures of the probe experiment (SPEC section 10): main results, stability, curves.
+"""Tables and figures of the probe experiment (docs/architecture.md, Experiments and profiles): main results,
+stability, curves.
 
 Inputs are the concatenated `steps` and `evals` of `mrl.experiments.run_many` (columns pairing, probe, seed).
 Means over seeds carry a 95% confidence half-width from Student's t with n - 1 degrees of freedom.
