@@ -323,6 +323,10 @@ class RunConfig:
 
     def __post_init__(self):
         c = "RunConfig"
+        require((self.runner.poisoned, self.runner.attack, self.runner.reverify) == ("", "forged_success", True), c,
+                "runner", f"poisoned={self.runner.poisoned!r}, attack={self.runner.attack!r}, "
+                f"reverify={self.runner.reverify!r}", "the defaults: an experiment sets a run's poisoned peer (its "
+                "Variant), not the profile")
         if self.policies or self.zoo:   # (a config built in Python for given checkpoint folders may name neither)
             known = set(self.policies) if self.policies else {f.name for f in self.zoo.families}
             for name, members in self.pairings.items():

@@ -61,66 +61,145 @@ def definition_source(obj) -> str:
     """The docstring-free code of one function or class, for objects that have no file to read (a notebook cell).
 
     A function: its source as Python sees it (IPython keeps every cell's source). A class: its qualified name, its
-    dataclass fields (name, type, default) and the source of each function it defines (a class in a cell has no
-    file that `inspect.getsource` could read)."""
+    bases, its dataclass fields (name, type, default or default factory) and the source of each function written in
+    its body (a class in a cell has no file that `inspect.getsource` could read; the methods `dataclass` generates
+    have no source and follow from the fields)."""
     if isinstance(obj, type):
-        fields = [(f.name, str(f.type), repr(f.default)) for f in dataclasses.fields(obj)] \
+        fields = [(f.name, str(f.type), repr(f.default) if f.default is not dataclasses.MISSING
+                   else getattr(f.default_factory, "__qualname__", "")) for f in dataclasses.fields(obj)] \
             if dataclasses.is_dataclass(obj) else []
-        methods = [definition_source(v) for _, v in sorted(vars(obj).items()) if inspect.isfunction(v)]
-        return repr((obj.__qualname__, fields, methods))
+        methods = [definition_source(v) for _, v in sorted(vars(obj).items()) if written_here(v, obj.__module__)]
+        bases = [f"{base.__module__}.{base.__qualname__}" for base in obj.__bases__]
+        return repr((obj.__qualname__, bases, fields, methods))
     return code_without_docs(textwrap.dedent(inspect.getsource(obj)))
 
 
+def written_here(value, module: str) -> bool:
+    """A function written in `module`'s source, unwrapping staticmethod, classmethod and property; not one that
+    `dataclass`, pydantic or mrl generated for it (their code lies in '<string>' or in a library's file)."""
+    value = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
+    if not (inspect.isfunction(value) and value.__module__ == module):
+        return False
+    file = value.__code__.co_filename
+    return not file.startswith("<") and not in_library(Path(file))
+
+
+def in_library(path: Path) -> bool:
+    """A file of mrl's or of the interpreter's (standard library, site-packages)."""
+    path = path.resolve()
+    return any(path.is_relative_to(root) for root in (PACKAGE, Path(sys.prefix).resolve(),
+                                                      Path(sys.base_prefix).resolve()))
+
+
+def functions_of(obj) -> list:
+    """The functions whose code `obj` runs: itself, or a class's methods written in its body."""
+    if inspect.isfunction(obj):
+        return [obj]
+    values = [getattr(v, "__func__", None) or getattr(v, "fget", None) or v for v in vars(obj).values()]
+    return [v for v in values if written_here(v, obj.__module__)]
+
+
 def global_names(code) -> list[str]:
-    """The global names a code object reads (LOAD_GLOBAL / LOAD_NAME; not attribute names)."""
-    return [ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
+    """The global names a code object and the code nested in it read (LOAD_GLOBAL / LOAD_NAME; not attributes)."""
+    names, codes = [], [code]
+    while codes:
+        code = codes.pop()
+        codes += [c for c in code.co_consts if inspect.iscode(c)]
+        names += [ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
+    return names
 
 
-CONSTANT_TYPES = (int, float, str, bytes, bool, type(None), tuple, list, dict, frozenset)
-"""global values whose repr a notebook-cell probe's fingerprint holds (a set's repr depends on hashing: left out)"""
+def is_literal(value) -> bool:
+    """A plain constant whose repr is the same in every process (ast.literal_eval gives it back)."""
+    try:
+        return type(value) in (int, float, str, bytes, bool, type(None), tuple, list, dict, frozenset) \
+            and ast.literal_eval(repr(value)) == value
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
 
 
-def referenced_definitions(fn, module: str) -> tuple[list, list]:
-    """([`fn` and every function or class of `module` it reaches through global names, recursively],
-    [(name, repr) of every plain constant (CONSTANT_TYPES) those reach]), both in a fixed order: what a probe
-    written in a notebook cell runs besides its loss function."""
-    found, constants, todo = {}, {}, [fn]
-    namespace = vars(sys.modules[module])
+def user_file(module) -> Path | None:
+    """The source file of a module of the user's own: neither mrl nor the interpreter's (standard library,
+    site-packages); None otherwise."""
+    path = getattr(module, "__file__", None)
+    if not path or not path.endswith(".py") or not Path(path).is_file():
+        return None
+    return None if in_library(Path(path)) else Path(path).resolve()
+
+
+def reached_modules(namespace: dict) -> list:
+    """The modules of the user's own (user_file) that the values of a module's namespace come from or are."""
+    found = []
+    for value in namespace.values():
+        module = value if inspect.ismodule(value) else sys.modules.get(getattr(value, "__module__", None) or "")
+        if module is not None and user_file(module) is not None:
+            found.append(module)
+    return found
+
+
+def cell_definitions(fn, module: str) -> tuple[list, dict, list]:
+    """What a probe written in a notebook cell runs: ([`fn` and every function or class of `module` it reaches through
+    global names, recursively], {name: repr} of the plain constants those read, [the user's modules they use]).
+    A global of any other kind (a tensor, an object) cannot be keyed: ValueError names it and the fix."""
+    found, constants, modules, todo = {}, {}, [], [fn]
+    namespace = getattr(fn, "__globals__", None) or vars(sys.modules[module])   # a function's module globals
     while todo:
         obj = todo.pop()
         if obj.__qualname__ in found:
             continue
         found[obj.__qualname__] = obj
-        codes = [obj.__code__] if inspect.isfunction(obj) else \
-            [v.__code__ for v in vars(obj).values() if inspect.isfunction(v)]
-        while codes:
-            code = codes.pop()
-            codes += [c for c in code.co_consts if inspect.iscode(c)]
-            for name in global_names(code):
-                target = namespace.get(name)
-                if (inspect.isfunction(target) or isinstance(target, type)) and target.__module__ == module:
-                    todo.append(target)
-                elif name in namespace and isinstance(target, CONSTANT_TYPES):
-                    constants[name] = repr(target)
-    return [found[name] for name in sorted(found)], sorted(constants.items())
+        for name in {n for f in functions_of(obj) for n in global_names(f.__code__)}:
+            if name not in namespace:
+                continue   # a builtin
+            target = namespace[name]
+            owner = target if inspect.ismodule(target) else sys.modules.get(getattr(target, "__module__", "") or "")
+            if (inspect.isfunction(target) or isinstance(target, type)) and target.__module__ == module:
+                todo.append(target)
+            elif is_literal(target):
+                constants[name] = repr(target)
+            elif owner is not None and (inspect.ismodule(target) or inspect.isfunction(target)
+                                        or inspect.isbuiltin(target) or isinstance(target, type)):
+                if user_file(owner) is not None:
+                    modules.append(owner)
+            else:
+                raise ValueError(f"{fn.__qualname__} reads the global {name!r} (a {type(target).__name__}), whose "
+                                 f"value a run's cache key cannot hold; pass it through the probe's config, or "
+                                 f"define it in a .py module")
+    return [found[name] for name in sorted(found)], dict(sorted(constants.items())), modules
+
+
+def module_files(modules: list) -> list[Path]:
+    """The files of `modules` and of every user module they reach, recursively, sorted."""
+    files, todo = {}, list(modules)
+    while todo:
+        module = todo.pop()
+        path = user_file(module) or Path(module.__file__).resolve()
+        if path in files:
+            continue
+        files[path] = module.__name__
+        todo += reached_modules(vars(module))
+    return sorted(files)
 
 
 def user_code_fingerprint(objects: list) -> str:
-    """16 hex digits of sha256 over the code of `objects` (functions, classes) defined outside the mrl package: the
-    whole docstring-free module of each one that lives in a file, else (a notebook cell, an interactive session) the
-    object and every definition and plain constant of its module it reaches by name. Objects of the mrl package give '' (code_fingerprint
-    covers them)."""
-    digest = hashlib.sha256()
+    """16 hex digits of sha256 over the code of `objects` (functions, classes) defined outside the mrl package ('' when
+    all are mrl's: code_fingerprint covers them).
+
+    One that lives in a file: that docstring-free file and those of the user's modules it reaches (not the
+    standard library's or site-packages'). One written in a notebook cell (module __main__ without a file): its
+    definitions and every definition, plain constant and user module of __main__ that they reach by name."""
+    digest, modules = hashlib.sha256(), []
     for obj in objects:
         module = sys.modules[obj.__module__]
         path = getattr(module, "__file__", None)
         if path and Path(path).resolve().is_relative_to(PACKAGE):
             continue
         if path and Path(path).is_file():
-            digest.update(obj.__module__.encode() + code_without_docs(Path(path).read_text()).encode())
-        else:
-            definitions, constants = referenced_definitions(obj, obj.__module__)
-            for definition in definitions:
-                digest.update(definition_source(definition).encode())
-            digest.update(repr(constants).encode())
+            modules.append(module)
+            continue
+        definitions, constants, reached = cell_definitions(obj, obj.__module__)
+        digest.update(repr(([definition_source(d) for d in definitions], constants)).encode())
+        modules += reached
+    for path in module_files(modules):
+        digest.update(path.name.encode() + code_without_docs(path.read_text()).encode())
     return "" if digest.digest() == hashlib.sha256().digest() else digest.hexdigest()[:16]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
 from mrl import numerics
+from mrl.pools import GUARD_HINT
 
 BACKENDS = ("inline", "process", "ray")
 
@@ -63,7 +64,7 @@ def plan_threads(costs: dict[str, float], total_threads: int) -> dict[str, int]:
 def import_path() -> str:
     """This process's sys.path as a PYTHONPATH, so a Ray worker imports what this process can (a user's probe module,
     a test's actor class)."""
-    return os.pathsep.join(p for p in sys.path if p)
+    return os.pathsep.join(p or os.getcwd() for p in sys.path)   # '' (python -c, a REPL): the current folder
 
 
 @dataclass
@@ -175,7 +176,9 @@ class ProcessBackend(Backend):
         _, failures = self._gather({s.name: None for s in specs}, start_timeout, "start")
         if failures:
             self.close()
-            raise_first_failure(failures)
+            dead = {name: f"{reason}. {GUARD_HINT}" if reason.startswith("its process died") else reason
+                    for name, reason in failures.items()}
+            raise_first_failure(dead, "at start-up: ")
 
     def pid(self, worker: str) -> int:
         return self.processes[worker].pid

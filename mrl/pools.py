@@ -8,6 +8,7 @@ names the guard.
 """
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -22,9 +23,17 @@ class PoolBroken(RuntimeError):
     """A worker process of a pool died, or could not start."""
 
 
-def spawn_executor(processes: int) -> ProcessPoolExecutor:
-    """A pool of `processes` spawned processes (no fork: torch and Ray threads do not survive one)."""
-    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+def spawn_executor(processes: int, modules: Iterable[str] = ()) -> ProcessPoolExecutor:
+    """A pool of `processes` spawned processes (no fork: torch and Ray threads do not survive one), each of which
+    imports `modules` first (a user's probe module, whose probe a job names but whose config may not import it)."""
+    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"), initializer=import_modules,
+                               initargs=(tuple(modules),))
+
+
+def import_modules(modules: tuple[str, ...]) -> None:
+    """Import each module (a pool worker's initializer)."""
+    for module in modules:
+        importlib.import_module(module)
 
 
 def map_in_processes(fn: Callable, jobs: Iterable, processes: int, what: str) -> list:

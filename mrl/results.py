@@ -170,8 +170,7 @@ def load_runs(folder: str | Path | None = None, table: str = "evals", as_dataset
     run.json) is skipped; no run at all gives an empty frame with the identity columns."""
     import pandas as pd
 
-    from mrl.experiments.runs import probe_label
-    from mrl.probes import as_probe_config
+    from mrl.probes import as_probe_config, probe_label
 
     if table not in RUN_TABLES:
         raise ValueError(f"table={table!r}: allowed values are {list(RUN_TABLES)}")

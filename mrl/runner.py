@@ -95,22 +95,12 @@ class OfflinePeers:
 class RunPlan:
     """What plan_run decided from run_concurrent's arguments; nothing in it changes while the run goes on."""
 
-    policy_paths: dict
-    """{policy: checkpoint folder} of the live policies"""
     task: object
     """the task (mrl.tasks.make_task) whose prompts and verifier every step uses"""
     grpo_cfg: GrpoConfig
     """the GRPO config, its group size multiplied by the probe's group_multiplier"""
     probe: Probe
     """the resolved probe (its kinds, teacher, group multiplier)"""
-    probe_cfg: ProbeConfig
-    """its config, checked to be the probe's own class"""
-    placement: dict
-    """{policy: PlacementConfig}, the defaults for a policy not named"""
-    threads: dict
-    """{policy: torch threads}, given or planned from the policies' parameter counts"""
-    peer_paths: dict
-    """{policy: checkpoint folder} of every peer, live and offline (THL and the teacher need their tokenizers)"""
     offline_specs: dict
     """{offline policy: its spec from the stored log}"""
     offline_records: dict
@@ -168,8 +158,7 @@ def plan_run(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg: GrpoC
                                placement=placement[name]),
                    num_cpus=thread_plan[name], num_gpus=placement[name].gpus)
         for name, path in policy_paths.items())
-    return RunPlan(policy_paths=dict(policy_paths), task=task, grpo_cfg=grpo_cfg, probe=probe, probe_cfg=probe_cfg,
-                   placement=placement, threads=thread_plan, peer_paths=peer_paths, offline_specs=offline_specs,
+    return RunPlan(task=task, grpo_cfg=grpo_cfg, probe=probe, offline_specs=offline_specs,
                    offline_records=offline_records, identity=identity, experience_dir=experience_dir,
                    workers=workers, resumed=found, saved=saved, skipped=tuple(skipped))
 

@@ -31,6 +31,12 @@ class ScaledConfig(ProbeConfig):
 def scaled_loss(batch, peers: PeerView, cfg: ScaledConfig) -> ProbeOutput:
     own = own_term(batch)
     return ProbeOutput.single(None if own.loss is None else own.loss * SCALE + cfg.offset, own.active)
+
+
+@register_probe("{name}_plain")
+def plain_loss(batch, peers: PeerView, cfg: ProbeConfig) -> ProbeOutput:
+    own = own_term(batch)
+    return ProbeOutput.single(None if own.loss is None else own.loss * SCALE, own.active)
 '''
 
 GRPO = GrpoConfig(steps=2, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=0)
@@ -51,6 +57,7 @@ def user_module(tmp_path, monkeypatch):
     yield tmp_path, module
     sys.modules.pop(module, None)
     PROBES.pop("scaled", None)
+    PROBES.pop("scaled_plain", None)
 
 
 def losses(record) -> list:
@@ -68,6 +75,52 @@ def test_a_probe_in_a_users_module_runs_on_every_backend(user_module, tiny_zoo_p
             for backend in ("inline", "process", "ray")}
     assert losses(runs["inline"]) == losses(runs["process"]) == losses(runs["ray"])
     assert any(row["loss"] != 0 for row in runs["inline"].steps)
+
+
+def test_packed_runs_import_a_users_probe_module_in_their_processes(user_module, tiny_zoo_paths, tmp_path,
+                                                                     monkeypatch):
+    """A probe whose config is the base ProbeConfig: unpickling the run imports nothing of the user's, so each
+    packed process imports the probe's module first."""
+    from mrl.experiments import run_many
+    from mrl.experiments.runs import Run
+
+    monkeypatch.chdir(tmp_path)   # the run cache goes under this folder's results/
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "mrl").mkdir()
+    from mrl.config import RunConfig
+
+    config = RunConfig(task=TaskConfig(**TINY_TASK), grpo=GRPO, runner=RunnerConfig(step_timeout=300), packed_runs=2)
+    paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
+    runs = [({"seed": seed}, Run(config, paths, probe_config("scaled_plain"), seed, 2)) for seed in (0, 1)]
+    packed, _ = run_many(runs, packed_runs=2, progress=False)
+    assert all(run.is_cached() for _, run in runs)
+    inline = run_concurrent(paths, TaskConfig(**TINY_TASK), GRPO, RunnerConfig(), progress=False,
+                            probe_cfg=probe_config("scaled_plain"))
+    assert packed[packed.seed == 0].loss.tolist() == [row["loss"] for row in inline.steps]
+
+
+def test_a_users_probe_edited_on_disk_but_not_reloaded_is_refused(user_module):
+    """The process still runs the imported code: keying it by the new file would cache old numbers as new."""
+    folder, module = user_module
+    write_probe(folder, module, "scaled", 3.0)
+    with pytest.raises(Exception, match="changed on disk since it was imported.*reload"):
+        probe_code("scaled")
+    importlib.reload(sys.modules[module])
+    assert probe_code("scaled")
+
+
+def test_a_notebook_probe_reading_a_global_the_key_cannot_hold_is_refused(monkeypatch):
+    import torch
+
+    namespace = {"__name__": "__main__", "WEIGHTS": torch.ones(2)}
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", None, raising=False)
+    exec(textwrap.dedent(USER_PROBE.format(scale="WEIGHTS", name="cell_tensor")), namespace)
+    try:
+        with pytest.raises(ValueError, match="reads the global 'SCALE' \\(a Tensor\\).*config"):
+            probe_code("cell_tensor")
+    finally:
+        PROBES.pop("cell_tensor", None)
+        PROBES.pop("cell_tensor_plain", None)
 
 
 def test_editing_a_users_probe_changes_its_code_fingerprint(user_module):
@@ -107,6 +160,7 @@ def test_a_notebook_cell_probe_is_refused_on_worker_backends_with_the_fix(monkey
             require_importable("cell_probe", "process")
     finally:
         PROBES.pop("cell_probe", None)
+        PROBES.pop("cell_probe_plain", None)
 
 
 CELLS = [
@@ -123,10 +177,17 @@ seen = {{}}''',
     '''SCALE = 1.0''',
     '''def scaled(loss):
     return None if loss is None else loss * SCALE''',
-    '''@register_probe("cell_probe")
-def cell_loss(batch, peers: PeerView, cfg: ProbeConfig) -> ProbeOutput:
+    '''from mrl.validation import Float, config_dataclass
+
+@config_dataclass(frozen=True)
+class CellConfig(ProbeConfig):
+    offset: Float = 0.0
+
+@register_probe("cell_probe", config=CellConfig)
+def cell_loss(batch, peers: PeerView, cfg: CellConfig) -> ProbeOutput:
     own = own_term(batch)
-    return ProbeOutput.single(scaled(own.loss), own.active)''',
+    loss = scaled(own.loss)
+    return ProbeOutput.single(None if loss is None else loss + cfg.offset, own.active)''',
     '''def run(tag):
     run = Run(config, paths, probe_config("cell_probe"), 0, 2)
     cached = run.is_cached()

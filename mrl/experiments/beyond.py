@@ -14,9 +14,9 @@ from tqdm.auto import tqdm
 from mrl.config import ATTACKS, MODES, FamilyConfig, RunConfig, register_experiment
 from mrl.experiments.heldout import heldout_base, heldout_config
 from mrl.experiments.runs import (Labelled, ProbeEntry, Run, Variant, check_panels, check_probes, policy_paths,
-                                  probe_label, run_many)
+                                  run_many)
 from mrl.mwra import BACKENDS
-from mrl.probes import as_probe_config, get_probe, probe_config
+from mrl.probes import as_probe_config, get_probe, probe_config, probe_label
 from mrl.validation import Int, NonEmpty, PositiveInt, Seeds, Str, config_dataclass, require
 
 

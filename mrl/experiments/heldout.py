@@ -6,8 +6,8 @@ import dataclasses
 from typing import Annotated
 
 from mrl.config import RunConfig, TaskConfig, ZooConfig, register_experiment
-from mrl.experiments.runs import Labelled, ProbeEntry, Run, check_panels, check_probes, policy_paths, probe_label
-from mrl.probes import as_probe_config, probe_config
+from mrl.experiments.runs import Labelled, ProbeEntry, Run, check_panels, check_probes, policy_paths
+from mrl.probes import as_probe_config, probe_config, probe_label
 from mrl.validation import NonEmpty, PositiveInt, Seeds, Str, config_dataclass, require
 
 

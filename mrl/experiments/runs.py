@@ -34,7 +34,7 @@ from mrl.checkpoint import placement_key
 from mrl.config import ATTACKS, MODES, GrpoConfig, RunConfig, RunnerConfig, TaskConfig
 from mrl.fingerprint import code_fingerprint
 from mrl.pools import GUARD_HINT, spawn_executor
-from mrl.probes import ProbeConfig, as_probe_config, get_probe, probe_code, probe_config
+from mrl.probes import ProbeConfig, as_probe_config, get_probe, probe_code, probe_label
 from mrl.results import git_sha, repo_root
 from mrl.runner import OfflinePeers, run_concurrent
 from mrl.validation import ConfigError, Str, config_hash, require, to_dict
@@ -68,13 +68,6 @@ def panel_labels(panels: dict) -> dict[str, list[str]]:
     """{title: [probe labels]} of a config's panels (mappings turned into their labels, as the tables show them)."""
     return {title: [entry if isinstance(entry, str) else probe_label(as_probe_config(entry)) for entry in entries]
             for title, entries in panels.items()}
-
-
-def probe_label(probe: ProbeConfig) -> str:
-    """The probe's name, with the knobs that differ from their defaults (ablations stay distinguishable)."""
-    default = probe_config(probe.name).knobs()
-    changed = [f"{knob}={value}" for knob, value in probe.knobs().items() if value != default[knob]]
-    return probe.name + (f" ({', '.join(changed)})" if changed else "")
 
 
 def policy_paths(config: RunConfig, progress: bool = True) -> dict[str, str]:
@@ -165,17 +158,24 @@ class Run:
         user_code = probe_code(self.probe.name)
         if user_code:
             key["probe_code"] = user_code   # a probe written outside the package: its module's or cells' code
-        variant = self.variant.resolved(self.config.runner)
+        variant, runner = self.variant.resolved(self.config.runner), self.config.runner
         if variant.key() != SHARED.key():
             key["peers"] = variant.key()
+        if variant.mode == "async":
+            key["peers"]["staleness"] = runner.staleness   # how far a worker may run ahead
+        if runner.failure_policy != "fail":
+            key["failure_policy"] = runner.failure_policy   # a dropped worker changes what the others see
         placed = {name: placement_key(self.config.placement_of(name)) for name in sorted(self.paths)}
         if any(placed.values()):
             key["placement"] = placed
         return key
 
     def key(self) -> str:
-        """The run's cache key: the hash of key_content()."""
-        return config_hash(self.key_content())
+        """The run's cache key: the hash of key_content(), computed once per Run (a Run is made for one call; a
+        user's probe edited later makes new Runs, and new keys)."""
+        if "_key" not in self.__dict__:
+            object.__setattr__(self, "_key", config_hash(self.key_content()))
+        return self.__dict__["_key"]
 
     def folder(self) -> Path:
         """results/runs/<key>/: where the run's steps, evals and run.json are cached."""
@@ -259,7 +259,7 @@ def run_packed(runs: list[Run], processes: int, progress: bool = True, recompute
         return
     processes = min(processes, len(runs))
     before = set(multiprocessing.active_children())
-    executor = spawn_executor(processes)
+    executor = spawn_executor(processes, sorted({get_probe(run.probe.name).module for run in runs}))
     try:
         pending = {executor.submit(job, (run, recompute)): run for run in runs}
         with tqdm(total=len(runs), desc=f"runs, {processes} at a time", disable=not progress) as bar:
@@ -310,16 +310,17 @@ def run_many(labelled: Labelled, packed_runs: int = 1, backend: str | None = Non
     process (run_packed; a run asked for twice runs once), but for runs of a probe written in a notebook cell, which
     another process cannot import; then every run is read (or, one at a time, run on `backend`: None takes the
     profile's). cache=False runs every run again."""
-    in_cells = {run.folder() for _, run in labelled if get_probe(run.probe.name).in_notebook}
+    in_main = {run.folder() for _, run in labelled if get_probe(run.probe.name).in_main}
     packed = set()
     if packed_runs > 1:
-        runs = {run.folder(): run for _, run in labelled if run.folder() not in in_cells}
+        runs = {run.folder(): run for _, run in labelled if run.folder() not in in_main}
         missing = [run for run in runs.values() if not cache or not run.is_cached()]
         run_packed(missing, packed_runs, progress, recompute=not cache)
         packed = set(runs)  # these are in the cache now
     all_steps, all_evals = [], []
-    for label, run in tqdm(labelled, desc="probe runs", disable=not progress or (packed_runs > 1 and not in_cells)):
-        steps_df, evals_df = run_one(run, backend=backend, cache=cache or run.folder() in packed)
+    for label, run in tqdm(labelled, desc="probe runs", disable=not progress or (packed_runs > 1 and not in_main)):
+        steps_df, evals_df = run_one(run, backend="inline" if run.folder() in in_main else backend,
+                                     cache=cache or run.folder() in packed)
         all_steps.append(steps_df.assign(**label))
         all_evals.append(evals_df.assign(**label))
     return pd.concat(all_steps, ignore_index=True), pd.concat(all_evals, ignore_index=True)

@@ -24,7 +24,8 @@ import warnings
 from importlib.metadata import entry_points
 
 from mrl.probes.contract import (PROBES, PeerView, Probe, ProbeConfig, ProbeLoss, ProbeOutput, as_probe_config,
-                                 get_probe, probe_code, probe_config, register_probe, require_importable)
+                                 get_probe, probe_code, probe_config, probe_label, register_probe,
+                                 require_importable)
 
 ENTRY_POINT_GROUP = "mrl.probes"
 
@@ -54,5 +55,5 @@ discover_package()
 discover_entry_points()
 
 __all__ = ["PROBES", "PeerView", "Probe", "ProbeConfig", "ProbeLoss", "ProbeOutput", "as_probe_config",
-           "discover_entry_points", "get_probe", "probe_code", "probe_config", "register_probe",
+           "discover_entry_points", "get_probe", "probe_code", "probe_config", "probe_label", "register_probe",
            "require_importable"]

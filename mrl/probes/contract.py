@@ -30,11 +30,11 @@ from typing import Callable, Iterable
 from torch import Tensor
 
 from mrl.config import GrpoConfig
-from mrl.validation import ConfigError, Str, config_dataclass, require
 from mrl.fingerprint import user_code_fingerprint
 from mrl.grpo import LOSS_TYPES
 from mrl.rollout import RolloutBatch
 from mrl.see import KINDS
+from mrl.validation import ConfigError, Str, config_dataclass, require
 
 
 @config_dataclass(frozen=True)
@@ -113,12 +113,20 @@ class Probe:
     into RolloutBatch.teacher_logp (trrd)"""
     module: str = ""
     """the module that defines the loss function (imported by a worker that does not know the probe yet)"""
+    code: str = ""
+    """user_code_fingerprint of a probe defined in a file, when it was registered: the code this process runs"""
 
     @property
-    def in_notebook(self) -> bool:
-        """Defined in `__main__` without a file (a notebook cell, an interactive session): no other process can
-        import it."""
-        return self.module == "__main__" and not getattr(sys.modules.get("__main__"), "__file__", None)
+    def in_main(self) -> bool:
+        """Defined in `__main__` (a notebook cell, an interactive session, a script): no other process can import
+        it."""
+        return self.module == "__main__"
+
+    @property
+    def in_cells(self) -> bool:
+        """Defined in `__main__` without a file: a notebook cell or an interactive session, keyed by its
+        definitions."""
+        return self.in_main and not getattr(sys.modules.get("__main__"), "__file__", None)
 
     def check(self, grpo: GrpoConfig) -> None:
         """Refuse a GRPO config whose aggregation this probe's loss does not implement."""
@@ -146,8 +154,8 @@ def register_probe(name: str, config: type = ProbeConfig, kinds: tuple[str, ...]
         if unknown:
             raise ValueError(f"probe {name!r}: unknown kinds or aggregations {sorted(unknown)}; expected kinds from "
                              f"{list(KINDS)} and aggregations from {list(LOSS_TYPES)}")
-        PROBES[name] = Probe(name, fn, config, tuple(kinds), tuple(aggregations), group_multiplier, teacher,
-                             fn.__module__)
+        probe = Probe(name, fn, config, tuple(kinds), tuple(aggregations), group_multiplier, teacher, fn.__module__)
+        PROBES[name] = dataclasses.replace(probe, code="" if probe.in_cells else user_code_fingerprint([fn, config]))
         return fn
     return wrap
 
@@ -167,18 +175,23 @@ def probe_code(name: str) -> str:
     package's fingerprint covers): the module that defines its loss function and config class, or the notebook
     cells' definitions they reach. A run's cache key holds it, so an edit of a user's probe re-runs it."""
     probe = get_probe(name)
-    return user_code_fingerprint([probe.loss, probe.config])
+    code = user_code_fingerprint([probe.loss, probe.config])
+    if not probe.in_cells and code != probe.code:
+        raise ConfigError(f"the code of probe {name!r} ({probe.module}, or a module of yours it uses) changed on disk "
+                          f"since it was imported; this process still runs the old code: importlib.reload the module "
+                          f"(or restart the kernel) before running it")
+    return code
 
 
 def require_importable(name: str, backend: str) -> None:
-    """Refuse to send a probe written in a notebook cell to a worker process or a Ray actor (they cannot import
-    `__main__`), naming the fix."""
+    """Refuse to send a probe defined in `__main__` (a notebook cell, a script) to a worker process or a Ray actor,
+    which cannot import it, naming the fix."""
     probe = get_probe(name)
-    if backend != "inline" and probe.in_notebook:
-        raise ConfigError(f"probe {name!r} is defined in a notebook cell (module __main__), which backend "
+    if backend != "inline" and probe.in_main:
+        raise ConfigError(f"probe {name!r} is defined in __main__ (a notebook cell or a script), which backend "
                           f"{backend!r} cannot import in its workers; run it with backend='inline', or move "
                           f"{probe.loss.__qualname__} and {probe.config.__qualname__} into a .py module next to the "
-                          f"notebook and import it")
+                          f"notebook or script and import it")
 
 
 def probe_config(name: str, **knobs) -> ProbeConfig:
@@ -198,3 +211,11 @@ def as_probe_config(entry) -> ProbeConfig:
         return probe_config(entry)
     knobs = dict(entry)
     return probe_config(knobs.pop("name"), **knobs)
+
+
+def probe_label(probe: ProbeConfig) -> str:
+    """The probe's name, with the knobs that differ from their defaults (ablations stay distinguishable): 'sgt',
+    'prp (clip=4.0)'."""
+    default = probe_config(probe.name).knobs()
+    changed = [f"{knob}={value}" for knob, value in probe.knobs().items() if value != default[knob]]
+    return probe.name + (f" ({', '.join(changed)})" if changed else "")

@@ -23,31 +23,28 @@ log instead of co-trained (mrl.runner.OfflinePeers).
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import numpy as np
 import torch
+from pydantic import Field
 
-from mrl.validation import Float, config_dataclass, require
 from mrl.probes.advantages import pooled_advantages
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.terms import (MAX_LOG_WEIGHT, group_log_ratios, own_term, peer_log_ratio, pooled_loss,
                               rescored_reward, rescue_set, retokenize_rollouts, text_logprobs,
                               weighted_sequence_loss)
 from mrl.rollout import RolloutBatch
+from mrl.validation import Float, Fraction, config_dataclass
 
 
 @config_dataclass(frozen=True)
 class GraftConfig(ProbeConfig):
-    delta: Float = 0.8
+    delta: Fraction = 0.8
     """floor of the compatibility weight c(y) = min(1, max(delta, s(y)))"""
-    eps_low: Float = 0.2
+    eps_low: Annotated[Float, Field(ge=0, lt=1)] = 0.2
     """token importance ratios are clipped to [1 - eps_low, 1 + eps_high]"""
-    eps_high: Float = 0.2
-
-    def __post_init__(self):
-        require(0 <= self.delta <= 1, "GraftConfig", "delta", self.delta, "a number in [0, 1]")
-        require(0 <= self.eps_low < 1, "GraftConfig", "eps_low", self.eps_low, "a number in [0, 1)")
-        require(self.eps_high >= 0, "GraftConfig", "eps_high", self.eps_high, "a number >= 0")
+    eps_high: Annotated[Float, Field(ge=0)] = 0.2
 
 
 def compatibility(learner_logps, source_logps, delta: float) -> tuple[float, float]:

@@ -17,11 +17,12 @@ naive: pooled plain-mean advantages, peer samples with ratio 1 and no omega or c
 from __future__ import annotations
 
 import math
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
+from pydantic import Field
 
-from mrl.validation import Bool, Float, Int, Str, choice, config_dataclass, require
 from mrl.grpo import policy_loss
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.hacpo_primitives import (CapabilityTracker, capability_advantages, peer_objective,
@@ -29,6 +30,7 @@ from mrl.probes.hacpo_primitives import (CapabilityTracker, capability_advantage
 from mrl.probes.terms import (own_logprobs, peer_log_ratio, rescored_reward, retokenize_rollouts,
                               text_logprobs)
 from mrl.rollout import RolloutBatch
+from mrl.validation import Bool, Float, PositiveInt, config_dataclass
 
 GSPO_EPS = (3e-4, 4e-4)   # GSPO's sequence-ratio clip on own samples (epsilon low, high)
 
@@ -37,49 +39,32 @@ GSPO_EPS = (3e-4, 4e-4)   # GSPO's sequence-ratio clip on own samples (epsilon l
 class GspoConfig(ProbeConfig):
     """gspo, gspo_x2 and naive: GSPO's loss over the (pooled) group."""
 
-    minibatches: Int = 1
+    minibatches: PositiveInt = 1
     """optimizer updates per step over the pooled batch (own samples first)"""
-
-    def __post_init__(self):
-        require(isinstance(self.minibatches, int) and self.minibatches >= 1, "GspoConfig", "minibatches",
-                self.minibatches, "an integer >= 1")
 
 
 @config_dataclass(frozen=True)
 class HacpoConfig(ProbeConfig):
-    advantage: Str = "capability"
+    advantage: Literal["capability", "pooled", "own"] = "capability"
     """baseline of the pooled group: capability (omega-weighted), pooled (plain mean) or own"""
     omega: Bool = True
     """scale each peer sample's term by omega(source, learner) (the capability discrepancy coefficient)"""
-    alpha: Float = 1.0
+    alpha: Annotated[Float, Field(ge=0)] = 1.0
     """exponent of the stop-gradient reweighting s * sg(s)^alpha of a peer sample's ratio s"""
-    clipping: Str = "stepwise"
+    clipping: Literal["stepwise", "fixed", "symmetric", "none"] = "stepwise"
     """peer ratio clip: stepwise [min(1, 1 - delta + m delta_step), 1], fixed [1 - delta, 1] (the paper's "no
     stepwise"), symmetric [1 - delta, 1 + delta], none (the paper's "no clip": s unclipped, |log s| <= 10)"""
-    delta: Float = 0.2
+    delta: Annotated[Float, Field(ge=0, lt=1)] = 0.2
     """lower clip offset of the peer ratio"""
-    delta_step: Float = 0.025
+    delta_step: Annotated[Float, Field(ge=0)] = 0.025
     """rise of the lower bound per minibatch update m"""
-    ratio: Str = "thl"
+    ratio: Literal["thl", "mean"] = "thl"
     """peer sequence ratio normalised over THL groups (thl) or each side by its own token count (mean, the
     official code)"""
-    minibatches: Int = 1
+    minibatches: PositiveInt = 1
     """optimizer updates per step over the pooled batch (own samples first); the stepwise bound rises with each"""
-    capability_window: Int = 5
+    capability_window: PositiveInt = 5
     """K, steps in the rolling positive-reward rate"""
-
-    def __post_init__(self):
-        c = "HacpoConfig"
-        require(isinstance(self.minibatches, int) and self.minibatches >= 1, c, "minibatches", self.minibatches,
-                "an integer >= 1")
-        choice(c, "advantage", self.advantage, ("capability", "pooled", "own"))
-        choice(c, "clipping", self.clipping, ("stepwise", "fixed", "symmetric", "none"))
-        choice(c, "ratio", self.ratio, ("thl", "mean"))
-        require(self.alpha >= 0, c, "alpha", self.alpha, "a number >= 0")
-        require(0 <= self.delta < 1 and self.delta_step >= 0, c, "delta", (self.delta, self.delta_step),
-                "delta in [0, 1) and delta_step >= 0")
-        require(isinstance(self.capability_window, int) and self.capability_window >= 1, c, "capability_window",
-                self.capability_window, "an integer >= 1")
 
 
 def _pooled(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig | HacpoConfig, mode: str):

@@ -12,30 +12,26 @@ learner's verifier (never above what the peer claimed). Log ESS = (sum w)^2 / su
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 import torch
 
-from mrl.validation import Float, Str, choice, config_dataclass, require
 from mrl.grpo import LEVELS
 from mrl.probes.advantages import pooled_advantages
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.terms import (MAX_LOG_WEIGHT, ess_fraction, group_log_ratios, own_grpo_loss, pooled_loss,
                               rescored_reward, retokenize_rollouts, text_logprobs, weighted_sequence_loss)
 from mrl.rollout import RolloutBatch
+from mrl.validation import Positive, config_dataclass
 
 
 @config_dataclass(frozen=True)
 class PrpConfig(ProbeConfig):
-    level: Str = "token"
+    level: Literal[LEVELS] = "token"
     """importance ratio per THL group (token) or per sequence"""
-    clip: Float | None = 2.0
+    clip: Positive | None = 2.0
     """truncation c of the importance weight (None: no truncation)"""
-
-    def __post_init__(self):
-        choice("PrpConfig", "level", self.level, LEVELS)
-        require(self.clip is None or self.clip > 0, "PrpConfig", "clip", self.clip, "a number > 0, or None (no "
-                                                                                    "truncation)")
 
 
 def _prp(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig | None) -> ProbeOutput:

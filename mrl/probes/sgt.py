@@ -2,26 +2,25 @@
 on the rescue set R = {x : k_own(x) <= tau G and a peer succeeded on x} (terms.rescue_set)."""
 from __future__ import annotations
 
-import torch
+from typing import Annotated
 
-from mrl.validation import Float, config_dataclass, require
+import torch
+from pydantic import Field
+
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.terms import (accepted_success, encode_completion, failure_threshold, own_term, rescue_set,
                               text_logprobs)
 from mrl.rollout import RolloutBatch
 from mrl.thl import decode_text
+from mrl.validation import Float, config_dataclass
 
 
 @config_dataclass(frozen=True)
 class SgtConfig(ProbeConfig):
-    lam: Float = 0.1
+    lam: Annotated[Float, Field(ge=0)] = 0.1
     """weight lambda of the rescue NLL"""
-    tau: Float = 0.0
+    tau: Annotated[Float, Field(ge=0, lt=1)] = 0.0
     """a prompt is in the rescue set when k_own / G <= tau (0: every own sample failed) and a peer succeeded"""
-
-    def __post_init__(self):
-        require(self.lam >= 0, "SgtConfig", "lam", self.lam, "a number >= 0")
-        require(0 <= self.tau < 1, "SgtConfig", "tau", self.tau, "a number in [0, 1)")
 
 
 @register_probe("sgt", config=SgtConfig, kinds=("success",))

@@ -22,22 +22,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mrl.validation import Float, config_dataclass, require
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.terms import own_term
 from mrl.rollout import RolloutBatch
+from mrl.validation import Fraction, Positive, config_dataclass
 
 
 @config_dataclass(frozen=True)
 class TrrdConfig(ProbeConfig):
-    alpha: Float = 0.5
+    alpha: Fraction = 0.5
     """weight of the old policy in the anchor pi_old^alpha pi_T^(1 - alpha); 1 is GRPO"""
-    clamp: Float = 1.0
+    clamp: Positive = 1.0
     """the teacher log ratio log pi_S - log pi_T is clamped to [-clamp, clamp] (RLAD App. B)"""
-
-    def __post_init__(self):
-        require(0 <= self.alpha <= 1, "TrrdConfig", "alpha", self.alpha, "a number in [0, 1]")
-        require(self.clamp > 0, "TrrdConfig", "clamp", self.clamp, "a number > 0")
 
 
 def trrd_anchor(logp: Tensor, old_logp: Tensor, teacher_logp: Tensor, alpha: float, clamp: float) -> Tensor:

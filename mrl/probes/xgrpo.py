@@ -4,22 +4,20 @@ Only GroupStats cross between policies; no text, no THL.
 """
 from __future__ import annotations
 
-from mrl.validation import Float, Str, choice, config_dataclass, require
+from typing import Literal
+
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.terms import own_term
 from mrl.rollout import RolloutBatch
+from mrl.validation import Fraction, config_dataclass
 
 
 @config_dataclass(frozen=True)
 class XgrpoConfig(ProbeConfig):
-    gamma: Float = 0.5
+    gamma: Fraction = 0.5
     """peer weight in the baseline b = (1 - gamma) mean(own r) + gamma mean(peer r)"""
-    std: Str = "pooled"
+    std: Literal["own", "pooled"] = "pooled"
     """advantage normaliser: the pooled std of own and peer rewards (pooled), or the own group's (own)"""
-
-    def __post_init__(self):
-        require(0 <= self.gamma <= 1, "XgrpoConfig", "gamma", self.gamma, "a number in [0, 1]")
-        choice("XgrpoConfig", "std", self.std, ("own", "pooled"))
 
 
 @register_probe("xgrpo", config=XgrpoConfig, kinds=("group_stats",))
