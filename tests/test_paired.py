@@ -1,5 +1,5 @@
-"""Paired statistics against GRPO, the rollouts-to-reach metric, the claims ledger's rule, and the held-out
-experiment's split (hand-made cases with known answers)."""
+"""Paired statistics against GRPO, the rollouts-to-reach metric and the held-out experiment's split (hand-made cases
+with known answers); the claims ledger's tests are in tests/test_claims.py."""
 import math
 import random
 
@@ -11,7 +11,6 @@ from scipy.stats import t as student_t
 from mrl.config import SKILLS
 from mrl.experiments.heldout import heldout_config
 from mrl.profiles import load_profile
-from mrl.reports.claims import claims_ledger, verdict
 from mrl.reports.paired import (final_values, paired_differences, paired_table, reach_table, rollouts_to_reach,
                                 t_interval)
 from mrl.tasks import ArithTask
@@ -103,34 +102,6 @@ def test_paired_table_reads_the_weak_skill():
     assert numbers.set_index(["policy", "probe"]).loc[("B", "sgt"), "weak skill"] == "S1"
 
 
-@pytest.mark.parametrize("diffs, no_loss, expected", [
-    ([(0.1, 0.05, 0.15), (0.2, 0.1, 0.3)], False, "reproduced"),
-    ([(0.1, 0.05, 0.15), (0.02, -0.1, 0.14)], False, "mixed"),
-    ([(0.02, -0.1, 0.14), (-0.2, -0.3, -0.1)], False, "not reproduced"),
-    ([(-0.02, -0.04, 0.0), (0.01, -0.03, 0.05)], True, "reproduced"),       # any loss is under the 0.05 margin
-    ([(-0.02, -0.1, 0.06), (0.01, -0.1, 0.12)], True, "inconclusive"),      # could hide a loss beyond the margin
-    ([(-0.2, -0.3, -0.1), (0.01, -0.03, 0.05)], True, "not reproduced"),
-    ([], False, "not run"),
-])
-def test_verdict_rule(diffs, no_loss, expected):
-    frame = pd.DataFrame([{"diff": d, "low": lo, "high": hi, "n": 3, "real": lo > 0 or hi < 0}
-                          for d, lo, hi in diffs], columns=["diff", "low", "high", "n", "real"])
-    assert verdict(frame, no_loss) == expected
-
-
-def test_claims_ledger_marks_missing_probes_not_run():
-    evals = _evals({("grpo", 0): [0.1, 0.3, 0.4], ("grpo", 1): [0.1, 0.2, 0.4],
-                    ("grpo", 2): [0.1, 0.3, 0.45], ("sgt", 0): [0.1, 0.5, 0.6], ("sgt", 1): [0.1, 0.4, 0.6],
-                    ("sgt", 2): [0.1, 0.4, 0.7]})
-    steps = pd.DataFrame([{"pairing": "A+B", "probe": p, "seed": s, "policy": q, "step": t, "reward": 0.5,
-                           "grad_norm": 1.0 + t} for p in ("grpo", "sgt") for s in (0, 1, 2) for q in ("A", "B")
-                          for t in (1, 2)])
-    ledger = claims_ledger({"r": (evals, steps)}, {"r": {("A+B", "A"): "S2", ("A+B", "B"): "S1"}}).set_index("claim")
-    sgt = ledger.loc["SGT is the favourable point: it beats independent GRPO"]
-    assert sgt.verdict == "mixed"   # A's S2 gains 0.2, 0.2, 0.25 (real), B's S1 does not move
-    assert (ledger.drop(index=sgt.name).verdict == "not run").all()
-
-
 @pytest.mark.parametrize("profile", ["smoke", "default"])
 def test_heldout_split_never_meets_training_or_leak_prompts(profile):
     config = heldout_config(load_profile(profile), zoo_seed=0)
@@ -143,11 +114,6 @@ def test_heldout_split_never_meets_training_or_leak_prompts(profile):
             assert not held_out & {pair(p) for p in task.source(key)}, (family.name, key)
     rl = task.rl_prompts(random.Random(0), 5000)
     assert not held_out & {pair(p) for p in rl} and config.task.pool_per_skill == 0
-
-
-def test_verdict_is_inconclusive_on_too_few_pairs():
-    frame = pd.DataFrame([{"diff": 0.2, "low": 0.2, "high": 0.2, "n": 2, "real": False}])
-    assert verdict(frame, no_loss=False) == "inconclusive" and verdict(frame, no_loss=True) == "inconclusive"
 
 
 def test_heldout_runs_have_their_own_cache_keys():
@@ -174,19 +140,6 @@ def test_heldout_config_names_the_bad_field(knobs, field):
     profile = dataclasses.asdict(load_profile("smoke").experiment("heldout"))
     with pytest.raises(ConfigError, match=f"HeldoutConfig.{field}"):
         HeldoutConfig(**{**profile, **knobs})
-
-
-def test_claims_ledger_judges_each_zoo_seed_on_its_own():
-    runs = {("grpo", s): [0.1, 0.3, 0.4] for s in range(3)}
-    runs.update({("sgt", s): [0.1, 0.5, 0.6 + 0.01 * s] for s in range(3)})
-    zoo1 = {key: [a + 0.3 for a in curve] for key, curve in runs.items()}   # another warm-up, a higher start
-    evals = pd.concat([_evals(runs).assign(zoo_seed=0), _evals(zoo1).assign(zoo_seed=1)], ignore_index=True)
-    steps = pd.DataFrame([{"pairing": "A+B", "probe": p, "seed": s, "zoo_seed": z, "policy": q, "step": t,
-                           "reward": 0.5, "grad_norm": 1.0 + t} for p in ("grpo", "sgt") for s in range(3)
-                          for z in (0, 1) for q in ("A", "B") for t in (1, 2)])
-    row = claims_ledger({"r": (evals, steps)}, {"r": {("A+B", "A"): "S2"}}).iloc[0]
-    assert "A (S2), zoo 0: **+0.210" in row["evidence (paired difference, 95% CI)"]
-    assert "A (S2), zoo 1: **+0.210" in row["evidence (paired difference, 95% CI)"]
 
 
 def test_paired_curves_end_at_the_tables_interval():

@@ -1,17 +1,21 @@
-"""The claims ledger: each claim of the two papers, our paired evidence in each regime, and a verdict from a rule.
+"""The claims ledger: each claim of the papers, tested on the held-out experiment with the warm-up as the unit.
 
-A claim is a comparison "probe beats reference" on a per-run value, paired on the shared seeds
-(`mrl.reports.paired`), within each zoo seed where a regime has several (two warm-ups can start a policy's weak
-skill at different levels, so each (policy, zoo seed) is its own unit, its interval over the RL seeds). Verdicts,
-per regime, over the units:
-  not run         the grid of that regime has no runs of one of the two probes;
-  inconclusive    fewer than MIN_PAIRS (3) shared seeds for some policy: too few to call anything;
-  reproduced      every policy's difference is in the claimed direction and real (its 95% interval excludes 0);
-  mixed           real in the claimed direction for some policies, not for others;
-  not reproduced  no policy's difference is real in the claimed direction.
-A "no loss" claim (XGRPO keeps support) is a non-inferiority test with margin NO_LOSS_MARGIN: reproduced when every
-policy's interval lies above -margin, not reproduced when some policy shows a real loss beyond it (its interval
-below 0 and its mean below -margin), inconclusive otherwise.
+The pre-registered analysis (fixed before the runs were read; docs/claims.md gives the reasons):
+
+- **Endpoint.** Per run and policy, the mean held-out accuracy over the last ENDPOINT_EVALS evaluations: overall (as
+  the papers report accuracy: the primary endpoint) and on the policy's weak form (the mechanism: secondary).
+- **Unit.** A claim compares `probe` with `reference` paired on the shared RL seeds. Within one warm-up (zoo seed),
+  d_z is the mean over its policies and RL seeds of value(probe) - value(reference). The t interval is taken over
+  the zoo seeds (df = zoos - 1): the warm-up is what varies most, so RL seeds within a warm-up are not independent
+  evidence. A hierarchical bootstrap (zoo seeds, then RL seeds within each) is the check beside it.
+- **Tests.** Directional claims get a one-sided t test of H0: d <= 0 in the claimed direction ("support"), and
+  one of H0: the effect is at least the paper's own size ("contradiction"). A no-loss claim (non-inferiority,
+  margin MARGIN) tests H0: d <= -MARGIN and H0: d >= -MARGIN. A no-gain claim (equivalence) tests both bounds of
+  [-MARGIN, +MARGIN] (TOST) and H0: d <= +MARGIN. Each kind of test is Holm-corrected across the ledger's claims on
+  one endpoint.
+- **Verdict.** supported: the support test passes after Holm. contradicted: the contradiction test passes after Holm
+  (the data rule out an effect as large as the paper's, or show the opposite). inconclusive: neither. A claim
+  supported with an effect smaller than the paper's says so.
 """
 from __future__ import annotations
 
@@ -19,126 +23,309 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.stats import t as student_t
 
-from mrl.reports.paired import MIN_PAIRS, final_values, interval_cell, pair_columns, paired_differences
-from mrl.reports.probes import KEYS, final_accuracy
+from mrl.reports.paired import interval_cell, paired_differences, t_interval
+from mrl.reports.probes import rescue_skills, with_overall
+
+ENDPOINT_EVALS = 3
+"""the endpoint averages a run's last this many held-out evaluations"""
+MARGIN = 0.02
+"""non-inferiority and equivalence margin, in accuracy (docs/claims.md: about the standard error of one run's overall
+held-out accuracy, and below every effect size the papers report but XGRPO's)"""
+ALPHA = 0.05
+"""family-wise error rate of each kind of test (Holm)"""
+BOOTSTRAP = 2000
+"""hierarchical bootstrap resamples"""
 
 
 @dataclass(frozen=True)
 class Claim:
-    """'probe beats reference on value' (direction +1), or 'probe loses nothing against reference' (no_loss)."""
+    """A claim of a paper about `probe` against `reference`.
+
+    kind: "better" (probe beats reference), "worse" (probe trails reference), "no_loss" (non-inferiority), "no_gain"
+    (equivalence within MARGIN). paper_effect: the paper's own difference, probe - reference, in accuracy (None: not
+    reported); docs/papers.md gives each one's source."""
 
     paper: str
     claim: str
     probe: str
     reference: str
-    value: str       # a column of claim_values: weak, overall, own, grad_norm_std
-    no_loss: bool = False
+    kind: str
+    paper_effect: float | None
+    source: str
 
+    @property
+    def sign(self) -> int:
+        return -1 if self.kind == "worse" else 1
+
+
+HACPO4 = {name: f"{name} (minibatches=4)" for name in ("hacpo", "gspo", "gspo_x2", "naive")}
+"""HACPO and its baselines as the paper runs them: 4 optimizer updates per step"""
 
 CLAIMS = (
-    Claim("MRL", "SGT is the favourable point: it beats independent GRPO", "sgt", "grpo", "weak"),
-    Claim("MRL", "PRP pays density-ratio variance and the THL residual: it trails SGT", "sgt", "prp", "weak"),
-    Claim("MRL", "XGRPO keeps on-policy support: no loss (beyond 0.05) on the policy's own skills against GRPO",
-          "xgrpo", "grpo",
-          "own", no_loss=True),
-    Claim("MRL", "PRP is less stable than GRPO: larger spread of the gradient norm", "prp", "grpo",
-          "grad_norm_std"),
-    Claim("HACPO", "HACPO beats GSPO trained alone", "hacpo", "gspo", "weak"),
-    Claim("HACPO", "HACPO at half the rollouts: it beats GSPO with twice the samples per prompt", "hacpo",
-          "gspo_x2", "weak"),
-    Claim("GRAFT", "HACPO trails GRPO across families (GRAFT's re-implementation)", "grpo", "hacpo", "weak"),
+    Claim("MRL", "SGT, outcome-level sharing, beats independent GRPO", "sgt", "grpo", "better", 0.012,
+          "MRL main figure, MATH reward@1 at step ~105, mean of two models: 0.668 vs 0.656"),
+    Claim("MRL", "PRP, data-level sharing, trails SGT", "prp", "sgt", "worse", -0.048,
+          "MRL main figure, mean of two models: 0.620 vs 0.668"),
+    Claim("MRL", "XGRPO, value-level sharing, loses nothing against GRPO", "xgrpo", "grpo", "no_loss", 0.005,
+          "MRL main figure, mean of two models: 0.661 vs 0.656"),
+    Claim("MRL", "XGRPO gives no rescue: no gain against GRPO beyond the margin", "xgrpo", "grpo", "no_gain", 0.0,
+          "MRL's bandit analysis: a peer-mixed baseline adds no support on prompts a policy never solves"),
+    Claim("HACPO", "HACPO beats GSPO trained alone", HACPO4["hacpo"], HACPO4["gspo"], "better", 0.032,
+          "HACPO Table 1, mean of 6 models: +3.2 points over GSPO"),
+    Claim("HACPO", "HACPO at half the rollouts beats GSPO with twice the samples", HACPO4["hacpo"], HACPO4["gspo_x2"],
+          "better", 0.033, "HACPO Table 1, mean of 6 models: +3.3 points over GSPOx2"),
+    Claim("HACPO", "Naive sharing is worse than single-agent training", HACPO4["naive"], HACPO4["gspo"], "worse",
+          -0.069, "HACPO Table 1, mean of 6 models: naive 6.9 points below GSPO, below it in every setting"),
+    Claim("GRAFT", "HACPO trails GRPO across families (GRAFT's re-implementation)", HACPO4["hacpo"], "grpo", "worse",
+          None, "GRAFT Table 1: HACPO below GRPO in 5 of 6 pairs, by up to 4.17 points (no mean reported)"),
 )
-
-NO_LOSS_MARGIN = 0.05  # accuracy: a loss on own skills smaller than 5 points counts as no loss
-
-VALUE_NAMES = {"weak": "weak-skill held-out accuracy", "overall": "overall held-out accuracy",
-               "own": "held-out accuracy on own skills", "grad_norm_std": "grad-norm std over steps"}
+VALUES = {"overall": "overall held-out accuracy", "weak": "weak-form held-out accuracy"}
 
 
-def claim_values(evals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """One row per run and policy: final held-out accuracy on the weak skill, overall and on the policy's own
-    skills (the others), the std of its gradient norm over steps and its mean ESS fraction (PRP)."""
-    values = final_values(evals, "held-out")
-    keys = KEYS + pair_columns(values)
-    final = final_accuracy(evals)
-    final = final[(final.split == "held-out") & (final.skill != "overall")]
-    weak = values.set_index(keys)
-    own = []
-    for key, group in final.groupby(keys, sort=False):
-        total = group.accuracy.sum() - weak.loc[key, "weak"]
-        own.append({**dict(zip(keys, key)), "own": total / max(len(group) - 1, 1)})
-    values = values.merge(pd.DataFrame(own), on=keys)
-    per_run = steps.groupby(keys, sort=False)
-    stats = pd.DataFrame({"grad_norm_std": per_run.grad_norm.std()})
-    if "ess_fraction" in steps.columns:
-        stats["ess_fraction"] = per_run.ess_fraction.mean()
-    return values.merge(stats.reset_index(), on=keys, how="left")
+def endpoint_values(evals: pd.DataFrame) -> pd.DataFrame:
+    """One row per run and policy (pairing, probe, policy, seed, zoo_seed): the pre-registered endpoint, the mean
+    held-out accuracy over the run's last ENDPOINT_EVALS evaluations, overall and on the policy's weak form
+    ("overall", "weak"), and the weak form's accuracy at step 0 ("weak start")."""
+    held = with_overall(evals[evals.split == "held-out"])
+    run = ["pairing", "probe", "policy", "seed", "zoo_seed"]
+    steps = held.groupby(run).step.transform(lambda s: s.isin(sorted(s.unique())[-ENDPOINT_EVALS:]))
+    weak = rescue_skills(evals)
+    is_weak = np.array([weak.get((p, q)) == s for p, q, s in zip(held.pairing, held.policy, held.skill)])
+    last = held[steps.astype(bool)]
+    out = last[last.skill == "overall"].groupby(run).accuracy.mean().rename("overall").to_frame()
+    out["weak"] = last[is_weak[steps.astype(bool).to_numpy()]].groupby(run).accuracy.mean()
+    start = held[(held.step == 0) & is_weak]
+    out["weak start"] = start.groupby(run).accuracy.mean()
+    return out.reset_index()
 
 
-def verdict(diffs: pd.DataFrame, no_loss: bool) -> str:
-    """The ledger's rule over the policies' paired differences (columns diff, low, high, n, real)."""
-    if diffs.empty:
-        return "not run"
-    if (diffs.n < MIN_PAIRS).any():
-        return "inconclusive"
-    if no_loss:
-        if (diffs.low > -NO_LOSS_MARGIN).all():
-            return "reproduced"
-        return "not reproduced" if (diffs.real & (diffs["diff"] < -NO_LOSS_MARGIN)).any() else "inconclusive"
-    hits = diffs.real & (diffs["diff"] > 0)
-    if hits.all():
-        return "reproduced"
-    return "mixed" if hits.any() else "not reproduced"
+def unit_differences(values: pd.DataFrame, probe: str, reference: str, column: str) -> pd.DataFrame:
+    """Per (policy, zoo seed): the mean paired difference probe - reference over the shared RL seeds and their
+    number (columns policy, zoo_seed, diff, seeds), from endpoint_values rows."""
+    index = ["pairing", "policy", "zoo_seed", "seed"]
+    a = values[values.probe == probe].set_index(index)[column]
+    b = values[values.probe == reference].set_index(index)[column]
+    paired = (a - b).dropna().rename("diff").reset_index()
+    return paired.groupby(["policy", "zoo_seed"]).agg(diff=("diff", "mean"), seeds=("diff", "size")).reset_index()
 
 
-def unit_differences(pair: pd.DataFrame, claim: Claim) -> pd.DataFrame:
-    """Paired differences of a claim per policy, and per zoo seed where the runs have several (column `zoo`)."""
-    if "zoo_seed" not in pair.columns or pair.zoo_seed.nunique() == 1:
-        return paired_differences(pair, claim.value, baseline=claim.reference).assign(zoo=None)
-    shared = [z for z, runs in pair.groupby("zoo_seed") if set(runs.probe) == {claim.probe, claim.reference}]
-    return pd.concat([paired_differences(pair[pair.zoo_seed == z], claim.value, baseline=claim.reference).assign(zoo=z)
-                      for z in shared], ignore_index=True)
+def zoo_means(units: pd.DataFrame) -> pd.Series:
+    """d_z: the mean over policies of each zoo seed's paired difference (one value per warm-up)."""
+    return units.groupby("zoo_seed")["diff"].mean()
 
 
-def evidence(diffs: pd.DataFrame, claim: Claim, values: pd.DataFrame, weak: dict) -> str:
-    """'A (S2): +0.120 [+0.050, +0.190]; B (S3): ...' (per zoo seed where there are several) with n runs, the ESS
-    fraction where PRP is involved."""
-    parts = []
-    for row in diffs.itertuples(index=False):
-        skill = f" ({weak.get((row.pairing, row.policy), '')})" if claim.value == "weak" else ""
-        zoo = f", zoo {row.zoo}" if row.zoo is not None and row.zoo == row.zoo else ""
-        parts.append(f"{row.policy}{skill}{zoo}: {interval_cell(row.diff, row.low, row.high, row.real)}")
-    text = "; ".join(parts) + (f" (n={int(diffs.n.min())})" if len(diffs) else "")
-    if "prp" in (claim.probe, claim.reference) and "ess_fraction" in values.columns:
-        ess = values[values.probe == "prp"].ess_fraction
-        if ess.notna().any():
-            text += f"; PRP's ESS fraction {ess.mean():.2f} (min over runs {ess.min():.2f})"
-    return text
+def hierarchical_bootstrap(values: pd.DataFrame, probe: str, reference: str, column: str, draws: int = BOOTSTRAP,
+                           seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of the mean paired difference, resampling zoo seeds, then RL seeds within each (a
+    zoo's policies share its seeds, so a seed is drawn for all of them)."""
+    index = ["policy", "zoo_seed", "seed"]
+    a = values[values.probe == probe].set_index(index)[column]
+    b = values[values.probe == reference].set_index(index)[column]
+    paired = (a - b).dropna().groupby(["zoo_seed", "seed"]).mean()   # over policies
+    zoos = {z: group.to_numpy() for z, group in paired.groupby(level="zoo_seed")}
+    if len(zoos) < 2:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    keys = sorted(zoos)
+    means = np.empty(draws)
+    for i in range(draws):
+        picked = rng.choice(len(keys), len(keys))
+        means[i] = np.mean([rng.choice(zoos[keys[k]], len(zoos[keys[k]])).mean() for k in picked])
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
-def claims_ledger(regimes: dict[str, tuple[pd.DataFrame, pd.DataFrame]], weak_skills: dict[str, dict]) -> pd.DataFrame:
-    """One row per claim and regime: the comparison, our evidence and the verdict.
+def t_p_value(values: np.ndarray, null: float, alternative: str) -> float:
+    """One-sided p-value of the t test of mean(values) against `null`: alternative "greater" (H0: mean <= null) or
+    "less" (H0: mean >= null); NaN below two values or with no spread."""
+    values = np.asarray(values, dtype=float)
+    n = len(values)
+    sd = values.std(ddof=1) if n > 1 else float("nan")
+    if n < 2 or not sd > 0:
+        return float("nan")
+    stat = (values.mean() - null) / (sd / np.sqrt(n))
+    return float(student_t.sf(stat, n - 1) if alternative == "greater" else student_t.cdf(stat, n - 1))
 
-    regimes: {regime name: (evals, steps)} of a grid; weak_skills: {regime name: {(pairing, policy): skill}}."""
+
+def claim_tests(claim: Claim, d: np.ndarray) -> dict:
+    """The one-sided p-values of a claim's support and contradiction tests over the warm-ups' differences d."""
+    if claim.kind == "no_loss":
+        return {"p support": t_p_value(d, -MARGIN, "greater"), "p contradiction": t_p_value(d, -MARGIN, "less")}
+    if claim.kind == "no_gain":
+        tost = max(t_p_value(d, -MARGIN, "greater"), t_p_value(d, MARGIN, "less"))
+        return {"p support": tost, "p contradiction": t_p_value(d, MARGIN, "greater")}
+    toward = "greater" if claim.sign > 0 else "less"
+    away = "less" if claim.sign > 0 else "greater"
+    against = 0.0 if claim.paper_effect is None else claim.paper_effect
+    return {"p support": t_p_value(d, 0.0, toward), "p contradiction": t_p_value(d, against, away)}
+
+
+def holm(p_values) -> np.ndarray:
+    """Holm's step-down adjustment of p-values (NaNs kept as NaN, left out of the family)."""
+    p = np.asarray(p_values, dtype=float)
+    out = np.full_like(p, np.nan)
+    finite = np.flatnonzero(~np.isnan(p))
+    order = finite[np.argsort(p[finite])]
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+def verdict(claim: Claim, low: float, high: float, p_support: float, p_contradiction: float) -> str:
+    """supported / contradicted / inconclusive from the Holm-adjusted p-values; a supported directional claim whose
+    interval lies below the paper's effect says so."""
+    if p_support < ALPHA:
+        smaller = claim.kind in ("better", "worse") and claim.paper_effect is not None and \
+            (high < claim.paper_effect if claim.sign > 0 else low > claim.paper_effect)
+        return "supported, smaller than the paper's" if smaller else "supported"
+    if p_contradiction < ALPHA:
+        return "contradicted"
+    return "inconclusive"
+
+
+def claims_ledger(evals: pd.DataFrame, column: str = "overall") -> pd.DataFrame:
+    """One row per claim on one endpoint column ("overall": primary; "weak": the mechanism): the warm-ups, the
+    mean difference over them with its t interval and the hierarchical bootstrap's, the sign counts per (policy,
+    zoo), the paper's effect, the Holm-adjusted p-values and the verdict. A claim whose arms did not run is
+    "not run"."""
+    values = endpoint_values(evals)
     rows = []
     for claim in CLAIMS:
-        for regime, (evals, steps) in regimes.items():
-            values = claim_values(evals, steps)
-            pair = values[values.probe.isin([claim.probe, claim.reference])]
-            if set(pair.probe) != {claim.probe, claim.reference}:
-                diffs = pd.DataFrame(columns=KEYS + ["diff", "low", "high", "n", "real", "zoo"])
-            else:
-                diffs = unit_differences(pair, claim)
-            rows.append({"paper": claim.paper, "claim": claim.claim, "regime": regime,
-                         "comparison": f"{claim.probe} - {claim.reference}, {VALUE_NAMES[claim.value]}",
-                         "evidence (paired difference, 95% CI)": evidence(diffs, claim, values,
-                                                                          weak_skills.get(regime, {})),
-                         "verdict": verdict(diffs, claim.no_loss)})
+        row = {"paper": claim.paper, "claim": claim.claim, "comparison": f"{claim.probe} - {claim.reference}",
+               "endpoint": VALUES[column], "paper's effect": claim.paper_effect}
+        units = unit_differences(values, claim.probe, claim.reference, column)
+        if units.empty:
+            rows.append({**row, "zoos": 0, "verdict": "not run"})
+            continue
+        d = zoo_means(units).to_numpy()
+        mean, low, high = t_interval(d)
+        boot_low, boot_high = hierarchical_bootstrap(values, claim.probe, claim.reference, column)
+        positive = int((units["diff"] > 0).sum())
+        rows.append({**row, "zoos": len(d), "seeds per zoo": int(units.seeds.min()), "diff": mean, "low": low,
+                     "high": high, "bootstrap low": boot_low, "bootstrap high": boot_high,
+                     "positive units": f"{positive}/{len(units)}", **claim_tests(claim, d)})
+    ledger = pd.DataFrame(rows)
+    for test in ("p support", "p contradiction"):
+        if test in ledger:
+            ledger[f"{test} (Holm)"] = holm(ledger[test])
+    ledger["verdict"] = [
+        "not run" if not row["zoos"] else
+        verdict(claim, row["low"], row["high"], row["p support (Holm)"], row["p contradiction (Holm)"])
+        for claim, row in zip(CLAIMS, ledger.to_dict("records"))]
+    return ledger
+
+
+def ledger_table(ledger: pd.DataFrame) -> pd.DataFrame:
+    """The ledger as the paper shows it: each claim, its warm-ups x seeds, the mean difference with the t interval
+    over warm-ups and the hierarchical bootstrap's, the sign counts, the paper's effect, the Holm-adjusted p-values
+    and the verdict."""
+    def interval(row, low, high):
+        return "" if not row["zoos"] or np.isnan(row[low]) else f"[{row[low]:+.3f}, {row[high]:+.3f}]"
+
+    out = pd.DataFrame({
+        "paper": ledger["paper"], "claim": ledger["claim"], "comparison": ledger["comparison"],
+        "warm-ups x seeds": [f"{int(r['zoos'])} x {int(r['seeds per zoo'])}" if r["zoos"] else "0"
+                             for r in ledger.to_dict("records")],
+        "difference": [f"{r['diff']:+.3f}" if r["zoos"] else "" for r in ledger.to_dict("records")],
+        "95% t over warm-ups": [interval(r, "low", "high") for r in ledger.to_dict("records")],
+        "95% bootstrap": [interval(r, "bootstrap low", "bootstrap high") for r in ledger.to_dict("records")],
+        "positive units": ledger.get("positive units", ""),
+        "paper's effect": ["not reported" if e is None or e != e else f"{e:+.3f}" for e in ledger["paper's effect"]],
+        "p support (Holm)": ledger.get("p support (Holm)", np.nan).round(3),
+        "p contradiction (Holm)": ledger.get("p contradiction (Holm)", np.nan).round(3),
+        "verdict": ledger["verdict"]})
+    return out
+
+
+def evidence_table(evals: pd.DataFrame, column: str = "overall") -> pd.DataFrame:
+    """The ledger's per-warm-up evidence: per claim and policy, the mean paired difference over the RL seeds on each
+    zoo seed (one column per zoo seed), the weak form's start on that zoo, and the sign count."""
+    values = endpoint_values(evals)
+    rows = []
+    for claim in CLAIMS:
+        units = unit_differences(values, claim.probe, claim.reference, column)
+        for policy, group in units.groupby("policy"):
+            row = {"claim": claim.claim, "comparison": f"{claim.probe} - {claim.reference}", "policy": policy}
+            row.update({f"zoo {z}": f"{d:+.3f}" for z, d in zip(group.zoo_seed, group["diff"])})
+            row["positive"] = f"{int((group['diff'] > 0).sum())}/{len(group)}"
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
-def verdict_counts(ledger: pd.DataFrame) -> pd.DataFrame:
-    """How many claims got each verdict, per regime."""
-    return ledger.pivot_table(index="verdict", columns="regime", values="claim", aggfunc="count",
-                              fill_value=0).astype(np.int64)
+def verdict_counts(ledger: pd.DataFrame) -> pd.Series:
+    """How many claims got each verdict."""
+    return ledger.verdict.value_counts().sort_index()
+
+
+def ledger_sentence(ledger: pd.DataFrame, endpoint: str) -> str:
+    """The ledger in one sentence, from the table: how many claims were tested on how many warm-ups, and how many
+    were supported, contradicted and inconclusive on `endpoint`."""
+    tested = ledger[ledger.verdict != "not run"]
+    if tested.empty:
+        return f"No claim could be tested on {endpoint}: their arms did not run."
+    counts = tested.verdict.str.split(",").str[0].value_counts()
+    named = lambda verdict: "; ".join(tested[tested.verdict.str.startswith(verdict)].comparison) or "none"  # noqa: E731
+    return (f"On {endpoint}, {len(tested)} claims were tested on {int(tested.zoos.max())} warm-ups: "
+            f"{counts.get('supported', 0)} supported ({named('supported')}), "
+            f"{counts.get('contradicted', 0)} contradicted ({named('contradicted')}) and "
+            f"{counts.get('inconclusive', 0)} inconclusive.")
+
+
+def base_rate_figure(evals: pd.DataFrame, probes: tuple[str, ...] = ("sgt", "prp")):
+    """Each (policy, warm-up)'s paired gain over GRPO on its weak form (the endpoint, mean over the RL seeds)
+    against the weak form's accuracy after the warm-up, one panel per probe: does sharing help most at a low but
+    non-zero base rate?"""
+    import matplotlib.pyplot as plt
+
+    from mrl.reports.palette import policy_colour, probe_colour
+
+    values = endpoint_values(evals)
+    start = values[values.probe == "grpo"].groupby(["policy", "zoo_seed"])["weak start"].mean()
+    probes = [p for p in probes if p in set(values.probe)]
+    fig, axes = plt.subplots(1, max(len(probes), 1), figsize=(4.2 * max(len(probes), 1), 3.4), sharey=True,
+                             squeeze=False)
+    for ax, probe in zip(axes[0], probes):
+        units = unit_differences(values, probe, "grpo", "weak").set_index(["policy", "zoo_seed"])
+        units["start"] = start
+        for (policy, group), marker in zip(units.groupby(level="policy"), "os^Dv"):
+            ax.scatter(group.start, group["diff"], color=policy_colour(policy), marker=marker, s=40,
+                       label=f"policy {policy} ({len(group)} warm-ups)")
+        ax.axhline(0, color="0.4", linewidth=0.8)
+        ax.set_title(f"{probe} - grpo, weak form", color=probe_colour(probe))
+        ax.set_xlabel("weak form's held-out accuracy after warm-up")
+        ax.set_xlim(left=0)
+    axes[0][0].set_ylabel("paired gain at the endpoint\n(mean over RL seeds)")
+    axes[0][0].legend(frameon=False, fontsize=8)
+    fig.suptitle("Gain against the warm-up's base rate: one point per (policy, warm-up)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def endpoint_table(evals: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(numbers, formatted table) per policy and probe at the pre-registered endpoint: the mean held-out accuracy on
+    the weak form and overall over the row's runs, and the paired difference to GRPO with its 95% t interval over
+    the warm-ups (each warm-up's mean over its RL seeds first; bold: the interval excludes 0)."""
+    values = endpoint_values(evals)
+    keys = ["pairing", "probe", "policy"]
+    numbers = values.groupby(keys, sort=False)[["weak", "overall"]].mean()
+    numbers["runs"] = values.groupby(keys, sort=False).size()
+    for column in ("weak", "overall"):
+        diff = paired_differences(values, column, by_zoo=True).set_index(keys)
+        numbers = numbers.join(diff.add_prefix(f"{column} Δ "))
+    numbers = numbers.reset_index()
+    weak = rescue_skills(evals)
+    table = pd.DataFrame({"policy": numbers.policy,
+                          "weak form": [weak.get((p, q), "") for p, q in zip(numbers.pairing, numbers.policy)],
+                          "probe": numbers.probe, "runs": numbers.runs,
+                          "warm-ups": ["" if n != n else str(int(n)) for n in numbers["weak Δ n"]],
+                          "weak": numbers.weak.round(3)})
+    for column in ("weak", "overall"):
+        if column == "overall":
+            table["overall"] = numbers.overall.round(3)
+        table[f"Δ {column} vs grpo [95% CI]"] = [
+            interval_cell(*r) for r in numbers[[f"{column} Δ {k}" for k in ("diff", "low", "high", "real")]]
+            .itertuples(index=False)]
+    return numbers, table

@@ -39,11 +39,14 @@ def pair_columns(frame: pd.DataFrame) -> list[str]:
     return ["seed"] + (["zoo_seed"] if "zoo_seed" in frame.columns else [])
 
 
-def paired_differences(values: pd.DataFrame, column: str, baseline: str = BASELINE) -> pd.DataFrame:
+def paired_differences(values: pd.DataFrame, column: str, baseline: str = BASELINE,
+                       by_zoo: bool = False) -> pd.DataFrame:
     """values: one row per run and policy (columns pairing, probe, policy, seed[, zoo_seed], `column`).
 
     Returns per (pairing, probe, policy), probes other than `baseline`: mean difference to the baseline over the
-    shared seeds, its 95% interval [low, high], the number of pairs n and `real` (the interval excludes 0)."""
+    shared seeds, its 95% interval [low, high], the number of units n and `real` (the interval excludes 0).
+    by_zoo: the unit is the warm-up: the differences are averaged within each zoo seed first and the interval is
+    over zoo seeds (n = zoo seeds); otherwise every shared (seed, zoo seed) pair is a unit."""
     pairs = pair_columns(values)
     base = values[values.probe == baseline].set_index(["pairing", "policy", *pairs])[column]
     rows = []
@@ -51,6 +54,8 @@ def paired_differences(values: pd.DataFrame, column: str, baseline: str = BASELI
         index = pd.MultiIndex.from_frame(group[["pairing", "policy", *pairs]])
         shared = index.isin(base.index)
         diffs = group[column].to_numpy()[shared] - base.loc[index[shared]].to_numpy()
+        if by_zoo and "zoo_seed" in group.columns:
+            diffs = pd.Series(diffs).groupby(group.zoo_seed.to_numpy()[shared]).mean().to_numpy()
         mean, low, high = t_interval(diffs)
         n = int(np.isfinite(diffs).sum())
         rows.append({"pairing": pairing, "probe": probe, "policy": policy, "diff": mean, "low": low, "high": high,
@@ -147,8 +152,8 @@ def interval_cell(mean: float, low: float, high: float, real: bool) -> str:
     return f"**{text}**" if real else text
 
 
-def paired_table(evals: pd.DataFrame, steps: pd.DataFrame,
-                 split: str = "held-out") -> tuple[pd.DataFrame, pd.DataFrame]:
+def paired_table(evals: pd.DataFrame, steps: pd.DataFrame, split: str = "held-out",
+                 by_zoo: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(numbers, formatted table) per pairing, probe and policy: final weak-skill and overall `split` accuracy
     (mean over the row's runs, on the zoo seeds it lists), their paired differences to GRPO with 95% intervals over
     the pairs (bold: real), rollouts to reach GRPO's final weak-skill accuracy, own rollouts and peer experience
@@ -162,13 +167,13 @@ def paired_table(evals: pd.DataFrame, steps: pd.DataFrame,
         numbers["zoo seeds"] = values.groupby(KEYS, sort=False).zoo_seed.agg(
             lambda z: ", ".join(str(v) for v in sorted(set(z))))
     for column in ("weak", "overall"):
-        diff = paired_differences(values, column).set_index(KEYS)
+        diff = paired_differences(values, column, by_zoo=by_zoo).set_index(KEYS)
         numbers = numbers.join(diff.add_prefix(f"{column} Δ "))
     numbers = numbers.join(reach_table(evals, split)).join(own_rollouts(evals)).join(peer_use(steps)).reset_index()
     numbers.insert(2, "weak skill", [weak_skill.get((p, q), "") for p, q in zip(numbers.pairing, numbers.policy)])
     columns = ["pairing", "policy", "weak skill", "probe", "runs"] + (["zoo seeds"] if "zoo seeds" in numbers else [])
     table = numbers[columns].copy()
-    table["pairs"] = numbers["weak Δ n"].astype("Int64")
+    table["warm-ups" if by_zoo else "pairs"] = numbers["weak Δ n"].astype("Int64")
     table["weak"] = numbers.weak.round(3)
     table["Δ weak vs grpo [95% CI]"] = [interval_cell(*r) for r in numbers[
         ["weak Δ diff", "weak Δ low", "weak Δ high", "weak Δ real"]].itertuples(index=False)]
@@ -296,3 +301,10 @@ def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str
                  f"{BASELINE} (band: its 95% t interval over the shared seeds), training reward", y=1.0)
     fig.tight_layout()
     return fig
+
+
+def chance_note(intervals: int, level: float = 0.95) -> str:
+    """The caption's count of a table of intervals: how many it holds and how many would exclude 0 by chance alone if
+    no effect were real."""
+    return (f"The table holds {intervals} intervals; at {level:.0%}, about {intervals * (1 - level):.1f} of them would "
+            f"exclude 0 by chance alone if no effect were real.")
