@@ -54,7 +54,7 @@ from mrl.experiments.heldout import heldout_runs, heldout_zoos, knob_runs
 from mrl.notebook import setup_notebook
 from mrl.reports.claims import (ENDPOINT_EVALS, MARGIN, base_rate_figure, claims_ledger, endpoint_table,
                                 evidence_table, ledger_sentence, ledger_table, verdict_counts)
-from mrl.reports.paired import chance_note, knob_table, weak_skill_figure
+from mrl.reports.paired import chance_note, interval_count, knob_table, weak_skill_figure
 from mrl.reports.substrate import zoo_table
 from mrl.results import listing, save_figure, write_table
 from mrl.tasks import make_task
@@ -106,13 +106,12 @@ start_accuracy
 # %%
 numbers, table = endpoint_table(evals)
 numbers.to_csv(run.folder / "heldout_numbers.csv", index=False)
-intervals = int(table.filter(like="Δ").apply(lambda c: c.str.contains(r"\[")).to_numpy().sum())
 write_table(table, "heldout_main", run.tables,
             caption=f"Held-out experiment ({heldout.task.name}, fresh prompts; {runs_text}): held-out accuracy on "
                     f"each policy's weak form and overall at the endpoint (the mean of the last {ENDPOINT_EVALS} "
                     f"evaluations; mean over the row's runs), and the paired difference to GRPO with its 95% t "
                     f"interval over the warm-ups (each warm-up's mean over its RL seeds first; `warm-ups` gives n). "
-                    f"Bold: the interval excludes 0. {chance_note(intervals)}")
+                    f"Bold: the interval excludes 0. {chance_note(interval_count(table))}")
 table
 
 # %%
@@ -153,7 +152,8 @@ if heldout.knob_probes:
                 caption=f"Knob variants against their probe's defaults on the held-out experiment ({heldout.steps} "
                         f"steps, zoo seed {heldout.zoo_seeds[0]}, RL seeds {listing(heldout.knob_seeds)}): paired "
                         f"difference of the final held-out accuracy on the weak form and overall, with its 95% t "
-                        f"interval over the seeds (n = `pairs`); bold: the interval excludes 0 (and n >= 3).")
+                        f"interval over the seeds (n = `pairs`); bold: the interval excludes 0 (and n >= 3). "
+                        f"{chance_note(interval_count(knobs))}")
 else:
     knobs = "no knob variants in this profile (experiments.heldout.knob_probes)"
 knobs

@@ -52,7 +52,7 @@ from mrl.experiments.beyond import beyond_runs, poison_runs, run_offline, run_sc
 from mrl.notebook import setup_notebook
 from mrl.reports.beyond import (poison_figure, poison_table, records_handed_over, scaling_figure, scaling_table,
                                 with_arm_labels)
-from mrl.reports.paired import paired_table, weak_skill_figure
+from mrl.reports.paired import chance_note, interval_count, paired_table, weak_skill_figure
 from mrl.results import listing, save_figure, write_table
 
 run = setup_notebook("80_beyond", profile)
@@ -79,7 +79,7 @@ write_table(table, "beyond_main", run.tables,
                     f"the paired difference to GRPO with its 95% t interval over the shared seeds (n = `pairs`). "
                     f"Bold: the interval excludes 0 (and n >= 3). trrd: the peer's starting checkpoint as a fixed "
                     f"teacher; graft (offline): each policy alone, its peer replayed from the GRPO run's experience "
-                    f"log of the same seed.")
+                    f"log of the same seed. {chance_note(interval_count(table))}")
 table
 
 # %%
@@ -108,7 +108,7 @@ write_table(poisoned, "beyond_poison", run.tables,
                     f"interval over the shared seeds (trusting and lying statistics: RL seeds "
                     f"{listing(beyond.seeds)}; re-verified: {listing(beyond.reverified_seeds)}). Bold: the interval "
                     f"excludes 0 (and n >= 3). Claims turned away: the peer's successes and rewards the learner's "
-                    f"verifier refused, per run.")
+                    f"verifier refused, per run. {chance_note(interval_count(poisoned))}")
 poisoned
 
 # %%

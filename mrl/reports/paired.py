@@ -308,3 +308,8 @@ def chance_note(intervals: int, level: float = 0.95) -> str:
     no effect were real."""
     return (f"The table holds {intervals} intervals; at {level:.0%}, about {intervals * (1 - level):.1f} of them would "
             f"exclude 0 by chance alone if no effect were real.")
+
+
+def interval_count(table: pd.DataFrame) -> int:
+    """How many interval cells ('+0.1 [+0.0, +0.2]') a formatted table holds."""
+    return int(sum(table[c].astype(str).str.contains(r"\[[+-]", regex=True).sum() for c in table.columns))
