@@ -8,8 +8,8 @@ import pytest
 from scipy.stats import t as student_t
 
 from mrl.reports.claims import (CLAIMS, MARGIN, Claim, claim_tests, claims_ledger, endpoint_values, evidence_table,
-                                hierarchical_bootstrap, holm, ledger_sentence, ledger_table, unit_differences,
-                                verdict)
+                                hierarchical_bootstrap, holm, ledger_interval_count, ledger_sentence, ledger_table,
+                                unit_differences, verdict)
 from mrl.reports.paired import chance_note
 
 FORMS = {"A": ("S1", "S3", "S2"), "B": ("S1", "S2", "S3")}
@@ -46,6 +46,13 @@ def test_the_endpoint_averages_the_last_three_evaluations():
     assert row["overall"] == pytest.approx(np.mean([np.mean([0.9, 0.8, 0.2])] * 2 + [np.mean([0.9, 0.8, 0.5])]))
 
 
+def test_the_endpoint_leaves_out_step_0_when_a_run_has_few_evaluations():
+    evals = make_evals({})
+    evals = evals[evals.step.isin([0, 10, 20])]   # evaluations at 0, 10 and 20: the endpoint is 10 and 20
+    row = endpoint_values(evals).set_index(["probe", "policy", "zoo_seed", "seed"]).loc[("grpo", "A", 0, 0)]
+    assert row["weak"] == pytest.approx(0.2)
+
+
 def test_the_warm_up_is_the_unit_and_its_interval_has_zoos_minus_one_dof():
     evals = make_evals({"sgt": 0.03}, noise=0.01)
     ledger = claims_ledger(evals).set_index("comparison")
@@ -65,10 +72,12 @@ def test_rl_seeds_pooled_across_warm_ups_would_overstate_the_evidence():
     sgt = (values.probe == "sgt")
     values.loc[sgt & (values.zoo_seed == 0), "overall"] += 0.10
     values.loc[sgt & (values.zoo_seed == 1), "overall"] += 0.02
+    index = ["policy", "zoo_seed", "seed"]
+    pairs = (values[sgt].set_index(index).overall - values[values.probe == "grpo"].set_index(index).overall)
+    pooled = student_t.sf(pairs.mean() / (pairs.std(ddof=1) / math.sqrt(len(pairs))), len(pairs) - 1)
     units = unit_differences(values, "sgt", "grpo", "overall")
-    d = units.groupby("zoo_seed")["diff"].mean().to_numpy()
-    tests = claim_tests(CLAIMS[0], d)
-    assert tests["p support"] > 0.05    # df = 1: two warm-ups cannot settle it
+    by_zoo = claim_tests(CLAIMS[0], units.groupby("zoo_seed")["diff"].mean().to_numpy())["p support"]
+    assert pooled < 0.001 and by_zoo > 0.05    # 12 pairs look decisive; two warm-ups (df = 1) cannot settle it
 
 
 def test_hierarchical_bootstrap_covers_the_warm_up_spread():
@@ -76,6 +85,10 @@ def test_hierarchical_bootstrap_covers_the_warm_up_spread():
     values = endpoint_values(evals)
     low, high = hierarchical_bootstrap(values, "sgt", "grpo", "overall")
     assert low < 0.03 < high and high - low < 0.1
+    spread = endpoint_values(make_evals({"sgt": 0.0}))   # no seed noise: all the spread is between warm-ups
+    spread.loc[spread.probe == "sgt", "overall"] += 0.01 * spread.loc[spread.probe == "sgt", "zoo_seed"]
+    low, high = hierarchical_bootstrap(spread, "sgt", "grpo", "overall")
+    assert high - low > 0.01   # it resamples the warm-ups
 
 
 def test_holm_by_hand():
@@ -90,7 +103,8 @@ BETTER = Claim("P", "x beats y", "x", "y", "better", 0.05, "")
 @pytest.mark.parametrize("low, high, p_support, p_contradiction, expected", [
     (0.06, 0.10, 0.001, 0.9, "supported"),
     (0.01, 0.03, 0.01, 0.01, "supported, smaller than the paper's"),   # real, and below the paper's effect
-    (-0.03, 0.02, 0.4, 0.001, "contradicted"),                           # rules the paper's +0.05 out
+    (-0.03, 0.02, 0.4, 0.001, "contradicted: smaller than the paper's"),  # rules the paper's +0.05 out
+    (-0.09, -0.03, 0.9, 0.001, "contradicted: the opposite sign"),
     (-0.02, 0.09, 0.3, 0.4, "inconclusive"),                             # holds both 0 and +0.05
 ])
 def test_verdicts_read_the_interval_against_0_and_the_papers_effect(low, high, p_support, p_contradiction, expected):
@@ -104,8 +118,9 @@ def test_no_loss_and_no_gain_claims_use_the_margin():
     assert claim_tests(no_loss, small)["p support"] < 0.05 and claim_tests(no_gain, small)["p support"] < 0.05
     rescue = small + 0.08   # a real gain well beyond the margin: no_gain contradicted, no_loss holds
     assert claim_tests(no_gain, rescue)["p contradiction"] < 0.05
-    loss = small - 0.08
-    assert claim_tests(no_loss, loss)["p contradiction"] < 0.05 and MARGIN == 0.02
+    loss = small - 0.08     # a clear loss: no_loss contradicted, and no gain supported (non-superiority)
+    assert claim_tests(no_loss, loss)["p contradiction"] < 0.05 and claim_tests(no_gain, loss)["p support"] < 0.05
+    assert MARGIN == 0.01
 
 
 def test_the_ledger_on_known_effects():
@@ -113,20 +128,36 @@ def test_the_ledger_on_known_effects():
     evals = make_evals({"sgt": 0.03, "prp": -0.02}, noise=0.002)
     ledger = claims_ledger(evals).set_index("comparison")
     assert ledger.loc["sgt - grpo", "verdict"] == "supported"
-    assert ledger.loc["prp - sgt", "verdict"] == "supported"   # -0.05: the paper's -0.048 inside its interval
+    assert ledger.loc["prp - sgt", "verdict"] == "supported"   # -0.05, as the paper's -0.050
     assert (ledger.drop(index=["sgt - grpo", "prp - sgt"]).verdict == "not run").all()
     table = ledger_table(ledger.reset_index())
-    assert table.loc[0, "warm-ups x seeds"] == "5 x 2" and table.loc[0, "paper's effect"] == "+0.012"
+    assert table.loc[0, "warm-ups x seeds"] == "5 x 2" and table.loc[0, "paper's effect"] == "+0.013"
     sentence = ledger_sentence(ledger.reset_index(), "overall held-out accuracy")
-    assert sentence.startswith("On overall held-out accuracy, 2 claims were tested on 5 warm-ups: 2 supported")
+    assert sentence.startswith("On overall held-out accuracy, 2 claims were judged on 5 warm-ups: 2 supported")
+    assert ledger_interval_count(ledger.reset_index()) == 2
     evidence = evidence_table(evals)
     assert list(evidence.columns[-6:]) == ["zoo 0", "zoo 1", "zoo 2", "zoo 3", "zoo 4", "positive"]
 
 
 def test_an_effect_far_below_the_papers_is_contradicted():
-    evals = make_evals({"hacpo (minibatches=4)": 0.0, "gspo (minibatches=4)": 0.0}, noise=0.002)
-    row = claims_ledger(evals).set_index("comparison").loc["hacpo (minibatches=4) - gspo (minibatches=4)"]
-    assert row.verdict == "contradicted"   # the paper's +0.032 lies far above an interval around 0
+    evals = make_evals({"hacpo (minibatches=4)": 0.0, "gspo (minibatches=4)": 0.0, "naive (minibatches=4)": 0.0},
+                       noise=0.002)
+    ledger = claims_ledger(evals).set_index("comparison")
+    # the paper's +0.032 lies far above an interval around 0; so does its -0.069 for naive sharing, below it
+    smaller = "contradicted: smaller than the paper's"
+    assert ledger.loc["hacpo (minibatches=4) - gspo (minibatches=4)", "verdict"] == smaller
+    assert ledger.loc["naive (minibatches=4) - gspo (minibatches=4)", "verdict"] == smaller
+
+
+def test_fewer_than_three_warm_ups_get_no_verdict():
+    ledger = claims_ledger(make_evals({"sgt": 0.05}, zoos=(0, 1), noise=0.001)).set_index("comparison")
+    assert ledger.loc["sgt - grpo", "verdict"] == "too few warm-ups (2)"
+    assert ledger_sentence(ledger.reset_index(), "x").startswith("No claim has a verdict on x: 1 ran on 2 warm-up(s)")
+
+
+def test_a_claim_whose_paper_effect_has_the_other_sign_is_refused():
+    with pytest.raises(ValueError, match="other sign"):
+        Claim("P", "x beats y", "x", "y", "better", -0.01, "")
 
 
 def test_the_chance_note_counts_the_intervals():
