@@ -229,13 +229,13 @@ def paired_curves(weak: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
 
 
 def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str, list[str]] | None = None,
-                      split: str = "held-out", smooth: int = 10, zoo_seed: int | None = None):
+                      split: str = "held-out", smooth: int = 25, zoo_seed: int | None = None):
     """Two rows per policy, a column per group of probes (`panels`: {title: probes}; None: one group of all).
     Upper row: the weak skill's `split` accuracy vs own rollouts, one line per probe (mean over runs), band: the 95%
     t interval of that probe's mean over its runs (clipped to [0, 1]; unpaired; none for one run). Lower row: the
     paired difference to GRPO vs RL step, band: its 95% t interval over the shared seeds, the tables' interval at
     the last step. Last column: training reward (the policy's mean reward per step, rolling mean over `smooth` steps,
-    mean over runs) vs step, lines only, its legend below it. zoo_seed: only the runs on that zoo seed (a group keeps
+    mean over runs) vs step, lines only, its legend below it. The panels of a row share their y scale. zoo_seed: only the runs on that zoo seed (a group keeps
     the probes that ran there, if two or more did). Each probe has its colour of mrl.reports.palette, the same in
     every figure; knob variants ("hacpo (minibatches=4)") their base probe's colour and a line style of their own;
     grpo on top."""
@@ -291,6 +291,8 @@ def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str
                 ax.plot(line.step, line.smoothed, color=colours[probe], ls=styles[probe], lw=1.0, label=probe,
                         zorder=3 if probe == BASELINE else 2)
         ax.set(xlabel="RL step", ylabel=f"training reward ({smooth}-step mean)", title=f"{policy}: training reward")
+        share_y(top[:-1])      # one scale across a policy's panels: their probes compare at a glance
+        share_y(bottom[:-1])
         bottom[-1].axis("off")
         bottom[-1].legend(*ax.get_legend_handles_labels(), loc="upper center", fontsize=7, ncol=2,
                           title=f"{policy}: training reward", title_fontsize=7, frameon=False)
@@ -301,6 +303,16 @@ def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str
                  f"{BASELINE} (band: its 95% t interval over the shared seeds), training reward", y=1.0)
     fig.tight_layout()
     return fig
+
+
+def share_y(axes) -> None:
+    """Give `axes` one y range, the union of theirs."""
+    axes = list(axes)
+    if len(axes) > 1:
+        low = min(ax.get_ylim()[0] for ax in axes)
+        high = max(ax.get_ylim()[1] for ax in axes)
+        for ax in axes:
+            ax.set_ylim(low, high)
 
 
 def chance_note(intervals: int, level: float = 0.95) -> str:
