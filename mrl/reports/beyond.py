@@ -164,7 +164,12 @@ def scaling_figure(table: pd.DataFrame):
                        label=f"{column}, {clock}", **markers.get(clock, {}))
     left.set(xlabel="policies n", ylabel="wall seconds (start-up included)", title="Wall time of one run")
     left.set_ylim(bottom=0)
-    right.set(xlabel="policies n", ylabel="final held-out accuracy", title="The pair's weak skills as peers are added")
+    seeds = table.seed.nunique() if "seed" in table else 1
+    runs = "one run per point" if seeds == 1 else f"mean of {seeds} runs per point"
+    right.set(xlabel="policies n", ylabel="final held-out accuracy",
+              title=f"The pair's weak skills as peers are added ({runs})")
+    top = max(means[[c for c in table.columns if " weak (" in c]].max().max(), 0.0)
+    right.set_ylim(0, min(1.0, max(0.3, 1.2 * top)))   # from 0: single runs' differences are not magnified
     for ax in (left, right):
         ax.set_xticks(sorted(table.n.unique()))
         ax.legend(fontsize=7)

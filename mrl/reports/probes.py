@@ -312,6 +312,8 @@ def stepwise_clipping_figure(steps: pd.DataFrame, delta: float, delta_step: floa
                    label=probe)
     right.set(xlabel="RL step", title="clipping variants (HACPO), mean over policies and seeds")
     fit_accuracy_axis(right, "fraction of peer samples inside the clip range")
+    low, high = right.get_ylim()
+    right.set_ylim(low, max(high, 1.04))   # "none" keeps every sample: its line at 1 must not hide on the frame
     right.legend(fontsize=7, loc="best")
     fig.tight_layout()
     return fig
