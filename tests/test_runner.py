@@ -265,11 +265,11 @@ def test_ray_backend_equals_inline_and_detects_a_dead_actor(paths):
     inline = run_concurrent(paths, TASK, GRPO, RunnerConfig(backend="inline"), progress=False)
     on_ray = run_concurrent(paths, TASK, GRPO, RunnerConfig(backend="ray", step_timeout=120), progress=False)
     assert metrics(inline) == metrics(on_ray)
-    start = time.monotonic()
+    # the death itself is reported ("its actor died"), not the 60 s deadline ("no answer ... within"): no duration is
+    # asserted, since Ray's start-up alone can take minutes on a loaded 2-core machine
     with pytest.raises(WorkerFailed, match="worker 'B' failed: its actor died"):
         run_concurrent(paths, TASK, GRPO, RunnerConfig(backend="ray", step_timeout=60), progress=False,
                        actor_cls=CrashingActor)
-    assert time.monotonic() - start < 120
 
 
 @pytest.mark.slow
