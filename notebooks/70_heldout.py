@@ -169,26 +169,25 @@ knobs
 # differences are descriptive there and are not in the ledger.
 
 # %%
-ledger = claims_ledger(evals, "overall")
-ledger.to_csv(run.folder / "claims_numbers.csv", index=False)
 ledger_caption = (f"the mean paired difference over the warm-ups with its unadjusted 95% t interval (df = warm-ups "
                   f"- 1) and the hierarchical bootstrap's (a check: with few warm-ups it is too narrow), the (policy, "
                   f"warm-up) units above 0, the paper's own effect (docs/papers.md), the one-sided p-values of the "
                   f"support and contradiction tests, Holm-corrected together across the ledger, and the verdict "
                   f"(at least {MIN_WARMUPS} warm-ups; margin {MARGIN} for the no-loss and no-gain claims).")
-write_table(ledger_table(ledger), "claims", run.tables,
-            caption=f"Claims ledger on overall held-out accuracy at the endpoint ({runs_text}): {ledger_caption} "
-                    f"{chance_note(ledger_interval_count(ledger))}")
-print(ledger_sentence(ledger, "overall held-out accuracy"))
+ledgers = {}
+for column, name, endpoint in (("overall", "claims", "overall held-out accuracy"),
+                               ("weak", "claims_weak", "the weak form's held-out accuracy")):
+    ledgers[column] = claims_ledger(evals, column)
+    ledgers[column].to_csv(run.folder / f"{name}_numbers.csv", index=False)
+    write_table(ledger_table(ledgers[column]), name, run.tables,
+                caption=f"Claims ledger on {endpoint} at the endpoint ({runs_text}): {ledger_caption} "
+                        f"{chance_note(ledger_interval_count(ledgers[column]))}")
+    print(ledger_sentence(ledgers[column], endpoint))
+ledger = ledgers["overall"]
 ledger_table(ledger)
 
 # %%
-ledger_weak = claims_ledger(evals, "weak")
-write_table(ledger_table(ledger_weak), "claims_weak", run.tables,
-            caption=f"The claims ledger on the weak form's held-out accuracy (the mechanism; {runs_text}): "
-                    f"{ledger_caption} {chance_note(ledger_interval_count(ledger_weak))}")
-print(ledger_sentence(ledger_weak, "the weak form"))
-ledger_table(ledger_weak)
+ledger_table(ledgers["weak"])
 
 # %% [markdown]
 # The evidence per warm-up: each claim's mean paired difference over the RL seeds, per policy and zoo seed.
