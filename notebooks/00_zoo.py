@@ -20,7 +20,7 @@
 # # 00 · The tiny heterogeneous zoo and its complementary skills
 #
 # **Claim.** A short supervised warm-up gives each family a *complementary* skill profile on the
-# `arith-ops` task (SPEC section 3): A (GPT-2 + byte-level BPE) is strong on addition S1, B
+# `arith-ops` task (docs/architecture.md, The task and the zoo): A (GPT-2 + byte-level BPE) is strong on addition S1, B
 # (Llama + Unigram, character-level on digits) on subtraction S2, both are partial on the shared
 # multiplication S3 (each was taught a different half of its training problems), and each sees only a
 # small leak (rho = 3% from 150 fixed problems; 75% own skill, 22% own half of S3) of the peer's skill. C (Qwen2 + WordPiece) is the

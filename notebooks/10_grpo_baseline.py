@@ -21,7 +21,7 @@
 #
 # **Claim.** Plain GRPO, with no sharing, raises a policy's accuracy on a skill only where the
 # policy already succeeds sometimes: a group in which every sample fails has zero advantage and
-# gives no gradient. On the fixed RL pool (SPEC section 3, 50 prompts per skill), each policy's
+# gives no gradient. On the fixed RL pool (docs/architecture.md, The task and the zoo, 50 prompts per skill), each policy's
 # weak skill therefore moves little, while partially mastered skills improve.
 #
 # The GRPO loss is `mrl.grpo.policy_loss`, proven equal to TRL's `GRPOTrainer._compute_loss` in

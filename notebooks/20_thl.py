@@ -19,7 +19,7 @@
 # %% [markdown]
 # # 20 · THL: what exchanging text between tokenizers costs
 #
-# **Claim (SPEC section 5).** Text is the unit of exchange. THL retokenizes a peer's completion for
+# **Claim (docs/architecture.md, THL).** Text is the unit of exchange. THL retokenizes a peer's completion for
 # the receiver, aligns the two tokenizations by UTF-8 byte spans (cut where both have a boundary)
 # and projects per-token values so that sequence log-likelihoods are preserved exactly. What it
 # cannot make free is reported: round-trip failures (the receiver cannot reproduce the text:

@@ -19,7 +19,7 @@
 # %% [markdown]
 # # 30 · MWRA: several policies trained concurrently, on three backends
 #
-# **Claim (SPEC section 7).** One worker per policy; the same runner drives them inline (sequential,
+# **Claim (docs/architecture.md, MWRA and the runner).** One worker per policy; the same runner drives them inline (sequential,
 # deterministic), in one OS process each (the CPU default), or as Ray actors (the scale-out path), and
 # the three give the same metrics for the same seed. Each step is two barriers with deadlines
 # (rollout, then update); the policies publish their experience to SEE in between. This notebook

@@ -28,7 +28,7 @@
 #
 # **What is reconstructed.** PRP and XGRPO are reconstructions (the paper's code is not public); SGT's
 # form is confirmed by GRAFT. The substrate is ours: the tiny zoo on `arith-ops` with a fixed RL pool
-# (SPEC section 3), families A (GPT-2 + BPE) and B (Llama + Unigram) in both directions, and the
+# (docs/architecture.md, The task and the zoo), families A (GPT-2 + BPE) and B (Llama + Unigram) in both directions, and the
 # three-family group A+B+C (C: Qwen2 + WordPiece). Every probe runs on the same runner
 # (SEE + MWRA), same prompts and sampling seeds per step; only the loss differs.
 #

@@ -25,7 +25,7 @@
 # and naive sharing; each component matters (its ablations of the advantage estimator, omega, alpha and
 # clipping).
 #
-# **What is reconstructed.** HACPO follows its official code (notes/papers.md); the bandit form does not
+# **What is reconstructed.** HACPO follows its official code (docs/papers.md); the bandit form does not
 # enter here. Two choices are ours: peer samples cross tokenizers by THL, and the peer ratio is normalised
 # over THL's aligned groups (`ratio="thl"`); the official mean-based ratio (each side normalised by its own
 # token count) is the `ratio="mean"` ablation. Updates: the comparison runs every HACPO arm twice, with one

@@ -19,14 +19,14 @@
 # %% [markdown]
 # # 60 · The contextual-bandit analysis: stability against support
 #
-# **Claim (MRL paper, abstract; SPEC section 9).** A contextual-bandit analysis places the three probes
+# **Claim (MRL paper, abstract; docs/architecture.md, The bandit analysis).** A contextual-bandit analysis places the three probes
 # on a stability-support trade-off: PRP (data level) pays density-ratio variance plus the tokenizer
 # residual, XGRPO (value level) keeps on-policy support and only shifts a scalar baseline, SGT
 # (outcome level) adds a score direction toward verified peer successes on the rescue set.
 #
 # **This is a reconstruction.** The paper's bandit model, theorems and figures are not available; the
-# environment, the estimators and the plane below are our model of its statements (notes/papers.md,
-# section 4), and HACPO's bandit form is ours too. Exact where the model allows: every method's
+# environment, the estimators and the plane below are our model of its statements
+# (docs/architecture.md, The bandit analysis), and HACPO's bandit form is ours too. Exact where the model allows: every method's
 # expected update except HACPO's is a closed form (`mrl.bandit.closed_form`, checked against Monte Carlo
 # in `tests/test_bandit.py` and in the first table below); variances come from vectorised Monte Carlo.
 # The dynamic simulation is ours in every detail (log-linear policies whose skill directions generalise to

@@ -24,7 +24,7 @@
 # On `arith-ops` with a fixed 50-prompt pool (40_probe, 50_hacpo) nothing moves on held-out prompts: peer
 # demonstrations are memorised. This experiment is where the claims can show.
 #
-# **Substrate (ours, from notes/prototype2.md).** `arith-forms`: one algorithm (addition) in three surface
+# **Substrate (ours, from two prototypes run before this package).** `arith-forms`: one algorithm (addition) in three surface
 # forms, S1 `37+48=`, S2 `add 37 and 48:`, S3 `37 plus 48 =`. 400 operand pairs are held out in every form and
 # never trained on; every RL step draws fresh training prompts (`pool_per_skill: 0`). Its own zoo: A (GPT-2 +
 # byte-level BPE) owns S3, B (Llama + char-level Unigram) owns S2, both warmed up on S1, each with a 1% leak
