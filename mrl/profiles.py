@@ -1,4 +1,5 @@
-"""Profiles: smoke (CI, tiny budgets), default (this 2-core CPU), paper (GPUs, real models).
+"""Profiles: smoke (CI, tiny budgets), default (this 2-core CPU, 150 minutes), full (everything, hours), paper (GPUs,
+real models).
 
 A profile is one YAML file, configs/<profile>.yaml, and holds everything its runs need: the task, the zoo
 (or pretrained checkpoints), GRPO, the pairings, the runner (backend, timeouts), the notebooks to run and each
@@ -12,7 +13,7 @@ import mrl.experiments  # noqa: F401  (registers the experiments' config classes
 from mrl.config import RunConfig, load_config
 from mrl.results import repo_root
 
-PROFILES = ("smoke", "default", "paper")
+PROFILES = ("smoke", "default", "full", "paper")
 
 
 def load_profile(profile: str) -> RunConfig:

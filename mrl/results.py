@@ -2,7 +2,8 @@
 
 Every run folder records the config, the seed, the git SHA (and whether the tree was dirty) and
 the library versions. The default and paper profiles write tables to `paper_tables/` and figures
-to `figures/` (committed); the smoke profile writes them under `results/smoke/` (git-ignored).
+to `figures/` (committed); the smoke and full profiles write them under `results/<profile>/` (git-ignored), so
+a run of either never overwrites the committed tables.
 """
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ def git_sha(root: Path | None = None) -> str:
 def output_dirs(profile: str) -> tuple[Path, Path]:
     """(tables folder, figures folder) of a profile."""
     root = repo_root()
-    if profile == "smoke":
-        return root / "results" / "smoke" / "paper_tables", root / "results" / "smoke" / "figures"
+    if profile in ("smoke", "full"):
+        return root / "results" / profile / "paper_tables", root / "results" / profile / "figures"
     return root / "paper_tables", root / "figures"
 
 
@@ -106,7 +107,8 @@ CODE = re.compile(r"`([^`]+)`")
 def latex_text(text) -> str:
     """Markdown-ish table text as LaTeX: special characters escaped, Greek and math symbols as math,
     **bold** as \\textbf, `code` as \\texttt. A character pdflatex cannot set raises ValueError naming it."""
-    out = "".join(LATEX_SPECIAL.get(ch, LATEX_SYMBOLS.get(ch, ch)) for ch in str(text))
+    text = str(text).replace(">=", "≥").replace("<=", "≤")
+    out = "".join(LATEX_SPECIAL.get(ch, LATEX_SYMBOLS.get(ch, ch)) for ch in text)
     out = CODE.sub(lambda m: r"\texttt{" + m.group(1) + "}", BOLD.sub(lambda m: r"\textbf{" + m.group(1) + "}", out))
     unknown = sorted({ch for ch in out if ord(ch) > 127})
     if unknown:
@@ -119,6 +121,20 @@ def listing(values) -> str:
     return ", ".join(str(v) for v in values)
 
 
+def is_missing(value) -> bool:
+    """None, NaN or pandas' NA (a scalar cell; shown as an empty cell, never as `<NA>`)."""
+    import pandas as pd
+
+    return value is None or (pd.api.types.is_scalar(value) and bool(pd.isna(value)))
+
+
+def counts_as_floats(column) -> bool:
+    """A float column that holds counts (every value whole, some above 1: rollouts, tokens), shown without decimals;
+    accuracies and differences are never above 1 in magnitude, so they keep the float format."""
+    values = column.dropna()
+    return len(values) > 0 and bool((values == values.round()).all()) and bool((values.abs() > 1).any())
+
+
 def write_table(df, name: str, folder: Path, caption: str = "", float_format: str = "{:.3f}") -> dict[str, Path]:
     """Write a DataFrame as name.md, name.csv and name.tex in `folder`; returns the paths.
 
@@ -128,12 +144,13 @@ def write_table(df, name: str, folder: Path, caption: str = "", float_format: st
     folder.mkdir(parents=True, exist_ok=True)
     paths = {ext: folder / f"{name}.{ext}" for ext in ("md", "csv", "tex")}
     df.to_csv(paths["csv"], index=False)
-    formatted = df.copy()
-    for column in formatted.columns:
-        if formatted[column].dtype.kind == "f":
-            formatted[column] = formatted[column].map(lambda v: "" if v != v else float_format.format(v))
+    formatted = df.astype(object).map(lambda v: "" if is_missing(v) else v)
+    for column in df.columns:
+        if df[column].dtype.kind == "f":
+            shown = "{:.0f}" if counts_as_floats(df[column]) else float_format
+            formatted[column] = df[column].map(lambda v: "" if v != v else shown.format(v))
     header = f"{caption}\n\n" if caption else ""
-    paths["md"].write_text(header + formatted.to_markdown(index=False) + "\n")
+    paths["md"].write_text(header + formatted.to_markdown(index=False, disable_numparse=True) + "\n")
     tex = formatted.map(latex_text).rename(columns=latex_text)
     paths["tex"].write_text(tex.to_latex(index=False, escape=False, caption=latex_text(caption) if caption else None,
                                          label=f"tab:{name}"))
