@@ -4,7 +4,7 @@ From the bottom up: grpo (the GRPO loss, equal to TRL), thl (tokenizer heterogen
 experience exchange), mwra (workers on inline / process / ray backends), config (typed configs), tasks,
 rollout (sampling and the RolloutBatch), zoo, probes (the sharing probes and their contract), actor (one policy),
 runner (n >= 1 policies together), experiment (cached grids), bandit (the bandit analysis), reports, notebook,
-reproduce. The README's "What is inside" has the picture.
+reproduce. docs/architecture.md has the picture.
 """
 __version__ = "0.1.0"
 

@@ -44,11 +44,15 @@ def source_fingerprint(sources: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
+NOT_RUN = ("reports", "reproduce.py")   # mrl/reports/ (tables, figures, the README's blocks); papermill's driver
+
+
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """The fingerprint of every source file of the mrl package a run can execute (sorted by path; mrl/reports/,
-    which only reads finished runs into tables and figures, is left out)."""
-    return source_fingerprint(sorted(p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).parts[0] != "reports"))
+    """The fingerprint of every source file of the mrl package a run can execute (sorted by path; NOT_RUN, which
+    only drives notebooks or reads finished runs into tables and figures, is left out)."""
+    return source_fingerprint(sorted(p for p in PACKAGE.rglob("*.py")
+                                     if p.relative_to(PACKAGE).parts[0] not in NOT_RUN))
 
 
 @functools.lru_cache(maxsize=1)

@@ -3,10 +3,13 @@
     python -m mrl.reproduce --profile default        # this CPU: all tables and figures
     python -m mrl.reproduce --profile smoke          # CI budget; executed copies go to notebooks/smoke/
 
-Executed smoke notebooks are committed (nbval re-runs them in `make test`), with the images of their inline
-figures dropped (the figure's text line stays) to keep the repository light; executed copies of other
-profiles go to results/notebooks/<profile>/ (git-ignored), figures included. A timing record of the whole
-run is written to results/reproduce-<profile>.json.
+The default profile executes the notebooks in place: notebooks/NN_name.ipynb is committed with its outputs, figures
+included, beside its jupytext twin NN_name.py (the source). Executed smoke notebooks are committed in notebooks/smoke/
+(nbval re-runs them in `make test`), with the images of their inline figures dropped (the figure's text line stays)
+to keep the repository light; executed copies of other profiles go to results/notebooks/<profile>/ (git-ignored).
+A timing record of the whole run is written to results/reproduce-<profile>.json; a whole default-profile run also
+commits it as paper_tables/reproduce_default.json and rewrites the README's generated blocks (the claims ledger,
+the notebooks' times) from paper_tables/.
 """
 from __future__ import annotations
 
@@ -22,35 +25,52 @@ from mrl.results import git_sha, machine, repo_root
 
 
 def executed_dir(profile: str) -> Path:
+    """Where a profile's executed notebooks go: the default profile's are the notebooks themselves (committed with
+    their outputs, so a reader sees every table and figure), smoke's notebooks/smoke/, the others' results/."""
     root = repo_root()
-    return root / "notebooks" / "smoke" if profile == "smoke" else root / "results" / "notebooks" / profile
+    return {"default": root / "notebooks", "smoke": root / "notebooks" / "smoke"}.get(
+        profile, root / "results" / "notebooks" / profile)
 
 
 def run_notebook(name: str, profile: str, parameters: dict | None = None, log_output: bool = False) -> float:
-    """Execute one notebook with papermill; returns its wall time in seconds."""
+    """Execute one notebook with papermill; returns its wall time in seconds.
+
+    The default profile executes each notebook in place with its own defaults (no injected parameters cell, so the
+    jupytext twin stays the notebook's source; the tour keeps its smoke zoo) and keeps its figures; smoke's copies
+    keep only the figures' text lines."""
     import papermill
 
     source = repo_root() / "notebooks" / name
     target = executed_dir(profile) / name
     target.parent.mkdir(parents=True, exist_ok=True)
+    in_place = profile == "default" and not parameters
     start = time.perf_counter()
-    papermill.execute_notebook(str(source), str(target), parameters={"profile": profile, **(parameters or {})},
+    papermill.execute_notebook(str(source), str(target),
+                               parameters={} if in_place else {"profile": profile, **(parameters or {})},
                                cwd=str(target.parent), kernel_name="python3", progress_bar=False,
                                log_output=log_output)
     seconds = time.perf_counter() - start
-    if profile == "smoke":
-        drop_images(target)
+    tidy_outputs(target, keep_images=profile != "smoke")
     return seconds
 
 
-def drop_images(path: Path) -> None:
-    """Remove image data from a notebook's outputs in place (their text/plain line stays)."""
+def tidy_outputs(path: Path, keep_images: bool) -> None:
+    """Rewrite an executed notebook in place without what changes run to run or bloats it: papermill's and the
+    kernel's timing metadata, empty tag lists, embedded PDFs, and (keep_images=False) every image (their text/plain
+    line stays)."""
     import nbformat
 
     notebook = nbformat.read(path, as_version=4)
+    notebook.metadata.pop("papermill", None)
+    notebook.metadata.pop("widgets", None)
     for cell in notebook.cells:
+        for key in ("papermill", "execution"):
+            cell.metadata.pop(key, None)
+        if cell.metadata.get("tags") == []:
+            del cell.metadata["tags"]
         for output in cell.get("outputs", []):
-            for mime in [m for m in output.get("data", {}) if m.startswith("image/") or m == "application/pdf"]:
+            for mime in [m for m in output.get("data", {})
+                         if m == "application/pdf" or (m.startswith("image/") and not keep_images)]:
                 del output["data"][mime]
     nbformat.write(notebook, path)
 
@@ -85,7 +105,21 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2))
     print(f"[mrl.reproduce] {args.profile} finished in {record['total_seconds']:.0f} s; record in {out}")
+    if args.profile == "default":
+        publish_default(record, whole=args.only is None)
     return 0
+
+
+def publish_default(record: dict, whole: bool) -> None:
+    """After a default-profile run: a whole run's record is committed beside the tables (the README's notebook
+    times come from it), and the README's generated blocks are rewritten from the tables (mrl.reports.readme)."""
+    from mrl.reports.readme import RECORD, update_readme
+
+    tables = repo_root() / "paper_tables"
+    if whole:
+        (tables / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    if update_readme(repo_root() / "README.md", tables):
+        print("[mrl.reproduce] README.md: generated blocks rewritten from paper_tables/")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ a run of either never overwrites the committed tables.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import subprocess
@@ -53,10 +54,11 @@ NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
-    """The processor the numbers come from and the numerics they were computed under: {"cpu": model name,
-    "cpu_capability": the kernels torch runs (AVX2 under the contract), "native_bf16": bool, "numerics":
-    mrl.numerics.state()}. Under the portable contract fp32 runs are bit-identical on every x86-64 CPU with AVX2;
-    bf16 autocast is not (a CPU with AVX512-BF16 or AMX computes bf16 natively, with other roundings)."""
+    """The processor the numbers come from and the numerics they were computed under: {"cpu": model name, "cpus":
+    the cores this process may use, "cpu_capability": the kernels torch runs (AVX2 under the contract),
+    "native_bf16": bool, "numerics": mrl.numerics.state()}. Under the portable contract fp32 runs are bit-identical
+    on every x86-64 CPU with AVX2; bf16 autocast is not (a CPU with AVX512-BF16 or AMX computes bf16 natively, with
+    other roundings)."""
     import torch
 
     from mrl import numerics
@@ -69,7 +71,8 @@ def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
                 name = value.strip()
             elif key.strip() == "flags":
                 flags = set(value.split())
-    return {"cpu": name, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    return {"cpu": name, "cpus": len(os.sched_getaffinity(0)),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "native_bf16": any(flag in flags for flag in NATIVE_BF16_FLAGS), "numerics": numerics.state()}
 
 

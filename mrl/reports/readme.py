@@ -1,0 +1,109 @@
+"""The README's generated blocks: the claims ledger and the notebooks' outputs and times.
+
+A block sits between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->` in README.md. `make reproduce`
+(default profile) rewrites every block from the committed outputs (`paper_tables/claims.csv`,
+`paper_tables/claims_weak.csv` and the reproduce record `paper_tables/reproduce_default.json`), and
+`tests/test_readme.py` fails when a block differs from what those outputs give, so the README never quotes a
+number by hand.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the results are in the files)
+    "00_zoo": ("the tiny model zoo: families, tokenizers, warm-up accuracy per skill",
+               "zoo, warmup, warmup_pool", "warmup"),
+    "01_tour": ("the tour: one prompt through both tokenizers, THL, SEE's records, a short SGT run", "", ""),
+    "10_grpo_baseline": ("independent GRPO per policy, on the RL pool and on held-out prompts", "grpo_baseline",
+                         "grpo_baseline_curves"),
+    "20_thl": ("THL's residual cost for every ordered pair of six tokenizers", "thl_residuals", "thl_residuals"),
+    "30_mwra": ("the concurrent runner's step time and waiting per backend", "mwra_compute", "mwra_timeline"),
+    "40_probe": ("PRP, XGRPO and SGT against GRPO on the arith-ops pool regime",
+                 "probe_main, probe_paired, probe_pool, probe_stability", "probe_accuracy, probe_rescue"),
+    "50_hacpo": ("HACPO against GSPO, GSPO x2, naive sharing and the MRL probes; its ablations",
+                 "hacpo_comparison, hacpo_paired, hacpo_ablations, hacpo_ratio_statistics, hyperparameters",
+                 "hacpo_stepwise_clipping"),
+    "60_bandit": ("the contextual-bandit analysis (a reconstruction): the stability-support plane",
+                  "bandit, bandit_dynamics", "bandit_plane, bandit_dynamics"),
+    "70_heldout": ("the held-out experiment on five warm-ups and the claims ledger",
+                   "heldout_zoo, heldout_warmup, heldout_main, heldout_per_zoo, claims, claims_weak, claims_evidence",
+                   "heldout_weak_skill, heldout_base_rate"),
+    "80_beyond": ("beyond the papers: TRRD, GRAFT online and offline, a poisoned peer, more policies",
+                  "beyond_main, beyond_poison, beyond_scaling", "beyond_weak_skill, beyond_poison, beyond_scaling"),
+}
+RECORD = "reproduce_default.json"
+MARKER = re.compile(r"(<!-- generated:(?P<name>[a-z]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
+
+
+def ledger_block(tables: Path) -> str:
+    """The claims ledger as README markdown: one row per claim with the difference, its 95% t interval over the
+    warm-ups and the verdict, on overall accuracy (the papers' endpoint) and on the weak form (the mechanism),
+    from claims.csv and claims_weak.csv (mrl.reports.claims.ledger_table)."""
+    overall, weak = (pd.read_csv(tables / f"{name}.csv", dtype=str, keep_default_na=False)
+                     for name in ("claims", "claims_weak"))
+
+    def cell(row) -> str:
+        return f"{row['difference']} {row['95% t over warm-ups']}".strip() or "not run"
+
+    lines = ["| paper | claim | comparison | warm-ups x seeds | overall: difference [95% t] | verdict "
+             "| weak form: difference [95% t] | verdict |", "|---|---|---|---|---|---|---|---|"]
+    for o, w in zip(overall.to_dict("records"), weak.to_dict("records")):
+        lines.append(f"| {o['paper']} | {o['claim']} | `{o['comparison']}` | {o['warm-ups x seeds']} | {cell(o)} "
+                     f"| {o['verdict']} | {cell(w)} | {w['verdict']} |")
+    counts = "; ".join(f"{name}: {verdict_summary(frame)}" for name, frame in (("overall", overall),
+                                                                               ("weak form", weak)))
+    intervals = sum(frame.loc[frame["95% t over warm-ups"] != "", "comparison"].nunique() for frame in (overall, weak))
+    return (f"{len(overall)} claims, each tested on both endpoints ({counts}). The table holds {intervals} "
+            f"distinct intervals; about {0.05 * intervals:.1f} would exclude 0 by chance at 95%, which is why the "
+            f"verdicts use Holm-adjusted tests (`docs/claims.md`).\n\n" + "\n".join(lines) + "\n")
+
+
+def verdict_summary(ledger: pd.DataFrame) -> str:
+    """'2 supported, 1 contradicted, 5 inconclusive': the verdicts' first words counted, in a fixed order."""
+    kinds = ledger.verdict.str.split(r"[,:(]", regex=True).str[0].str.strip()
+    order = ["supported", "contradicted", "inconclusive", "too few warm-ups", "not run"]
+    return ", ".join(f"{int((kinds == kind).sum())} {kind}" for kind in order if (kinds == kind).any())
+
+
+def notebooks_block(tables: Path) -> str:
+    """The notebooks as README markdown: what each shows, the tables and figures it writes, and its wall time in
+    the reproduce record (a fresh clone's `make reproduce`; the record names the machine)."""
+    record = json.loads((tables / RECORD).read_text())
+    times = {name.removesuffix(".ipynb"): seconds for name, seconds in record["notebooks"].items()}
+    lines = ["| notebook | what it shows | `paper_tables/` | `figures/` | minutes |", "|---|---|---|---|---:|"]
+    for stem, (shows, table_names, figure_names) in NOTEBOOKS.items():
+        minutes = f"{times[stem] / 60:.1f}" if stem in times else "not run"
+        lines.append(f"| [`{stem}`](notebooks/{stem}.ipynb) | {shows} | {table_names} | {figure_names} | {minutes} |")
+    machine = record.get("machine", {})
+    cpu = machine.get("cpu") or "an unnamed CPU"
+    cores = f", {machine['cpus']} cores" if machine.get("cpus") else ""
+    numerics = machine.get("numerics", {}).get("mode", "native")
+    return (f"Times from the reproduce record `paper_tables/{RECORD}` (commit {record['git_sha'][:7]}, "
+            f"{record['started'][:10]}, {cpu}{cores}, numerics {numerics}): "
+            f"{record['total_seconds'] / 60:.0f} minutes in all, installation not included.\n\n"
+            + "\n".join(lines) + "\n")
+
+
+BLOCKS = {"ledger": ledger_block, "notebooks": notebooks_block}
+
+
+def render_readme(text: str, tables: Path) -> str:
+    """README text with every generated block rewritten from `tables`; a block name without a generator, or a
+    generator without its block, is a ValueError."""
+    found = {m.group("name") for m in MARKER.finditer(text)}
+    if found != set(BLOCKS):
+        raise ValueError(f"README blocks {sorted(found)} do not match the generators {sorted(BLOCKS)}")
+    return MARKER.sub(lambda m: m.group(1) + BLOCKS[m.group("name")](tables) + m.group(4), text)
+
+
+def update_readme(readme: Path, tables: Path) -> bool:
+    """Rewrite README.md's generated blocks in place; returns whether anything changed."""
+    text = readme.read_text()
+    new = render_readme(text, tables)
+    if new != text:
+        readme.write_text(new)
+    return new != text

@@ -1,0 +1,39 @@
+"""The README is a front page: short, and every result it quotes generated from the committed outputs."""
+import pytest
+
+from mrl.profiles import load_profile
+from mrl.reports.readme import NOTEBOOKS, RECORD, render_readme
+from mrl.results import repo_root
+
+ROOT = repo_root()
+
+
+def test_the_readme_is_a_front_page():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+
+
+def test_the_generated_blocks_are_current():
+    text = (ROOT / "README.md").read_text()
+    assert render_readme(text, ROOT / "paper_tables") == text, (
+        "README.md's generated blocks differ from paper_tables/: run `.venv/bin/python -c \"from mrl.reports.readme "
+        "import update_readme; from pathlib import Path; update_readme(Path('README.md'), Path('paper_tables'))\"` "
+        "or `make reproduce`")
+
+
+def test_the_notebook_table_names_every_notebook_and_only_outputs_that_exist():
+    assert list(NOTEBOOKS) == load_profile("default").notebooks
+    for stem, (_, tables, figures) in NOTEBOOKS.items():
+        for name in filter(None, tables.split(", ")):
+            assert (ROOT / "paper_tables" / f"{name}.csv").exists(), (stem, name)
+        for name in filter(None, figures.split(", ")):
+            assert (ROOT / "figures" / f"{name}.png").exists(), (stem, name)
+    assert (ROOT / "paper_tables" / RECORD).exists()
+
+
+def test_a_missing_or_unknown_block_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="do not match"):
+        render_readme("<!-- generated:ledger -->\n<!-- /generated:ledger -->\n", tmp_path)
+    with pytest.raises(ValueError, match="do not match"):
+        render_readme("<!-- generated:ledger -->\n<!-- /generated:ledger -->\n<!-- generated:other -->\n"
+                      "<!-- /generated:other -->\n<!-- generated:notebooks -->\n<!-- /generated:notebooks -->\n",
+                      tmp_path)
