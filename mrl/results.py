@@ -143,7 +143,7 @@ def write_table(df, name: str, folder: Path, caption: str = "", float_format: st
 
     float_format: how float cells are shown in .md and .tex (the .csv keeps full precision), e.g. "{:.3f}"
     for accuracies on a few hundred prompts. The .tex is a complete `table` float (booktabs) whose text is
-    escaped for LaTeX (`latex_text`)."""
+    escaped for LaTeX (`latex_text`) and which fits an A4 page (`latex_table`)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = {ext: folder / f"{name}.{ext}" for ext in ("md", "csv", "tex")}
     df.to_csv(paths["csv"], index=False)
@@ -154,10 +154,60 @@ def write_table(df, name: str, folder: Path, caption: str = "", float_format: st
             formatted[column] = df[column].map(lambda v: "" if v != v else shown.format(v))
     header = f"{caption}\n\n" if caption else ""
     paths["md"].write_text(header + formatted.to_markdown(index=False, disable_numparse=True) + "\n")
-    tex = formatted.map(latex_text).rename(columns=latex_text)
-    paths["tex"].write_text(tex.to_latex(index=False, escape=False, caption=latex_text(caption) if caption else None,
-                                         label=f"tab:{name}"))
+    paths["tex"].write_text(latex_table(formatted.map(latex_text), [latex_text(c) for c in df.columns],
+                                        latex_text(caption) if caption else "", f"tab:{name}"))
     return paths
+
+
+# Page geometry a table is fitted to: an A4 page with 2.5 cm margins at \small (9 pt Computer Modern)
+LINE_WIDTH_CM = 16.0
+CHAR_CM = 0.16          # an average character at \small
+COLUMN_GAP_CM = 0.28    # \tabcolsep = 4 pt on both sides
+WRAP_CHARS = 28         # a text column whose cells are longer wraps at this width (a p column)
+LATEX_MARKUP = re.compile(r"\\[a-zA-Z]+|[{}$]")
+
+
+def shown_length(cell: str) -> int:
+    """The characters a LaTeX cell shows, roughly: its text without commands, braces and math shifts."""
+    return len(LATEX_MARKUP.sub("", cell))
+
+
+def latex_table(cells, headers: list[str], caption: str, label: str) -> str:
+    r"""A booktabs `table` float that fits the page (LINE_WIDTH_CM), as LaTeX text; cells: a DataFrame of LaTeX
+    strings. Numeric columns are right-aligned; a text column with cells longer than WRAP_CHARS wraps (a p column);
+    a header longer than its column breaks over lines; a table still wider than the line is scaled to it
+    (\resizebox). Needs \usepackage{array,booktabs,graphicx}."""
+    numeric = re.compile(r"^(\\textbf\{)?[-+]?[\d.,/]+( \[[-+\d., ]+\])?\}?$")
+    specs, widths, header_cells = [], [], []
+    for column, header in zip(cells.columns, headers):
+        values = [v for v in cells[column] if v != ""]
+        width = max((shown_length(v) for v in values), default=1)
+        right = bool(values) and all(numeric.match(v) for v in values)
+        wraps = not right and width > WRAP_CHARS
+        width = min(width, WRAP_CHARS) if wraps else width
+        words, lines = header.split(" "), [""]
+        for word in words:   # the header broken into lines no wider than its column (at least 10 characters)
+            if lines[-1] and shown_length(lines[-1] + " " + word) > max(width, 10):
+                lines.append(word)
+            else:
+                lines[-1] = f"{lines[-1]} {word}".strip()
+        width = max(width, *(shown_length(line) for line in lines))
+        specs.append(f">{{\\raggedright\\arraybackslash}}p{{{width * CHAR_CM:.1f}cm}}" if wraps else
+                     "r" if right else "l")
+        align = "r" if right else "l"
+        header_cells.append(lines[0] if len(lines) == 1 else
+                            f"\\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}" + r" \\ {}".join(lines) + r"\end{tabular}")
+        widths.append(width * CHAR_CM + COLUMN_GAP_CM)
+    cells = cells.map(lambda cell: "{}" + cell if cell.startswith("[") else cell)   # not \\'s optional [length]
+    body = [r"\begin{tabular}{" + "".join(specs) + "}", r"\toprule", " & ".join(header_cells) + r" \\",
+            r"\midrule", *(" & ".join(row) + r" \\" for row in cells.itertuples(index=False)), r"\bottomrule",
+            r"\end{tabular}"]
+    if sum(widths) > LINE_WIDTH_CM:
+        body = [r"\resizebox{\linewidth}{!}{%", *body, "}"]
+    head = [r"\begin{table}", r"\centering", r"\small", r"\setlength{\tabcolsep}{4pt}"]
+    if caption:
+        head.append(rf"\caption{{{caption}}}")
+    return "\n".join([*head, rf"\label{{{label}}}", *body, r"\end{table}"]) + "\n"
 
 
 def save_figure(fig, name: str, folder: Path):

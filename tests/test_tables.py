@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TABLES = sorted((ROOT / "paper_tables").glob("*.tex"))
 DOCUMENT = r"""\documentclass{article}
 \usepackage[T1]{fontenc}
-\usepackage{booktabs}
-\usepackage[a4paper,landscape,margin=1cm]{geometry}
+\usepackage{array,booktabs,graphicx}
+\usepackage[a4paper,margin=2.5cm]{geometry}
 \begin{document}
 \input{%s}
 \end{document}
@@ -48,7 +48,29 @@ def test_a_table_with_every_special_character_compiles(tmp_path):
 
 
 @needs_latex
+def test_a_wide_table_fits_an_a4_page(tmp_path):
+    """Long text wraps, long headers break, and what is still too wide is scaled to the line: no overfull box."""
+    claim = "SGT, outcome-level sharing, beats independent GRPO on held-out prompts"
+    df = pd.DataFrame({"paper": ["MRL", "[HACPO]"], "claim": [claim, claim], "comparison": ["sgt - grpo"] * 2,
+                       **{f"95% t interval over warm-ups {i}": ["**+0.051 [+0.004, +0.098]**", "-0.010 [-0.02, +0.01]"]
+                          for i in range(8)}, "rollouts": [24934.0, 12.0], "verdict": ["supported", "inconclusive"],
+                       "Δ weak vs honest peer [95% CI]": ["+0.1", "x"]})   # a line that starts with [ is not \\[length]
+    paths = write_table(df, "wide", tmp_path, caption="a wide table")
+    tex = paths["tex"].read_text()
+    assert r"\resizebox{\linewidth}" in tex and r"\raggedright\arraybackslash}p{" in tex and "24934 " in tex
+    result = compile_tex(paths["tex"], tmp_path)
+    assert result.returncode == 0 and "Overfull" not in (tmp_path / "doc.log").read_text(), result.stdout[-2000:]
+
+
+@needs_latex
+def test_a_narrow_table_keeps_its_size(tmp_path):
+    paths = write_table(pd.DataFrame({"probe": ["sgt"], "accuracy": [0.5]}), "narrow", tmp_path)
+    assert "resizebox" not in paths["tex"].read_text() and "0.500" in paths["tex"].read_text()
+
+
+@needs_latex
 @pytest.mark.parametrize("table", TABLES, ids=[t.stem for t in TABLES])
-def test_every_committed_table_compiles(table, tmp_path):
+def test_every_committed_table_compiles_and_fits_the_page(table, tmp_path):
     result = compile_tex(table, tmp_path)
     assert result.returncode == 0, result.stdout[-2000:]
+    assert "Overfull" not in (tmp_path / "doc.log").read_text(), f"{table.name} runs off an A4 page"
