@@ -181,6 +181,69 @@ class NotebookTable:
         pass
 
 
+class NotebookPlot:
+    """Chosen metrics as line plots that redraw in place in a notebook as the run goes: one panel per metric, one
+    line per policy in its colour (mrl.reports.palette), e.g.
+    `NotebookPlot(["train/reward", "probe/rescue_size"], policies=["A", "B"])`. The figure is drawn off pyplot and
+    shown as a PNG, so a cell shows it once and a long run keeps no open figures. Outside IPython it draws nothing
+    (a NotebookTable beside it prints the rows)."""
+
+    def __init__(self, metrics: list[str], policies: list[str], title: str = "", dpi: int = 80):
+        self.metrics, self.policies, self.title, self.dpi = list(metrics), list(policies), title, dpi
+        self.history: list[dict] = []
+        self._handle = None
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        names = [f"{policy}/{metric}" for policy in self.policies for metric in self.metrics]
+        chosen = {name: metrics[name] for name in names if name in metrics}
+        if chosen:
+            self.history.append({"step": step, **chosen})
+            self._show()
+
+    def figure(self):
+        """The plot of every logged step (a matplotlib Figure, not registered with pyplot)."""
+        import pandas as pd
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
+
+        from mrl.reports.palette import policy_colour
+
+        frame = pd.DataFrame(self.history).set_index("step")
+        fig = Figure(figsize=(3.2 * len(self.metrics), 2.6), dpi=self.dpi, layout="constrained")
+        for ax, metric in zip(fig.subplots(1, len(self.metrics), squeeze=False)[0], self.metrics):
+            for policy in self.policies:
+                column = f"{policy}/{metric}"
+                if column in frame:
+                    ax.plot(frame.index, frame[column], marker=".", color=policy_colour(policy), label=policy)
+            ax.set(title=metric, xlabel="step")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        fig.axes[0].legend(fontsize="small", frameon=False)
+        if self.title:
+            fig.suptitle(self.title)
+        return fig
+
+    def _show(self) -> None:
+        try:
+            from IPython import get_ipython
+            from IPython.display import Image, display
+        except ImportError:
+            return
+        if get_ipython() is None:
+            return
+        from io import BytesIO
+
+        buffer = BytesIO()
+        self.figure().savefig(buffer, format="png", metadata={"Software": None})
+        image = Image(data=buffer.getvalue(), format="png")
+        if self._handle is None:
+            self._handle = display(image, display_id=True)
+        else:
+            self._handle.update(image)
+
+    def close(self) -> None:
+        pass
+
+
 def make_reporters(report_to: str, run_id: str, logging_dir: str | Path | None, config: dict | None = None) -> list:
     """The reporter `report_to` names (none: no reporter). logging_dir: TensorBoard's folder (default
     results/tensorboard)."""

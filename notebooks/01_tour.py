@@ -46,7 +46,7 @@ from mrl.reports.tour import alignment_html, logged_records, prompt_samples, tok
 from mrl.runner import run_concurrent
 from mrl.tasks import make_task
 from mrl.thl import align
-from mrl.tracking import NotebookTable
+from mrl.tracking import NotebookPlot, NotebookTable
 from mrl.zoo import load_policy
 
 run = setup_notebook("01_tour", profile, seed=seed)
@@ -103,18 +103,19 @@ for text in (problem.prompt + peer.completion, peer.completion):
 #
 # A short concurrent run with the `sgt` probe: each step both policies sample, publish their records to SEE
 # (the Shared Experience Exchange), and for every prompt where all of a learner's samples failed, the peer's
-# verified successes (re-verified by the learner) enter its loss. The table redraws at every step: how many
-# of each policy's prompts had no success (`rescue_candidates`) and how many peer successes it learned from
-# (`rescue_size`). `report_to="tensorboard"` or `"trackio"` on `RunnerConfig` sends the same metrics to a
-# dashboard.
+# verified successes (re-verified by the learner) enter its loss. The plot and the table redraw at every step:
+# each policy's mean reward, how many of its prompts had no success (`rescue_candidates`) and how many peer
+# successes it learned from (`rescue_size`). `report_to="tensorboard"` or `"trackio"` on `RunnerConfig` sends the
+# same metrics to a dashboard.
 
 # %%
-live = NotebookTable([f"{name}/{key}" for name in ("A", "B") for key in
-                      ("train/reward", "probe/rescue_candidates", "probe/rescue_size")], title="SGT, live")
+metrics = ["train/reward", "probe/rescue_candidates", "probe/rescue_size"]
+live_plot = NotebookPlot(metrics, policies=["A", "B"], title="SGT, live: one run, one point per step")
+live = NotebookTable([f"{name}/{key}" for name in ("A", "B") for key in metrics], title="SGT, live")
 grpo = dataclasses.replace(config.grpo, steps=steps, eval_every=steps, seed=seed)
 record = run_concurrent({name: paths[name] for name in ("A", "B")}, config.task, grpo, RunnerConfig(),
                         progress=False, probe_cfg=probe_config("sgt"), experience_dir=run.folder / "experience",
-                        run_id="tour", reporters=[live])
+                        run_id="tour", reporters=[live_plot, live])
 
 # %%
 # NBVAL_CHECK_OUTPUT

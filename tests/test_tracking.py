@@ -15,7 +15,7 @@ from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.probes import probe_config
 from mrl import checkpoint
 from mrl.runner import RunRecord, run_concurrent
-from mrl.tracking import NotebookTable, Reporting, eval_metrics, step_metrics
+from mrl.tracking import NotebookPlot, NotebookTable, Reporting, eval_metrics, step_metrics
 
 TASK = TaskConfig(**TINY_TASK)
 GRPO = GrpoConfig(steps=4, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=0)
@@ -142,6 +142,21 @@ def test_notebook_table_keeps_the_chosen_columns(capsys):
     assert list(frame.index) == [1, 3]
     assert frame.loc[3, "B/probe/rescue_size"] == 2.0
     assert "rescue_size" in capsys.readouterr().out  # outside IPython each row is printed
+
+
+def test_notebook_plot_draws_one_panel_per_metric_and_one_line_per_policy():
+    import matplotlib.pyplot as plt
+
+    plot = NotebookPlot(["train/reward", "probe/rescue_size"], policies=["A", "B"])
+    plot.log({"A/train/reward": 0.1, "B/train/reward": 0.2, "A/probe/rescue_size": 3.0}, 1)
+    plot.log({"A/train/loss": 0.2}, 2)  # nothing chosen: no point
+    plot.log({"A/train/reward": 0.3, "B/train/reward": 0.1, "A/probe/rescue_size": 1.0}, 3)
+    fig = plot.figure()
+    reward, rescue = fig.axes
+    assert [line.get_label() for line in reward.lines] == ["A", "B"]
+    assert list(reward.lines[0].get_xdata()) == [1, 3] and list(reward.lines[0].get_ydata()) == [0.1, 0.3]
+    assert [line.get_label() for line in rescue.lines] == ["A"]   # B never logged it
+    assert plt.get_fignums() == []   # drawn off pyplot: a notebook cell shows it once, nothing stays open
 
 
 def test_report_to_is_checked():
