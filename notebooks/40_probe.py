@@ -54,7 +54,7 @@ import pandas as pd
 from mrl.experiments import policy_paths, run_many
 from mrl.experiments.probe import probe_runs
 from mrl.notebook import setup_notebook
-from mrl.reports.paired import chance_note, interval_count, paired_table
+from mrl.reports.paired import interval_caption, paired_table
 from mrl.reports.probes import accuracy_figure, main_table, rescue_figure, stability_table
 from mrl.results import listing, save_figure, write_table
 from mrl.validation import override
@@ -102,9 +102,9 @@ held_out
 # %%
 paired_numbers, paired = paired_table(evals, steps_df, "held-out")
 write_table(paired, "probe_paired", run.tables,
-            caption=f"Each probe against GRPO after {steps_text} steps, held-out greedy accuracy: paired difference "
-                    f"with its 95% t interval over seeds {listing(grid.seeds)} (n = `pairs`); bold: the interval "
-                    f"excludes 0 (and n >= 3). {chance_note(interval_count(paired))}")
+            caption=f"Each probe against GRPO after {steps_text} steps: held-out greedy accuracy on each policy's "
+                    f"weak skill and overall. " + interval_caption(paired, f"RL seeds {listing(grid.seeds)}",
+                                                                    reference="GRPO"))
 paired
 
 # %% [markdown]

@@ -60,7 +60,7 @@ from mrl.experiments import policy_paths, run_many
 from mrl.experiments.hacpo import ablation_probes, ablation_runs, hacpo_runs
 from mrl.notebook import setup_notebook
 from mrl.probes import as_probe_config, probe_config
-from mrl.reports.paired import chance_note, interval_count, paired_table
+from mrl.reports.paired import interval_caption, paired_table
 from mrl.reports.probes import (hyperparameter_table, peer_clip_table, ratio_statistics_table, stepwise_clipping_figure,
                                 summary_table)
 from mrl.results import listing, save_figure, write_table
@@ -96,9 +96,9 @@ comparison
 # %%
 paired_numbers, paired = paired_table(evals, steps_df, "held-out")
 write_table(paired, "hacpo_paired", run.tables,
-            caption=f"HACPO and baselines against GRPO on {listing(grid.pairings)}, {grid.steps} steps, held-out "
-                    f"greedy accuracy: paired difference with its 95% t interval over seeds {listing(grid.seeds)} "
-                    f"(n = `pairs`); bold: the interval excludes 0 (and n >= 3). {chance_note(interval_count(paired))}")
+            caption=f"HACPO and baselines against GRPO on {listing(grid.pairings)}, {grid.steps} steps: held-out "
+                    f"greedy accuracy. " + interval_caption(paired, f"RL seeds {listing(grid.seeds)}",
+                                                            reference="GRPO"))
 paired
 
 # %% [markdown]

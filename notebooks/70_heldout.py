@@ -49,12 +49,14 @@ import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before to
 import time
 start = time.perf_counter()
 import pandas as pd
+from IPython.display import Markdown
 from mrl.experiments import panel_labels, run_many
 from mrl.experiments.heldout import heldout_runs, heldout_zoos, knob_runs
 from mrl.notebook import setup_notebook
-from mrl.reports.claims import (ENDPOINT_EVALS, MARGIN, MIN_WARMUPS, base_rate_figure, claims_ledger, endpoint_table,
-                                evidence_table, ledger_interval_count, ledger_sentence, ledger_table, verdict_counts)
-from mrl.reports.paired import chance_note, interval_count, knob_table, weak_skill_figure
+from mrl.reports.claims import (ENDPOINT_EVALS, MARGIN, MIN_WARMUPS, base_rate_figure, base_rate_sentence,
+                                claims_ledger, endpoint_table, evidence_table, ledger_discussion,
+                                ledger_interval_count, ledger_result, ledger_sentence, ledger_table, verdict_counts)
+from mrl.reports.paired import chance_note, interval_caption, knob_table, weak_skill_figure
 from mrl.reports.substrate import zoo_table
 from mrl.results import listing, save_figure, write_table
 from mrl.tasks import make_task
@@ -109,9 +111,9 @@ numbers.to_csv(run.folder / "heldout_numbers.csv", index=False)
 write_table(table, "heldout_main", run.tables,
             caption=f"Held-out experiment ({heldout.task.name}, fresh prompts; {runs_text}): held-out accuracy on "
                     f"each policy's weak form and overall at the endpoint (the mean of the last {ENDPOINT_EVALS} "
-                    f"evaluations; mean over the row's runs), and the paired difference to GRPO with its 95% t "
-                    f"interval over the warm-ups (each warm-up's mean over its RL seeds first; `warm-ups` gives n). "
-                    f"Bold: the interval excludes 0. {chance_note(interval_count(table))}")
+                    f"evaluations; mean over the row's runs). "
+                    + interval_caption(table, "the warm-ups (each warm-up's mean over its RL seeds first)",
+                                       n_column="warm-ups", reference="GRPO"))
 table
 
 # %%
@@ -150,10 +152,9 @@ if heldout.knob_probes:
     knobs = knob_table(knob_evals)
     write_table(knobs, "heldout_knobs", run.tables,
                 caption=f"Knob variants against their probe's defaults on the held-out experiment ({heldout.steps} "
-                        f"steps, zoo seed {heldout.zoo_seeds[0]}, RL seeds {listing(heldout.knob_seeds)}): paired "
-                        f"difference of the final held-out accuracy on the weak form and overall, with its 95% t "
-                        f"interval over the seeds (n = `pairs`); bold: the interval excludes 0 (and n >= 3). "
-                        f"{chance_note(interval_count(knobs))}")
+                        f"steps, zoo seed {heldout.zoo_seeds[0]}): final held-out accuracy on the weak form and "
+                        f"overall. " + interval_caption(knobs, f"RL seeds {listing(heldout.knob_seeds)}",
+                                                        reference="the probe at its defaults"))
 else:
     knobs = "no knob variants in this profile (experiments.heldout.knob_probes)"
 knobs
@@ -199,6 +200,25 @@ write_table(evidence, "claims_evidence", run.tables,
                     f"paired difference over the {len(heldout.seeds)} RL seeds per policy and zoo seed, and how many "
                     f"are above 0. No intervals: each cell is one unit of the ledger's t interval.")
 evidence
+
+# %% [markdown]
+# ## Result
+#
+# Generated from the two ledgers above (`mrl.reports.claims.ledger_result`): every number is read from the tables.
+
+# %%
+Markdown(ledger_result(ledgers))
+
+# %% [markdown]
+# ## Discussion
+#
+# What the primary ledger says about the papers, and how the gains sit against the warm-ups' base rates
+# (`ledger_discussion`, `base_rate_sentence`: generated from the ledger and the runs). The tiny zoo and `arith-forms`
+# are CPU stand-ins for the papers' models and benchmarks, so a contradiction here says that the claimed effect does
+# not carry over to this substrate at this budget, not that the papers' own runs are wrong.
+
+# %%
+Markdown(ledger_discussion(ledger) + "\n\n" + base_rate_sentence(evals))
 
 # %%
 print(f"70_heldout ran in {time.perf_counter() - start:.0f} s ({profile} profile, backend {backend})")

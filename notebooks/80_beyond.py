@@ -52,7 +52,7 @@ from mrl.experiments.beyond import beyond_runs, poison_runs, run_offline, run_sc
 from mrl.notebook import setup_notebook
 from mrl.reports.beyond import (poison_figure, poison_table, records_handed_over, scaling_figure, scaling_table,
                                 with_arm_labels)
-from mrl.reports.paired import chance_note, interval_count, paired_table, weak_skill_figure
+from mrl.reports.paired import interval_caption, paired_table, weak_skill_figure
 from mrl.results import listing, save_figure, write_table
 
 run = setup_notebook("80_beyond", profile)
@@ -75,11 +75,10 @@ numbers.to_csv(run.folder / "beyond_numbers.csv", index=False)
 write_table(table, "beyond_main", run.tables,
             caption=f"Methods beyond the papers on the held-out experiment ({heldout.task.name}, fresh prompts, "
                     f"{heldout.steps} steps, zoo seed {heldout.zoo_seeds[0]}, RL seeds {listing(beyond.seeds)}): final "
-                    f"greedy held-out accuracy on each policy's weak form and overall (mean over the row's runs) and "
-                    f"the paired difference to GRPO with its 95% t interval over the shared seeds (n = `pairs`). "
-                    f"Bold: the interval excludes 0 (and n >= 3). trrd: the peer's starting checkpoint as a fixed "
-                    f"teacher; graft (offline): each policy alone, its peer replayed from the GRPO run's experience "
-                    f"log of the same seed. {chance_note(interval_count(table))}")
+                    f"greedy held-out accuracy on each policy's weak form and overall (mean over the row's runs). "
+                    f"trrd: the peer's starting checkpoint as a fixed teacher; graft (offline): each policy alone, "
+                    f"its peer replayed from the GRPO run's experience log of the same seed. "
+                    + interval_caption(table, f"RL seeds {listing(beyond.seeds)}", reference="GRPO"))
 table
 
 # %%
@@ -104,11 +103,11 @@ poison_numbers, poisoned = poison_table(poison_evals, poison_steps, beyond.poiso
 write_table(poisoned, "beyond_poison", run.tables,
             caption=f"A poisoned peer ({beyond.poisoned}) on the held-out experiment ({heldout.steps} steps, zoo seed "
                     f"{heldout.zoo_seeds[0]}): the honest learner's final held-out accuracy on its weak form and "
-                    f"overall, and the paired difference to the same probe beside an honest peer with its 95% t "
-                    f"interval over the shared seeds (trusting and lying statistics: RL seeds "
-                    f"{listing(beyond.seeds)}; re-verified: {listing(beyond.reverified_seeds)}). Bold: the interval "
-                    f"excludes 0 (and n >= 3). Claims turned away: the peer's successes and rewards the learner's "
-                    f"verifier refused, per run. {chance_note(interval_count(poisoned))}")
+                    f"overall. Claims turned away: the peer's successes and rewards the learner's verifier refused, "
+                    f"per run. " + interval_caption(poisoned, f"the shared RL seeds (trusting and lying statistics: "
+                                                              f"{listing(beyond.seeds)}; re-verified: "
+                                                              f"{listing(beyond.reverified_seeds)})",
+                                                    reference="the same probe beside an honest peer"))
 poisoned
 
 # %%

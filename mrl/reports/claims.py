@@ -292,11 +292,84 @@ def ledger_sentence(ledger: pd.DataFrame, endpoint: str) -> str:
             f"{int((kinds == 'inconclusive').sum())} inconclusive.")
 
 
+def claim_sentence(row: dict) -> str:
+    """One ledger row as a sentence: the comparison, the mean difference and its t interval over the warm-ups, the
+    paper's effect, and the verdict."""
+    head = f"`{row['comparison']}`"
+    if not row["zoos"] or row["verdict"] == "not run":
+        return f"{head}: not run."
+    effect = row["paper's effect"]
+    paper = "the paper gives no size" if effect is None or effect != effect else f"the paper's effect is {effect:+.3f}"
+    return (f"{head}: {row['diff']:+.3f} [{row['low']:+.3f}, {row['high']:+.3f}] over {int(row['zoos'])} warm-ups x "
+            f"{int(row['seeds per zoo'])} RL seeds; {paper}; **{row['verdict']}**.")
+
+
+def ledger_result(ledgers: dict[str, pd.DataFrame]) -> str:
+    """The ledger's result as the notebook's prose (Markdown), generated from the ledgers on both endpoints
+    ({"overall": ..., "weak": ...}, claims_ledger): the counts of verdicts, then one sentence per claim."""
+    blocks = []
+    for column, ledger in ledgers.items():
+        lines = [f"- {claim.paper}: {claim.claim}. {claim_sentence(row)}"
+                 for claim, row in zip(CLAIMS, ledger.to_dict("records"))]
+        blocks.append(f"**{VALUES[column].capitalize()}.** {ledger_sentence(ledger, VALUES[column])}\n\n"
+                      + "\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def ledger_discussion(ledger: pd.DataFrame) -> str:
+    """What the primary ledger (overall accuracy) says about the papers, as prose generated from its verdicts: which
+    claims the data support, which they contradict at the papers' own effect sizes, and which this design cannot
+    decide."""
+    judged = ledger[ledger.zoos >= MIN_WARMUPS]
+    if judged.empty:
+        return (f"No claim reached {MIN_WARMUPS} warm-ups, so the ledger decides nothing here: the profile's runs "
+                f"are too few for a verdict.")
+    kinds = judged.verdict.str.split(r"[,:]", regex=True).str[0]
+    listed = lambda kind: ", ".join(f"`{c}`" for c in judged[kinds == kind].comparison.unique())  # noqa: E731
+    sentences = [f"The data support {listed('supported') or 'no claim'}."]
+    if (kinds == "contradicted").any():
+        sentences.append(f"They rule out the papers' effect sizes for {listed('contradicted')}: on this substrate, "
+                         f"at this budget, these effects are smaller than the papers report, or of the other sign.")
+    if (kinds == "inconclusive").any():
+        sentences.append(f"For {listed('inconclusive')} neither test passes after Holm's correction over "
+                         f"{int(judged.zoos.max())} warm-ups: the data neither confirm these claims nor rule out the "
+                         f"papers' effects. More warm-ups, not more RL seeds, would narrow the intervals, since the "
+                         f"warm-up is the unit.")
+    return " ".join(sentences)
+
+
 def ledger_interval_count(ledger: pd.DataFrame) -> int:
     """The distinct t intervals a ledger table shows (a comparison tested by two claims shows one interval twice;
     the bootstrap's are a check, not counted)."""
     shown = ledger[ledger.zoos >= 2] if "zoos" in ledger else ledger.iloc[:0]
     return int(shown.comparison.nunique())
+
+
+def base_rate_units(values: pd.DataFrame, probe: str) -> pd.DataFrame:
+    """Per (policy, zoo_seed): `diff`, the probe's paired gain over GRPO on the weak form at the endpoint (mean over
+    the RL seeds), and `start`, the weak form's held-out accuracy after the warm-up. values: endpoint_values."""
+    start = values[values.probe == "grpo"].groupby(["policy", "zoo_seed"])["weak start"].mean()
+    units = unit_differences(values, probe, "grpo", "weak").set_index(["policy", "zoo_seed"])
+    return units.assign(start=start)
+
+
+def base_rate_sentence(evals: pd.DataFrame, probes: tuple[str, ...] = ("sgt", "prp")) -> str:
+    """The base-rate figure in words, per probe: where its largest weak-form gain came from, and the rank correlation
+    between the warm-up's start and the gain over the (policy, warm-up) units (prototype2's prediction: sharing helps
+    most at a low but non-zero base rate)."""
+    values = endpoint_values(evals)
+    sentences = []
+    for probe in (p for p in probes if p in set(values.probe)):
+        units = base_rate_units(values, probe).reset_index()
+        if len(units) < 3:
+            continue
+        best = units.loc[units["diff"].idxmax()]
+        rho = units.start.corr(units["diff"], method="spearman")
+        sentences.append(f"`{probe} - grpo` on the weak form: the largest gain, {best['diff']:+.3f}, is policy "
+                         f"{best.policy}'s on zoo seed {int(best.zoo_seed)}, whose weak form started at "
+                         f"{best.start:.3f}; over the {len(units)} (policy, warm-up) units the rank correlation of "
+                         f"start and gain is {rho:+.2f}, and {int((units['diff'] > 0).sum())} units gain.")
+    return " ".join(sentences) or "Too few (policy, warm-up) units for the base-rate reading."
 
 
 def base_rate_figure(evals: pd.DataFrame, probes: tuple[str, ...] = ("sgt", "prp")):
@@ -308,13 +381,11 @@ def base_rate_figure(evals: pd.DataFrame, probes: tuple[str, ...] = ("sgt", "prp
     from mrl.reports.palette import policy_colour, probe_colour
 
     values = endpoint_values(evals)
-    start = values[values.probe == "grpo"].groupby(["policy", "zoo_seed"])["weak start"].mean()
     probes = [p for p in probes if p in set(values.probe)]
     fig, axes = plt.subplots(1, max(len(probes), 1), figsize=(4.2 * max(len(probes), 1), 3.4), sharey=True,
                              squeeze=False)
     for ax, probe in zip(axes[0], probes):
-        units = unit_differences(values, probe, "grpo", "weak").set_index(["policy", "zoo_seed"])
-        units["start"] = start
+        units = base_rate_units(values, probe)
         for (policy, group), marker in zip(units.groupby(level="policy"), "os^Dv"):
             ax.scatter(group.start, group["diff"], color=policy_colour(policy), marker=marker, s=40,
                        label=f"policy {policy} ({len(group)} warm-ups)")

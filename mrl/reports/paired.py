@@ -322,6 +322,15 @@ def chance_note(intervals: int, level: float = 0.95) -> str:
             f"exclude 0 by chance alone if no effect were real.")
 
 
+def interval_caption(table: pd.DataFrame, over: str, n_column: str = "pairs", reference: str = "") -> str:
+    """The sentence every caption of a table of paired intervals ends with (one function, so the captions cannot
+    drift apart): what the interval covers, where n is, what bold means, and how many of the table's intervals would
+    exclude 0 by chance (chance_note). over: what the interval runs over, e.g. "RL seeds 0, 1, 2"."""
+    against = f" to {reference}" if reference else ""
+    return (f"Δ: the paired difference{against} with its 95% t interval over {over} (n = `{n_column}`); bold: the "
+            f"interval excludes 0 with n >= {MIN_PAIRS}. {chance_note(interval_count(table))}")
+
+
 def interval_count(table: pd.DataFrame) -> int:
     """How many interval cells ('+0.1 [+0.0, +0.2]') a formatted table holds."""
     return int(sum(table[c].astype(str).str.contains(r"\[[+-]", regex=True).sum() for c in table.columns))
