@@ -83,6 +83,27 @@ class ActorConfig:
             self.probe_module = get_probe(self.probe.name).module
 
 
+def batch_records(batch: RolloutBatch, texts: list[tuple[str, bool]], run_id: str, version: int, tokenizer_id: str,
+                  verifier_id: str) -> list:
+    """One policy's experience of a step as SEE records: a Rollout per sample (its ids and sampling log-probs up to
+    and including EOS), a Success per verified one, GroupStats per prompt. texts: completion_texts of the batch;
+    version: the policy's updates so far."""
+    records = []
+    expanded = [p for p in batch.problems for _ in range(batch.group_size)]
+    for i, (problem, (text, _)) in enumerate(zip(expanded, texts)):
+        n = int(batch.completion_mask[i].sum())
+        ids = batch.completion_ids[i, :n].tolist()
+        records.append(Rollout(run_id, batch.policy, version, problem.pid, problem.prompt, text, ids,
+                               batch.sample_logp[i, :n].tolist(), float(batch.rewards[i]),
+                               "eos" if ids and ids[-1] == batch.eos_id else "length", tokenizer_id, sample=i))
+        if batch.rewards[i] > 0:
+            records.append(Success(batch.policy, version, problem.pid, text, verifier_id, sample=i))
+    for x, (problem, group) in enumerate(zip(batch.problems, batch.rewards.view(-1, batch.group_size))):
+        records.append(GroupStats(batch.policy, version, problem.pid, batch.group_size, float(group.sum()),
+                                  float((group ** 2).sum()), sample=x))
+    return records
+
+
 class PolicyActor:
     """One policy in a run of n >= 1 policies."""
 
@@ -202,23 +223,9 @@ class PolicyActor:
                 "seconds": time.perf_counter() - start}
 
     def records(self, batch: RolloutBatch, texts: list[tuple[str, bool]]) -> list:
-        """The step's experience as SEE records: a Rollout per sample, a Success per verified one, GroupStats
-        per prompt."""
-        records = []
-        expanded = [p for p in batch.problems for _ in range(batch.group_size)]
-        for i, (problem, (text, _)) in enumerate(zip(expanded, texts)):
-            n = int(batch.completion_mask[i].sum())
-            ids = batch.completion_ids[i, :n].tolist()
-            records.append(Rollout(self.config.run_id, self.name, self.version, problem.pid, problem.prompt, text,
-                                   ids, batch.sample_logp[i, :n].tolist(), float(batch.rewards[i]),
-                                   "eos" if ids and ids[-1] == batch.eos_id else "length", self.tokenizer_id,
-                                   sample=i))
-            if batch.rewards[i] > 0:
-                records.append(Success(self.name, self.version, problem.pid, text, self.task.verifier_id, sample=i))
-        for x, (problem, group) in enumerate(zip(batch.problems, batch.rewards.view(-1, batch.group_size))):
-            records.append(GroupStats(self.name, self.version, problem.pid, batch.group_size, float(group.sum()),
-                                      float((group ** 2).sum()), sample=x))
-        return records
+        """The step's experience as SEE records (batch_records)."""
+        return batch_records(batch, texts, self.config.run_id, self.version, self.tokenizer_id,
+                             self.task.verifier_id)
 
     def update(self, step: int, peer_records: dict | None = None) -> dict:
         """The probe's losses on the pending batch and the peers' records, one optimizer step after each.

@@ -412,6 +412,14 @@ class Exchange:
             out[prompt_id] = kept
         return out
 
+    def prompts_by_policy(self, kind: str) -> dict[str, set]:
+        """{policy id: the prompt ids it published records of `kind` for}."""
+        out: dict[str, set] = {}
+        for (stored_kind, prompt_id), records in self._store.items():
+            for record in records if stored_kind == kind else ():
+                out.setdefault(record.policy_id, set()).add(prompt_id)
+        return out
+
     def drop_older_than(self, version: int) -> int:
         """Forget records of versions below `version` (bounded memory in long runs); returns how many."""
         dropped = 0
@@ -643,32 +651,48 @@ def replay(log_dir: str | Path, limits: Limits | None = None) -> Iterator[tuple[
     read, against its manifest's sha256 and record count, and each record by `validate` with the policies,
     clock and limits (`limits` overrides them) its manifest holds. Any failure raises ExperienceLogError naming
     the file: a missing, altered, truncated or unlisted file, a torn step, a removed step, an invalid record."""
+    folder = Path(log_dir)
+    for step, manifest in read_log_index(folder).items():
+        for record in step_records(folder, step, manifest, limits):
+            yield step, record
+
+
+def read_log_step(log_dir: str | Path, step: int, limits: Limits | None = None) -> list | None:
+    """The records of one step of an exchange log, each re-validated as `replay` does (ExperienceLogError naming
+    the file otherwise), or None while the step's manifest is not on disk (a writer publishes it last, so a step
+    is either complete or absent; another process may read a log while it is written)."""
+    path = Path(log_dir) / manifest_name(step)
+    if not path.exists():
+        return None
+    return list(step_records(Path(log_dir), step, read_manifest(path, step), limits))
+
+
+def step_records(folder: Path, step: int, manifest: dict, limits: Limits | None = None) -> Iterator:
+    """The records of one step whose manifest is checked: each file against its sha256 and record count, each
+    record by `validate` under the manifest's policies, clock and limits (`limits` overrides them)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    folder = Path(log_dir)
-    for step, manifest in read_log_index(folder).items():
-        checked_limits = limits or manifest["limits"] or Limits()
-        for name, expected in sorted(manifest["files"].items()):
-            path = folder / name
+    checked_limits = limits or manifest["limits"] or Limits()
+    for name, expected in sorted(manifest["files"].items()):
+        path = folder / name
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            raise ExperienceLogError(f"{path} is listed in {manifest_name(step)} but unreadable ({err})") from None
+        if hashlib.sha256(data).hexdigest() != expected["sha256"]:
+            raise ExperienceLogError(f"{path} does not match its checksum in {manifest_name(step)} "
+                                     f"(altered or truncated)")
+        try:
+            rows = pq.read_table(pa.BufferReader(data)).to_pylist()
+        except (pa.ArrowException, ValueError, OSError) as err:
+            raise ExperienceLogError(f"{path} is not a readable Parquet file ({err})") from None
+        if len(rows) != expected["records"]:
+            raise ExperienceLogError(f"{path} holds {len(rows)} records; its manifest lists {expected['records']}")
+        kind = LOG_FILE.fullmatch(name).group(2)
+        for index, row in enumerate(rows):
             try:
-                data = path.read_bytes()
-            except OSError as err:
-                raise ExperienceLogError(f"{path} is listed in {manifest_name(step)} but unreadable ({err})") from None
-            if hashlib.sha256(data).hexdigest() != expected["sha256"]:
-                raise ExperienceLogError(f"{path} does not match its checksum in {manifest_name(step)} "
-                                         f"(altered or truncated)")
-            try:
-                rows = pq.read_table(pa.BufferReader(data)).to_pylist()
-            except (pa.ArrowException, ValueError, OSError) as err:
-                raise ExperienceLogError(f"{path} is not a readable Parquet file ({err})") from None
-            if len(rows) != expected["records"]:
-                raise ExperienceLogError(f"{path} holds {len(rows)} records; its manifest lists {expected['records']}")
-            kind = LOG_FILE.fullmatch(name).group(2)
-            for index, row in enumerate(rows):
-                try:
-                    record = validate(RECORD_TYPES[kind](**row), manifest["policies"], manifest["clock"],
-                                      checked_limits)
-                except (InvalidExperience, TypeError) as err:
-                    raise ExperienceLogError(f"{path}, record {index}: {err}") from None
-                yield step, record
+                record = validate(RECORD_TYPES[kind](**row), manifest["policies"], manifest["clock"], checked_limits)
+            except (InvalidExperience, TypeError) as err:
+                raise ExperienceLogError(f"{path}, record {index}: {err}") from None
+            yield record

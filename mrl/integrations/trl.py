@@ -1,0 +1,257 @@
+"""Every probe inside TRL's GRPOTrainer: one trainer per policy, sharing through SEE (docs/trl.md).
+
+`MRLGRPOTrainer` is a `trl.GRPOTrainer` (TRL pinned in pyproject.toml) that carries any registered probe unchanged:
+
+- TRL samples, as it always does (transformers' `generate`, or vLLM through its own `use_vllm` switch);
+- the generate-and-score step turns TRL's batch into the policy's `RolloutBatch` (left-padded prompts, completions up
+  to and including EOS, the learner's verifier under mrl's EOS rule, the sampling log-probs) and into its SEE records
+  (Rollout, GroupStats, Success), publishes them through a `FileExchange` shared by all the trainers, and collects
+  its peers' records for the same prompts with a deadline and the runner's failure policy (`mrl.runner.collect_for`:
+  successes re-verified, stale records dropped);
+- the loss is the probe's loss on that `RolloutBatch` and a `PeerView`, so a probe is written once for both paths;
+  THL re-tokenizes peer text inside the probe, exactly as under the runner.
+
+What the adapter does not carry is refused when the trainer is built, naming the setting: several processes per
+trainer, gradient accumulation, several generation steps or iterations per batch, a probe that takes several
+optimizer steps per batch (HACPO's `minibatches` > 1) and a probe that needs a teacher (`trrd`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+from mrl.actor import batch_records
+from mrl.config import GrpoConfig
+from mrl.grpo import LEVELS, LOSS_TYPES
+from mrl.integrations.file_exchange import FileExchange
+from mrl.probes import PeerView, ProbeConfig, get_probe
+from mrl.rollout import RolloutBatch, completion_logprobs, completion_texts, score
+from mrl.runner import collect_for
+from mrl.see import PolicySpec
+from mrl.seeding import step_generator
+from mrl.tasks import Problem
+from mrl.validation import ConfigError
+
+PROBLEM_COLUMNS = ("prompt", "answer", "skill", "pid")
+"""the dataset columns a trainer reads its problems from (`problem_dataset`)"""
+
+
+class PromptOrderMismatch(RuntimeError):
+    """A peer sampled other prompts at the same step: the trainers' data order differs."""
+
+
+def problem_dataset(task):
+    """A task's RL prompts (its fixed pool, or its whole training split when it has none) as the `datasets.Dataset`
+    every trainer of a run reads: the same rows in the same order, so the same sampler seed gives every trainer the
+    same prompts at every step."""
+    from datasets import Dataset
+
+    source = task.pool or task.train
+    rows = [problem for skill in sorted(source) for problem in source[skill]]
+    return Dataset.from_list([{column: getattr(p, column) for column in PROBLEM_COLUMNS} for p in rows])
+
+
+def grpo_config(args: GRPOConfig) -> GrpoConfig:
+    """mrl's GrpoConfig of a TRL GRPOConfig: the settings every own-sample term of a probe reads (aggregation, clip
+    range, ratio level, advantage scale, KL), TRL's names mapped onto mrl's. Refuses what mrl's loss does not
+    define, naming the field and the allowed values."""
+    if args.loss_type not in LOSS_TYPES:
+        raise ConfigError(f"GRPOConfig.loss_type = {args.loss_type!r} is not allowed with MRLGRPOTrainer; expected "
+                          f"one of {list(LOSS_TYPES)}")
+    if args.importance_sampling_level not in LEVELS:
+        raise ConfigError(f"GRPOConfig.importance_sampling_level = {args.importance_sampling_level!r}; expected one "
+                          f"of {list(LEVELS)}")
+    scale = {True: "group", False: "none"}.get(args.scale_rewards, args.scale_rewards)
+    return GrpoConfig(steps=max(args.max_steps, 1),
+                      prompts_per_step=args.per_device_train_batch_size // args.num_generations,
+                      group_size=args.num_generations, max_new_tokens=args.max_completion_length,
+                      temperature=args.temperature, lr=args.learning_rate, grad_clip=args.max_grad_norm,
+                      loss_type=args.loss_type, level=args.importance_sampling_level, scale=scale,
+                      eps_low=args.epsilon, eps_high=args.epsilon if args.epsilon_high is None else args.epsilon_high,
+                      beta=args.beta, kl_bias_correction=args.use_bias_correction_kl, engine="hf", seed=args.seed)
+
+
+def check_trl_args(args: GRPOConfig, probe: ProbeConfig) -> None:
+    """Refuse the TRL settings the adapter does not carry (one generation batch is one optimizer step of one
+    process), and the probes it cannot run, each with the field, its value and what is allowed."""
+    required = {"gradient_accumulation_steps": 1, "steps_per_generation": 1, "num_iterations": 1}
+    for name, allowed in required.items():
+        if getattr(args, name) != allowed:
+            raise ConfigError(f"GRPOConfig.{name} = {getattr(args, name)!r} is not allowed with MRLGRPOTrainer; "
+                              f"expected {allowed}: one generation batch is one optimizer step, the step the peers "
+                              f"share")
+    if args.per_device_train_batch_size % args.num_generations:
+        raise ConfigError(f"GRPOConfig.per_device_train_batch_size = {args.per_device_train_batch_size} must be a "
+                          f"multiple of num_generations = {args.num_generations}: whole groups per step")
+    if getattr(probe, "minibatches", 1) != 1:
+        raise ConfigError(f"{probe.name}.minibatches = {probe.minibatches} is not allowed with MRLGRPOTrainer; "
+                          f"expected 1 (TRL steps the optimizer once per batch; run several updates per step on "
+                          f"mrl's runner)")
+    if get_probe(probe.name).teacher:
+        raise ConfigError(f"probe {probe.name!r} needs a fixed teacher model, which MRLGRPOTrainer does not load; "
+                          f"run it on mrl's runner")
+
+
+def verifier_reward(task, tokenizer):
+    """A TRL reward function that scores as mrl does: 1 when the completion ends with EOS, holds no other special
+    token and the task's verifier accepts its text (TRL logs it; the probe's rewards are recomputed from the ids)."""
+    def mrl_verifier(prompts, completions, completion_ids, answer, skill, pid, **_) -> list[float]:
+        texts = completion_texts(tokenizer, *padded(completion_ids, tokenizer.pad_token_id), tokenizer.eos_token_id)
+        problems = [Problem(p, a, s, i) for p, a, s, i in zip(prompts, answer, skill, pid)]
+        return score(texts, problems, task.verify).tolist()
+
+    return mrl_verifier
+
+
+def padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lists of ids as (ids padded right with pad_id, mask): (N, T), (N, T)."""
+    width = max((len(r) for r in rows), default=0)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)], mask[i, :len(row)] = torch.tensor(row, dtype=torch.long), 1
+    return ids, mask
+
+
+class MRLGRPOTrainer(GRPOTrainer):
+    """A GRPOTrainer whose loss is an mrl probe's, sharing experience with the trainers of the other policies.
+
+    policy: this policy's id; task: its task (prompts and verifier; mrl.tasks); probe: the probe and its knobs
+    (mrl.probes.probe_config); exchange: this policy's FileExchange; peer_paths: {peer id: checkpoint folder}, whose
+    tokenizers THL needs when the probe reads peer rollouts; reverify: re-score the peers' claims with this policy's
+    verifier; max_staleness: as RunnerConfig.max_staleness (1: the records of this step, sampled by peers one
+    update behind). Every other argument is
+    GRPOTrainer's; `reward_funcs` is mrl's verifier (`verifier_reward`) and may not be given."""
+
+    def __init__(self, model, args: GRPOConfig, train_dataset, processing_class, *, policy: str, task,
+                 probe: ProbeConfig, exchange: FileExchange, peer_paths: dict[str, str] | None = None,
+                 reverify: bool = True, max_staleness: int = 1, run_id: str = "trl", **kwargs):
+        from transformers import PreTrainedTokenizerFast
+
+        if "reward_funcs" in kwargs:
+            raise ConfigError("MRLGRPOTrainer(reward_funcs=...) is not allowed: the reward is the task's verifier")
+        check_trl_args(args, probe)
+        self.mrl_probe, self.mrl_probe_cfg, self.mrl_task = get_probe(probe.name), probe, task
+        self.mrl_grpo = grpo_config(args)
+        self.mrl_probe.check(self.mrl_grpo)
+        self.mrl_policy, self.mrl_exchange, self.mrl_run_id = policy, exchange, run_id
+        self.mrl_reverify, self.mrl_max_staleness = reverify, max_staleness
+        self.mrl_peer_tokenizers = {peer: PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
+                                    for peer, path in (peer_paths or {}).items()
+                                    if peer != policy and "rollout" in self.mrl_probe.kinds}
+        self.mrl_state: dict = {}
+        self.mrl_pending: tuple[RolloutBatch, PeerView] | None = None
+        super().__init__(model=model, reward_funcs=[verifier_reward(task, processing_class)], args=args,
+                         train_dataset=train_dataset, processing_class=processing_class, **kwargs)
+        if self.accelerator.num_processes != 1:
+            raise ConfigError(f"MRLGRPOTrainer runs one process per policy; this launch has "
+                              f"{self.accelerator.num_processes} (launch each policy's trainer on its own)")
+
+    @property
+    def tokenizer_id(self) -> str:
+        return f"{self.mrl_policy}:{type(self.processing_class).__name__}"
+
+    def policy_spec(self) -> PolicySpec:
+        """What the peers validate this trainer's records against."""
+        return PolicySpec(vocab_size=len(self.processing_class), tokenizer_id=self.tokenizer_id)
+
+    def _generate_and_score_completions(self, inputs):
+        """TRL's generation and scoring, then mrl's: the RolloutBatch, the records published and the peers'
+        collected for this step (kept for compute_loss)."""
+        output = super()._generate_and_score_completions(inputs)
+        group = self.num_generations
+        problems = [Problem(*(row[c] for c in PROBLEM_COLUMNS)) for row in inputs[::group]]
+        step = self.state.global_step + 1
+        batch = self.rollout_batch(problems, output, step)
+        self.mrl_pending = (batch, self.share(batch, step))
+        return output
+
+    def rollout_batch(self, problems: list, output: dict, step: int) -> RolloutBatch:
+        """The RolloutBatch of TRL's generation output (prompt_ids, prompt_mask, completion_ids, completion_mask;
+        sampling_per_token_logps under vLLM): rewards from the ids under mrl's EOS rule, sampling log-probs scored
+        by the model (or vLLM's), reference log-probs when beta > 0."""
+        ids = {k: output[k] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
+        tokenizer, device = self.processing_class, output["completion_ids"].device
+        expanded = [p for p in problems for _ in range(self.num_generations)]
+        texts = completion_texts(tokenizer, ids["completion_ids"], ids["completion_mask"], tokenizer.eos_token_id)
+        sample_logp = output.get("sampling_per_token_logps")   # vLLM's own, NaN where it gave none
+        sample_logp = self.scored_logprobs(self.model, **ids) if sample_logp is None else sample_logp.nan_to_num()
+        ref_logp = self.scored_logprobs(self.ref_model, **ids) if self.mrl_grpo.beta else None
+        return RolloutBatch(
+            policy=self.mrl_policy, step=step, problems=list(problems), group_size=self.num_generations,
+            **ids,
+            sample_logp=sample_logp * ids["completion_mask"],
+            rewards=score(texts, expanded, self.mrl_task.verify, device),
+            grpo=self.mrl_grpo, tokenizer=tokenizer, verify=self.mrl_task.verify,
+            logprobs=functools.partial(self.logprobs, self.model),
+            generator=step_generator(self.mrl_grpo.seed, step, f"{self.mrl_policy}/probe", device),
+            state=self.mrl_state, ref_logp=ref_logp)
+
+    def share(self, batch: RolloutBatch, step: int) -> PeerView:
+        """Publish this step's records and collect the peers' for the same prompts (the PeerView of the probe);
+        the exchange's counters go to TRL's metrics as exchange/<counter>."""
+        texts = completion_texts(batch.tokenizer, batch.completion_ids, batch.completion_mask, batch.eos_id)
+        own = batch_records(batch, texts, self.mrl_run_id, self.state.global_step, self.tokenizer_id,
+                            self.mrl_task.verifier_id)
+        self.mrl_exchange.publish(step, own)
+        exchange, missing = self.mrl_exchange.gather(step, own)
+        check_same_prompts(exchange, batch.problems, self.mrl_policy)
+        records = collect_for(exchange, self.mrl_probe.kinds, self.mrl_policy, batch.problems, self.mrl_task,
+                              self.mrl_max_staleness, self.mrl_reverify, at=step)
+        metrics = self._metrics["train"]
+        metrics["exchange/missing_peers"].append(float(len(missing)))
+        for name, count in exchange.counters.items():
+            metrics[f"exchange/{name}"].append(float(count))
+        return PeerView(**records, tokenizers=self.mrl_peer_tokenizers, reverify=self.mrl_reverify)
+
+    def logprobs(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
+        """log pi of every completion token with gradient (mrl.rollout.completion_logprobs, the runner's own
+        forward), at TRL's sampling temperature. (N, P), (N, T) -> (N, T)."""
+        model.train()
+        return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, engine="hf",
+                                   temperature=self.mrl_grpo.temperature)
+
+    @torch.no_grad()
+    def scored_logprobs(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
+        """The same log-probs without a graph (sampling log-probs, the reference's). (N, T)."""
+        return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, engine="hf",
+                                   temperature=self.mrl_grpo.temperature)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The probe's loss on this step's RolloutBatch and PeerView (one optimizer update); its statistics go to
+        TRL's metrics as probe/<statistic>."""
+        if return_outputs:
+            raise ValueError("MRLGRPOTrainer.compute_loss does not return outputs")
+        if self.mrl_pending is None:
+            raise RuntimeError("compute_loss before _generate_and_score_completions: no pending batch")
+        batch, peers = self.mrl_pending
+        if len(inputs["completion_ids"]) != len(batch.completion_ids):
+            raise RuntimeError(f"TRL handed compute_loss {len(inputs['completion_ids'])} rows of a "
+                               f"{len(batch.completion_ids)}-row generation batch (steps_per_generation must be 1)")
+        batch = dataclasses.replace(batch, logprobs=functools.partial(self.logprobs, model))
+        output = self.mrl_probe.loss(batch, peers, self.mrl_probe_cfg)
+        losses = list(output.losses)
+        if len(losses) > 1:
+            raise ConfigError(f"probe {self.mrl_probe.name!r} returned {len(losses)} updates for one batch; "
+                              f"MRLGRPOTrainer takes 1 per step")
+        metrics = self._metrics["train"]
+        metrics["probe/active_sequences"].append(float(output.active_sequences))
+        for name, value in output.stats.items():
+            metrics[f"probe/{name}"].append(float(value))
+        if not losses:   # nothing to learn from this step: a zero loss on the graph, so TRL's backward runs
+            return sum(p.sum() for p in model.parameters() if p.requires_grad) * 0.0
+        return losses[0]
+
+
+def check_same_prompts(exchange, problems: list, policy: str) -> None:
+    """Refuse a step at which a peer's group statistics are for other prompts than this policy's: the trainers'
+    dataset, seed or prompts per step differ, so no record would be for the same prompts."""
+    own = {p.pid for p in problems}
+    for peer, prompts in sorted(exchange.prompts_by_policy("group_stats").items()):
+        if peer != policy and prompts != own:
+            raise PromptOrderMismatch(f"peer {peer!r} sampled other prompts than {policy!r} at this step "
+                                      f"({sorted(prompts ^ own)[:3]} ...): give every trainer the same dataset, seed "
+                                      f"and per_device_train_batch_size / num_generations")

@@ -1,0 +1,156 @@
+"""Every probe inside TRL's GRPOTrainer (mrl.integrations.trl, docs/trl.md).
+
+Equality: on the same sampled completions, a probe's loss and gradients through MRLGRPOTrainer equal those of mrl's
+actor within 1e-5, for A (GPT-2 + BPE) learning beside B (Llama + Unigram): two tokenizers, the peer's records
+crossing through the FileExchange on one side and the runner's Exchange on the other.
+"""
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+from trl import GRPOConfig
+
+from conftest import TINY_TASK
+from mrl.actor import ActorConfig, PolicyActor
+from mrl.config import GrpoConfig, TaskConfig
+from mrl.integrations.file_exchange import FileExchange
+from mrl.integrations.trl import MRLGRPOTrainer, PromptOrderMismatch, check_trl_args, problem_dataset
+from mrl.mwra import WorkerFailed
+from mrl.probes import PeerView, probe_config
+from mrl.rollout import completion_texts, score
+from mrl.runner import collect_for
+from mrl.see import Exchange, PolicySpec
+from mrl.seeding import step_prompts
+from mrl.tasks import make_task
+from mrl.validation import ConfigError
+
+PROBES = ["grpo", "sgt", "prp", "xgrpo", "hacpo"]
+P, G, T = 4, 4, 6
+TASK = TaskConfig(**TINY_TASK)
+
+
+def trl_args(tmp_path, **overrides) -> GRPOConfig:
+    settings = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none", disable_tqdm=True,
+                    save_strategy="no", per_device_train_batch_size=P * G, num_generations=G,
+                    max_completion_length=T, temperature=1.0, learning_rate=1e-4, beta=0.0, epsilon=0.2,
+                    loss_type="grpo", max_steps=1, seed=0, activation_checkpointing=False)
+    return GRPOConfig(**{**settings, **overrides})
+
+
+def trainer_for(paths, probe, tmp_path, exchange, **args) -> MRLGRPOTrainer:
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(paths["A"], padding_side="left")
+    return MRLGRPOTrainer(AutoModelForCausalLM.from_pretrained(paths["A"]), trl_args(tmp_path, **args),
+                          problem_dataset(make_task(TASK)), tokenizer, policy="A", task=make_task(TASK),
+                          probe=probe_config(probe), exchange=exchange, peer_paths=paths)
+
+
+def texts_of(batch):
+    return completion_texts(batch.tokenizer, batch.completion_ids, batch.completion_mask, batch.eos_id)
+
+
+def plant_answers(actor, rows: list[int]) -> None:
+    """Replace the pending batch's completions at `rows` by the right answer and EOS, as if sampled: ids, mask,
+    sampling log-probs and rewards follow."""
+    batch = actor.pending
+    for row in rows:
+        problem = batch.problems[row // batch.group_size]
+        ids = batch.tokenizer.encode(problem.answer, add_special_tokens=False) + [batch.eos_id]
+        batch.completion_ids[row] = batch.pad_id
+        batch.completion_ids[row, :len(ids)] = torch.tensor(ids)
+        batch.completion_mask[row] = 0
+        batch.completion_mask[row, :len(ids)] = 1
+    batch.sample_logp = batch.completion_mask * actor.scored_logprobs(
+        actor.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
+    expanded = [p for p in batch.problems for _ in range(batch.group_size)]
+    batch.rewards = score(texts_of(batch), expanded, actor.task.verify)
+    assert batch.rewards[rows].tolist() == [1.0] * len(rows)
+
+
+def gradients(model) -> dict:
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_a_probe_through_trl_equals_the_actor(probe, tiny_zoo_paths, tmp_path):
+    paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
+    grpo = GrpoConfig(prompts_per_step=P, group_size=G, max_new_tokens=T, engine="hf", seed=0)
+    actors = {name: PolicyActor(ActorConfig(name=name, policy_path=path, task=TASK, grpo=grpo,
+                                            probe=probe_config(probe), peer_paths=paths))
+              for name, path in paths.items()}
+    task = make_task(TASK)
+    problems = step_prompts(task, 0, 1, P)
+    for actor in actors.values():
+        actor.rollout(1, problems)
+    # the tiny zoo rarely solves a prompt: plant answers, so that A's groups have successes and failures and B's
+    # successes rescue A's failed group 1 (SGT), and every probe's peer term acts
+    plant_answers(actors["A"], rows=[0, 1, 8, 9, 10])
+    plant_answers(actors["B"], rows=[4, 5, 6, 12])
+    published = {name: actor.records(actor.pending, texts_of(actor.pending)) for name, actor in actors.items()}
+    actor = actors["A"]
+
+    exchange = Exchange(policies={name: PolicySpec(**a.policy_spec()) for name, a in actors.items()})
+    exchange.advance(1)
+    for name in sorted(published):
+        exchange.publish_many(published[name])
+    peers = PeerView(**collect_for(exchange, actor.probe.kinds, "A", problems, task, 1, True, at=1),
+                     tokenizers=actor.peer_tokenizers)
+    assert any(any(records.values()) for records in (peers.rollout, peers.group_stats, peers.success)
+               if records) or not actor.probe.kinds, "the peer's records reach the probe"
+    actor_output = actor.probe.loss(actor.pending, peers, actor.config.probe)
+    actor_loss = next(iter(actor_output.losses))
+    actor.optimizer.zero_grad()
+    actor_loss.backward()
+    actor_grads = gradients(actor.model)
+
+    spec_b = PolicySpec(**actors["B"].policy_spec())
+    FileExchange(tmp_path / "exchange", "B", ("A",), spec_b, deadline=5).publish(1, published["B"])
+    trainer = trainer_for(paths, probe, tmp_path, None)
+    trainer.mrl_exchange = FileExchange(tmp_path / "exchange", "A", ("B",), trainer.policy_spec(), deadline=5)
+    pending = actor.pending
+    output = {"prompt_ids": pending.prompt_ids, "prompt_mask": pending.prompt_mask,
+              "completion_ids": pending.completion_ids, "completion_mask": pending.completion_mask}
+    batch = trainer.rollout_batch(problems, output, 1)
+    assert torch.equal(batch.rewards, pending.rewards)
+    torch.testing.assert_close(batch.sample_logp, pending.sample_logp, atol=1e-5, rtol=0)
+    trainer.mrl_pending = (batch, trainer.share(batch, 1))
+    trainer.model.zero_grad()
+    trl_loss = trainer.compute_loss(trainer.model, output)
+    trl_loss.backward()
+    trl_grads = gradients(trainer.model)
+
+    torch.testing.assert_close(trl_loss, actor_loss, atol=1e-5, rtol=0)
+    assert trl_grads.keys() == actor_grads.keys() and actor_grads
+    for name in actor_grads:
+        torch.testing.assert_close(trl_grads[name], actor_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+    assert trainer._metrics["train"]["exchange/missing_peers"] == [0.0]
+    if probe == "sgt":
+        assert actor_output.stats["rescue_size"] > 0 and trainer._metrics["train"]["probe/rescue_size"][-1] > 0
+
+
+def test_what_the_adapter_does_not_carry_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="gradient_accumulation_steps = 2 .*expected 1"):
+        check_trl_args(trl_args(tmp_path, gradient_accumulation_steps=2), probe_config("sgt"))
+    with pytest.raises(ConfigError, match="minibatches = 4 .*expected 1"):
+        check_trl_args(trl_args(tmp_path), probe_config("hacpo", minibatches=4))
+    with pytest.raises(ConfigError, match="teacher"):
+        check_trl_args(trl_args(tmp_path), probe_config("trrd"))
+
+
+def test_a_silent_peer_is_named_at_the_deadline(tmp_path):
+    spec = PolicySpec(vocab_size=40, tokenizer_id="A:bpe")
+    waiting = FileExchange(tmp_path, "A", ("B",), spec, deadline=0.2)
+    with pytest.raises(WorkerFailed, match="'B'.*no records for step 3 within the deadline of 0.2 s"):
+        waiting.gather(3, [])
+    going_on = FileExchange(tmp_path, "A", ("B",), spec, deadline=0.2, failure_policy="continue")
+    assert going_on.gather(3, [])[1] == ["B"]
+
+
+def test_a_peer_on_other_prompts_is_refused():
+    from mrl.integrations.trl import check_same_prompts
+    from mrl.see import GroupStats
+    from mrl.tasks import Problem
+
+    exchange = Exchange(policies={"A": PolicySpec(40, "A:x"), "B": PolicySpec(40, "B:y")})
+    exchange.advance(1)
+    exchange.publish(GroupStats("B", 0, "p9", 4, 1.0, 1.0, sample=0))
+    with pytest.raises(PromptOrderMismatch, match="peer 'B' sampled other prompts"):
+        check_same_prompts(exchange, [Problem("1+1=", "2", "S1", "p1")], "A")
