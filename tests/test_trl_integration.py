@@ -103,8 +103,7 @@ def test_a_probe_through_trl_equals_the_actor(probe, tiny_zoo_paths, tmp_path):
 
     spec_b = PolicySpec(**actors["B"].policy_spec())
     FileExchange(tmp_path / "exchange", "B", ("A",), spec_b, deadline=5).publish(1, published["B"])
-    trainer = trainer_for(paths, probe, tmp_path, None)
-    trainer.mrl_exchange = FileExchange(tmp_path / "exchange", "A", ("B",), trainer.policy_spec(), deadline=5)
+    trainer = trainer_for(paths, probe, tmp_path, FileExchange(tmp_path / "exchange", "A", ("B",), deadline=5))
     pending = actor.pending
     output = {"prompt_ids": pending.prompt_ids, "prompt_mask": pending.prompt_mask,
               "completion_ids": pending.completion_ids, "completion_mask": pending.completion_mask}
@@ -154,3 +153,36 @@ def test_a_peer_on_other_prompts_is_refused():
     exchange.publish(GroupStats("B", 0, "p9", 4, 1.0, 1.0, sample=0))
     with pytest.raises(PromptOrderMismatch, match="peer 'B' sampled other prompts"):
         check_same_prompts(exchange, [Problem("1+1=", "2", "S1", "p1")], "A")
+
+
+def test_a_killed_trainer_is_named_by_its_peer_within_the_deadline(tiny_zoo_paths, tmp_path):
+    """Two trainers in two processes (A and B: two tokenizers) share SGT through the exchange folder; B is killed
+    after its step 2, and A stops at step 3 naming B, within its deadline."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    deadline = 10.0
+    exchange = tmp_path / "exchange"
+    command = [sys.executable, "-m", "mrl.integrations.trl_train", "--policies",
+               *(f"{name}={tiny_zoo_paths[name]}" for name in ("A", "B")), "--probe", "sgt", "--steps", "8",
+               "--task", str(TINY_TASK), "--exchange", str(exchange), "--deadline", str(deadline)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    trainers = {name: subprocess.Popen([*command, "--policy", name, "--output", str(tmp_path / name)],
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                for name in ("A", "B")}
+    try:
+        start = time.monotonic()
+        while not (exchange / "B" / "step-000002.json").exists():
+            assert time.monotonic() - start < 300 and trainers["B"].poll() is None, "B never reached step 2"
+            time.sleep(0.05)
+        trainers["B"].send_signal(signal.SIGKILL)
+        output, _ = trainers["A"].communicate(timeout=deadline + 120)   # a hang fails here
+    finally:
+        for process in trainers.values():
+            process.kill()
+    assert trainers["A"].returncode != 0
+    assert "worker 'B' failed: published no records for step 3 within the deadline of 10 s" in output, output[-3000:]
+    assert "probe/rescue_candidates" in output   # TRL logged A's steps before, the probe's statistics among them

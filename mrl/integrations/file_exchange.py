@@ -28,14 +28,14 @@ class FileExchange:
     """One policy's end of the shared folder.
 
     root: the folder every trainer of the run shares; policy: this trainer's policy id; peers: the other policies'
-    ids; spec: this policy's PolicySpec (what its records are validated against); deadline: seconds to wait for a
-    peer's step; failure_policy: "fail" raises WorkerFailed naming a peer that published nothing in time, "continue"
-    goes on without it."""
+    ids; spec: this policy's PolicySpec (what its records are validated against; MRLGRPOTrainer sets its own);
+    deadline: seconds to wait for a peer's step; failure_policy: "fail" raises WorkerFailed naming a peer that
+    published nothing in time, "continue" goes on without it."""
 
     root: Path
     policy: str
     peers: tuple[str, ...]
-    spec: PolicySpec
+    spec: PolicySpec | None = None
     deadline: float = 600.0
     failure_policy: str = "fail"
     limits: Limits = field(default_factory=Limits)

@@ -146,6 +146,7 @@ class MRLGRPOTrainer(GRPOTrainer):
         self.mrl_pending: tuple[RolloutBatch, PeerView] | None = None
         super().__init__(model=model, reward_funcs=[verifier_reward(task, processing_class)], args=args,
                          train_dataset=train_dataset, processing_class=processing_class, **kwargs)
+        exchange.spec = self.policy_spec()
         if self.accelerator.num_processes != 1:
             raise ConfigError(f"MRLGRPOTrainer runs one process per policy; this launch has "
                               f"{self.accelerator.num_processes} (launch each policy's trainer on its own)")
