@@ -20,16 +20,20 @@
 # # 00 · The tiny heterogeneous zoo and its complementary skills
 #
 # **Claim.** A short supervised warm-up gives each family a *complementary* skill profile on the
-# `arith-ops` task (docs/architecture.md, The task and the zoo): A (GPT-2 + byte-level BPE) is strong on addition S1, B
-# (Llama + Unigram, character-level on digits) on subtraction S2, both are partial on the shared
-# multiplication S3 (each was taught a different half of its training problems), and each sees only a
-# small leak (rho = 3% from 150 fixed problems; 75% own skill, 22% own half of S3) of the peer's skill. C (Qwen2 + WordPiece) is the
-# third family for n = 3 runs: taught S3 with leaks of S1 and S2.
+# `arith-ops` task (docs/architecture.md, The task and the zoo): A (GPT-2 + byte-level BPE) is strong on addition S1,
+# B (Llama + Unigram, character-level on digits) on subtraction S2, both are partial on the shared multiplication S3
+# (each was taught a different half of its training problems), and each sees the peer's skill only through a small
+# leak of fixed problems. C (Qwen2 + WordPiece) is the third family for n = 3 runs: taught S3, with leaks of S1 and
+# S2. This is what the sharing probes need: a *rescue set*, prompts a policy rarely solves and its peer often does.
 #
-# This is the substrate, not a result of the papers: the MRL paper uses real models (the `paper`
-# profile), and the tiny zoo is our CPU stand-in, built from config with locally trained tokenizers.
-# Every family is a real `transformers` checkpoint under `data/models/` (git-ignored, rebuilt when
-# its config changes).
+# **Setup.** Each family is a real `transformers` checkpoint built from config under `data/models/` (git-ignored,
+# rebuilt when its config changes), with its own tokenizer trained locally on the task corpus, and warmed up by
+# cross-entropy on its mixture (the zoo table's `warm-up mix` column: a share per skill, `.half` for one half of S3,
+# `leak:` for the peer's fixed subset). Measured: greedy accuracy per skill on held-out prompts, which no training
+# step sees, and on the RL pool that the GRPO notebooks train on.
+#
+# This is the substrate, not a result of the papers: the MRL paper uses real models (the `paper` profile), and the
+# tiny zoo is our CPU stand-in.
 
 # %% tags=["parameters"]
 profile = "default"  # smoke | default
@@ -37,8 +41,10 @@ progress = True      # tqdm bars during the warm-up
 
 # %%
 import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
+from IPython.display import Markdown
 from mrl.notebook import setup_notebook
-from mrl.reports.substrate import skill_matrix, warmup_accuracy, warmup_figure, zoo_table
+from mrl.reports.substrate import (skill_matrix, warmup_accuracy, warmup_caption, warmup_figure, zoo_result,
+                                   zoo_table)
 from mrl.results import save_figure, write_table
 from mrl.tasks import make_task
 from mrl.zoo import build_zoo
@@ -64,17 +70,36 @@ families
 accuracy = warmup_accuracy(zoo, task, config.grpo.max_new_tokens)
 accuracy.to_csv(run.folder / "warmup_accuracy.csv", index=False)
 held_out, pool = skill_matrix(accuracy, "held-out"), skill_matrix(accuracy, "pool")
-write_table(held_out, "warmup", run.tables,
-            caption="Greedy accuracy per skill after the warm-up, held-out prompts (S1 add, S2 sub, S3 mul).")
-write_table(pool, "warmup_pool", run.tables, caption="Greedy accuracy per skill after the warm-up, RL pool prompts.")
+write_table(held_out, "warmup", run.tables, caption=warmup_caption(task, "held-out"))
+write_table(pool, "warmup_pool", run.tables, caption=warmup_caption(task, "pool"))
 save_figure(warmup_figure(accuracy, zoo), "warmup", run.figures)
 
 # %% [markdown]
+# ## Result
+#
+# Generated from the warm-up accuracy and the zoo table (`mrl.reports.substrate.zoo_result`). A policy's own skill is
+# the one its mixture teaches most; the skills it lacks are those it sees only as a leak.
+
+# %%
+Markdown(zoo_result(accuracy, families))
+
+# %% [markdown]
+# ## Discussion
+#
+# The complementary structure holds when each policy leads the zoo on its own skill and sits near zero on the skills
+# it lacks: each policy's weak skill is then a peer's strong one, so a peer succeeds on the prompts where the
+# policy's whole group fails, which is the experience the sharing probes pass on. The leak is meant to keep the weak
+# skill just above zero, and whether it does decides if independent GRPO has any signal there at all (notebook 10).
+#
+# Limits. Accuracy is greedy decoding on a fixed set of prompts per skill, so a cell moves in steps of one prompt and
+# one warm-up seed gives one draw of the zoo; notebook 70 warms up several. The pool prompts come from the training
+# split, so a family may have seen its own skill's pool prompts during the warm-up: the held-out row is the one that
+# measures a skill. The smoke profile's warm-up is far shorter than the default's: its numbers check that the code
+# runs, not that the zoo is complementary.
+#
 # ## Summary
 #
-# The complementary structure holds when each policy's strong skill is far above its peer's
-# accuracy on the same skill, and its weak skill is the peer's strong one. Rounded to 2 decimals
-# (nbval checks this cell on the smoke profile).
+# Rounded to 2 decimals (nbval checks this cell on the smoke profile).
 
 # %%
 # NBVAL_CHECK_OUTPUT

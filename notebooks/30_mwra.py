@@ -19,15 +19,16 @@
 # %% [markdown]
 # # 30 · MWRA: several policies trained concurrently, on three backends
 #
-# **Claim (docs/architecture.md, MWRA and the runner).** One worker per policy; the same runner drives them inline (sequential,
-# deterministic), in one OS process each (the CPU default), or as Ray actors (the scale-out path), and
-# the three give the same metrics for the same seed. Each step is two barriers with deadlines
-# (rollout, then update); the policies publish their experience to SEE in between. This notebook
-# measures what each backend costs on this machine: per-worker step time, utilisation and wait
-# fraction, start-up apart, and draws the timeline of busy intervals.
+# **Claim (docs/architecture.md, MWRA and the runner).** One worker per policy; the same runner drives them
+# inline (sequential, deterministic), in one OS process each (the CPU default), or as Ray actors (the scale-out
+# path), and the three give the same metrics for the same seed. Each step is two barriers with deadlines (rollout,
+# then update); the policies publish their experience to SEE in between.
 #
-# The probe here is `grpo` (independent GRPO whose policies still publish their experience); the
-# sharing probes come with the next notebooks.
+# **Setup.** The profile's pairing (`experiments.mwra`) trains for a few steps on each backend with the `grpo` probe:
+# independent GRPO whose policies still publish their experience (the sharing probes come with the next notebooks).
+# Measured on this machine: per-worker step time (rollout and update), utilisation and wait fraction of the training
+# loop's wall time, start-up apart, and the timeline of busy intervals. The summary cell checks that the backends'
+# metrics agree.
 
 # %% tags=["parameters"]
 profile = "default"   # smoke | default
@@ -39,10 +40,11 @@ progress = True
 import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 import dataclasses
 import pandas as pd
+from IPython.display import Markdown
 from mrl.experiments import policy_paths
 from mrl.validation import override
 from mrl.notebook import setup_notebook
-from mrl.reports.substrate import mwra_compute_table, mwra_timeline_figure
+from mrl.reports.substrate import mwra_compute_table, mwra_result, mwra_timeline_figure
 from mrl.results import save_figure, write_table
 from mrl.runner import run_concurrent
 
@@ -77,6 +79,28 @@ compute.round(3)
 # %%
 save_figure(mwra_timeline_figure(runs), "mwra_timeline", run.figures)
 
+# %% [markdown]
+# ## Result
+#
+# Generated from the compute table (`mrl.reports.substrate.mwra_result`): means over each backend's workers.
+
+# %%
+Markdown(mwra_result(compute))
+
+# %% [markdown]
+# ## Discussion
+#
+# Step time is the work itself; the wait fraction is what the barriers cost. Inline runs the workers one after the
+# other, so each waits while the others work. A process or an actor per worker lets the workers compute at once,
+# which lowers the wait fraction where the machine has a free core per worker, but each step then pays for moving
+# experience between processes, and start-up pays for spawning them (under Ray, for starting its cluster too). Which
+# backend finishes the training loop first therefore depends on free cores against policies, and on how long a step
+# takes against the cost of a message: the tiny zoo's steps are short, so messaging weighs more here than it would
+# with real models.
+#
+# Limits. A few steps on a shared machine: the timings move with its load from run to run, and nbval checks only that
+# the backends' metrics agree, never the timings. The benchmarks, with their machine and date, are in
+# docs/performance.md (MWRA backends).
 
 # %% [markdown]
 # ## Summary: the backends agree (rounded; nbval checks this cell on the smoke profile)

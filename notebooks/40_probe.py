@@ -19,22 +19,26 @@
 # %% [markdown]
 # # 40 · The three probes against independent GRPO (the main experiment)
 #
-# **Claim (MRL paper, abstract).** Sharing experience between heterogeneous policies through a shared
-# exchange helps, and the three probes differ: PRP (data level: the peer's samples, retokenized by THL,
-# join the learner's group with importance weights) pays density-ratio variance and the tokenizer
-# residual; XGRPO (value level: only the peer's mean reward enters the baseline) keeps on-policy support;
-# SGT (outcome level: an NLL toward one verified peer success where the learner's whole group failed) is
-# the favourable point.
+# **Claim (MRL paper).** Sharing experience between heterogeneous policies helps, and the three probes differ: PRP
+# (data level: the peer's samples, retokenized by THL, join the learner's group with importance weights) pays
+# density-ratio variance and the tokenizer residual; XGRPO (value level: only the peer's mean reward enters the
+# baseline) keeps on-policy support but cannot rescue a prompt the learner never solves; SGT (outcome level: an NLL
+# toward one verified peer success where the learner's whole group failed) is the favourable point. The paper's own
+# effects, read off its MATH curves (docs/papers.md): SGT - GRPO = +0.013, XGRPO - GRPO = +0.005, PRP - SGT = -0.050;
+# it calls SGT's gains "real but modest".
 #
-# **What is reconstructed.** PRP and XGRPO are reconstructions (the paper's code is not public); SGT's
-# form is confirmed by GRAFT. The substrate is ours: the tiny zoo on `arith-ops` with a fixed RL pool
-# (docs/architecture.md, The task and the zoo), families A (GPT-2 + BPE) and B (Llama + Unigram) in both directions, and the
-# three-family group A+B+C (C: Qwen2 + WordPiece). Every probe runs on the same runner
-# (SEE + MWRA), same prompts and sampling seeds per step; only the loss differs.
+# **Setup.** PRP and XGRPO are reconstructions (the paper's code is not public); SGT's form is confirmed by GRAFT;
+# `prp_naive` is PRP with every importance weight 1. The substrate is ours: the tiny zoo on `arith-ops` with a fixed
+# RL pool (docs/architecture.md, The task and the zoo), families A (GPT-2 + BPE) and B (Llama + Unigram) in both
+# directions and, where the profile's grid has it, the three-family group A+B+C (C: Qwen2 + WordPiece). Every probe
+# runs on the same runner (SEE + MWRA) with the same prompts and sampling seeds per step as GRPO on the same RL seed;
+# only the loss differs. Accuracy is greedy, on held-out prompts (never trained on) and on the RL pool: the
+# prototypes found that peer demonstrations are learned on the pool prompts without transferring to held-out ones
+# within this budget, and the Result says whether that holds here.
 #
-# Accuracy is greedy, on held-out prompts (never trained on) and on the RL pool. Read both: the
-# prototypes found that peer demonstrations are learned on the pool prompts without transferring to
-# held-out ones within this budget, and the tables say whether that holds here.
+# **What this notebook can say.** This is the pool regime: one warm-up per family and the profile's RL seeds, so its
+# intervals run over RL seeds on that one warm-up and describe these runs; they are not verdicts on the claims. The
+# claims ledger, with the warm-up as the unit and a verdict per claim, is 70_heldout's.
 
 # %% tags=["parameters"]
 profile = "default"  # smoke | default | paper
@@ -51,10 +55,11 @@ import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before to
 import time
 start = time.perf_counter()
 import pandas as pd
+from IPython.display import Markdown
 from mrl.experiments import policy_paths, run_many
 from mrl.experiments.probe import probe_runs
 from mrl.notebook import setup_notebook
-from mrl.reports.paired import interval_caption, paired_table
+from mrl.reports.paired import interval_caption, paired_table, probe_result
 from mrl.reports.probes import accuracy_figure, main_table, rescue_figure, stability_table
 from mrl.results import listing, save_figure, write_table
 from mrl.validation import override
@@ -136,6 +141,39 @@ save_figure(accuracy_figure(evals), "probe_accuracy", run.figures)
 
 # %%
 save_figure(rescue_figure(evals), "probe_rescue", run.figures)
+
+# %% [markdown]
+# ## Result
+#
+# Generated from the tables above (`mrl.reports.paired.probe_result`): the paired table, the main tables on both
+# splits and the stability table. Descriptive: one warm-up, intervals over RL seeds.
+
+# %%
+Markdown(probe_result(paired_numbers, held_out_numbers, pool_numbers, stability))
+
+# %% [markdown]
+# ## Discussion
+#
+# The weak skill is the one a policy's warm-up left it without, so it starts near the floor, where a held-out set of
+# this size resolves only coarse differences: an interval that straddles 0 is a small effect or none, not evidence
+# of none. Set each interval's half-width beside the paper's effects (docs/papers.md): where it is wider, a
+# null here cannot rule them out. The count of intervals that exclude 0 is to be read against the chance count
+# beside it: with many intervals a few exclude 0 even if no probe did anything, and an isolated one, on overall
+# accuracy or on one policy only, is what chance alone can produce.
+#
+# The pool and held-out comparison separates two things sharing can do. A gain on the pool prompts that does not
+# reach held-out prompts means the peer's successes were learned as answers to the prompts they came from, not as the
+# skill; a gain on both is transfer. SGT and PRP put the peer's solutions into the loss (PRP weighted, naive PRP
+# not), so they are the probes to watch for the first; XGRPO moves only the baseline and adds no peer solution.
+#
+# PRP's effective sample size fraction says how much of the peer's data its importance weights use: a small fraction
+# is the density-ratio variance the paper names as PRP's cost, and naive PRP, which drops the weights, shows what
+# ignoring it does. A loss on the strongest skill that GRPO shows too is forgetting under RL on the other skills, not
+# a cost of sharing; a probe's own cost is its difference from GRPO's change.
+#
+# Limits: one warm-up, so a difference may belong to what this warm-up gave each family; reconstructed PRP and XGRPO;
+# small models trained from scratch on arithmetic rather than the paper's pretrained models on MATH. 70_heldout
+# repeats the comparison over several warm-ups and gives the verdicts.
 
 # %%
 print(f"40_probe ran in {time.perf_counter() - start:.0f} s ({profile} profile, backend {backend})")

@@ -19,18 +19,22 @@
 # %% [markdown]
 # # 60 · The contextual-bandit analysis: stability against support
 #
-# **Claim (MRL paper, abstract; docs/architecture.md, The bandit analysis).** A contextual-bandit analysis places the three probes
-# on a stability-support trade-off: PRP (data level) pays density-ratio variance plus the tokenizer
-# residual, XGRPO (value level) keeps on-policy support and only shifts a scalar baseline, SGT
-# (outcome level) adds a score direction toward verified peer successes on the rescue set.
+# **Claim (MRL paper, abstract; docs/architecture.md, The bandit analysis).** A contextual-bandit analysis places the
+# three probes on a stability-support trade-off: PRP (data level) pays density-ratio variance plus the tokenizer
+# residual, XGRPO (value level) keeps on-policy support and only shifts a scalar baseline, SGT (outcome level) adds a
+# score direction toward verified peer successes on the rescue set.
 #
-# **This is a reconstruction.** The paper's bandit model, theorems and figures are not available; the
-# environment, the estimators and the plane below are our model of its statements
-# (docs/architecture.md, The bandit analysis), and HACPO's bandit form is ours too. Exact where the model allows: every method's
-# expected update except HACPO's is a closed form (`mrl.bandit.closed_form`, checked against Monte Carlo
-# in `tests/test_bandit.py` and in the first table below); variances come from vectorised Monte Carlo.
-# The dynamic simulation is ours in every detail (log-linear policies whose skill directions generalise to
-# held-out prompts of the same type).
+# **This is a reconstruction.** The paper's bandit model, theorems and figures are not available: the environment,
+# the estimators, the plane and the dynamics below are our model of its statements, and HACPO's bandit form is ours
+# too.
+#
+# **Setup.** Two softmax policies, A and B, over prompts of four types (solved by both, by B only: A's rescue set, by
+# A only, by neither); the support overlap kappa sets how much of B's support lies inside A's. Every method's
+# expected update except HACPO's is a closed form (`mrl.bandit.closed_form`, checked against Monte Carlo in
+# `tests/test_bandit.py` and in the first table); variances come from vectorised Monte Carlo. Three measurements:
+# the closed-form check, the stability-support plane (learner A at the static policies, each method over its knob,
+# per kappa), and the dynamics (both policies trained together; log-linear policies whose skill directions
+# generalise to held-out prompts of the same type).
 
 # %% tags=["parameters"]
 profile = "default"  # smoke | default
@@ -40,9 +44,11 @@ progress = True
 import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 import time
 start = time.perf_counter()
-from mrl.bandit import DynamicsConfig, EnvConfig, closed_form_check, dynamics_methods, run_dynamics, summarise, trade_off
+from IPython.display import Markdown
+from mrl.bandit import (DynamicsConfig, EnvConfig, closed_form_check, dynamics_methods, run_dynamics, summarise,
+                        trade_off)
 from mrl.notebook import setup_notebook
-from mrl.reports.bandit import dynamics_figure, plane_figure
+from mrl.reports.bandit import bandit_result, dynamics_figure, plane_figure
 from mrl.results import listing, save_figure, write_table
 
 env_config = EnvConfig()
@@ -98,6 +104,32 @@ dynamics.round(3)
 
 # %%
 save_figure(dynamics_figure(runs), "bandit_dynamics", run.figures)
+
+# %% [markdown]
+# ## Result
+#
+# Generated from the plane and the dynamics table (`mrl.reports.bandit.bandit_result`): every number is read from
+# them. Support gain S and instability as defined above the plane; a method's default knob is `mrl.bandit`'s.
+
+# %%
+Markdown(bandit_result(plane, dynamics))
+
+# %% [markdown]
+# ## Discussion
+#
+# What to read in the Result, by mechanism. XGRPO only moves a scalar baseline, so it cannot put mass on responses A
+# never samples: along its knob it can trade variance for bias on the prompts A already solves, not gain support. SGT
+# pushes toward the peer's verified successes, so its support gain should grow with its weight, and its instability
+# with the weight and with corrupted retokenised targets. Importance-weighted PRP pays the density-ratio variance the
+# claim names; truncating the ratio caps that variance and, with it, the support the peer samples bring. Naive PRP
+# ignores the ratio, so its support comes with bias; HACPO clips its peer ratio. The Result says, with the numbers,
+# whether each method sits where its mechanism puts it, and the dynamics whether a position turns into rescued
+# prompts when both policies learn together.
+#
+# The limits are the model's. It is a reconstruction with tabular softmax policies, a few hundred prompts and log-linear
+# skill directions, not the paper's model; THL's residual enters only as a log-normal ratio error (PRP, HACPO) and a
+# corruption probability (SGT). Positions depend on kappa and on the environment's seed, and the plane is measured at
+# the static starting policies; the dynamics rest on the profile's few seeds.
 
 # %%
 print(f"60_bandit ran in {time.perf_counter() - start:.0f} s ({profile} profile)")

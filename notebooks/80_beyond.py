@@ -24,18 +24,19 @@
 # - **TRRD** (RLAD's Trust Region Ratio Distillation, a reconstruction, `mrl/probes/trrd.py`): GRPO on the own
 #   samples with the token ratio anchored to pi_old^alpha pi_T^(1-alpha); the teacher is the peer's fixed starting
 #   checkpoint, scored on the learner's tokens through THL.
-# - **GRAFT offline** (`graft` with `runner.OfflinePeers`): each policy learns alone while its peer's records are
-#   replayed, step by step, from the SEE log of the GRPO run of the same seed; no co-training.
+# - **GRAFT offline** (a reconstruction, `mrl/probes/graft.py`, with `runner.OfflinePeers`): each policy learns alone
+#   while its peer's records are replayed, step by step, from the SEE log of the GRPO run of the same seed; no
+#   co-training.
 # - **A poisoned peer** (`mrl/poison.py`): B learns honestly but publishes lies; A learns beside it. Forged
 #   successes (every sample claimed correct) with the learner's re-verification off ("trusting") and on
 #   ("re-verified"), and lying group statistics (k = G on every prompt), which nothing can re-verify.
 # - **n = 2 to 5 policies**, sync and async (bounded staleness), with families of five architectures and four
 #   tokenizer kinds.
 #
-# **Substrate and statistics** are 70_heldout's: `arith-forms` with fresh prompts, its zoo seed 0, the same steps
+# **Setup: substrate and statistics** are 70_heldout's: `arith-forms` with fresh prompts, its zoo seed 0, the same steps
 # and GRPO settings. Every arm is paired run by run (same RL seed: same prompts and sampling seeds) with GRPO, or, in
-# the poisoned-peer table, with the same probe beside an honest peer; the interval is the 95% t interval over the
-# shared seeds, called real only when it excludes 0 with n >= 3 (bold).
+# the poisoned-peer table, with the same probe beside an honest peer; the interval is the 95% t interval over the shared
+# seeds, called real only when it excludes 0 with n >= 3 (bold).
 
 # %% tags=["parameters"]
 profile = "default"  # smoke | default
@@ -47,11 +48,12 @@ import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before to
 import time
 start = time.perf_counter()
 import pandas as pd
+from IPython.display import Markdown
 from mrl.experiments import panel_labels, run_many
 from mrl.experiments.beyond import beyond_runs, poison_runs, run_offline, run_scaling
 from mrl.notebook import setup_notebook
-from mrl.reports.beyond import (poison_figure, poison_table, records_handed_over, scaling_figure, scaling_table,
-                                with_arm_labels)
+from mrl.reports.beyond import (beyond_result, poison_figure, poison_table, records_handed_over, scaling_figure,
+                                scaling_table, with_arm_labels)
 from mrl.reports.paired import interval_caption, paired_table, weak_skill_figure
 from mrl.results import listing, save_figure, write_table
 
@@ -143,6 +145,34 @@ scaling
 
 # %%
 save_figure(scaling_figure(scaling), "beyond_scaling", run.figures) if scaling is not None else "no n-policy runs"
+
+# %% [markdown]
+# ## Result
+#
+# Generated from the three tables' numbers (`mrl.reports.beyond.beyond_result`): every number is read from them.
+
+# %%
+Markdown(beyond_result(numbers, table, poison_numbers, scaling))
+
+# %% [markdown]
+# ## Discussion
+#
+# TRRD and offline GRAFT ask two questions the papers leave open. TRRD asks whether a peer helps as a fixed teacher
+# through the ratio anchor alone, with no peer text in the loss; offline GRAFT asks whether co-training matters, or
+# whether a log of a peer's experience, replayed, carries the same rescue. An interval that excludes 0 answers for this
+# substrate; one that spans 0 leaves the question open at this number of seeds, and the chance count above says how
+# many exclusions a table of this size would show with no effect at all.
+#
+# The poisoned peer separates what verification can guard from what it cannot. A forged success carries text, so the
+# learner's own verifier can re-score it, and with re-verification on the run must equal the honest one: the table's
+# `equals honest run` is a check of that guarantee, not an estimate. Without it, a forged success enters the loss as
+# if it were correct; how much that costs is what the trusting rows measure. Lying group statistics carry no text, so
+# no verifier can turn them away: a probe that reads only statistics (XGRPO) depends on the peer's honesty.
+#
+# The n-policy rows are too few runs per (n, clock) to estimate a difference: they show that sync and async sharing run
+# for more than two policies across architectures and tokenizers, and what a run costs in wall time on this machine, not
+# whether more peers help. Async wall time depends on the machine's timing, so an async row is one draw of its schedule.
+# The substrate is 70_heldout's tiny zoo on `arith-forms`, a CPU stand-in for the papers' models and benchmarks.
 
 # %%
 print(f"80_beyond ran in {time.perf_counter() - start:.0f} s ({profile} profile, backend {backend})")

@@ -1,4 +1,4 @@
-"""Figures of the bandit analysis: the stability-support plane and the dynamics."""
+"""Figures and prose of the bandit analysis: the stability-support plane and the dynamics."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -9,6 +9,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.textpath import TextPath
 
 from mrl.bandit.dynamics import rescue_type
+from mrl.bandit.estimators import METHODS, Method
 from mrl.reports.paired import curve_band
 from mrl.reports.palette import DECIMAL, base_probe, fit_accuracy_axis, line_style, plain_log_axis, probe_colour
 
@@ -320,3 +321,99 @@ def dynamics_figure(runs: pd.DataFrame):
                  f"{band_text})")
     fig.tight_layout()
     return fig
+
+
+def _number(value: float, spec: str = ".3g") -> str:
+    """A number for prose: `spec`-formatted, 'n/a' for NaN."""
+    return "n/a" if pd.isna(value) else format(float(value), spec)
+
+
+def _times(value: float) -> str:
+    """A ratio for prose: two decimals below 10, none above ('0.94×', '252×')."""
+    return "n/a" if pd.isna(value) else f"{value:.2f}×" if abs(value) < 10 else f"{value:.0f}×"
+
+
+def default_labels() -> dict[str, str]:
+    """{method: its plane label at the default knobs} ('sgt' -> 'sgt (lambda=0.1, eta=0)'): mrl.bandit's Method
+    defaults, so the prose names the point the library calls the default."""
+    return {name: Method(name).label for name in METHODS}
+
+
+def knob_sentence(points: pd.DataFrame, curve: str, reference: float) -> str:
+    """One curve's trade-off along its knob, first to last value: 'lambda 0.01 → 1: S 0.0116 → 1.13,
+    instability 1.00× → 1.54× GRPO's'. points: the curve's plane rows at one kappa; reference: GRPO's
+    instability there (NaN: the instability is given as it is)."""
+    knob, rest = _curve_knob(curve)
+    points = _curve_points(points, curve)
+    first, last = points.iloc[0], points.iloc[-1]
+    scaled = bool(np.isfinite(reference) and reference > 0)
+    low, high = (first.instability, last.instability)
+    levels = (f"{_times(low / reference)} → {_times(high / reference)} GRPO's" if scaled
+              else f"{_number(low)} → {_number(high)}")
+    values = [_number(row.get("knob", np.nan), "g") for row in (first, last)]
+    named = f"{knob} {values[0]} → {values[1]}" + (f" ({rest})" if rest else "")
+    return f"{named}: S {_number(first.support)} → {_number(last.support)}, instability {levels}"
+
+
+def plane_result(plane: pd.DataFrame, kappa: float | None = None) -> str:
+    """Where each method sits on the stability-support plane at `kappa` (default: the largest, the figure's large
+    panel), as Markdown: GRPO's point, then a line per method: its point at the default knobs (default_labels;
+    instability as a multiple of GRPO's) and, per curve of the method that sweeps a knob, the trade-off from the
+    knob's first value to its last (knob_sentence). plane: trade_off's rows."""
+    if plane.empty:
+        return "The plane has no points."
+    kappa = plane.kappa.max() if kappa is None else kappa
+    at = plane[plane.kappa == kappa]
+    grpo = at[at.label == BASELINE]
+    reference = float(grpo.instability.iloc[0]) if len(grpo) else float("nan")
+    overlap = f" (B's mass on A's support {at.overlap.iloc[0]:.2f})" if "overlap" in at and len(at) else ""
+    lead = f"At support overlap kappa = {kappa:g}{overlap}, "
+    lead += (f"GRPO sits at support gain S = {_number(grpo.support.iloc[0])} and instability {_number(reference)}; "
+             f"S <= 0 is no rescue or a loss." if len(grpo) else "GRPO is not on the plane.")
+    lines = []
+    curves = list(dict.fromkeys(at.curve))
+    for method, label in default_labels().items():
+        if method == BASELINE:
+            continue
+        point = at[at.label == label]
+        sweeps = [c for c in curves if base_probe(c) == method and len(at[at.curve == c]) > 1]
+        if point.empty and not sweeps:
+            continue
+        text = f"- **{method}**"
+        if len(point):
+            row = point.iloc[0]
+            ratio = f" ({_times(row.instability / reference)} GRPO's)" if reference > 0 else ""
+            where = f" at its default `{label}`" if label != method else " (no knob)"
+            text += f"{where}: S = {_number(row.support)}, instability {_number(row.instability)}{ratio}."
+        if sweeps:
+            text += " Along " + "; along ".join(knob_sentence(at, c, reference) for c in sweeps) + "."
+        lines.append(text)
+    return "\n".join([lead, "", *lines])
+
+
+def dynamics_result(dynamics: pd.DataFrame) -> str:
+    """The dynamics table in words, as Markdown: per kappa, each method's final rescue-type accuracy (mean over
+    seeds and both policies), highest first, and the largest share of steps that lowered a policy's true objective.
+    dynamics: summarise's rows."""
+    if dynamics.empty:
+        return "The dynamics ran no method."
+    means = dynamics.groupby(["kappa", "method"], sort=False)[["rescue-type accuracy", "negative steps"]].mean()
+    per_kappa = []
+    for kappa, group in means.groupby(level=0, sort=True):
+        ranked = group.droplevel(0)["rescue-type accuracy"].sort_values(ascending=False, kind="stable")
+        per_kappa.append(f"at kappa = {kappa:g}, " + ", ".join(f"{method} {_number(value, '.3f')}"
+                                                                for method, value in ranked.items()))
+    sentences = ["Final rescue-type accuracy (mean over seeds and both policies), highest first: "
+                 + "; ".join(per_kappa) + "."]
+    harmful = dynamics["negative steps"]
+    if harmful.notna().any():
+        worst = dynamics.loc[harmful.idxmax()]
+        sentences.append(f"The largest share of steps that lowered a policy's true objective is "
+                         f"{_number(worst['negative steps'], '.3f')} ({worst.method}, policy {worst.policy}, kappa = "
+                         f"{worst.kappa:g}).")
+    return " ".join(sentences)
+
+
+def bandit_result(plane: pd.DataFrame, dynamics: pd.DataFrame, kappa: float | None = None) -> str:
+    """The notebook's Result (Markdown): the plane at `kappa` (plane_result), then the dynamics (dynamics_result)."""
+    return f"**The plane.** {plane_result(plane, kappa)}\n\n**The dynamics.** {dynamics_result(dynamics)}"

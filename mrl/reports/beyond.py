@@ -13,8 +13,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from mrl.reports.paired import final_values, interval_cell, pair_columns, paired_differences
-from mrl.reports.palette import policy_colour, probe_colour
+from mrl.reports.paired import (MIN_PAIRS, chance_note, final_values, interval_cell, interval_count, pair_columns,
+                                paired_differences)
+from mrl.reports.palette import base_probe, policy_colour, probe_colour
 from mrl.reports.probes import rescue_skills, with_overall
 
 SEPARATOR = " | "
@@ -175,3 +176,147 @@ def scaling_figure(table: pd.DataFrame):
         ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def _delta(diff: float, low: float, high: float, real) -> str:
+    """A paired difference for prose: interval_cell's text (bold when real), 'no shared seed' without one."""
+    text = interval_cell(diff, low, high, bool(real) if pd.notna(real) else False)
+    return text or "no shared seed"
+
+
+def _cells(row: dict, metric: str) -> tuple:
+    """(diff, low, high, real) of `metric` ('weak', 'overall') in a record of paired_table's numbers."""
+    return tuple(row[f"{metric} Δ {part}"] for part in ("diff", "low", "high", "real"))
+
+
+def _pairs(counts) -> str:
+    """'n = 3 pairs per policy', or the counts listed where the policies differ; one pair gives no interval."""
+    counts = sorted({int(n) for n in counts if pd.notna(n)})
+    if not counts:
+        return "no pair"
+    text = f"n = {', '.join(map(str, counts))} pair{'' if counts == [1] else 's'} per policy"
+    return text + ("; one pair gives no interval" if counts[0] < 2 else "")
+
+
+def excluding_count(numbers: pd.DataFrame) -> tuple[int, int]:
+    """(intervals that exclude 0, of them real: n >= MIN_PAIRS) over the weak and overall differences of a numbers
+    frame of paired_table (columns '<metric> Δ low', '... high', '... real'); a zero-width interval excludes
+    nothing."""
+    excluded = real = 0
+    for metric in ("weak", "overall"):
+        low, high = numbers[f"{metric} Δ low"].astype(float), numbers[f"{metric} Δ high"].astype(float)
+        apart = (high - low > 1e-9) & ((low > 0) | (high < 0))
+        excluded += int(apart.sum())
+        real += int((apart & numbers[f"{metric} Δ real"].eq(True)).sum())
+    return excluded, real
+
+
+def methods_result(numbers: pd.DataFrame, table: pd.DataFrame, methods: tuple[str, ...] = ("trrd", "graft")) -> str:
+    """The main table in words (Markdown): for each probe whose base is in `methods` (online and offline), the
+    paired difference to GRPO per policy on the weak form and overall with its 95% t interval, then how many of the
+    table's intervals exclude 0 against the count chance alone would give (chance_note). numbers, table:
+    paired_table's."""
+    chosen = numbers[numbers.probe.map(base_probe).isin(methods)]
+    sentences = []
+    for probe, rows in chosen.groupby("probe", sort=False):
+        records = rows.to_dict("records")
+        weak = ", ".join(f"{r['policy']} ({r['weak skill']}) {_delta(*_cells(r, 'weak'))}" for r in records)
+        overall = ", ".join(f"{r['policy']} {_delta(*_cells(r, 'overall'))}" for r in records)
+        sentences.append(f"`{probe}` against GRPO, on the weak form: {weak}; overall: {overall} "
+                         f"({_pairs(rows['weak Δ n'])}).")
+    if not sentences:
+        sentences.append(f"No run of {', '.join(f'`{m}`' for m in methods)} in this profile.")
+    count = interval_count(table)
+    if count:
+        excluded, real = excluding_count(numbers)
+        sentences.append(f"{chance_note(count)} {excluded} of them exclude 0, {real} with n >= {MIN_PAIRS} (bold).")
+    else:
+        sentences.append("No row has two pairs, so the table holds no interval: each difference is a single draw.")
+    return " ".join(sentences)
+
+
+def _runs(count) -> str:
+    """'1 run', '3 runs'."""
+    return f"{int(count)} run{'' if int(count) == 1 else 's'}"
+
+
+def poison_result(numbers: pd.DataFrame) -> str:
+    """The poisoned-peer table in words (Markdown): for every attack the learner meets without re-verification, its
+    final weak and overall accuracy against the same probe beside an honest peer (the paired difference with its 95%
+    t interval); then whether each re-verified arm equals the honest run in every evaluation, and the claims its
+    verifier turned away per run. numbers: poison_table's (columns '<metric> Δ' hold (diff, low, high, real))."""
+    arms = numbers[numbers.arm != "honest peer"]
+    if arms.empty:
+        return "No run beside a poisoned peer in this profile."
+    checked = arms.arm.str.endswith("re-verified")
+    sentences = []
+    trusting = arms[~checked].to_dict("records")
+    if trusting:
+        items = [f"`{r['probe']}` with `{r['arm']}`: weak {_poison_delta(r['weak Δ'])}, overall "
+                 f"{_poison_delta(r['overall Δ'])} ({r['policy']}, {_runs(r['runs'])})" for r in trusting]
+        sentences.append("Without re-verification, the lying peer moves the honest learner's final accuracy (minus "
+                         "the same probe's beside an honest peer) by " + "; ".join(items) + ".")
+    reverified = arms[checked].to_dict("records")
+    if reverified:
+        equal = [r for r in reverified if r["equals honest"] == "yes"]
+        items = [f"`{r['probe']}` with `{r['arm']}` ({_turned_away(r['rejected claims'])})" for r in reverified]
+        verdict = (f"{len(equal)} of {len(reverified)} re-verified arms equal the honest run in every evaluation"
+                   if len(equal) < len(reverified) else
+                   f"{'every' if len(reverified) > 1 else 'the'} re-verified arm equals the honest run in every "
+                   f"evaluation")
+        differ = [f"`{r['probe']}` with `{r['arm']}`" for r in reverified if r["equals honest"] != "yes"]
+        sentences.append(f"With re-verification on, {verdict}: " + "; ".join(items) + "."
+                         + (f" Differs from it: {', '.join(differ)}." if differ else ""))
+    return " ".join(sentences)
+
+
+def _poison_delta(cell) -> str:
+    """A poison_table difference cell ((diff, low, high, real) or None) for prose."""
+    return _delta(*cell) if isinstance(cell, tuple) else "no shared seed"
+
+
+def _turned_away(claims: float) -> str:
+    """'503 claims turned away per run'."""
+    return "claims turned away not counted" if pd.isna(claims) else f"{claims:.0f} claims turned away per run"
+
+
+def scaling_result(scaling: pd.DataFrame | None) -> str:
+    """The scaling table in words (Markdown): per clock, for each n, the wall time of a run, the mean overall
+    accuracy of all n policies and the pair's weak-form accuracies (means where a point has several seeds), then how
+    many runs stand behind each point. scaling: scaling_table's, or None where the profile runs none."""
+    if scaling is None or scaling.empty:
+        return "This profile runs no n-policy runs."
+    weak = [c for c in scaling.columns if " weak (" in c]
+    means = scaling.groupby(["clock", "n"], sort=True)[["wall seconds", "mean overall, all policies", *weak]].mean()
+    sentences = []
+    for clock, group in means.groupby(level=0, sort=False):
+        items = [f"n = {n} ran in {_seconds(row['wall seconds'])}, mean overall accuracy "
+                 f"{_accuracy(row['mean overall, all policies'])} "
+                 f"({', '.join(f'{c} {_accuracy(row[c])}' for c in weak)})"
+                 for (_, n), row in group.iterrows()]
+        sentences.append(f"{clock.capitalize()}: " + "; ".join(items) + ".")
+    seeds = scaling.groupby(["clock", "n"]).size()
+    if seeds.max() == 1:
+        sentences.append("Each point is one run: the differences between points are single draws, not estimates.")
+    else:
+        counts = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()} to {seeds.max()}"
+        sentences.append(f"Each point is the mean of {counts} runs (no interval).")
+    return " ".join(sentences)
+
+
+def _seconds(value: float) -> str:
+    """'1.9 s', 'n/a' for NaN."""
+    return "n/a" if pd.isna(value) else f"{value:.1f} s"
+
+
+def _accuracy(value: float) -> str:
+    """'0.077', 'n/a' for NaN."""
+    return "n/a" if pd.isna(value) else f"{value:.3f}"
+
+
+def beyond_result(numbers: pd.DataFrame, table: pd.DataFrame, poison_numbers: pd.DataFrame,
+                  scaling: pd.DataFrame | None) -> str:
+    """The notebook's Result (Markdown), a paragraph per section: TRRD and GRAFT against GRPO (methods_result), the
+    poisoned peer (poison_result), n policies (scaling_result)."""
+    return (f"**TRRD and GRAFT.** {methods_result(numbers, table)}\n\n**A poisoned peer.** "
+            f"{poison_result(poison_numbers)}\n\n**More than two policies.** {scaling_result(scaling)}")

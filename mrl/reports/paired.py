@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from mrl.reports.palette import COMPACT, fit_accuracy_axis, line_style, probe_palette
-from mrl.reports.probes import KEYS, PEER_USE, ci95, final_accuracy, probe_order, rescue_skills
+from mrl.reports.probes import (KEYS, PEER_USE, ci95, final_accuracy, probe_order, rescue_skills,
+                                stability_sentence)
 
 BASELINE = "grpo"
 MIN_PAIRS = 3
@@ -334,3 +335,156 @@ def interval_caption(table: pd.DataFrame, over: str, n_column: str = "pairs", re
 def interval_count(table: pd.DataFrame) -> int:
     """How many interval cells ('+0.1 [+0.0, +0.2]') a formatted table holds."""
     return int(sum(table[c].astype(str).str.contains(r"\[[+-]", regex=True).sum() for c in table.columns))
+
+
+def interval_phrase(mean: float, low: float, high: float, n: float, real: bool) -> str:
+    """A paired difference in prose, as the tables show it (interval_cell: bold when real), '+0.010 (one pair: no
+    interval)' when it rests on one pair, 'no pair' when the arm shares no seed with its reference."""
+    if np.isnan(mean) or not n:
+        return "no pair"
+    text = interval_cell(mean, low, high, bool(real))
+    return f"{text} (one pair: no interval)" if np.isnan(low) else text
+
+
+def delta_phrase(row, column: str) -> str:
+    """interval_phrase of one row of paired_table's numbers, for `column` ("weak" or "overall")."""
+    return interval_phrase(*(row[f"{column} Δ {part}"] for part in ("diff", "low", "high", "n", "real")))
+
+
+def policy_label(row, pairings: int, skill: bool = True) -> str:
+    """'A (S2)' in a grid of one pairing, 'A in A+B+C (S2)' in a grid of several: a policy and (skill) its weak
+    skill."""
+    where = f" in {row['pairing']}" if pairings > 1 else ""
+    return f"{row['policy']}{where}" + (f" ({row['weak skill']})" if skill else "")
+
+
+def seeds_phrase(numbers: pd.DataFrame, baseline: str = BASELINE) -> str:
+    """'3 RL seeds' (or '2-3 RL seeds', '1 RL seed'): the pairs behind the weak-skill intervals of paired_table's
+    numbers."""
+    n = numbers.loc[numbers.probe != baseline, "weak Δ n"].dropna().astype(int)
+    if n.empty:
+        return "no shared RL seed"
+    count = f"{n.min()}" if n.min() == n.max() else f"{n.min()}-{n.max()}"
+    return f"{count} RL seed{'' if count == '1' else 's'}"
+
+
+def weak_skill_lines(numbers: pd.DataFrame, baseline: str = BASELINE) -> list[str]:
+    """One Markdown bullet per probe (grid order): its paired difference to `baseline` on each policy's weak skill,
+    with its 95% t interval. numbers: paired_table's numbers."""
+    pairings = numbers.pairing.nunique()
+    lines = []
+    for probe, rows in numbers[numbers.probe != baseline].groupby("probe", sort=False):
+        deltas = "; ".join(f"{policy_label(row, pairings)} {delta_phrase(row, 'weak')}" for _, row in rows.iterrows())
+        lines.append(f"- `{probe}`: {deltas}.")
+    return lines
+
+
+def significance_sentence(numbers: pd.DataFrame, reference: str = "GRPO", named: list[str] | None = None,
+                          who: str = "") -> str:
+    """How many of paired_table's intervals (weak and overall) exclude 0 with n >= MIN_PAIRS (bold), against how many
+    would by chance alone (chance_note), naming those that do: all, or only those of the probes in `named` (`who`
+    says whose they are, e.g. "HACPO")."""
+    columns = ("weak", "overall")
+    intervals = sum(int(numbers[f"{c} Δ low"].notna().sum()) for c in columns)
+    if intervals == 0:
+        return (f"No arm has two seeds paired with {reference}, so the table holds no interval: these runs show the "
+                f"pipeline at work, not an effect.")
+    pairings = numbers.pairing.nunique()
+    real = [(row, c) for c in columns for _, row in numbers[numbers[f"{c} Δ real"].eq(True)].iterrows()]
+    shown = [(row, c) for row, c in real if named is None or row.probe in named]
+    listed = "; ".join(f"`{row.probe}`, {policy_label(row, pairings, skill=False)}, "
+                       f"{'weak skill ' + row['weak skill'] if c == 'weak' else c} {delta_phrase(row, c)}"
+                       for row, c in shown)
+    whose = f"{who}'s" if who else "these arms'"
+    if not real:
+        tail = "None does."
+    elif named is None:
+        tail = f"{len(real)} do{'es' if len(real) == 1 else ''}: {listed}."
+    else:
+        tail = (f"{len(real)} do{'es' if len(real) == 1 else ''}, "
+                + (f"{len(shown)} of them {whose}: {listed}." if shown else f"none of them {whose}."))
+    return f"{chance_note(intervals)} {tail}"
+
+
+def transfer_sentence(held_out: pd.DataFrame, pool: pd.DataFrame, numbers: pd.DataFrame,
+                      baseline: str = BASELINE) -> str:
+    """Does what a probe adds on its weak skill on the RL pool reach held-out prompts? Per probe, the mean over the
+    policies of its final weak-skill accuracy minus the baseline's, on the pool and held-out. held_out, pool:
+    main_table's numbers on each split; numbers: paired_table's (for the weak skills)."""
+    weak = numbers[["pairing", "policy", "weak skill"]].drop_duplicates().rename(columns={"weak skill": "skill"})
+    means = {split: frame.merge(weak, on=["pairing", "policy", "skill"]).pivot_table(
+        index=["pairing", "policy"], columns="probe", values="mean", sort=False) for split, frame in
+        (("pool", pool), ("held-out", held_out))}
+    if any(baseline not in m.columns for m in means.values()):
+        return ""
+    gains = {split: m.drop(columns=baseline).sub(m[baseline], axis=0).mean() for split, m in means.items()}
+    probes = [p for p in gains["pool"].index if p in gains["held-out"].index]
+    if not probes:
+        return ""
+    listed = ", ".join(f"`{p}` {gains['pool'][p]:+.3f} / {gains['held-out'][p]:+.3f}" for p in probes)
+    return (f"Each probe's final weak-skill accuracy minus `{baseline}`'s, averaged over the policies, on the RL pool "
+            f"/ on held-out prompts: {listed}; `{baseline}` itself ends at "
+            f"{means['pool'][baseline].mean():.3f} / {means['held-out'][baseline].mean():.3f}.")
+
+
+def probe_result(numbers: pd.DataFrame, held_out: pd.DataFrame, pool: pd.DataFrame, stability: pd.DataFrame) -> str:
+    """40_probe's Result as Markdown, generated from its tables: each probe's paired difference to GRPO on each
+    policy's weak skill (held-out), how many of the paired table's intervals exclude 0 against chance, whether pool
+    gains reach held-out prompts, and stability. numbers: paired_table's; held_out, pool: main_table's; stability:
+    stability_table."""
+    lead = (f"Each probe against independent GRPO, paired on {seeds_phrase(numbers)}: the difference of final "
+            f"held-out accuracy on each policy's weak skill, with its 95% t interval.")
+    rest = [significance_sentence(numbers), transfer_sentence(held_out, pool, numbers), stability_sentence(stability)]
+    return "\n\n".join([lead, "\n".join(weak_skill_lines(numbers)), *(s for s in rest if s)])
+
+
+HACPO_REFERENCES = ("gspo", "gspo_x2", "naive")
+"""the HACPO paper's baselines: GSPO alone, GSPO with twice the rollouts, naive sharing"""
+
+
+def hacpo_comparisons(evals: pd.DataFrame, split: str = "held-out", column: str = "overall",
+                      references: tuple[str, ...] = HACPO_REFERENCES) -> pd.DataFrame:
+    """HACPO against its paper's baselines, paired on the seeds: per HACPO arm ("hacpo", "hacpo (minibatches=4)"),
+    reference and policy, the paired difference of final `split` accuracy (`column`: "overall" or "weak") to the
+    reference run with the same knobs ("gspo (minibatches=4)" for "hacpo (minibatches=4)"), its 95% t interval, n
+    and `real` (paired_differences' columns, and `reference`)."""
+    values = final_values(evals, split)
+    ran = set(values.probe)
+    rows = []
+    for arm in (p for p in dict.fromkeys(values.probe) if p.split(" (")[0] == "hacpo"):
+        knobs = arm[len("hacpo"):]
+        for reference in (r + knobs for r in references if r + knobs in ran):
+            pair = values[values.probe.isin([arm, reference])]
+            rows.append(paired_differences(pair, column, baseline=reference).assign(reference=reference))
+    columns = KEYS + ["reference", "diff", "low", "high", "n", "real"]
+    return pd.concat(rows, ignore_index=True)[columns] if rows else pd.DataFrame(columns=columns)
+
+
+def hacpo_result(evals: pd.DataFrame, numbers: pd.DataFrame, split: str = "held-out") -> str:
+    """50_hacpo's Result as Markdown, generated from its runs and paired table: per HACPO arm, its paired difference
+    to GRPO on each policy's weak skill (paired_table's numbers) and to GSPO, GSPO x2 and naive sharing on overall
+    accuracy (the HACPO paper's measure: hacpo_comparisons), then how many intervals exclude 0 against chance."""
+    arms = [p for p in dict.fromkeys(numbers.probe) if p.split(" (")[0] == "hacpo"]
+    if not arms:
+        return "HACPO did not run in this profile."
+    direct = hacpo_comparisons(evals, split, "overall")
+    pairings = numbers.pairing.nunique()
+    lines = []
+    for arm in arms:
+        weak = ", ".join(f"{policy_label(row, pairings)} {delta_phrase(row, 'weak')}"
+                         for _, row in numbers[numbers.probe == arm].iterrows())
+        parts = [f"on the weak skill against GRPO {weak}"]
+        for reference, rows in direct[direct.probe == arm].groupby("reference", sort=False):
+            against = ", ".join(f"{r.policy}{f' in {r.pairing}' if pairings > 1 else ''} "
+                                f"{interval_phrase(r.diff, r.low, r.high, r.n, r.real)}" for r in rows.itertuples())
+            parts.append(f"overall against `{reference}` {against}")
+        lines.append(f"- `{arm}`: " + "; ".join(parts) + ".")
+    lead = (f"HACPO's final {split} accuracy, paired on {seeds_phrase(numbers)} with the reference's run of the same "
+            f"seed, with 95% t intervals:")
+    tally = significance_sentence(numbers, named=arms, who="HACPO")
+    intervals = int(direct.low.notna().sum())
+    if intervals:
+        real = int(direct.real.eq(True).sum())
+        tally += (f" Of the {intervals} intervals against GSPO, GSPO x2 and naive sharing, {real} exclude"
+                  f"{'s' if real == 1 else ''} 0 (at 95%, about {intervals * 0.05:.1f} would by chance alone).")
+    return "\n\n".join([lead, "\n".join(lines), tally])

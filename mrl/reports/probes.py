@@ -109,6 +109,30 @@ def stability_table(steps: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
+def stability_sentence(stability: pd.DataFrame) -> str:
+    """The stability table in words (Markdown): how many runs collapsed, the mean change of held-out accuracy on the
+    policies' strongest skill per probe, and PRP's effective sample size fraction where it ran. stability:
+    stability_table's frame."""
+    if stability.empty:
+        return ""
+    counts = stability["collapsed runs"].str.split("/", expand=True).astype(int).sum()
+    change = stability.groupby("probe", sort=False)["strong-skill change"].mean().dropna()
+    sentences = [f"{counts[0]} of {counts[1]} policy runs collapsed."]
+    if len(change):
+        sentences.append("Held-out accuracy on each policy's strongest skill changed over training by, on average "
+                         "over the policies, " + ", ".join(f"{v:+.3f} under `{p}`" for p, v in change.items()) + ".")
+    ess = stability.groupby("probe", sort=False)["ESS fraction"].agg(["min", "max"]).dropna()
+    if len(ess):
+        sentences.append("The importance weights kept an effective sample size fraction of " + ", ".join(
+            f"{_span(row['min'], row['max'])} (`{p}`)" for p, row in ess.iterrows()) + " of the peer samples.")
+    return " ".join(sentences)
+
+
+def _span(low: float, high: float) -> str:
+    """'0.075' or '0.075-0.129': a range of values over policies, one number when they agree to three places."""
+    return f"{low:.3f}" if f"{low:.3f}" == f"{high:.3f}" else f"{low:.3f}-{high:.3f}"
+
+
 def probe_order(evals: pd.DataFrame) -> list[str]:
     """The probes in the grid's order (legend order; colours come from mrl.reports.palette)."""
     return list(dict.fromkeys(evals.probe))

@@ -1,4 +1,5 @@
-"""Tables and figures built from run records (pandas, seaborn, matplotlib)."""
+"""Tables, figures and the result prose of the substrate notebooks (00-30), built from run records (pandas, seaborn,
+matplotlib). The `*_result` functions return Markdown whose every number is read from the frames they are given."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -7,9 +8,20 @@ import seaborn as sns
 
 from mrl.evaluation import skill_accuracy
 from mrl.reports.palette import COMPACT, PHASE_COLOURS, phase_colour, plain_log_axis, policy_colour
-from mrl.reports.probes import accuracy_band
+from mrl.reports.probes import accuracy_band, rescue_skills
+from mrl.results import listing
 
 EXAMPLE = "37+48=85"
+
+
+def _value(x, spec: str = ".3f") -> str:
+    """A number as prose: `spec`-formatted, or "n/a" when missing (None, NaN)."""
+    return "n/a" if x is None or pd.isna(x) else format(x, spec)
+
+
+def _ratio(a, b) -> str:
+    """a / b as "1.04x", or "n/a" where either is missing or b is 0."""
+    return "n/a" if pd.isna(a) or pd.isna(b) or b == 0 else f"{a / b:.2f}x"
 
 
 def token_split(tokenizer, text: str) -> list[str]:
@@ -25,9 +37,45 @@ def zoo_table(zoo: dict, task) -> pd.DataFrame:
         rows.append({"policy": name, "arch": policy.family.arch, "tokenizer": policy.family.tokenizer,
                      "vocab": len(tok), "params": policy.n_params,
                      "split of " + EXAMPLE: " ".join(token_split(tok, EXAMPLE)),
-                     "warm-up mix": ", ".join(f"{k} {v:.2f}" for k, v in policy.family.warmup_mix.items()),
+                     "warm-up mix": mix_text(policy.family.warmup_mix),
                      "final warm-up loss": sum(policy.record["warmup_loss"][-20:]) / 20})
     return pd.DataFrame(rows)
+
+
+def mix_text(mix: dict[str, float]) -> str:
+    """A warm-up mixture as zoo_table's `warm-up mix` cell: {"S1": 0.75, "leak:S2": 0.03} -> "S1 0.75, leak:S2 0.03"."""
+    return ", ".join(f"{k} {v:.2f}" for k, v in mix.items())
+
+
+def mix_roles(text: str) -> tuple[list[str], list[str]]:
+    """(own skills, lacked skills) read back from a `warm-up mix` cell (mix_text). Own: the skills taught with the
+    largest share, halves summed ("S3.half0" counts for S3); lacked: the skills seen only as a leak ("leak:S2")."""
+    shares: dict[str, float] = {}
+    leaked = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, share = part.rsplit(" ", 1)
+        if key.startswith("leak:"):
+            leaked.append(key[len("leak:"):])
+        else:
+            skill = key.split(".")[0]
+            shares[skill] = shares.get(skill, 0.0) + float(share)
+    top = max(shares.values(), default=None)
+    return [s for s, v in shares.items() if v == top], [s for s in leaked if s not in shares]
+
+
+def skill_legend(task) -> str:
+    """The task's skills as caption text: "S1 `a+b=`, S2 `a-b=`, S3 `b*a=`" from their prompt templates, or their
+    names where the task has no templates."""
+    templates = getattr(task, "templates", None) or {}
+    if not templates:
+        return ", ".join(getattr(task, "skills", None) or list(task.test))
+    return ", ".join(f"{skill} `{template.format(a='a', b='b')}`" for skill, template in templates.items())
+
+
+def warmup_caption(task, split: str) -> str:
+    """Caption of the warm-up accuracy table on `split` (held-out or pool), its skills named by skill_legend."""
+    prompts = "held-out prompts" if split == "held-out" else "RL pool prompts"
+    return f"Greedy accuracy per skill after the warm-up, {prompts} ({skill_legend(task)})."
 
 
 def warmup_accuracy(zoo: dict, task, max_new_tokens: int = 6) -> pd.DataFrame:
@@ -62,6 +110,48 @@ def warmup_figure(accuracy: pd.DataFrame, zoo: dict):
     return fig
 
 
+def zoo_result(accuracy: pd.DataFrame, families: pd.DataFrame) -> str:
+    """The warm-up's result as Markdown, read from warmup_accuracy's long table and zoo_table: each policy's greedy
+    accuracy on its own skill and on the skills it lacks (mix_roles of its `warm-up mix`), held out and on the RL
+    pool, then how many policies lead the zoo on their own skill held out, and the smallest margin."""
+    if accuracy.empty or families.empty:
+        return "No warm-up accuracy was measured."
+    cells = accuracy.groupby(["split", "policy", "skill"]).accuracy.mean()
+    roles = {policy: mix_roles(mix) for policy, mix in zip(families.policy, families["warm-up mix"])}
+
+    def on(split, policy, skills):
+        return ", ".join(f"{_value(cells.get((split, policy, s)))} on {s}" for s in skills)
+
+    sentences = []
+    for split, lead in (("held-out", "Held out, after the warm-up"), ("pool", "On the RL pool")):
+        if split not in cells.index.get_level_values("split"):
+            continue
+        parts = []
+        for i, (policy, (own, lacked)) in enumerate(roles.items()):
+            first = i == 0 and split == "held-out"
+            text = f"{policy} {'scores ' if first else ''}{on(split, policy, own)}{' (its own skill)' if first else ''}"
+            if lacked:
+                text += f" and {on(split, policy, lacked)}{' (seen only as a leak)' if first else ''}"
+            parts.append(text)
+        sentences.append(f"{lead}: {'; '.join(parts)}.")
+    held = accuracy[accuracy.split == "held-out"].groupby(["skill", "policy"]).accuracy.mean()
+    margins = []
+    for policy, (own, _) in roles.items():
+        for skill in own:
+            if skill in held.index.get_level_values("skill"):
+                peers = held.loc[skill].drop(index=policy, errors="ignore").dropna()
+                if len(peers):
+                    margins.append((policy, skill, held.get((skill, policy), float("nan")) - peers.max()))
+    if margins:
+        behind = sorted({p for p, _, m in margins if not m > 0})
+        leaders = len({p for p, _, _ in margins}) - len(behind)
+        policy, skill, margin = min(margins, key=lambda m: m[2] if m[2] == m[2] else float("inf"))
+        sentences.append(f"{leaders} of {len({p for p, _, _ in margins})} policies lead the zoo on their own skill "
+                         f"held out{f' (not {listing(behind)})' if behind else ''}; the smallest margin over the "
+                         f"best peer is {policy}'s on {skill}, {_value(margin, '+.3f')}.")
+    return " ".join(sentences)
+
+
 def learning_curves_figure(evals: pd.DataFrame, title: str = "Independent GRPO"):
     """Per-skill greedy accuracy vs own rollouts; one panel per policy, held-out (solid) and pool (dashed), as in
     the probe figures; with several seeds (a `seed` column), the mean and its 95% t interval, else one run's
@@ -93,6 +183,49 @@ def baseline_table(evals: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame({"start": start, "end": end})
     table["change"] = table.end - table.start
     return table.reset_index()
+
+
+def grpo_baseline_result(evals: pd.DataFrame) -> str:
+    """Independent GRPO's result as Markdown, read from run_one's evaluations (baseline_table's start and end): each
+    policy's weak skill (rescue_skills: the one it trails its best peer on most at step 0) from start to end, held out
+    and on the pool; the mean change on the weak skills against the other skills; the largest gain on any skill."""
+    if evals.empty:
+        return "No evaluations were recorded."
+    table = baseline_table(evals).set_index(["policy", "split", "skill"])
+    splits = [s for s in ("held-out", "pool") if s in set(evals.split)]
+    where = {"held-out": "held out", "pool": "on the pool"}
+    weak = {}
+    if evals.policy.nunique() > 1 and "held-out" in splits:
+        start = evals[(evals.step == evals.step.min()) & (evals.split == "held-out")].dropna(subset=["accuracy"])
+        if start.policy.nunique() > 1:
+            weak = {policy: skill for (_, policy), skill in rescue_skills(start.assign(pairing="")).items()
+                    if isinstance(skill, str)}
+    steps = int(evals.step.max() - evals.step.min())
+    sentences = []
+    if weak:
+        moves = [f"{policy} on {skill}, " + " and ".join(
+            f"{_value(table.start.get((policy, split, skill)))} to {_value(table.end.get((policy, split, skill)))} "
+            f"{where[split]}" for split in splits) for policy, skill in weak.items()]
+        sentences.append(f"Over {steps} steps of independent GRPO, each policy's weak skill (the one it trails its "
+                         f"best peer on most at step 0, as the probe notebooks pick it) went from its step-0 to its "
+                         f"final accuracy as follows: {'; '.join(moves)}.")
+        is_weak = pd.Series([weak.get(p) == s for p, _, s in table.index], index=table.index)
+        mean = {(split, w): table.change[is_weak == w].xs(split, level="split").mean() for split in splits
+                for w in (True, False)}
+        sentences.append("Averaged over the policies, the weak skills changed by "
+                         + " and ".join(f"{_value(mean[split, True], '+.3f')} {where[split]}" for split in splits)
+                         + ", the other skills by "
+                         + " and ".join(f"{_value(mean[split, False], '+.3f')} {where[split]}" for split in splits)
+                         + ".")
+    else:
+        sentences.append(f"Over {steps} steps of independent GRPO there is no weak skill to read (it needs two "
+                         f"policies with a step-0 held-out evaluation).")
+    change = table.change.dropna()
+    if len(change):
+        (policy, split, skill), best = change.idxmax(), change.max()
+        sentences.append(f"The largest gain on any skill is {policy}'s on {skill} {where.get(split, split)}, "
+                         f"{_value(best, '+.3f')}.")
+    return " ".join(sentences)
 
 
 def thl_residual_table(tokenizers: dict, corpora: dict[str, dict[str, dict]]) -> pd.DataFrame:
@@ -132,6 +265,48 @@ def thl_heatmaps(table: pd.DataFrame, metrics=("inexact_rate", "coarseness", "ro
     return fig
 
 
+def thl_result(table: pd.DataFrame) -> str:
+    """THL's result as Markdown, read from thl_residual_table: per corpus, how many ordered pairs align every sequence
+    byte for byte (named where few) and the largest inexact rate; the receiver that fails the most round trips; the
+    source with the largest share of non-canonical samples."""
+    rows = table.dropna(subset=["inexact_rate"]) if "inexact_rate" in table else table.iloc[0:0]
+    if rows.empty:
+        return "No THL residuals were measured."
+    sentences = []
+    for corpus, group in rows.groupby("corpus", sort=False):
+        pairs = group.source + " -> " + group.receiver
+        exact = group.inexact_rate == 0
+        n, k = len(group), int(exact.sum())
+        if k == n:
+            sentences.append(f"On the {corpus} corpus, all {n} ordered pairs (source -> receiver) align every "
+                             f"sequence byte for byte.")
+            continue
+        named = (f": {', '.join(pairs[exact])}" if 0 < k <= 6 else
+                 f", all but {', '.join(pairs[~exact])}" if 0 < k and n - k <= 6 else "")
+        worst = group.inexact_rate.max()
+        at_worst = pairs[group.inexact_rate == worst]
+        others = f" and {len(at_worst) - 1} other pairs" if len(at_worst) > 2 else (
+            f" and {at_worst.iloc[1]}" if len(at_worst) == 2 else "")
+        sentences.append(f"On the {corpus} corpus, {k} of {n} ordered pairs (source -> receiver) align every "
+                         f"sequence byte for byte{named}; the largest inexact rate is {_value(worst)}, "
+                         f"{at_worst.iloc[0]}{others}.")
+    failures = rows.groupby(["corpus", "receiver"], sort=False).round_trip_failure_rate.mean().dropna()
+    if len(failures) and failures.max() > 0:
+        corpus, receiver = failures.idxmax()
+        sentences.append(f"Round trips fail most into {receiver}, on {_value(failures.max())} of the {corpus} "
+                         f"corpus's sequences (mean over sources).")
+    else:
+        sentences.append("Every receiver reproduces every text: no round trip fails.")
+    samples = rows.groupby(["corpus", "source"], sort=False).non_canonical_rate.mean().dropna()
+    if len(samples) and samples.max() > 0:
+        corpus, source = samples.idxmax()
+        sentences.append(f"The largest share of non-canonical samples (ids that are not the source tokenizer's own "
+                         f"encoding of the text) is {source}'s, {_value(samples.max())} on the {corpus} corpus.")
+    else:
+        sentences.append("No source sampled non-canonical ids.")
+    return " ".join(sentences)
+
+
 def mwra_compute_table(runs: dict[str, dict]) -> pd.DataFrame:
     """Per backend and worker: mean step time, utilisation (busy / wall) and wait fraction.
 
@@ -150,6 +325,26 @@ def mwra_compute_table(runs: dict[str, dict]) -> pd.DataFrame:
                          "wait fraction": 1 - busy / run["wall"], "wall seconds": run["wall"],
                          "startup seconds": run["startup"]})
     return pd.DataFrame(rows)
+
+
+def mwra_result(compute: pd.DataFrame) -> str:
+    """MWRA's result as Markdown, read from mwra_compute_table: per backend, the mean step time and wait fraction over
+    its workers, its training loop and start-up, each relative to inline (or to the first backend without inline)."""
+    if compute.empty:
+        return "No MWRA timings were recorded."
+    per = compute.groupby("backend", sort=False).agg(
+        step=("step seconds", "mean"), wait=("wait fraction", "mean"), wall=("wall seconds", "first"),
+        startup=("startup seconds", "first"), workers=("worker", "nunique"))
+    ref = "inline" if "inline" in per.index else per.index[0]
+    r = per.loc[ref]
+    sentences = [f"Under {ref} (the reference), a worker's step (rollout and update) takes {_value(r.step)} s, mean "
+                 f"over its {int(r.workers)} workers, and a worker waits {_value(r.wait)} of the "
+                 f"{_value(r.wall)} s training loop; start-up, apart, takes {_value(r.startup)} s."]
+    for backend, row in per.drop(index=ref).iterrows():
+        sentences.append(f"{backend.capitalize()}: step {_value(row.step)} s, wait fraction {_value(row.wait)}, "
+                         f"training loop {_value(row.wall)} s, start-up {_value(row.startup)} s; against {ref}, "
+                         f"{_ratio(row.step, r.step)}, {_ratio(row.wait, r.wait)} and {_ratio(row.wall, r.wall)}.")
+    return " ".join(sentences)
 
 
 def mwra_timeline_figure(runs: dict[str, dict], max_seconds: float | None = None):
