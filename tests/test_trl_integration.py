@@ -186,3 +186,15 @@ def test_a_killed_trainer_is_named_by_its_peer_within_the_deadline(tiny_zoo_path
     assert trainers["A"].returncode != 0
     assert "worker 'B' failed: published no records for step 3 within the deadline of 10 s" in output, output[-3000:]
     assert "probe/rescue_candidates" in output   # TRL logged A's steps before, the probe's statistics among them
+
+
+def test_the_dataset_is_the_task_s_prompts_as_text_or_one_user_message():
+    from types import SimpleNamespace
+
+    from mrl.tasks import Problem
+
+    problem = Problem("What is 2+2?\nPut the answer in \\boxed{}.", "4", "gsm8k", "train/0")
+    for chat, prompt in ((False, problem.prompt), (True, [{"role": "user", "content": problem.prompt}])):
+        task = SimpleNamespace(pool={}, train={"gsm8k": [problem]}, config=SimpleNamespace(chat_template=chat))
+        row = problem_dataset(task)[0]
+        assert row["prompt"] == prompt and (row["text"], row["answer"], row["pid"]) == (problem.prompt, "4", "train/0")

@@ -35,8 +35,8 @@ from mrl.seeding import step_generator
 from mrl.tasks import Problem
 from mrl.validation import ConfigError
 
-PROBLEM_COLUMNS = ("prompt", "answer", "skill", "pid")
-"""the dataset columns a trainer reads its problems from (`problem_dataset`)"""
+PROBLEM_COLUMNS = ("text", "answer", "skill", "pid")
+"""the dataset columns a trainer reads its problems from (`problem_dataset`); TRL reads `prompt`"""
 
 
 class PromptOrderMismatch(RuntimeError):
@@ -46,12 +46,16 @@ class PromptOrderMismatch(RuntimeError):
 def problem_dataset(task):
     """A task's RL prompts (its fixed pool, or its whole training split when it has none) as the `datasets.Dataset`
     every trainer of a run reads: the same rows in the same order, so the same sampler seed gives every trainer the
-    same prompts at every step."""
+    same prompts at every step. `prompt` is what TRL samples from: the task's text, or, for a task with chat
+    templates, one user message that TRL puts through each policy's own template (as mrl.rollout.chat_prompt does);
+    `text`, `answer`, `skill` and `pid` are the mrl Problem."""
     from datasets import Dataset
 
     source = task.pool or task.train
-    rows = [problem for skill in sorted(source) for problem in source[skill]]
-    return Dataset.from_list([{column: getattr(p, column) for column in PROBLEM_COLUMNS} for p in rows])
+    chat = task.config.chat_template
+    return Dataset.from_list([{"prompt": [{"role": "user", "content": p.prompt}] if chat else p.prompt,
+                               "text": p.prompt, "answer": p.answer, "skill": p.skill, "pid": p.pid}
+                              for skill in sorted(source) for p in source[skill]])
 
 
 def grpo_config(args: GRPOConfig) -> GrpoConfig:
@@ -98,9 +102,9 @@ def check_trl_args(args: GRPOConfig, probe: ProbeConfig) -> None:
 def verifier_reward(task, tokenizer):
     """A TRL reward function that scores as mrl does: 1 when the completion ends with EOS, holds no other special
     token and the task's verifier accepts its text (TRL logs it; the probe's rewards are recomputed from the ids)."""
-    def mrl_verifier(prompts, completions, completion_ids, answer, skill, pid, **_) -> list[float]:
+    def mrl_verifier(prompts, completions, completion_ids, text, answer, skill, pid, **_) -> list[float]:
         texts = completion_texts(tokenizer, *padded(completion_ids, tokenizer.pad_token_id), tokenizer.eos_token_id)
-        problems = [Problem(p, a, s, i) for p, a, s, i in zip(prompts, answer, skill, pid)]
+        problems = [Problem(*row) for row in zip(text, answer, skill, pid)]
         return score(texts, problems, task.verify).tolist()
 
     return mrl_verifier

@@ -20,25 +20,30 @@ import mrl  # noqa: F401  (first: the numerics contract, before torch)
 
 
 def trl_args(output: Path, steps: int, prompts_per_step: int, group_size: int, max_new_tokens: int, lr: float,
-             seed: int, report_to: str, **overrides):
+             seed: int, report_to: str, use_vllm: bool = False, **overrides):
     """The GRPOConfig of one trainer: one generation batch (prompts_per_step x group_size completions) per
-    optimizer step at a constant learning rate (as mrl's runner), TRL's logging every step, no checkpoints of TRL's
-    own."""
+    optimizer step at a constant learning rate (as mrl's runner), chat templates given mrl's fixed date, TRL's
+    logging every step, no checkpoints of TRL's own. use_vllm: TRL's own switch, vLLM colocated with the trainer
+    and TRL's importance-sampling correction of the sampler/trainer mismatch (`pip install -e ".[vllm]"`)."""
     import torch
     from trl import GRPOConfig
+
+    from mrl.rollout import CHAT_DATE
 
     settings = dict(output_dir=str(output), use_cpu=not torch.cuda.is_available(), bf16=False,
                     report_to=report_to, logging_steps=1, save_strategy="no", disable_tqdm=True,
                     per_device_train_batch_size=prompts_per_step * group_size, num_generations=group_size,
                     max_completion_length=max_new_tokens, max_steps=steps, learning_rate=lr, temperature=1.0,
                     lr_scheduler_type="constant", warmup_steps=0,
-                    beta=0.0, seed=seed, activation_checkpointing=False)
+                    beta=0.0, seed=seed, activation_checkpointing=False,
+                    chat_template_kwargs={"date_string": CHAT_DATE}, use_vllm=use_vllm,
+                    **({"vllm_mode": "colocate", "vllm_importance_sampling_correction": True} if use_vllm else {}))
     return GRPOConfig(**{**settings, **overrides})
 
 
 def train(policy: str, paths: dict[str, str], task_config, probe, exchange_root: Path, output: Path, steps: int,
           prompts_per_step: int = 4, group_size: int = 8, max_new_tokens: int = 6, lr: float = 1e-4, seed: int = 0,
-          deadline: float = 60.0, failure_policy: str = "fail", report_to: str = "none"):
+          deadline: float = 60.0, failure_policy: str = "fail", report_to: str = "none", use_vllm: bool = False):
     """Train `policy` (its checkpoint in `paths`) with `probe` beside the other policies of `paths`, each in its
     own process; returns the trainer after `steps` steps, its state (log_history) saved in `output`."""
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -49,7 +54,7 @@ def train(policy: str, paths: dict[str, str], task_config, probe, exchange_root:
 
     task = make_task(task_config)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(paths[policy], padding_side="left")
-    args = trl_args(output, steps, prompts_per_step, group_size, max_new_tokens, lr, seed, report_to)
+    args = trl_args(output, steps, prompts_per_step, group_size, max_new_tokens, lr, seed, report_to, use_vllm)
     exchange = FileExchange(exchange_root, policy, tuple(sorted(set(paths) - {policy})), deadline=deadline,
                             failure_policy=failure_policy)
     trainer = MRLGRPOTrainer(AutoModelForCausalLM.from_pretrained(paths[policy]), args, problem_dataset(task),
@@ -59,38 +64,59 @@ def train(policy: str, paths: dict[str, str], task_config, probe, exchange_root:
     return trainer
 
 
+SMALL_RUN = {"steps": 20, "prompts_per_step": 4, "group_size": 8, "max_new_tokens": 6, "lr": 1e-4, "seed": 0}
+"""the run's shape without --profile: the smoke zoo's"""
+
+
 def main(argv: list[str] | None = None) -> int:
+    import yaml
+
     from mrl.config import TaskConfig
     from mrl.probes import as_probe_config
+    from mrl.profiles import PROFILES, load_profile
 
     parser = argparse.ArgumentParser(prog="python -m mrl.integrations.trl_train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--policy", required=True, help="this trainer's policy id (one of --policies)")
-    parser.add_argument("--policies", nargs="+", required=True, metavar="ID=FOLDER",
-                        help="every policy of the run and its checkpoint folder")
+    parser.add_argument("--policies", nargs="+", metavar="ID=FOLDER",
+                        help="every policy of the run and its checkpoint folder (default: the profile's policies)")
+    parser.add_argument("--profile", choices=PROFILES, help="take the task, the policies' checkpoints and the GRPO "
+                        "settings from this profile (the paper profile: GSM8K, the pretrained instruct models)")
+    parser.add_argument("--pairing", help="the policies that share, e.g. A+B (default: every policy given)")
     parser.add_argument("--probe", default="sgt", help="a registered probe, or YAML such as '{name: sgt, lam: 0.3}'")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--prompts-per-step", type=int, default=4)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=6)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--task", default="{}", help="TaskConfig fields as YAML, e.g. '{max_operand: 9}'")
+    for name, value in SMALL_RUN.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=None,
+                            help=f"default: the profile's grpo.{name}, else {value}")
+    parser.add_argument("--task", default=None, help="TaskConfig fields as YAML, e.g. '{max_operand: 9}' (default: "
+                                                     "the profile's task, else arith-ops)")
     parser.add_argument("--exchange", type=Path, required=True, help="the folder every trainer of the run shares")
     parser.add_argument("--output", type=Path, required=True, help="TRL's output_dir of this trainer")
     parser.add_argument("--deadline", type=float, default=60.0, help="seconds to wait for a peer's step")
     parser.add_argument("--failure-policy", choices=("fail", "continue"), default="fail")
     parser.add_argument("--report-to", default="none", help="TRL's report_to: none, tensorboard, trackio, ...")
+    parser.add_argument("--use-vllm", action="store_true", help="sample with vLLM (a GPU and the [vllm] extra)")
     args = parser.parse_args(argv)
-    import yaml
 
-    paths = dict(entry.split("=", 1) for entry in args.policies)
+    config = load_profile(args.profile) if args.profile else None
+    shape = {name: getattr(args, name) if getattr(args, name) is not None else
+             getattr(config.grpo, name) if config else value for name, value in SMALL_RUN.items()}
+    task = TaskConfig(**yaml.safe_load(args.task)) if args.task else config.task if config else TaskConfig()
+    if args.policies:
+        paths = dict(entry.split("=", 1) for entry in args.policies)
+    else:   # the profile's checkpoints, or its zoo (built on first use: build it before starting the trainers)
+        from mrl.experiments import policy_paths
+
+        paths = dict(config.policies) if config and config.policies else policy_paths(config, False) if config else {}
+    if args.pairing:
+        unknown = sorted(set(args.pairing.split("+")) - set(paths))
+        if unknown:
+            parser.error(f"--pairing {args.pairing}: {unknown} are not among the policies {sorted(paths)}")
+        paths = {name: paths[name] for name in args.pairing.split("+")}
     if args.policy not in paths:
-        parser.error(f"--policy {args.policy!r} is not among --policies {sorted(paths)}")
-    probe_entry = yaml.safe_load(args.probe)
-    train(args.policy, paths, TaskConfig(**yaml.safe_load(args.task)), as_probe_config(probe_entry), args.exchange,
-          args.output, args.steps, args.prompts_per_step, args.group_size, args.max_new_tokens, args.lr, args.seed,
-          args.deadline, args.failure_policy, args.report_to)
+        parser.error(f"--policy {args.policy!r} is not among the policies {sorted(paths)} (--policies or --profile)")
+    train(args.policy, paths, task, as_probe_config(yaml.safe_load(args.probe)), args.exchange, args.output,
+          deadline=args.deadline, failure_policy=args.failure_policy, report_to=args.report_to,
+          use_vllm=args.use_vllm, **shape)
     return 0
 
 
