@@ -98,10 +98,15 @@ def _bench(args) -> int:
 
 
 def _plan(args) -> int:
-    from mrl.resources import parse_gpus, plan_resources
+    from mrl.resources import parse_gpus, plan_resources, plan_trl
 
-    plan = plan_resources(load_profile(args.profile), parse_gpus(args.gpus), prompt_tokens=args.prompt_tokens,
-                          teachers=args.teachers)
+    config, policies = load_profile(args.profile), args.pairing.split("+") if args.pairing else None
+    if args.trainer == "trl":
+        plan = plan_trl(config, parse_gpus(args.gpus), use_vllm=args.vllm, vllm_share=args.vllm_share,
+                        prompt_tokens=args.prompt_tokens, policies=policies)
+    else:
+        plan = plan_resources(config, parse_gpus(args.gpus), prompt_tokens=args.prompt_tokens,
+                              teachers=args.teachers, policies=policies)
     print(plan.round(2).to_string(index=False))
     print(f"[mrl plan] GB per policy on {args.gpus} GB GPUs (10% of each reserved); estimates, see mrl/resources.py")
     return 0
@@ -139,6 +144,12 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--prompt-tokens", dest="prompt_tokens", type=int, default=256,
                       help="tokens of a prompt with its chat template (default 256)")
     plan.add_argument("--teachers", action="store_true", help="plan for a probe with a teacher (trrd)")
+    plan.add_argument("--pairing", help="plan only these policies, e.g. A+B (default: all the profile's)")
+    plan.add_argument("--trainer", choices=("runner", "trl"), default="runner",
+                      help="mrl's runner (default) or TRL's GRPOTrainer, one trainer per policy (docs/trl.md)")
+    plan.add_argument("--vllm", action="store_true", help="with --trainer trl: sampling by a colocated vLLM engine")
+    plan.add_argument("--vllm-share", dest="vllm_share", type=float, default=0.3,
+                      help="with --vllm: the share of a GPU vLLM takes (TRL's vllm_gpu_memory_utilization, 0.3)")
     return main
 
 

@@ -133,11 +133,11 @@ def parse_gpus(spec: str) -> list[float]:
 
 
 def plan_resources(config: RunConfig, gpus: list[float], prompt_tokens: int = 256, reserve: float = 0.1,
-                   teachers: bool = False) -> pd.DataFrame:
+                   teachers: bool = False, policies: list[str] | None = None) -> pd.DataFrame:
     """One row per policy of the profile: its memory terms (GB), its peak, the GPU that holds it and the Ray GPU
     share (`PlacementConfig.gpus`) that reserves it; biggest policies placed first, each on the GPU with the
     most memory left (no policy is split across GPUs). gpus: GB per GPU. teachers: plan for a probe with a
-    teacher (trrd), each policy holding the next one's frozen copy.
+    teacher (trrd), each policy holding the next one's frozen copy. policies: plan only these (default: all).
 
     Raises ResourceError naming the first policy that fits on no GPU, what it needs and the shortfall."""
     if not config.policies:
@@ -145,7 +145,7 @@ def plan_resources(config: RunConfig, gpus: list[float], prompt_tokens: int = 25
                           "trains its own zoo on the CPU")
     if not gpus:
         raise ResourceError("no GPUs given: a plan needs the memory of at least one GPU")
-    names = sorted(config.policies)
+    names = planned(config, policies)
     multiplier = group_multiplier(config)
     archs = {name: architecture(config.policies[name]) for name in names}
     rows = []
@@ -171,6 +171,62 @@ def plan_resources(config: RunConfig, gpus: list[float], prompt_tokens: int = 25
     for row in rows:
         row["ray gpus"] = math.ceil(100 * row["peak"] / usable[row["gpu"]]) / 100
     return pd.DataFrame(rows).drop(columns="advice")
+
+
+def planned(config: RunConfig, policies: list[str] | None) -> list[str]:
+    """The policies a plan covers: `policies` (each one of the profile's, else a ConfigError naming it) or all."""
+    unknown = sorted(set(policies or ()) - set(config.policies))
+    if unknown:
+        raise ConfigError(f"policies {unknown} are not allowed; expected policies of the profile "
+                          f"({sorted(config.policies)})")
+    return sorted(policies or config.policies)
+
+
+VLLM_SHARE = 0.3
+"""TRL's vllm_gpu_memory_utilization default: the share of a GPU a colocated vLLM engine takes"""
+
+
+def plan_trl(config: RunConfig, gpus: list[float], use_vllm: bool = False, vllm_share: float = VLLM_SHARE,
+             prompt_tokens: int = 256, reserve: float = 0.1, policies: list[str] | None = None) -> pd.DataFrame:
+    """The plan of the TRL path (mrl.integrations.trl, docs/trl.md): one trainer per policy, each on a GPU of its
+    own. A trainer holds what the runner's actor holds (policy_memory, with TRL's reference model as `frozen` when
+    beta > 0) and samples either with the training model (transformers' generate: the KV cache as the runner's) or,
+    use_vllm, with a colocated vLLM engine that takes `vllm_share` of its GPU for its weights and KV cache (the
+    runner's bf16 sampler and KV cache are then vLLM's). Policies are placed biggest first on the largest free GPU.
+    Raises ResourceError naming the first policy that has no GPU or does not fit beside vLLM's share."""
+    if not config.policies:
+        raise ConfigError("plan_trl plans a profile with pretrained policies (config.policies)")
+    names = planned(config, policies)
+    if len(gpus) < len(names):
+        raise ResourceError(f"the TRL path runs one trainer per policy, each on a GPU of its own: {len(names)} "
+                            f"policies ({', '.join(names)}) need {len(names)} GPUs, {len(gpus)} given")
+    multiplier = group_multiplier(config)
+    rows = []
+    for name in names:
+        placement = config.placement_of(name)
+        memory = policy_memory(architecture(config.policies[name]),
+                               config.grpo.prompts_per_step * config.grpo.group_size * multiplier, prompt_tokens,
+                               config.grpo.max_new_tokens, placement.dtype, placement.gradient_checkpointing,
+                               placement.micro_batch, config.grpo.beta > 0)
+        if use_vllm:   # vLLM holds the sampling copy and the KV cache, inside its own share of the GPU
+            memory["bf16 sampler"] = memory["KV cache"] = 0.0
+            memory["peak"] = (memory["weights"] + memory["Adam"] + memory["frozen"]
+                              + max(memory["scoring"], memory["gradients"] + memory["activations"]))
+        rows.append({"policy": name, "model": Path(config.policies[name]).name, **memory})
+    free = sorted(range(len(gpus)), key=lambda g: -gpus[g])
+    for row in sorted(rows, key=lambda r: -r["peak"]):
+        gpu = free.pop(0)
+        row["gpu"], row["vLLM"] = gpu, vllm_share * gpus[gpu] if use_vllm else 0.0
+        room = gpus[gpu] * (1 - reserve) - row["vLLM"]
+        if row["peak"] > room:
+            raise ResourceError(
+                f"policy {row['policy']} ({row['model']}) needs {row['peak']:.1f} GB at its peak beside "
+                + (f"vLLM's {row['vLLM']:.1f} GB ({vllm_share:.0%} of the GPU) " if use_vllm else "")
+                + f"on GPU {gpu} of {gpus[gpu]:.0f} GB ({reserve:.0%} reserved): short by {row['peak'] - room:.1f} "
+                f"GB; lower its micro_batch, use bfloat16 or gradient checkpointing"
+                + (", lower vllm_gpu_memory_utilization" if use_vllm else "") + ", or give a larger GPU")
+        row["total"] = row["peak"] + row["vLLM"]
+    return pd.DataFrame(rows)
 
 
 def _advice(placement, memory: dict) -> str:

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from mrl.cli import main
-from mrl.config import PlacementConfig
+from mrl.config import ConfigError, PlacementConfig
 from mrl.profiles import load_profile
 from mrl.resources import (Architecture, ResourceError, architecture, group_multiplier, parse_gpus, plan_resources,
                            policy_memory)
@@ -90,3 +90,26 @@ def test_mrl_plan_prints_the_plan_and_refuses_one_that_does_not_fit(capsys):
     with pytest.raises(SystemExit):
         main(["plan", "--gpus", "eighty"])
     assert "NxGB" in capsys.readouterr().err
+
+
+def test_the_trl_path_plans_one_gpu_per_trainer_and_counts_vllm_s_share():
+    from mrl.resources import plan_trl
+
+    config = load_profile("paper")
+    generate = plan_trl(config, parse_gpus("2x80"), policies=["A", "B"])
+    vllm = plan_trl(config, parse_gpus("2x80"), use_vllm=True, policies=["A", "B"])
+    assert sorted(generate.gpu) == [0, 1] and (generate.vLLM == 0).all()
+    assert (vllm["KV cache"] == 0).all() and (vllm["bf16 sampler"] == 0).all() and (vllm.vLLM == 24).all()
+    assert (vllm.total == vllm.peak + 24).all() and (vllm.peak <= generate.peak).all()
+    with pytest.raises(ResourceError, match="one trainer per policy.*2 policies \\(A, B\\) need 2 GPUs, 1 given"):
+        plan_trl(config, [80], policies=["A", "B"])
+    with pytest.raises(ResourceError, match="policy B .*beside vLLM's 12.0 GB \\(30% of the GPU\\).*short by"):
+        plan_trl(config, [40, 40], use_vllm=True, policies=["A", "B"])
+    with pytest.raises(ConfigError, match="policies \\['Z'\\] are not allowed"):
+        plan_trl(config, [80], policies=["Z"])
+
+
+def test_mrl_plan_plans_the_trl_path_of_a_pairing(capsys):
+    assert main(["plan", "--profile", "paper", "--trainer", "trl", "--vllm", "--pairing", "A+B", "--gpus", "2x80"]) == 0
+    out = capsys.readouterr().out
+    assert "vLLM" in out and "SmolLM2" not in out
