@@ -22,7 +22,7 @@ from mrl import numerics
 from mrl.config import ConfigError, GrpoConfig, PlacementConfig, TaskConfig
 from mrl.evaluation import skill_accuracy
 from mrl.microbatch import MicroBatchedLogprobs
-from mrl.placement import active_dropout, frozen_dtype, precision, resolve_device, set_training
+from mrl.placement import active_dropout, cast_parameters, frozen_dtype, precision, resolve_device, set_training
 from mrl.probes import PeerView, ProbeConfig, get_probe
 from mrl.rollout import (RolloutBatch, completion_logprobs, completion_texts, prompt_renderer, sample_groups,
                          score)
@@ -122,16 +122,17 @@ class PolicyActor:
         self.model, self.tokenizer = self.policy.model.to(self.device, torch.float32), self.policy.tokenizer
         self.reference = None
         if self.cfg.beta:
-            self.reference = copy.deepcopy(self.model).to(frozen_dtype(placement.dtype)).eval().requires_grad_(False)
+            self.reference = cast_parameters(copy.deepcopy(self.model), frozen_dtype(placement.dtype)).eval()
+            self.reference.requires_grad_(False)
         # what samples and evaluates: the model itself in float32; under bfloat16 a bf16 copy synced after every
         # optimizer step (sampling outside autocast: transformers' static cache takes one dtype for keys and values)
         self.sampler = self.model
         if self.bf16:
-            self.sampler = copy.deepcopy(self.model).to(torch.bfloat16).eval().requires_grad_(False)
+            self.sampler = cast_parameters(copy.deepcopy(self.model), torch.bfloat16).eval().requires_grad_(False)
         self.teacher = None
         if self.probe.teacher:
             self.teacher = load_policy(config.peer_paths[teacher_of(self.name, list(config.peer_paths))])
-            self.teacher.model.to(self.device, frozen_dtype(placement.dtype)).requires_grad_(False)
+            cast_parameters(self.teacher.model.to(self.device), frozen_dtype(placement.dtype)).requires_grad_(False)
         if placement.gradient_checkpointing:
             self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         if placement.micro_batch and active_dropout(self.model):

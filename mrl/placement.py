@@ -47,6 +47,19 @@ def frozen_dtype(dtype: str) -> torch.dtype:
     return torch.bfloat16 if dtype == "bfloat16" else torch.float32
 
 
+def cast_parameters(model, dtype: torch.dtype):
+    """Cast a model's floating-point parameters to `dtype` in place and return it; its buffers keep their dtype.
+
+    `model.to(dtype)` casts buffers too: RoPE's `inv_freq` in bf16 has a relative error of about 0.4%, an angle error
+    that grows with the position (about 0.9 rad at 768 tokens for Qwen2.5's rope base of 1e6), so a bf16 sampler,
+    reference or teacher made that way drifts from the model it copies beyond a few hundred tokens. transformers
+    computes the rotary angles in fp32 from `inv_freq` and casts cos and sin to the activations' dtype."""
+    for param in model.parameters():
+        if param.is_floating_point():
+            param.data = param.data.to(dtype)
+    return model
+
+
 @contextlib.contextmanager
 def precision(device: torch.device, dtype: str = "float32") -> Iterator[None]:
     """Run a block's forwards in bf16 autocast on `device` when dtype is bfloat16 (matmuls in bf16; weights,

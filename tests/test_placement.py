@@ -183,3 +183,35 @@ def test_gradient_checkpointing_recomputes_the_same_update(tiny_zoo_paths):
         assert recomputed["loss"] == pytest.approx(plain["loss"], rel=1e-6, abs=1e-8)
         assert recomputed["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-5)
     assert _actor(tiny_zoo_paths["A"], gradient_checkpointing=True).model.is_activation_checkpointing
+
+
+def test_a_bf16_copy_casts_parameters_only_so_it_stays_the_model_it_copies_over_a_long_sequence():
+    """RoPE's inv_freq stays fp32 in the bf16 sampler, reference and teacher (mrl.placement.cast_parameters): cast to
+    bf16 it makes an angle error that grows with the position. On a 1,000-token sequence of a Qwen2-style model
+    (rope base 1e6), the bf16 copy's log-probs stay as close to the fp32 model's late in the sequence as early; a copy
+    made with `.to(bfloat16)` drifts."""
+    import copy
+
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from mrl.placement import cast_parameters
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(Qwen2Config(
+        vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=1100, rope_theta=1e6, tie_word_embeddings=True)).eval()
+    ids = torch.randint(0, 64, (1, 1000), generator=torch.Generator().manual_seed(0))
+    copies = {"parameters": cast_parameters(copy.deepcopy(model), torch.bfloat16),
+              "everything": copy.deepcopy(model).to(torch.bfloat16)}
+    assert {b.dtype for b in copies["parameters"].buffers()} == {torch.float32}
+    assert {p.dtype for p in copies["parameters"].parameters()} == {torch.bfloat16}
+
+    def logprobs(m) -> torch.Tensor:
+        with torch.no_grad():
+            return torch.log_softmax(m(ids).logits.float(), -1)[0, :-1].gather(-1, ids[0, 1:, None])[:, 0]
+
+    reference = logprobs(model)
+    error = {name: (logprobs(m) - reference).abs() for name, m in copies.items()}
+    early, late = slice(0, 200), slice(799, 999)
+    assert error["parameters"][late].mean() < 2 * error["parameters"][early].mean() + 1e-3
+    assert error["everything"][late].mean() > error["parameters"][late].mean()
