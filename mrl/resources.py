@@ -189,10 +189,11 @@ VLLM_SHARE = 0.3
 def plan_trl(config: RunConfig, gpus: list[float], use_vllm: bool = False, vllm_share: float = VLLM_SHARE,
              prompt_tokens: int = 256, reserve: float = 0.1, policies: list[str] | None = None) -> pd.DataFrame:
     """The plan of the TRL path (mrl.integrations.trl, docs/trl.md): one trainer per policy, each on a GPU of its
-    own. A trainer holds what the runner's actor holds (policy_memory, with TRL's reference model as `frozen` when
-    beta > 0) and samples either with the training model (transformers' generate: the KV cache as the runner's) or,
-    use_vllm, with a colocated vLLM engine that takes `vllm_share` of its GPU for its weights and KV cache (the
-    runner's bf16 sampler and KV cache are then vLLM's). Policies are placed biggest first on the largest free GPU.
+    own. A trainer holds what the runner's actor holds (policy_memory under the policy's placement: dtype, gradient
+    checkpointing and micro-batches, with TRL's reference model as `frozen` when beta > 0) and samples either with
+    the training model (transformers' generate: the KV cache as the runner's) or, use_vllm, with a colocated vLLM
+    engine that takes `vllm_share` of its GPU for its weights and KV cache (the runner's bf16 sampler and KV cache
+    are then vLLM's). Policies are placed biggest first on the largest free GPU.
     Raises ResourceError naming the first policy that has no GPU or does not fit beside vLLM's share."""
     if not config.policies:
         raise ConfigError("plan_trl plans a profile with pretrained policies (config.policies)")

@@ -36,11 +36,11 @@ def trl_args(tmp_path, **overrides) -> GRPOConfig:
     return GRPOConfig(**{**settings, **overrides})
 
 
-def trainer_for(paths, probe, tmp_path, exchange, **args) -> MRLGRPOTrainer:
+def trainer_for(paths, probe, tmp_path, exchange, micro_batch=0, **args) -> MRLGRPOTrainer:
     tokenizer = PreTrainedTokenizerFast.from_pretrained(paths["A"], padding_side="left")
     return MRLGRPOTrainer(AutoModelForCausalLM.from_pretrained(paths["A"]), trl_args(tmp_path, **args),
                           problem_dataset(make_task(TASK)), tokenizer, policy="A", task=make_task(TASK),
-                          probe=probe_config(probe), exchange=exchange, peer_paths=paths)
+                          probe=probe_config(probe), exchange=exchange, peer_paths=paths, micro_batch=micro_batch)
 
 
 def texts_of(batch):
@@ -69,8 +69,9 @@ def gradients(model) -> dict:
     return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("probe", PROBES)
-def test_a_probe_through_trl_equals_the_actor(probe, tiny_zoo_paths, tmp_path):
+@pytest.mark.parametrize("probe,micro_batch", [*((p, 0) for p in PROBES), ("sgt", 5), ("prp", 5)])
+def test_a_probe_through_trl_equals_the_actor(probe, micro_batch, tiny_zoo_paths, tmp_path):
+    """micro_batch > 0: TRL's training step backpropagates 5 sequences at a time, with the whole batch's gradient."""
     paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
     grpo = GrpoConfig(prompts_per_step=P, group_size=G, max_new_tokens=T, engine="hf", seed=0)
     actors = {name: PolicyActor(ActorConfig(name=name, policy_path=path, task=TASK, grpo=grpo,
@@ -103,7 +104,8 @@ def test_a_probe_through_trl_equals_the_actor(probe, tiny_zoo_paths, tmp_path):
 
     spec_b = PolicySpec(**actors["B"].policy_spec())
     FileExchange(tmp_path / "exchange", "B", ("A",), spec_b, deadline=5).publish(1, published["B"])
-    trainer = trainer_for(paths, probe, tmp_path, FileExchange(tmp_path / "exchange", "A", ("B",), deadline=5))
+    trainer = trainer_for(paths, probe, tmp_path, FileExchange(tmp_path / "exchange", "A", ("B",), deadline=5),
+                          micro_batch)
     pending = actor.pending
     output = {"prompt_ids": pending.prompt_ids, "prompt_mask": pending.prompt_mask,
               "completion_ids": pending.completion_ids, "completion_mask": pending.completion_mask}
@@ -112,8 +114,9 @@ def test_a_probe_through_trl_equals_the_actor(probe, tiny_zoo_paths, tmp_path):
     torch.testing.assert_close(batch.sample_logp, pending.sample_logp, atol=1e-5, rtol=0)
     trainer.mrl_pending = (batch, trainer.share(batch, 1))
     trainer.model.zero_grad()
-    trl_loss = trainer.compute_loss(trainer.model, output)
-    trl_loss.backward()
+    trainer._prepare_inputs = lambda inputs: inputs   # TRL's training step on this batch as it is: no sampling
+    trainer.current_gradient_accumulation_steps = 1   # set by train(), which this test does not call
+    trl_loss = trainer.training_step(trainer.model, output)
     trl_grads = gradients(trainer.model)
 
     torch.testing.assert_close(trl_loss, actor_loss, atol=1e-5, rtol=0)
@@ -132,6 +135,10 @@ def test_what_the_adapter_does_not_carry_is_refused(tmp_path):
         check_trl_args(trl_args(tmp_path), probe_config("hacpo", minibatches=4))
     with pytest.raises(ConfigError, match="teacher"):
         check_trl_args(trl_args(tmp_path), probe_config("trrd"))
+    with pytest.raises(ConfigError, match="eval_strategy = 'steps' .*expected 'no'"):
+        check_trl_args(trl_args(tmp_path, eval_strategy="steps"), probe_config("sgt"))
+    with pytest.raises(ConfigError, match="'gspo_x2' samples 2 x num_generations"):
+        check_trl_args(trl_args(tmp_path), probe_config("gspo_x2"))
 
 
 def test_a_silent_peer_is_named_at_the_deadline(tmp_path):
@@ -159,6 +166,7 @@ def test_a_killed_trainer_is_named_by_its_peer_within_the_deadline(tiny_zoo_path
     """Two trainers in two processes (A and B: two tokenizers) share SGT through the exchange folder; B is killed
     after its step 2, and A stops at step 3 naming B, within its deadline."""
     import os
+    import re
     import signal
     import subprocess
     import sys
@@ -184,7 +192,9 @@ def test_a_killed_trainer_is_named_by_its_peer_within_the_deadline(tiny_zoo_path
         for process in trainers.values():
             process.kill()
     assert trainers["A"].returncode != 0
-    assert "worker 'B' failed: published no records for step 3 within the deadline of 10 s" in output, output[-3000:]
+    # B was killed after its step 2 (or, on a loaded machine, a step later): A names it at the step B never wrote
+    assert re.search(r"worker 'B' failed: published no records for step [34] within the deadline of 10 s", output), \
+        output[-3000:]
     assert "probe/rescue_candidates" in output   # TRL logged A's steps before, the probe's statistics among them
 
 

@@ -27,6 +27,8 @@ from mrl.actor import batch_records
 from mrl.config import GrpoConfig
 from mrl.grpo import LEVELS, LOSS_TYPES
 from mrl.integrations.file_exchange import FileExchange
+from mrl.microbatch import MicroBatchedLogprobs
+from mrl.placement import set_training
 from mrl.probes import PeerView, ProbeConfig, get_probe
 from mrl.rollout import RolloutBatch, completion_logprobs, completion_texts, score
 from mrl.runner import collect_for
@@ -78,6 +80,17 @@ def grpo_config(args: GRPOConfig) -> GrpoConfig:
                       beta=args.beta, kl_bias_correction=args.use_bias_correction_kl, engine="hf", seed=args.seed)
 
 
+def trl_settings(grpo: GrpoConfig) -> dict:
+    """The GRPOConfig keywords of an mrl GrpoConfig (grpo_config's inverse): one generation batch of
+    prompts_per_step x group_size completions per optimizer step, and the loss settings the probes read."""
+    return dict(per_device_train_batch_size=grpo.prompts_per_step * grpo.group_size, num_generations=grpo.group_size,
+                max_completion_length=grpo.max_new_tokens, max_steps=grpo.steps, temperature=grpo.temperature,
+                learning_rate=grpo.lr, max_grad_norm=grpo.grad_clip, loss_type=grpo.loss_type,
+                importance_sampling_level=grpo.level, scale_rewards=grpo.scale, epsilon=grpo.eps_low,
+                epsilon_high=grpo.eps_high, beta=grpo.beta, use_bias_correction_kl=grpo.kl_bias_correction,
+                seed=grpo.seed)
+
+
 def check_trl_args(args: GRPOConfig, probe: ProbeConfig) -> None:
     """Refuse the TRL settings the adapter does not carry (one generation batch is one optimizer step of one
     process), and the probes it cannot run, each with the field, its value and what is allowed."""
@@ -90,6 +103,15 @@ def check_trl_args(args: GRPOConfig, probe: ProbeConfig) -> None:
     if args.per_device_train_batch_size % args.num_generations:
         raise ConfigError(f"GRPOConfig.per_device_train_batch_size = {args.per_device_train_batch_size} must be a "
                           f"multiple of num_generations = {args.num_generations}: whole groups per step")
+    if args.fp16:
+        raise ConfigError("GRPOConfig.fp16 = True is not allowed with MRLGRPOTrainer; expected bf16 (fp16's loss "
+                          "scaler is not carried through the micro-batched backward)")
+    if (strategy := getattr(args.eval_strategy, "value", args.eval_strategy)) != "no":
+        raise ConfigError(f"GRPOConfig.eval_strategy = {strategy!r} is not allowed with MRLGRPOTrainer; "
+                          f"expected 'no' (an evaluation batch would be shared with the peers as a training step)")
+    if get_probe(probe.name).group_multiplier != 1:
+        raise ConfigError(f"probe {probe.name!r} samples {get_probe(probe.name).group_multiplier} x num_generations "
+                          f"completions per prompt, which MRLGRPOTrainer does not; run it on mrl's runner")
     if getattr(probe, "minibatches", 1) != 1:
         raise ConfigError(f"{probe.name}.minibatches = {probe.minibatches} is not allowed with MRLGRPOTrainer; "
                           f"expected 1 (TRL steps the optimizer once per batch; run several updates per step on "
@@ -127,12 +149,14 @@ class MRLGRPOTrainer(GRPOTrainer):
     (mrl.probes.probe_config); exchange: this policy's FileExchange; peer_paths: {peer id: checkpoint folder}, whose
     tokenizers THL needs when the probe reads peer rollouts; reverify: re-score the peers' claims with this policy's
     verifier; max_staleness: as RunnerConfig.max_staleness (1: the records of this step, sampled by peers one
-    update behind). Every other argument is
+    update behind); micro_batch: as PlacementConfig.micro_batch (0: the whole step's batch in one forward; n: n
+    sequences at a time with the whole batch's gradient, mrl.microbatch). Every other argument is
     GRPOTrainer's; `reward_funcs` is mrl's verifier (`verifier_reward`) and may not be given."""
 
     def __init__(self, model, args: GRPOConfig, train_dataset, processing_class, *, policy: str, task,
                  probe: ProbeConfig, exchange: FileExchange, peer_paths: dict[str, str] | None = None,
-                 reverify: bool = True, max_staleness: int = 1, run_id: str = "trl", **kwargs):
+                 reverify: bool = True, max_staleness: int = 1, run_id: str = "trl", micro_batch: int = 0,
+                 **kwargs):
         from transformers import PreTrainedTokenizerFast
 
         if "reward_funcs" in kwargs:
@@ -147,6 +171,7 @@ class MRLGRPOTrainer(GRPOTrainer):
                                     for peer, path in (peer_paths or {}).items()
                                     if peer != policy and "rollout" in self.mrl_probe.kinds}
         self.mrl_state: dict = {}
+        self.mrl_micro_batch, self.mrl_micro = micro_batch, None
         self.mrl_pending: tuple[RolloutBatch, PeerView] | None = None
         super().__init__(model=model, reward_funcs=[verifier_reward(task, processing_class)], args=args,
                          train_dataset=train_dataset, processing_class=processing_class, **kwargs)
@@ -182,8 +207,10 @@ class MRLGRPOTrainer(GRPOTrainer):
         tokenizer, device = self.processing_class, output["completion_ids"].device
         expanded = [p for p in problems for _ in range(self.num_generations)]
         texts = completion_texts(tokenizer, ids["completion_ids"], ids["completion_mask"], tokenizer.eos_token_id)
-        sample_logp = output.get("sampling_per_token_logps")   # vLLM's own, NaN where it gave none
-        sample_logp = self.scored_logprobs(self.model, **ids) if sample_logp is None else sample_logp.nan_to_num()
+        sample_logp = self.scored_logprobs(self.model, **ids)
+        sampler_logp = output.get("sampling_per_token_logps")   # vLLM's own, NaN where it gave none
+        if sampler_logp is not None:   # the behaviour policy is vLLM's: the probes' ratios are to its log-probs
+            sample_logp = torch.where(sampler_logp.isnan(), sample_logp, sampler_logp)
         ref_logp = self.scored_logprobs(self.ref_model, **ids) if self.mrl_grpo.beta else None
         return RolloutBatch(
             policy=self.mrl_policy, step=step, problems=list(problems), group_size=self.num_generations,
@@ -214,16 +241,35 @@ class MRLGRPOTrainer(GRPOTrainer):
 
     def logprobs(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
         """log pi of every completion token with gradient (mrl.rollout.completion_logprobs, the runner's own
-        forward), at TRL's sampling temperature. (N, P), (N, T) -> (N, T)."""
-        model.train()
+        forward), the model in training mode, at TRL's sampling temperature. (N, P), (N, T) -> (N, T)."""
+        set_training(model, True)
         return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, engine="hf",
                                    temperature=self.mrl_grpo.temperature)
 
     @torch.no_grad()
     def scored_logprobs(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
-        """The same log-probs without a graph (sampling log-probs, the reference's). (N, T)."""
+        """The same log-probs without a graph, the model in eval mode as the actor scores (sampling log-probs, the
+        reference's). (N, T)."""
+        set_training(model, False)
         return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, engine="hf",
                                    temperature=self.mrl_grpo.temperature)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """TRL's training step; with micro-batches, its backward is MicroBatchedLogprobs.backward (dL/dlogp, then
+        each micro-batch's forward again under the same autocast), so the gradient is the whole batch's."""
+        if not self.mrl_micro_batch:
+            return super().training_step(model, inputs, num_items_in_batch)
+        backward = self.accelerator.backward
+
+        def micro_batched_backward(loss, **_):
+            with self.compute_loss_context_manager():
+                self.mrl_micro.backward(loss)
+
+        self.accelerator.backward = micro_batched_backward
+        try:
+            return super().training_step(model, inputs, num_items_in_batch)
+        finally:
+            self.accelerator.backward = backward
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """The probe's loss on this step's RolloutBatch and PeerView (one optimizer update); its statistics go to
@@ -236,7 +282,10 @@ class MRLGRPOTrainer(GRPOTrainer):
         if len(inputs["completion_ids"]) != len(batch.completion_ids):
             raise RuntimeError(f"TRL handed compute_loss {len(inputs['completion_ids'])} rows of a "
                                f"{len(batch.completion_ids)}-row generation batch (steps_per_generation must be 1)")
-        batch = dataclasses.replace(batch, logprobs=functools.partial(self.logprobs, model))
+        logprobs = functools.partial(self.logprobs, model)
+        if self.mrl_micro_batch:   # training_step backpropagates it (MicroBatchedLogprobs.backward)
+            logprobs = self.mrl_micro = MicroBatchedLogprobs(logprobs, self.mrl_micro_batch)
+        batch = dataclasses.replace(batch, logprobs=logprobs)
         output = self.mrl_probe.loss(batch, peers, self.mrl_probe_cfg)
         losses = list(output.losses)
         if len(losses) > 1:
@@ -246,8 +295,8 @@ class MRLGRPOTrainer(GRPOTrainer):
         metrics["probe/active_sequences"].append(float(output.active_sequences))
         for name, value in output.stats.items():
             metrics[f"probe/{name}"].append(float(value))
-        if not losses:   # nothing to learn from this step: a zero loss on the graph, so TRL's backward runs
-            return sum(p.sum() for p in model.parameters() if p.requires_grad) * 0.0
+        if not losses:   # nothing to learn: a zero that reaches no parameter, so no gradient and no Adam step
+            return torch.zeros((), device=batch.device, requires_grad=True)
         return losses[0]
 
 

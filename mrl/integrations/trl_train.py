@@ -13,65 +13,70 @@ every logged step (`log_history`), the probe's statistics as `probe/<name>` and 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
 import mrl  # noqa: F401  (first: the numerics contract, before torch)
 
 
-def trl_args(output: Path, steps: int, prompts_per_step: int, group_size: int, max_new_tokens: int, lr: float,
-             seed: int, report_to: str, use_vllm: bool = False, **overrides):
-    """The GRPOConfig of one trainer: one generation batch (prompts_per_step x group_size completions) per
-    optimizer step at a constant learning rate (as mrl's runner), chat templates given mrl's fixed date, TRL's
-    logging every step, no checkpoints of TRL's own. use_vllm: TRL's own switch, vLLM colocated with the trainer
-    and TRL's importance-sampling correction of the sampler/trainer mismatch (`pip install -e ".[vllm]"`)."""
+def trl_args(output: Path, grpo, placement, report_to: str = "none", use_vllm: bool = False, **overrides):
+    """The GRPOConfig of one trainer from mrl's GrpoConfig (mrl.integrations.trl.trl_settings: the batch shape and
+    every loss setting the probes read) and the policy's PlacementConfig (bf16 autocast over fp32 weights, gradient
+    checkpointing; its micro_batch goes to MRLGRPOTrainer); a constant learning rate as the runner's, chat templates
+    given mrl's fixed date, TRL's logging every step, no checkpoints of TRL's own, dropout off. use_vllm: TRL's own
+    switch, vLLM colocated with the trainer (`pip install -e ".[vllm]"`); the probes' ratios are then to vLLM's
+    sampling log-probs."""
     import torch
     from trl import GRPOConfig
 
+    from mrl.integrations.trl import trl_settings
     from mrl.rollout import CHAT_DATE
 
-    settings = dict(output_dir=str(output), use_cpu=not torch.cuda.is_available(), bf16=False,
+    settings = dict(output_dir=str(output), use_cpu=not torch.cuda.is_available(),
+                    bf16=placement.dtype == "bfloat16", gradient_checkpointing=placement.gradient_checkpointing,
                     report_to=report_to, logging_steps=1, save_strategy="no", disable_tqdm=True,
-                    per_device_train_batch_size=prompts_per_step * group_size, num_generations=group_size,
-                    max_completion_length=max_new_tokens, max_steps=steps, learning_rate=lr, temperature=1.0,
-                    lr_scheduler_type="constant", warmup_steps=0,
-                    beta=0.0, seed=seed, activation_checkpointing=False,
+                    lr_scheduler_type="constant", warmup_steps=0, disable_dropout=True,
                     chat_template_kwargs={"date_string": CHAT_DATE}, use_vllm=use_vllm,
-                    **({"vllm_mode": "colocate", "vllm_importance_sampling_correction": True} if use_vllm else {}))
+                    **({"vllm_mode": "colocate"} if use_vllm else {}), **trl_settings(grpo))
     return GRPOConfig(**{**settings, **overrides})
 
 
-def train(policy: str, paths: dict[str, str], task_config, probe, exchange_root: Path, output: Path, steps: int,
-          prompts_per_step: int = 4, group_size: int = 8, max_new_tokens: int = 6, lr: float = 1e-4, seed: int = 0,
-          deadline: float = 60.0, failure_policy: str = "fail", report_to: str = "none", use_vllm: bool = False):
-    """Train `policy` (its checkpoint in `paths`) with `probe` beside the other policies of `paths`, each in its
-    own process; returns the trainer after `steps` steps, its state (log_history) saved in `output`."""
+def train(policy: str, paths: dict[str, str], task_config, probe, exchange_root: Path, output: Path, grpo,
+          placement=None, deadline: float = 60.0, failure_policy: str = "fail", report_to: str = "none",
+          use_vllm: bool = False):
+    """Train `policy` (its checkpoint in `paths`) with `probe` and mrl's GrpoConfig `grpo` beside the other policies
+    of `paths`, each in its own process; returns the trainer after grpo.steps steps, its state (log_history) saved
+    in `output`."""
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
+    from mrl.config import PlacementConfig
     from mrl.integrations.file_exchange import FileExchange
     from mrl.integrations.trl import MRLGRPOTrainer, problem_dataset
     from mrl.tasks import make_task
 
     task = make_task(task_config)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(paths[policy], padding_side="left")
-    args = trl_args(output, steps, prompts_per_step, group_size, max_new_tokens, lr, seed, report_to, use_vllm)
+    args = trl_args(output, grpo, placement or PlacementConfig(), report_to, use_vllm)
     exchange = FileExchange(exchange_root, policy, tuple(sorted(set(paths) - {policy})), deadline=deadline,
                             failure_policy=failure_policy)
+    placement = placement or PlacementConfig()
     trainer = MRLGRPOTrainer(AutoModelForCausalLM.from_pretrained(paths[policy]), args, problem_dataset(task),
-                             tokenizer, policy=policy, task=task, probe=probe, exchange=exchange, peer_paths=paths)
+                             tokenizer, policy=policy, task=task, probe=probe, exchange=exchange, peer_paths=paths,
+                             micro_batch=placement.micro_batch)
     trainer.train()
     trainer.save_state()
     return trainer
 
 
 SMALL_RUN = {"steps": 20, "prompts_per_step": 4, "group_size": 8, "max_new_tokens": 6, "lr": 1e-4, "seed": 0}
-"""the run's shape without --profile: the smoke zoo's"""
+"""the run's shape without --profile (every other GRPO setting is GrpoConfig's default)"""
 
 
 def main(argv: list[str] | None = None) -> int:
     import yaml
 
-    from mrl.config import TaskConfig
+    from mrl.config import GrpoConfig, TaskConfig
     from mrl.probes import as_probe_config
     from mrl.profiles import PROFILES, load_profile
 
@@ -98,8 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     config = load_profile(args.profile) if args.profile else None
-    shape = {name: getattr(args, name) if getattr(args, name) is not None else
-             getattr(config.grpo, name) if config else value for name, value in SMALL_RUN.items()}
+    grpo = config.grpo if config else GrpoConfig(**SMALL_RUN)
+    grpo = dataclasses.replace(grpo, **{name: getattr(args, name) for name in SMALL_RUN
+                                        if getattr(args, name) is not None})   # validated: a bad value names its field
     task = TaskConfig(**yaml.safe_load(args.task)) if args.task else config.task if config else TaskConfig()
     if args.policies:
         paths = dict(entry.split("=", 1) for entry in args.policies)
@@ -114,9 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         paths = {name: paths[name] for name in args.pairing.split("+")}
     if args.policy not in paths:
         parser.error(f"--policy {args.policy!r} is not among the policies {sorted(paths)} (--policies or --profile)")
-    train(args.policy, paths, task, as_probe_config(yaml.safe_load(args.probe)), args.exchange, args.output,
-          deadline=args.deadline, failure_policy=args.failure_policy, report_to=args.report_to,
-          use_vllm=args.use_vllm, **shape)
+    train(args.policy, paths, task, as_probe_config(yaml.safe_load(args.probe)), args.exchange, args.output, grpo,
+          config.placement_of(args.policy) if config else None, deadline=args.deadline,
+          failure_policy=args.failure_policy, report_to=args.report_to, use_vllm=args.use_vllm)
     return 0
 
 
