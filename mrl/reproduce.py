@@ -44,13 +44,18 @@ def run_notebook(name: str, profile: str, parameters: dict | None = None, log_ou
     target = executed_dir(profile) / name
     target.parent.mkdir(parents=True, exist_ok=True)
     in_place = profile == "default" and not parameters
+    running = target.with_name(f".{target.stem}.running.ipynb")   # a failed run leaves the notebook as it was
     start = time.perf_counter()
-    papermill.execute_notebook(str(source), str(target),
-                               parameters={} if in_place else {"profile": profile, **(parameters or {})},
-                               cwd=str(target.parent), kernel_name="python3", progress_bar=False,
-                               log_output=log_output)
-    seconds = time.perf_counter() - start
-    tidy_outputs(target, keep_images=profile != "smoke")
+    try:
+        papermill.execute_notebook(str(source), str(running),
+                                   parameters={} if in_place else {"profile": profile, **(parameters or {})},
+                                   cwd=str(target.parent), kernel_name="python3", progress_bar=False,
+                                   log_output=log_output)
+        seconds = time.perf_counter() - start
+        tidy_outputs(running, keep_images=profile != "smoke")
+        os.replace(running, target)
+    finally:
+        running.unlink(missing_ok=True)
     return seconds
 
 

@@ -172,6 +172,18 @@ def shown_length(cell: str) -> int:
     return len(LATEX_MARKUP.sub("", cell))
 
 
+def words_outside_braces(text: str) -> list[str]:
+    """`text` split at the spaces outside braces, so "\\textbf{a b} c" gives ["\\textbf{a b}", "c"] (a header
+    breaks over lines only between words LaTeX can end a line after)."""
+    words, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if char == " " and depth == 0:
+            words.append(text[start:i])
+            start = i + 1
+    return [*words, text[start:]]
+
+
 def latex_table(cells, headers: list[str], caption: str, label: str) -> str:
     r"""A booktabs `table` float that fits the page (LINE_WIDTH_CM), as LaTeX text; cells: a DataFrame of LaTeX
     strings. Numeric columns are right-aligned; a text column with cells longer than WRAP_CHARS wraps (a p column);
@@ -185,7 +197,7 @@ def latex_table(cells, headers: list[str], caption: str, label: str) -> str:
         right = bool(values) and all(numeric.match(v) for v in values)
         wraps = not right and width > WRAP_CHARS
         width = min(width, WRAP_CHARS) if wraps else width
-        words, lines = header.split(" "), [""]
+        words, lines = words_outside_braces(header), [""]
         for word in words:   # the header broken into lines no wider than its column (at least 10 characters)
             if lines[-1] and shown_length(lines[-1] + " " + word) > max(width, 10):
                 lines.append(word)
@@ -195,6 +207,7 @@ def latex_table(cells, headers: list[str], caption: str, label: str) -> str:
         specs.append(f">{{\\raggedright\\arraybackslash}}p{{{width * CHAR_CM:.1f}cm}}" if wraps else
                      "r" if right else "l")
         align = "r" if right else "l"
+        lines = ["{}" + line if line.startswith("[") else line for line in lines]   # not an optional [argument]
         header_cells.append(lines[0] if len(lines) == 1 else
                             f"\\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}" + r" \\ {}".join(lines) + r"\end{tabular}")
         widths.append(width * CHAR_CM + COLUMN_GAP_CM)

@@ -54,7 +54,8 @@ def test_a_wide_table_fits_an_a4_page(tmp_path):
     df = pd.DataFrame({"paper": ["MRL", "[HACPO]"], "claim": [claim, claim], "comparison": ["sgt - grpo"] * 2,
                        **{f"95% t interval over warm-ups {i}": ["**+0.051 [+0.004, +0.098]**", "-0.010 [-0.02, +0.01]"]
                           for i in range(8)}, "rollouts": [24934.0, 12.0], "verdict": ["supported", "inconclusive"],
-                       "Δ weak vs honest peer [95% CI]": ["+0.1", "x"]})   # a line that starts with [ is not \\[length]
+                       "Δ weak vs honest peer [95% CI]": ["+0.1", "x"],   # a line that starts with [ is not \\[length]
+                       "**bold header with spaces** [95%]": ["1", "2"], "[first] header": ["a", "b"]})
     paths = write_table(df, "wide", tmp_path, caption="a wide table")
     tex = paths["tex"].read_text()
     assert r"\resizebox{\linewidth}" in tex and r"\raggedright\arraybackslash}p{" in tex and "24934 " in tex

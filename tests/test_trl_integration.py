@@ -148,6 +148,14 @@ def test_a_silent_peer_is_named_at_the_deadline(tmp_path):
         waiting.gather(3, [])
     going_on = FileExchange(tmp_path, "A", ("B",), spec, deadline=0.2, failure_policy="continue")
     assert going_on.gather(3, [])[1] == ["B"]
+    assert going_on.gather(4, [])[1] == [] and going_on.dropped == {"B"}   # dropped: not waited for again
+
+
+def test_an_exchange_folder_of_an_earlier_run_is_refused(tmp_path):
+    spec = PolicySpec(vocab_size=40, tokenizer_id="A:bpe")
+    FileExchange(tmp_path, "A", ("B",), spec).publish(1, [])
+    with pytest.raises(ConfigError, match="already holds steps of an earlier run"):
+        FileExchange(tmp_path, "A", ("B",), spec).publish(1, [])
 
 
 def test_a_peer_on_other_prompts_is_refused():

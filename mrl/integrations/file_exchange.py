@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mrl.config import FAILURE_POLICIES
+from mrl.validation import ConfigError
 from mrl.mwra import WorkerFailed
 from mrl.see import (Exchange, Limits, PolicySpec, last_logged_step, manifest_name, read_log_step, read_manifest,
                      write_log_step)
@@ -36,13 +37,15 @@ class FileExchange:
     policy: str
     peers: tuple[str, ...]
     spec: PolicySpec | None = None
-    deadline: float = 600.0
+    deadline: float = 60.0
     failure_policy: str = "fail"
     limits: Limits = field(default_factory=Limits)
     poll_seconds: float = 0.05
 
     def __post_init__(self):
         self.root = Path(self.root)
+        self.dropped: set[str] = set()   # peers missed at a deadline under "continue": never waited for again
+        self.published = False
         if self.failure_policy not in FAILURE_POLICIES:
             raise ValueError(f"FileExchange.failure_policy = {self.failure_policy!r}; expected one of "
                              f"{list(FAILURE_POLICIES)}")
@@ -55,17 +58,22 @@ class FileExchange:
     def publish(self, step: int, records: list) -> None:
         """Write this policy's records of `step` (its folder's next log step; steps only increase)."""
         folder = self.folder(self.policy)
+        if not self.published and last_logged_step(folder, step + 1) is not None:
+            raise ConfigError(f"exchange folder {folder} already holds steps of an earlier run; its peers would read "
+                              f"them as this run's: give every run a fresh exchange folder")
+        self.published = True
         write_log_step(folder, step, records, {self.policy: self.spec}, previous=last_logged_step(folder, step),
                        clock=step, limits=self.limits)
 
     def gather(self, step: int, own: list) -> tuple[Exchange, list[str]]:
         """(an Exchange at clock `step` holding this policy's records `own` and every peer's records of `step`,
         the peers that published nothing before the deadline). Each peer's step is read whole once its manifest
-        is on disk; a peer missing at the deadline raises WorkerFailed under failure_policy "fail"."""
+        is on disk; a peer missing at the deadline raises WorkerFailed under failure_policy "fail", and under
+        "continue" is dropped: later steps do not wait for it (as the runner drops a dead worker)."""
         exchange = Exchange(policies={self.policy: self.spec}, limits=self.limits)
         exchange.advance(step)
         exchange.publish_many(own)
-        missing, waiting, start = [], list(self.peers), time.monotonic()
+        missing, waiting, start = [], [p for p in self.peers if p not in self.dropped], time.monotonic()
         while waiting:
             for peer in list(waiting):
                 records = read_log_step(self.folder(peer), step, self.limits)
@@ -76,8 +84,9 @@ class FileExchange:
             if waiting and time.monotonic() - start > self.deadline:
                 missing = sorted(waiting)
                 if self.failure_policy == "fail":
-                    raise WorkerFailed(missing[0], f"published no records for step {step} within the deadline of "
-                                                   f"{self.deadline:g} s (folder {self.folder(missing[0])})")
+                    raise WorkerFailed(", ".join(missing), f"published no records for step {step} within the "
+                                                           f"deadline of {self.deadline:g} s (folder {self.root})")
+                self.dropped.update(missing)
                 break
             if waiting:
                 time.sleep(self.poll_seconds)

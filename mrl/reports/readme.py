@@ -49,6 +49,10 @@ def ledger_block(tables: Path) -> str:
     def cell(row) -> str:
         return f"{row['difference']} {row['95% t over warm-ups']}".strip() or "not run"
 
+    keys = ["paper", "claim", "comparison"]
+    if overall[keys].values.tolist() != weak[keys].values.tolist():
+        raise ValueError("claims.csv and claims_weak.csv do not hold the same claims in the same order: regenerate "
+                         "both with notebooks/70_heldout.ipynb")
     lines = ["| paper | claim | comparison | warm-ups x seeds | overall: difference [95% t] | verdict "
              "| weak form: difference [95% t] | verdict |", "|---|---|---|---|---|---|---|---|"]
     for o, w in zip(overall.to_dict("records"), weak.to_dict("records")):
@@ -66,6 +70,9 @@ def verdict_summary(ledger: pd.DataFrame) -> str:
     """'2 supported, 1 contradicted, 5 inconclusive': the verdicts' first words counted, in a fixed order."""
     kinds = ledger.verdict.str.split(r"[,:(]", regex=True).str[0].str.strip()
     order = ["supported", "contradicted", "inconclusive", "too few warm-ups", "not run"]
+    unknown = sorted(set(kinds) - set(order))
+    if unknown:
+        raise ValueError(f"verdicts {unknown} are not the ledger's ({order}): claims.csv is from an older rule")
     return ", ".join(f"{int((kinds == kind).sum())} {kind}" for kind in order if (kinds == kind).any())
 
 
@@ -82,8 +89,8 @@ def notebooks_block(tables: Path) -> str:
     cpu = machine.get("cpu") or "an unnamed CPU"
     cores = f", {machine['cpus']} cores" if machine.get("cpus") else ""
     numerics = machine.get("numerics", {}).get("mode", "native")
-    return (f"Times from the reproduce record `paper_tables/{RECORD}` (commit {record['git_sha'][:7]}, "
-            f"{record['started'][:10]}, {cpu}{cores}, numerics {numerics}): "
+    return (f"Times from the reproduce record `paper_tables/{RECORD}` ({record['started'][:10]}, {cpu}{cores}, "
+            f"numerics {numerics}): "
             f"{record['total_seconds'] / 60:.0f} minutes in all, installation not included.\n\n"
             + "\n".join(lines) + "\n")
 
