@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from mrl.reports.claims import MIN_WARMUPS
+
 NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the results are in the files)
     "00_zoo": ("the tiny model zoo: families, tokenizers, warm-up accuracy per skill",
                "zoo, warmup, warmup_pool", "warmup"),
@@ -43,6 +45,9 @@ def ledger_block(tables: Path) -> str:
     """The claims ledger as README markdown: one row per claim with the difference, its 95% t interval over the
     warm-ups and the verdict, on overall accuracy (the papers' endpoint) and on the weak form (the mechanism),
     from claims.csv and claims_weak.csv (mrl.reports.claims.ledger_table)."""
+    if not (tables / "claims_weak.csv").exists():
+        return (f"The committed `paper_tables/claims.md` predates the ledger's current rule (`docs/claims.md`): "
+                f"`make reproduce` regenerates it on {MIN_WARMUPS} or more warm-ups and writes this block.\n")
     overall, weak = (pd.read_csv(tables / f"{name}.csv", dtype=str, keep_default_na=False)
                      for name in ("claims", "claims_weak"))
 
@@ -79,12 +84,16 @@ def verdict_summary(ledger: pd.DataFrame) -> str:
 def notebooks_block(tables: Path) -> str:
     """The notebooks as README markdown: what each shows, the tables and figures it writes, and its wall time in
     the reproduce record (a fresh clone's `make reproduce`; the record names the machine)."""
-    record = json.loads((tables / RECORD).read_text())
+    path = tables / RECORD
+    record = json.loads(path.read_text()) if path.exists() else {"notebooks": {}}
     times = {name.removesuffix(".ipynb"): seconds for name, seconds in record["notebooks"].items()}
     lines = ["| notebook | what it shows | `paper_tables/` | `figures/` | minutes |", "|---|---|---|---|---:|"]
     for stem, (shows, table_names, figure_names) in NOTEBOOKS.items():
-        minutes = f"{times[stem] / 60:.1f}" if stem in times else "not run"
+        minutes = f"{times[stem] / 60:.1f}" if stem in times else "not run" if times else ""
         lines.append(f"| [`{stem}`](notebooks/{stem}.ipynb) | {shows} | {table_names} | {figure_names} | {minutes} |")
+    if not path.exists():
+        return ("No whole default-profile run is recorded yet: `make reproduce` writes its times to "
+                f"`paper_tables/{RECORD}` and this table.\n\n" + "\n".join(lines) + "\n")
     machine = record.get("machine", {})
     cpu = machine.get("cpu") or "an unnamed CPU"
     cores = f", {machine['cpus']} cores" if machine.get("cpus") else ""
