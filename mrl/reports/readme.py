@@ -32,7 +32,7 @@ NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the r
     "60_bandit": ("the contextual-bandit analysis (a reconstruction): the stability-support plane",
                   "bandit, bandit_dynamics", "bandit_plane, bandit_dynamics"),
     "70_heldout": ("the held-out experiment on five warm-ups and the claims ledger",
-                   "heldout_zoo, heldout_warmup, heldout_main, heldout_per_zoo, claims, claims_weak, claims_evidence",
+                   "heldout_zoo, heldout_warmup, heldout_main, claims, claims_weak, claims_evidence",
                    "heldout_weak_skill, heldout_base_rate"),
     "80_beyond": ("beyond the papers: TRRD, GRAFT online and offline, a poisoned peer, more policies",
                   "beyond_main, beyond_poison, beyond_scaling", "beyond_weak_skill, beyond_poison, beyond_scaling"),
