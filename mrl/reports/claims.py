@@ -276,6 +276,17 @@ def verdict_counts(ledger: pd.DataFrame) -> pd.Series:
     return ledger.verdict.value_counts().sort_index()
 
 
+KIND_LABELS = {"no_loss": " (no loss)", "no_gain": " (no gain)"}
+"""how a claim tested as a margin reads beside its comparison: xgrpo - grpo is tested twice"""
+
+
+def claim_labels(rows: pd.DataFrame) -> list[str]:
+    """Each ledger row's comparison, with the claim's kind where a comparison is tested more than once."""
+    kinds = {c.claim: c.kind for c in CLAIMS}
+    return [f"{comparison}{KIND_LABELS.get(kinds.get(claim), '')}" for comparison, claim in zip(rows.comparison,
+                                                                                                 rows.claim)]
+
+
 def ledger_sentence(ledger: pd.DataFrame, endpoint: str) -> str:
     """The ledger in one sentence, from the table: how many claims got a verdict on how many warm-ups, and how many
     were supported, contradicted and inconclusive on `endpoint`."""
@@ -285,7 +296,7 @@ def ledger_sentence(ledger: pd.DataFrame, endpoint: str) -> str:
         return (f"No claim has a verdict on {endpoint}: " + (f"{len(ran)} ran on {int(ran.zoos.max())} warm-up(s), "
                 f"fewer than {MIN_WARMUPS}." if len(ran) else "their arms did not run."))
     kinds = judged.verdict.str.split(r"[,:]", regex=True).str[0]
-    named = lambda kind: "; ".join(judged[kinds == kind].comparison) or "none"  # noqa: E731
+    named = lambda kind: "; ".join(claim_labels(judged[kinds == kind])) or "none"  # noqa: E731
     return (f"On {endpoint}, {len(judged)} claims were judged on {int(judged.zoos.max())} warm-ups: "
             f"{int((kinds == 'supported').sum())} supported ({named('supported')}), "
             f"{int((kinds == 'contradicted').sum())} contradicted ({named('contradicted')}) and "
@@ -325,7 +336,7 @@ def ledger_discussion(ledger: pd.DataFrame) -> str:
         return (f"No claim reached {MIN_WARMUPS} warm-ups, so the ledger decides nothing here: the profile's runs "
                 f"are too few for a verdict.")
     kinds = judged.verdict.str.split(r"[,:]", regex=True).str[0]
-    listed = lambda kind: ", ".join(f"`{c}`" for c in judged[kinds == kind].comparison.unique())  # noqa: E731
+    listed = lambda kind: ", ".join(f"`{c}`" for c in claim_labels(judged[kinds == kind]))  # noqa: E731
     sentences = [f"The data support {listed('supported') or 'no claim'}."]
     if (kinds == "contradicted").any():
         sentences.append(f"They rule out the papers' effect sizes for {listed('contradicted')}: on this substrate, "
