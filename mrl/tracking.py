@@ -137,6 +137,17 @@ class TrackioReporter:
         self.run.finish()
 
 
+def redraw(handle, shown):
+    """Show `shown` in the notebook's output once, then replace it in place on every later call; returns the display
+    handle to pass next time (None the first time)."""
+    from IPython.display import display
+
+    if handle is None:
+        return display(shown, display_id=True)
+    handle.update(shown)
+    return handle
+
+
 class NotebookTable:
     """A table of chosen metrics that redraws in place in a notebook as the run goes (one row per step, the
     last `rows` steps): `run_concurrent(..., reporters=[NotebookTable(["A/probe/rescue_size", ...])])`.
@@ -164,18 +175,13 @@ class NotebookTable:
     def _show(self) -> None:
         try:
             from IPython import get_ipython
-            from IPython.display import display
         except ImportError:
             get_ipython = None
         table = self.frame().tail(self.rows)
         if get_ipython is None or get_ipython() is None:
             print(table.tail(1).to_string(header=len(self.history) == 1))
             return
-        shown = table.style.format("{:.3g}").set_caption(self.title)
-        if self._handle is None:
-            self._handle = display(shown, display_id=True)
-        else:
-            self._handle.update(shown)
+        self._handle = redraw(self._handle, table.style.format("{:.3g}").set_caption(self.title))
 
     def close(self) -> None:
         pass
@@ -225,7 +231,7 @@ class NotebookPlot:
     def _show(self) -> None:
         try:
             from IPython import get_ipython
-            from IPython.display import Image, display
+            from IPython.display import Image
         except ImportError:
             return
         if get_ipython() is None:
@@ -234,11 +240,7 @@ class NotebookPlot:
 
         buffer = BytesIO()
         self.figure().savefig(buffer, format="png", metadata={"Software": None})
-        image = Image(data=buffer.getvalue(), format="png")
-        if self._handle is None:
-            self._handle = display(image, display_id=True)
-        else:
-            self._handle.update(image)
+        self._handle = redraw(self._handle, Image(data=buffer.getvalue(), format="png"))
 
     def close(self) -> None:
         pass
