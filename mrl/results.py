@@ -161,6 +161,8 @@ def write_table(df, name: str, folder: Path, caption: str = "", float_format: st
 
 # Page geometry a table is fitted to: an A4 page with 2.5 cm margins at \small (9 pt Computer Modern)
 LINE_WIDTH_CM = 16.0
+LANDSCAPE_WIDTH_CM = 24.0   # an A4 page's text height at 2.5 cm margins: a sideways table's line
+LANDSCAPE_FROM = 1.25       # a table wider than this many lines turns sideways rather than shrink below 80%
 CHAR_CM = 0.16          # an average character at \small
 COLUMN_GAP_CM = 0.28    # \tabcolsep = 4 pt on both sides
 WRAP_CHARS = 28         # a text column whose cells are longer wraps at this width (a p column)
@@ -187,8 +189,9 @@ def words_outside_braces(text: str) -> list[str]:
 def latex_table(cells, headers: list[str], caption: str, label: str) -> str:
     r"""A booktabs `table` float that fits the page (LINE_WIDTH_CM), as LaTeX text; cells: a DataFrame of LaTeX
     strings. Numeric columns are right-aligned; a text column with cells longer than WRAP_CHARS wraps (a p column);
-    a header longer than its column breaks over lines; a table still wider than the line is scaled to it
-    (\resizebox). Needs \usepackage{array,booktabs,graphicx}."""
+    a header longer than its column breaks over lines; a table wider than LANDSCAPE_FROM lines turns sideways (a
+    `sidewaystable`, its line the page's height, so it is not shrunk to an unreadable size); a table still wider
+    than its line is scaled to it (\resizebox). Needs \usepackage{array,booktabs,graphicx,rotating}."""
     numeric = re.compile(r"^(\\textbf\{)?[-+]?[\d.,/]+( \[[-+\d., ]+\])?\}?$")
     specs, widths, header_cells = [], [], []
     for column, header in zip(cells.columns, headers):
@@ -215,12 +218,13 @@ def latex_table(cells, headers: list[str], caption: str, label: str) -> str:
     body = [r"\begin{tabular}{" + "".join(specs) + "}", r"\toprule", " & ".join(header_cells) + r" \\",
             r"\midrule", *(" & ".join(row) + r" \\" for row in cells.itertuples(index=False)), r"\bottomrule",
             r"\end{tabular}"]
-    if sum(widths) > LINE_WIDTH_CM:
+    float_env = "sidewaystable" if sum(widths) > LANDSCAPE_FROM * LINE_WIDTH_CM else "table"
+    if sum(widths) > (LANDSCAPE_WIDTH_CM if float_env == "sidewaystable" else LINE_WIDTH_CM):
         body = [r"\resizebox{\linewidth}{!}{%", *body, "}"]
-    head = [r"\begin{table}", r"\centering", r"\small", r"\setlength{\tabcolsep}{4pt}"]
+    head = [rf"\begin{{{float_env}}}", r"\centering", r"\small", r"\setlength{\tabcolsep}{4pt}"]
     if caption:
         head.append(rf"\caption{{{caption}}}")
-    return "\n".join([*head, rf"\label{{{label}}}", *body, r"\end{table}"]) + "\n"
+    return "\n".join([*head, rf"\label{{{label}}}", *body, rf"\end{{{float_env}}}"]) + "\n"
 
 
 def save_figure(fig, name: str, folder: Path):

@@ -72,7 +72,8 @@ accuracy.to_csv(run.folder / "warmup_accuracy.csv", index=False)
 held_out, pool = skill_matrix(accuracy, "held-out"), skill_matrix(accuracy, "pool")
 write_table(held_out, "warmup", run.tables, caption=warmup_caption(task, "held-out"))
 write_table(pool, "warmup_pool", run.tables, caption=warmup_caption(task, "pool"))
-save_figure(warmup_figure(accuracy, zoo), "warmup", run.figures)
+setting = f"{config.task.name}, zoo seed {config.zoo.warmup.seed}"
+save_figure(warmup_figure(accuracy, zoo, setting), "warmup", run.figures)
 
 # %% [markdown]
 # ## Result

@@ -137,10 +137,11 @@ stability.round(3)
 # ## Accuracy vs rollouts, and the rescue skill
 
 # %%
-save_figure(accuracy_figure(evals), "probe_accuracy", run.figures)
+setting = f"{config.task.name}, zoo seed {config.zoo.warmup.seed}"
+save_figure(accuracy_figure(evals, setting), "probe_accuracy", run.figures)
 
 # %%
-save_figure(rescue_figure(evals), "probe_rescue", run.figures)
+save_figure(rescue_figure(evals, setting), "probe_rescue", run.figures)
 
 # %% [markdown]
 # ## Result

@@ -81,7 +81,7 @@ write_table(plane[columns], "bandit", run.tables, float_format="{:.4g}",
 plane[columns].head()
 
 # %%
-save_figure(plane_figure(plane), "bandit_plane", run.figures)
+save_figure(plane_figure(plane, draws=settings.reps), "bandit_plane", run.figures)
 
 # %% [markdown]
 # ## Dynamics: both policies trained together

@@ -119,14 +119,15 @@ table
 # %%
 panels = panel_labels(heldout.panels)   # {title: probe labels}, the profile's (experiments.heldout.panels)
 first_zoo = heldout.zoo_seeds[0]
-save_figure(weak_skill_figure(evals, steps_df, panels, zoo_seed=first_zoo), "heldout_weak_skill", run.figures)
+save_figure(weak_skill_figure(evals, steps_df, panels, zoo_seed=first_zoo, setting=heldout.task.name),
+            "heldout_weak_skill", run.figures)
 
 # %% [markdown]
 # The last warm-up (one figure per warm-up shown: they start the weak forms at different levels):
 
 # %%
 last_zoo = heldout.zoo_seeds[-1]
-last_figure = weak_skill_figure(evals, steps_df, panels, zoo_seed=last_zoo)
+last_figure = weak_skill_figure(evals, steps_df, panels, zoo_seed=last_zoo, setting=heldout.task.name)
 save_figure(last_figure, f"heldout_weak_skill_zoo{last_zoo}", run.figures)
 
 # %% [markdown]

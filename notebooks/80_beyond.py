@@ -85,7 +85,7 @@ table
 
 # %%
 panels = panel_labels(beyond.panels)   # {title: probe labels}, the profile's (experiments.beyond.panels)
-save_figure(weak_skill_figure(evals, steps_df, panels), "beyond_weak_skill", run.figures)
+save_figure(weak_skill_figure(evals, steps_df, panels, setting=heldout.task.name), "beyond_weak_skill", run.figures)
 
 # %% [markdown]
 # ## A poisoned peer

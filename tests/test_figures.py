@@ -2,6 +2,7 @@
 read back from the artists), count axes read 12k / 1.2M, and bands are the tables' 95% t intervals (checked against
 scipy's t interval of the data, not min-max)."""
 import itertools
+import re
 from types import SimpleNamespace
 
 import matplotlib
@@ -59,6 +60,12 @@ def synthetic_plane() -> pd.DataFrame:
                          for k in (0.5, 1.0) for c, s, knobs in curves for v in knobs])
 
 
+def drawn_label(text: str) -> str:
+    """The probe label of a legend text: 'sgt (n=2)', 'sgt (2 runs)', 'gspo_x2 (2 runs, 2x rollouts/step)' -> the
+    label before the count."""
+    return re.sub(r" \((n=\d+|\d+ (runs|pairs)[^)]*|mean [\d.]+)\)$", "", text)
+
+
 def labelled_colours(fig) -> dict[str, set[str]]:
     """{label: colours of the lines and markers drawn with it} over every axis (legend entries included)."""
     out: dict[str, set[str]] = {}
@@ -71,7 +78,7 @@ def labelled_colours(fig) -> dict[str, set[str]]:
                         in zip(legend.legend_handles, legend.get_texts()) if hasattr(handle, "get_color")]
         for label, colour in artists:
             if not label.startswith("_"):
-                out.setdefault(label.split(" (n=")[0], set()).add(to_hex(colour))
+                out.setdefault(drawn_label(label), set()).add(to_hex(colour))
     for legend in fig.legends:
         for handle, text in zip(legend.legend_handles, legend.get_texts()):
             if hasattr(handle, "get_color"):
@@ -134,7 +141,8 @@ def test_the_probe_figures_use_the_shared_palette():
     clipping = ["hacpo (minibatches=4)", "hacpo (clipping=fixed, minibatches=4)"]
     fig = stepwise_clipping_figure(synthetic_steps(clipping), 0.2, 0.025, 4)
     assert_palette(fig, clipping)
-    styles = {line.get_label(): line.get_linestyle() for line in fig.axes[1].get_lines()}
+    styles = {drawn_label(line.get_label()): line.get_linestyle() for line in fig.axes[1].get_lines()
+              if not line.get_label().startswith("_")}
     assert styles[clipping[0]] != styles[clipping[1]]
 
 
@@ -146,7 +154,7 @@ def test_a_knob_variant_has_its_probes_colour_and_its_own_line_style():
     assert_palette(fig, probes)
     styles = {}
     for line in fig.axes[0].get_lines():
-        styles[line.get_label().split(" (n=")[0]] = line.get_linestyle()
+        styles[drawn_label(line.get_label())] = line.get_linestyle()
     assert styles["hacpo"] != styles["hacpo (minibatches=4)"]
     grpo = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("grpo")]
     assert grpo[0].get_zorder() > max(line.get_zorder() for line in fig.axes[0].get_lines()
@@ -259,7 +267,21 @@ def test_a_band_is_the_t_interval_of_the_mean_over_seeds_not_min_max():
     fig = weak_skill_figure(evals, synthetic_steps(["grpo", "sgt"]))
     weak = evals[(evals.probe == "sgt") & (evals.policy == "A") & (evals.split == "held-out") & (evals.skill == "S2")
                  & (evals.step == 5)]
-    assert any(np.allclose(band, t_interval_95(weak.accuracy)) for band in bands_at([fig.axes[0]], 640))
+    assert any(np.allclose(band, t_interval_95(weak.accuracy)) for band in bands_at([fig.axes[0]], 5))
+
+
+def test_below_three_runs_the_weak_skill_figure_draws_each_run_not_a_t_band():
+    from mrl.reports.paired import weak_skill_figure
+
+    evals = synthetic_evals(["grpo", "sgt"], seeds=(0, 1))
+    fig = weak_skill_figure(evals, synthetic_steps(["grpo", "sgt"]), setting="arith-forms")
+    title = fig._suptitle.get_text()
+    assert title.startswith("arith-forms, ") and "thin lines: each run" in title
+    accuracy, difference = fig.axes[0], fig.axes[1]
+    assert not accuracy.collections and not difference.collections          # no band at n = 2
+    thin = [line for line in accuracy.get_lines() if line.get_linewidth() < 1.0]
+    assert len(thin) == 2 * 2                                                # two probes x two runs
+    assert any("sgt (2 runs)" == line.get_label() for line in accuracy.get_lines())
 
 
 def test_the_dynamics_band_is_the_t_interval_over_seeds_of_the_policies_mean():
@@ -318,3 +340,60 @@ def test_log_axis_minor_labels_only_within_a_decade():
         texts = [t.get_text() for t in ax.yaxis.get_minorticklabels() if low <= t.get_position()[1] <= high]
         assert any(texts) == labelled, texts
         plt.close(fig)
+
+
+def test_phase_colours_are_no_probes_and_policies_colours():
+    from mrl.reports.palette import POLICY_COLOURS, PROBE_COLOURS
+
+    assert not set(PHASE_COLOURS.values()) & (set(PROBE_COLOURS.values()) | set(POLICY_COLOURS.values()))
+
+
+def test_the_thl_heatmaps_share_one_colour_bar_and_name_metrics_in_words():
+    from mrl.reports.substrate import THL_METRIC_NAMES, thl_heatmaps
+
+    table = pd.DataFrame([{"corpus": "task", "source": s, "receiver": r, "inexact_rate": 0.1, "coarseness": 0.5,
+                           "round_trip_failure_rate": 0.0} for s in "AB" for r in "AB"])
+    fig = thl_heatmaps(table)
+    heatmaps = [ax for ax in fig.axes if ax.get_title()]
+    assert len(fig.axes) == len(heatmaps) + 1                                   # one colour bar
+    assert [ax.get_title() for ax in heatmaps] == [f"{name} (task corpus)" for name in THL_METRIC_NAMES.values()]
+    assert not any("_" in ax.get_title() for ax in heatmaps)
+
+
+def test_methods_flat_at_zero_are_named_in_the_panel():
+    from mrl.reports.bandit import dynamics_figure
+
+    runs = synthetic_dynamics(["grpo", "xgrpo (gamma=0.5)", "sgt (lambda=0.1)"])
+    flat = runs.method != "sgt (lambda=0.1)"
+    runs.loc[flat, ["acc A-hard/B-easy", "acc B-hard/A-easy"]] = 0.0
+    fig = dynamics_figure(runs)
+    notes = [text.get_text() for text in fig.axes[0].texts]
+    assert notes == ["at or below 0.01 throughout:\ngrpo\nxgrpo (gamma=0.5)"]
+
+
+def test_a_variant_that_keeps_every_peer_sample_is_named_not_drawn():
+    from mrl.reports.probes import stepwise_clipping_figure
+
+    clipping = ["hacpo (minibatches=4)", "hacpo (clipping=none, minibatches=4)"]
+    steps = synthetic_steps(clipping)
+    steps.loc[steps.probe == clipping[1], "peer_kept"] = steps.peer_samples
+    right = stepwise_clipping_figure(steps, 0.2, 0.025, 4).axes[1]
+    drawn = {drawn_label(line.get_label()) for line in right.get_lines() if not line.get_label().startswith("_")}
+    assert drawn == {clipping[0]}
+    assert clipping[1] in right.texts[0].get_text()
+    assert right.get_ylim()[1] < 1.0                       # the range where the variants differ, not squashed
+
+
+def test_the_poison_figure_draws_each_seed_and_no_interval_below_three():
+    from mrl.reports.beyond import poison_figure
+
+    numbers = pd.DataFrame([
+        {"policy": "A", "probe": "sgt", "arm": "honest peer", "runs": 2, "weak Δ": None, "weak units": ()},
+        {"policy": "A", "probe": "sgt", "arm": "forged_success, trusting", "runs": 2,
+         "weak Δ": (0.01, -0.1, 0.12, False), "weak units": (-0.02, 0.04)}])
+    ax = poison_figure(numbers).axes[0]
+    ticks = [line for line in ax.get_lines() if line.get_marker() == "|"]
+    assert [list(line.get_xdata()) for line in ticks] == [[-0.02, 0.04]]
+    bars = [line for line in ax.get_lines() if line.get_marker() in ("None", "") and len(set(line.get_xdata())) == 2]
+    assert not bars                                        # the axvline at 0 is the only plain line
+    assert "no interval" in ax.get_title()

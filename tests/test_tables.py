@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TABLES = sorted((ROOT / "paper_tables").glob("*.tex"))
 DOCUMENT = r"""\documentclass{article}
 \usepackage[T1]{fontenc}
-\usepackage{array,booktabs,graphicx}
+\usepackage{array,booktabs,graphicx,rotating}
 \usepackage[a4paper,margin=2.5cm]{geometry}
 \begin{document}
 \input{%s}
@@ -49,7 +49,8 @@ def test_a_table_with_every_special_character_compiles(tmp_path):
 
 @needs_latex
 def test_a_wide_table_fits_an_a4_page(tmp_path):
-    """Long text wraps, long headers break, and what is still too wide is scaled to the line: no overfull box."""
+    """Long text wraps, long headers break, a table much wider than the line turns sideways, and what is still too
+    wide is scaled to its line: no overfull box."""
     claim = "SGT, outcome-level sharing, beats independent GRPO on held-out prompts"
     df = pd.DataFrame({"paper": ["MRL", "[HACPO]"], "claim": [claim, claim], "comparison": ["sgt - grpo"] * 2,
                        **{f"95% t interval over warm-ups {i}": ["**+0.051 [+0.004, +0.098]**", "-0.010 [-0.02, +0.01]"]
@@ -59,6 +60,7 @@ def test_a_wide_table_fits_an_a4_page(tmp_path):
     paths = write_table(df, "wide", tmp_path, caption="a wide table")
     tex = paths["tex"].read_text()
     assert r"\resizebox{\linewidth}" in tex and r"\raggedright\arraybackslash}p{" in tex and "24934 " in tex
+    assert tex.startswith(r"\begin{sidewaystable}") and tex.rstrip().endswith(r"\end{sidewaystable}")
     result = compile_tex(paths["tex"], tmp_path)
     assert result.returncode == 0 and "Overfull" not in (tmp_path / "doc.log").read_text(), result.stdout[-2000:]
 

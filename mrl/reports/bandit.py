@@ -18,6 +18,8 @@ SUPPORT_FLOOR = 1e-4
 ZOOM_SUPPORT, ZOOM_INSTABILITY = 10.0, 3.0
 """the zoom panel holds the headline points within these factors of GRPO's support and instability"""
 BASELINE = "grpo"
+FLAT = 0.01
+"""an accuracy curve never above this is flat at 0: the panel names the methods drawn there on top of each other"""
 
 
 def knob_text(curve: str, label: str) -> str:
@@ -182,14 +184,14 @@ def _zoom_points(points: pd.DataFrame) -> pd.DataFrame:
     return near if len(near) >= 3 else points.iloc[:0]
 
 
-def plane_figure(plane: pd.DataFrame, headline: float | None = None):
+def plane_figure(plane: pd.DataFrame, headline: float | None = None, draws: int | None = None):
     """The stability-support plane. Top left, large: the headline support overlap kappa (default: the largest),
     every method; x: support gain S on A-hard prompts (log; gains <= 1e-4, i.e. none or a loss, on the grey floor,
     hollow), y: instability (log), a line per method over its knob with the knob's value beside each point. Top
     right: the same kappa near GRPO (the points within 10x GRPO's support and 3x its instability, the dashed box on
     the left) with a linear support axis, where a loss (S < 0) shows. Bottom: the other kappas, small, on the large
     panel's axes. Colours by probe (mrl.reports.palette), a base probe's curves told apart by line style; GRPO a
-    black star on top."""
+    black star on top. draws: the Monte Carlo gradient draws behind each point, named in the title."""
     kappas = sorted(plane.kappa.unique())
     headline = max(kappas) if headline is None else headline
     if headline not in kappas:
@@ -262,12 +264,29 @@ def plane_figure(plane: pd.DataFrame, headline: float | None = None):
                                   color=probe_colour(curve), label=curve))
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), fontsize=9, frameon=False,
                title="method (knob swept)", title_fontsize=9, bbox_to_anchor=(0.5, 0.0))
-    fig.suptitle("Stability-support plane of the bandit (learner A; reconstruction of the MRL analysis)", y=0.97)
+    each = f"; each point from {draws:,} Monte Carlo gradient draws" if draws else ""
+    fig.suptitle(f"Stability-support plane of the bandit (learner A; reconstruction of the MRL analysis{each})",
+                 y=0.97)
     return fig
 
 
 DYNAMICS_METRICS = {"rescue type": "held-out accuracy on the rescue type",
                     "own-solvable": "held-out accuracy on own-solvable prompts", "entropy": "policy entropy (nats)"}
+
+
+def flat_methods(band: pd.DataFrame, methods: list[str], floor: float = FLAT) -> list[str]:
+    """The methods whose mean curve in `band` (curve_band rows of one panel) stays at or below `floor` throughout."""
+    peak = band.groupby("method")["mean"].max()
+    return [method for method in methods if peak.get(method, np.inf) <= floor]
+
+
+def name_flat_lines(ax, band: pd.DataFrame, methods: list[str]) -> None:
+    """Where two or more methods lie flat at 0 (at or below FLAT) on top of each other, says which, in the panel: a
+    reader sees one line and could not tell that the others are there."""
+    flat = flat_methods(band, methods)
+    if len(flat) > 1:
+        ax.text(0.98, 0.04, f"at or below {FLAT:g} throughout:\n" + "\n".join(flat), transform=ax.transAxes,
+                ha="right", va="bottom", fontsize=7, color="0.3")
 
 
 def dynamics_figure(runs: pd.DataFrame):
@@ -304,6 +323,8 @@ def dynamics_figure(runs: pd.DataFrame):
                 ax.plot(line.step, line["mean"], color=colour, ls=line_style(method, methods), lw=1.3,
                         zorder=4 if method == BASELINE else 3, label=method)
                 ax.fill_between(line.step, low, high, color=colour, alpha=0.15, lw=0, zorder=2)
+            if metric != "entropy":
+                name_flat_lines(ax, band[band.kappa == kappa], methods)
             ax.set_title(f"kappa = {kappa:g}: {metric}", fontsize=9)
             if row == len(kappas) - 1:
                 ax.set_xlabel("step")

@@ -76,6 +76,7 @@ def poison_table(evals: pd.DataFrame, steps: pd.DataFrame, poisoned: str,
             for column, table in diffs.items():
                 d = table.loc[(arm, policy)] if (arm, policy) in table.index else None
                 row[f"{column} Δ"] = (d["diff"], d.low, d.high, bool(d.real)) if d is not None else None
+                row[f"{column} units"] = d["units"] if d is not None else ()
             row["rejected claims"] = rejected.get(arm, np.nan)
             row["equals honest"] = "" if arm == base else _same_evals(learner_evals, arm, base, policy)
             rows.append(row)
@@ -92,7 +93,9 @@ def poison_table(evals: pd.DataFrame, steps: pd.DataFrame, poisoned: str,
 
 def poison_figure(numbers: pd.DataFrame, column: str = "weak"):
     """The paired difference (poisoned minus honest peer) of the learner's final `column` accuracy per probe and
-    arm, with its 95% t interval over the shared seeds; one marker per arm (open: re-verified, filled: the others)."""
+    arm: a marker at the mean (open: re-verified, filled: the others), each shared seed's own difference as a small
+    dot, and the 95% t interval over the shared seeds as a bar where there are MIN_PAIRS seeds or more (at n = 2 a
+    t interval is 12.7 standard errors wide and says nothing)."""
     arms = numbers[numbers.arm != "honest peer"].reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(arms) + 1.6))
     for y, row in arms.iterrows():
@@ -102,17 +105,22 @@ def poison_figure(numbers: pd.DataFrame, column: str = "weak"):
         mean, low, high, _ = diff
         colour = probe_colour(row.probe)
         trusting = not row.arm.endswith("re-verified")
-        if np.isfinite(low):
+        units = row.get(f"{column} units", ())
+        if len(units) >= MIN_PAIRS and np.isfinite(low):
             ax.plot([low, high], [y, y], color=colour, lw=1.5)
+        ax.plot(list(units), [y] * len(units), marker="|", ms=9, mew=1.2, color=colour, ls="none", alpha=0.7)
         ax.plot(mean, y, marker=MARKERS["trusting" if trusting else "re-verified"], ms=7, color=colour,
                 mfc=colour if trusting else "white", ls="none")
     ax.axvline(0.0, color="black", lw=0.9)
-    ax.set_yticks(range(len(arms)), [f"{r.probe}: {r.arm} ({r.policy}, n={r.runs})" for r in arms.itertuples()],
-                  fontsize=8)
+    ax.set_yticks(range(len(arms)), [f"{r.probe}: {r.arm} ({r.policy}, {r.runs} seed{'s' * (r.runs != 1)})"
+                                     for r in arms.itertuples()], fontsize=8)
     ax.invert_yaxis()
+    n_max = int(arms.runs.max()) if len(arms) else 0
+    spread = ("bar: 95% t interval over the shared seeds" if n_max >= MIN_PAIRS
+              else f"fewer than {MIN_PAIRS} seeds: no interval")
     ax.set(xlabel=f"final {column} accuracy: poisoned peer minus honest peer",
            title="The honest learner beside a poisoned peer, paired with the same probe beside an honest one\n"
-                 "(bar: 95% t interval over the shared seeds; open: forged successes re-verified)")
+                 f"(marker: mean; ticks: each shared seed; {spread}; open: forged successes re-verified)")
     ax.title.set_fontsize(9)
     fig.tight_layout()
     return fig
@@ -167,8 +175,10 @@ def scaling_figure(table: pd.DataFrame):
     left.set_ylim(bottom=0)
     seeds = table.seed.nunique() if "seed" in table else 1
     runs = "one run per point" if seeds == 1 else f"mean of {seeds} runs per point"
-    right.set(xlabel="policies n", ylabel="final held-out accuracy",
-              title=f"The pair's weak skills as peers are added ({runs})")
+    sizes = sorted(table.n.unique())
+    what = (f"The pair's weak skills as peers are added ({runs})" if len(sizes) > 1 else
+            f"The pair's weak skills at n = {sizes[0]} only ({runs};\nthe profile adds no peers)")
+    right.set(xlabel="policies n", ylabel="final held-out accuracy", title=what)
     top = max(means[[c for c in table.columns if " weak (" in c]].max().max(), 0.0)
     right.set_ylim(0, min(1.0, max(0.3, 1.2 * top)))   # from 0: single runs' differences are not magnified
     for ax in (left, right):

@@ -366,7 +366,7 @@ def base_rate_units(values: pd.DataFrame, probe: str) -> pd.DataFrame:
 
 def base_rate_sentence(evals: pd.DataFrame, probes: tuple[str, ...] = ("sgt", "prp")) -> str:
     """The base-rate figure in words, per probe: where its largest weak-form gain came from, and the rank correlation
-    between the warm-up's start and the gain over the (policy, warm-up) units (prototype2's prediction: sharing helps
+    between the warm-up's start and the gain over the (policy, warm-up) units (the prediction tested: sharing helps
     most at a low but non-zero base rate)."""
     values = endpoint_values(evals)
     sentences = []

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from mrl.reports.palette import COMPACT, fit_accuracy_axis, line_style, probe_palette
+from mrl.reports.palette import fit_accuracy_axis, line_style, probe_palette
 from mrl.reports.probes import (KEYS, PEER_USE, ci95, final_accuracy, probe_order, rescue_skills,
                                 stability_sentence)
 
@@ -45,7 +45,8 @@ def paired_differences(values: pd.DataFrame, column: str, baseline: str = BASELI
     """values: one row per run and policy (columns pairing, probe, policy, seed[, zoo_seed], `column`).
 
     Returns per (pairing, probe, policy), probes other than `baseline`: mean difference to the baseline over the
-    shared seeds, its 95% interval [low, high], the number of units n and `real` (the interval excludes 0).
+    shared seeds, its 95% interval [low, high], the number of units n, `real` (the interval excludes 0) and the
+    units' differences themselves (`units`, a tuple: what a figure draws where n is too small for an interval).
     by_zoo: the unit is the warm-up: the differences are averaged within each zoo seed first and the interval is
     over zoo seeds (n = zoo seeds); otherwise every shared (seed, zoo seed) pair is a unit."""
     pairs = pair_columns(values)
@@ -60,8 +61,8 @@ def paired_differences(values: pd.DataFrame, column: str, baseline: str = BASELI
         mean, low, high = t_interval(diffs)
         n = int(np.isfinite(diffs).sum())
         rows.append({"pairing": pairing, "probe": probe, "policy": policy, "diff": mean, "low": low, "high": high,
-                     "n": n, "real": is_real(low, high, n)})
-    return pd.DataFrame(rows, columns=KEYS + ["diff", "low", "high", "n", "real"])
+                     "n": n, "real": is_real(low, high, n), "units": tuple(float(d) for d in diffs)})
+    return pd.DataFrame(rows, columns=KEYS + ["diff", "low", "high", "n", "real", "units"])
 
 
 def rollouts_to_reach(rollouts, accuracy, target: float) -> float:
@@ -229,17 +230,63 @@ def paired_curves(weak: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def run_differences(weak: pd.DataFrame, probe: str, baseline: str = BASELINE) -> pd.DataFrame:
+    """Per shared run (pair columns) and evaluation step: the probe's weak-skill accuracy minus the baseline's on the
+    same seeds (column diff). weak: one pairing and policy's rows of weak_skill_evals."""
+    pairs = pair_columns(weak)
+    keys = pairs + ["step"]
+    mine = weak[weak.probe == probe].set_index(keys).accuracy
+    base = weak[weak.probe == baseline].set_index(keys).accuracy
+    shared = mine.index.intersection(base.index)
+    return (mine.loc[shared] - base.loc[shared]).rename("diff").reset_index()
+
+
+def draw_spread(ax, runs: pd.DataFrame, x: str, y: str, band: pd.DataFrame | None, colour: str, n: int,
+                clip: bool = False) -> None:
+    """What a curve's spread honestly is: with at least MIN_PAIRS runs, the band [low, high] of `band` (the 95% t
+    interval); with fewer, where a t interval is not informative (at n = 2 it is 12.7 standard errors wide), each
+    run's own line, thin. runs: one row per run and x (pair columns, x, y)."""
+    if n >= MIN_PAIRS and band is not None and not band.empty:
+        low, high = band["low"], band["high"]
+        if clip:
+            low, high = low.clip(0, 1), high.clip(0, 1)
+        ax.fill_between(band[x], low, high, color=colour, alpha=0.12, lw=0)
+        return
+    for _, run in runs.groupby(pair_columns(runs), sort=False):
+        run = run.sort_values(x)
+        ax.plot(run[x], run[y], color=colour, lw=0.6, alpha=0.45, zorder=1)
+
+
+def spread_text(n_runs: pd.Series) -> str:
+    """The figure's legend of spreads: 'band: 95% t interval over the runs' where every curve has >= MIN_PAIRS
+    runs, 'thin lines: each run' where none has, both where it varies."""
+    if n_runs.min() >= MIN_PAIRS:
+        return "band: 95% t interval over the runs"
+    if n_runs.max() < MIN_PAIRS:
+        return f"thin lines: each run (fewer than {MIN_PAIRS} runs: no interval)"
+    return f"band: 95% t interval over >= {MIN_PAIRS} runs; thin lines: each run where fewer"
+
+
+def rollouts_per_step(weak: pd.DataFrame) -> pd.Series:
+    """Per probe: own rollouts per RL step relative to the baseline's (gspo_x2 samples twice the group: 2.0)."""
+    last = weak[weak.step == weak.step.max()]
+    per_step = last.groupby("probe").rollouts.mean() / max(weak.step.max(), 1)
+    base = per_step.get(BASELINE, per_step.min())
+    return (per_step / base).round(1)
+
+
 def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str, list[str]] | None = None,
-                      split: str = "held-out", smooth: int = 25, zoo_seed: int | None = None):
-    """Two rows per policy, a column per group of probes (`panels`: {title: probes}; None: one group of all).
-    Upper row: the weak skill's `split` accuracy vs own rollouts, one line per probe (mean over runs), band: the 95%
-    t interval of that probe's mean over its runs (clipped to [0, 1]; unpaired; none for one run). Lower row: the
-    paired difference to GRPO vs RL step, band: its 95% t interval over the shared seeds, the tables' interval at
-    the last step. Last column: training reward (the policy's mean reward per step, rolling mean over `smooth` steps,
-    mean over runs) vs step, lines only, its legend below it. The panels of a row share their y scale. zoo_seed: only the runs on that zoo seed (a group keeps
-    the probes that ran there, if two or more did). Each probe has its colour of mrl.reports.palette, the same in
-    every figure; knob variants ("hacpo (minibatches=4)") their base probe's colour and a line style of their own;
-    grpo on top."""
+                      split: str = "held-out", smooth: int = 25, zoo_seed: int | None = None, setting: str = ""):
+    """Three rows per policy, a column per group of probes (`panels`: {title: probes}; None: one group of all), RL
+    step on every x axis. Top: the weak skill's `split` accuracy, one line per probe (mean over its runs). Middle:
+    the paired difference to GRPO on the same seeds. Bottom: the training reward (the policy's mean reward per
+    step, rolling mean over `smooth` steps, mean over runs). Spread (`draw_spread`): the 95% t interval where a
+    probe has MIN_PAIRS runs or more, each run's thin line where fewer. The accuracy and difference panels of a
+    policy share their y scale. zoo_seed: only the runs on that zoo seed (a group keeps the probes that ran there,
+    if two or more did). setting: the task (and anything else) the title names first. A probe sampling more
+    rollouts per step than GRPO (gspo_x2) says so in its legend label. Each probe has its colour of
+    mrl.reports.palette, the same in every figure; knob variants their base probe's colour and a line style of
+    their own; grpo on top."""
     order = probe_order(evals)
     if zoo_seed is not None:
         evals, steps = evals[evals.zoo_seed == zoo_seed], steps[steps.zoo_seed == zoo_seed]
@@ -249,10 +296,10 @@ def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str
     weak = weak_skill_evals(evals, split)
     colours = probe_palette(order)
     styles = {probe: line_style(probe, order) for probe in order}
-    runs = list(dict.fromkeys(zip(weak.pairing, weak.policy, weak.skill)))
-    fig, axes = plt.subplots(2 * len(runs), len(panels) + 1, figsize=(4.6 * (len(panels) + 1), 6.4 * len(runs)),
+    policies = list(dict.fromkeys(zip(weak.pairing, weak.policy, weak.skill)))
+    fig, axes = plt.subplots(3 * len(policies), len(panels), figsize=(5.4 * len(panels), 8.4 * len(policies)),
                              squeeze=False)
-    accuracy = curve_band(weak, "rollouts", "accuracy", ["pairing", "policy", "probe"])
+    accuracy = curve_band(weak, "step", "accuracy", ["pairing", "policy", "probe"])
     paired = paired_curves(weak)
     reward = steps.sort_values("step").assign(
         smoothed=lambda f: f.groupby(KEYS + pair_columns(f)).reward.transform(
@@ -260,48 +307,48 @@ def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str
     reward = reward.groupby(["pairing", "policy", "probe", "step"], sort=False).smoothed.mean().reset_index()
     n_runs = weak.groupby(["pairing", "policy", "probe"]).apply(lambda g: len(g.groupby(pair_columns(g))),
                                                                 include_groups=False)
-    for index, (pairing, policy, skill) in enumerate(runs):
-        top, bottom = axes[2 * index], axes[2 * index + 1]
+    scale = rollouts_per_step(weak)
+    for index, (pairing, policy, skill) in enumerate(policies):
+        top, middle, bottom = axes[3 * index], axes[3 * index + 1], axes[3 * index + 2]
         of_policy = lambda frame, probe: frame[(frame.pairing == pairing) & (frame.policy == policy)  # noqa: E731
                                                & (frame.probe == probe)]
-        for ax, low_ax, (title, probes) in zip(top, bottom, panels.items()):
+        mine = weak[(weak.pairing == pairing) & (weak.policy == policy)]
+        for ax, diff_ax, reward_ax, (title, probes) in zip(top, middle, bottom, panels.items()):
             for probe in [p for p in order if p in probes]:
+                n = int(n_runs.get((pairing, policy, probe), 0))
+                z = 3 if probe == BASELINE else 2
                 line = of_policy(accuracy, probe)
                 if not line.empty:
-                    ax.plot(line.rollouts, line["mean"], color=colours[probe], ls=styles[probe], lw=1.4,
-                            zorder=3 if probe == BASELINE else 2,
-                            label=f"{probe} (n={n_runs.get((pairing, policy, probe), 0)})")
-                    ax.fill_between(line.rollouts, line["low"].clip(0, 1), line["high"].clip(0, 1),
-                                    color=colours[probe], alpha=0.12, lw=0)
+                    more = f", {scale[probe]:g}x rollouts/step" if scale.get(probe, 1.0) != 1.0 else ""
+                    ax.plot(line.step, line["mean"], color=colours[probe], ls=styles[probe], lw=1.5, zorder=z,
+                            label=f"{probe} ({n} runs{more})")
+                    draw_spread(ax, mine[mine.probe == probe], "step", "accuracy", line, colours[probe], n, clip=True)
                 diff = of_policy(paired, probe) if not paired.empty else paired
                 if not diff.empty:
-                    low_ax.plot(diff.step, diff["diff"], color=colours[probe], ls=styles[probe], lw=1.4, label=probe)
-                    low_ax.fill_between(diff.step, diff["low"], diff["high"], color=colours[probe], alpha=0.12, lw=0)
-            ax.set(xlabel="own rollouts", title=f"{policy}'s weak skill {skill}: {title}")
+                    diff_ax.plot(diff.step, diff["diff"], color=colours[probe], ls=styles[probe], lw=1.5,
+                                 label=f"{probe} ({int(diff.n.max())} pairs)")
+                    draw_spread(diff_ax, run_differences(mine, probe), "step", "diff", diff, colours[probe],
+                                int(diff.n.max()))
+                curve = of_policy(reward, probe)
+                if not curve.empty:
+                    reward_ax.plot(curve.step, curve.smoothed, color=colours[probe], ls=styles[probe], lw=1.0,
+                                   zorder=z)
+            ax.set(xlabel="RL step", title=f"{policy}'s weak skill {skill}: {title}")
             fit_accuracy_axis(ax, f"{split} accuracy on {skill}")
-            ax.xaxis.set_major_formatter(COMPACT)
-            ax.legend(fontsize=7, loc="best")
-            low_ax.axhline(0.0, color=colours.get(BASELINE, "k"), lw=0.9, zorder=3, label=f"{BASELINE} (0)")
-            low_ax.set(xlabel="RL step", ylabel=f"difference to {BASELINE} on {skill}",
-                       title=f"{policy}: paired difference to {BASELINE}, 95% interval")
-            low_ax.legend(fontsize=7, loc="best")
-        ax = top[-1]
-        for probe in order:
-            line = of_policy(reward, probe)
-            if not line.empty:
-                ax.plot(line.step, line.smoothed, color=colours[probe], ls=styles[probe], lw=1.0, label=probe,
-                        zorder=3 if probe == BASELINE else 2)
-        ax.set(xlabel="RL step", ylabel=f"training reward ({smooth}-step mean)", title=f"{policy}: training reward")
-        share_y(top[:-1])      # one scale across a policy's panels: their probes compare at a glance
-        share_y(bottom[:-1])
-        bottom[-1].axis("off")
-        bottom[-1].legend(*ax.get_legend_handles_labels(), loc="upper center", fontsize=7, ncol=2,
-                          title=f"{policy}: training reward", title_fontsize=7, frameon=False)
+            ax.legend(fontsize=7, loc="upper left")
+            diff_ax.axhline(0.0, color=colours.get(BASELINE, "k"), lw=0.9, zorder=3)
+            diff_ax.set(xlabel="RL step", ylabel=f"difference to {BASELINE} on {skill}",
+                        title=f"{policy}: minus {BASELINE} on the same seeds")
+            diff_ax.legend(fontsize=7, loc="upper left")
+            reward_ax.set(xlabel="RL step", ylabel=f"training reward ({smooth}-step mean)",
+                          title=f"{policy}: training reward (mean over runs)")
+        share_y(top)         # one scale across a policy's panels: their probes compare at a glance
+        share_y(middle)
+        share_y(bottom)
     zoo = f", zoo seed {evals.zoo_seed.iloc[0]}" if "zoo_seed" in evals and evals.zoo_seed.nunique() == 1 else ""
-    band = ("band: 95% t interval of each probe's mean over its n runs, unpaired" if n_runs.max() > 1
-            else "one run per probe: no band")
-    fig.suptitle(f"{pairing}{zoo}: weak skill ({split} prompts), mean over runs ({band}),\npaired difference to "
-                 f"{BASELINE} (band: its 95% t interval over the shared seeds), training reward", y=1.0)
+    where = f"{setting}, " if setting else ""
+    fig.suptitle(f"{where}{pairing}{zoo}: each policy's weak skill ({split} prompts, mean over runs), its paired "
+                 f"difference to {BASELINE}, and the training reward\n({spread_text(n_runs)})", y=1.0)
     fig.tight_layout()
     return fig
 

@@ -28,7 +28,8 @@ ALIASES = {"is-prp": "prp", "naive-prp": "prp_naive", "x-grpo": "xgrpo", "gspo-x
 """the bandit analysis's and the papers' names of the probes they reconstruct (lower case)"""
 OTHER = "#7f7f7f"
 POLICY_COLOURS = {"A": "#1b9e77", "B": "#d95f02", "C": "#7570b3", "D": "#e7298a", "E": "#66a61e"}
-PHASE_COLOURS = {"rollout": "#1f77b4", "update": "#ff7f0e", "evaluate": "#2ca02c"}
+PHASE_COLOURS = {"rollout": "#e6ab02", "update": "#4d4d4d", "evaluate": "#bdbdbd"}
+"""amber, charcoal and light grey: no probe's colour, so a timeline never reads as a probe comparison"""
 VARIANT_STYLES = ["-", "--", ":", "-.", (0, (8, 2)), (0, (4, 1.5, 1, 1.5, 1, 1.5)), (0, (1, 1)), (0, (8, 2, 1, 2))]
 """matplotlib line styles: solid, dashed, dotted, dash-dot, long dash, dash-dot-dot, densely dotted, long dash-dot (dash
 patterns (on, off, ...) in line widths); the variants of a base probe take them in this order"""

@@ -186,25 +186,31 @@ def _curve_grid(frame: pd.DataFrame, order: list[str], title: str):
     return grid.figure
 
 
-def accuracy_figure(evals: pd.DataFrame):
+def accuracy_figure(evals: pd.DataFrame, setting: str = ""):
     """Overall accuracy vs own rollouts per probe; a panel per pairing and policy; solid held-out, dashed pool;
-    line: mean over seeds, band: its 95% t interval."""
+    line: mean over seeds, band: its 95% t interval. setting: the task and zoo seed, named first in the title."""
     curves = with_overall(evals)
     curves = curves[curves.skill == "overall"]
     curves = curves.assign(run=curves.pairing + ": policy " + curves.policy)
     return _curve_grid(curves, probe_order(evals),
-                       f"Overall greedy accuracy vs own rollouts (mean over seeds, {band_text(evals)})")
+                       f"{_setting(setting)}Overall greedy accuracy vs own rollouts (mean over seeds, "
+                       f"{band_text(evals)})")
 
 
-def rescue_figure(evals: pd.DataFrame):
+def rescue_figure(evals: pd.DataFrame, setting: str = ""):
     """Accuracy on the skill each policy lacks (rescue_skills), per probe; solid held-out, dashed pool; line: mean
-    over seeds, band: its 95% t interval."""
+    over seeds, band: its 95% t interval. setting: the task and zoo seed, named first in the title."""
     lacks = rescue_skills(evals)
     mask = [lacks.get((p, q)) == s for p, q, s in zip(evals.pairing, evals.policy, evals.skill)]
     rescue = evals[mask]
     rescue = rescue.assign(run=rescue.pairing + ": " + rescue.policy + " lacks " + rescue.skill)
-    return _curve_grid(rescue, probe_order(evals), f"Rescue skill: accuracy on the skill each policy lacks "
-                                                   f"(mean over seeds, {band_text(evals)})")
+    return _curve_grid(rescue, probe_order(evals), f"{_setting(setting)}Rescue skill: accuracy on the skill each "
+                                                   f"policy lacks (mean over seeds, {band_text(evals)})")
+
+
+def _setting(setting: str) -> str:
+    """A figure title's opening: 'arith-ops, zoo seed 0: ' (empty without a setting)."""
+    return f"{setting}: " if setting else ""
 
 
 def summary_table(evals: pd.DataFrame) -> pd.DataFrame:
@@ -310,10 +316,12 @@ def hyperparameter_table(config, probe_cfgs) -> pd.DataFrame:
     return frame
 
 
-def stepwise_clipping_figure(steps: pd.DataFrame, delta: float, delta_step: float, minibatches: int):
+def stepwise_clipping_figure(steps: pd.DataFrame, delta: float, delta_step: float, minibatches: int,
+                             smooth: int = 5):
     """Left: the peer ratio's clip range per minibatch update m for each clipping variant. Right: the fraction
     of peer samples inside it over training (mean over policies and seeds), a line per variant (hacpo's colour,
-    a line style each)."""
+    a line style each; thin per step, thick its centred `smooth`-step mean). A variant that keeps every sample
+    (clipping=none) is named, not drawn: its line at 1 would squash the range where the others differ."""
     from mrl.probes.hacpo_primitives import stepwise_lower_bound
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -330,14 +338,25 @@ def stepwise_clipping_figure(steps: pd.DataFrame, delta: float, delta_step: floa
     rows = steps.dropna(subset=["peer_kept"])
     rows = rows[rows.peer_samples > 0].assign(kept=lambda f: f.peer_kept / f.peer_samples)
     order = list(dict.fromkeys(rows.probe))
+    kept_all = []
     for probe in order:
         kept = rows[rows.probe == probe].groupby("step").kept.mean()
-        right.plot(kept.index, kept.values, color=probe_colour(probe), ls=line_style(probe, order), lw=1.2,
-                   label=probe)
-    right.set(xlabel="RL step", title="clipping variants (HACPO), mean over policies and seeds")
+        if (kept > 1 - 1e-9).all():      # no clipping keeps every sample: a flat line at 1 would squash the others
+            kept_all.append(probe)
+            continue
+        smoothed = kept.rolling(smooth, min_periods=1, center=True).mean()
+        right.plot(kept.index, kept.values, color=probe_colour(probe), ls=line_style(probe, order), lw=0.5,
+                   alpha=0.35)
+        right.plot(smoothed.index, smoothed.values, color=probe_colour(probe), ls=line_style(probe, order), lw=1.6,
+                   label=f"{probe} (mean {kept.mean():.2f})")
+    if kept_all:
+        right.text(0.98, 0.97, "kept every peer sample (not drawn):\n" + "\n".join(kept_all), ha="right", va="top",
+                   fontsize=7, color="0.3", transform=right.transAxes)
+    runs = rows.groupby(["probe", *[c for c in ("seed", "zoo_seed") if c in rows]]).ngroups // max(len(order), 1)
+    right.set(xlabel="RL step", title=f"peer samples kept per step, mean over policies and {runs} runs\n"
+                                      f"(thick: {smooth}-step mean, thin: each step)")
+    right.title.set_fontsize(10)
     fit_accuracy_axis(right, "fraction of peer samples inside the clip range")
-    low, high = right.get_ylim()
-    right.set_ylim(low, max(high, 1.04))   # "none" keeps every sample: its line at 1 must not hide on the frame
-    right.legend(fontsize=7, loc="best")
+    right.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     return fig

@@ -90,9 +90,10 @@ def skill_matrix(accuracy: pd.DataFrame, split: str = "held-out") -> pd.DataFram
     return wide.reset_index().rename_axis(columns=None)
 
 
-def warmup_figure(accuracy: pd.DataFrame, zoo: dict):
+def warmup_figure(accuracy: pd.DataFrame, zoo: dict, setting: str = ""):
     """Left: warm-up loss per family (log axis, decimal ticks); right: greedy accuracy per skill and family
-    (held-out), each family in its colour of mrl.reports.palette."""
+    (held-out), each family in its colour of mrl.reports.palette. setting: the task and zoo seed, named in the
+    title."""
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.6))
     for name, policy in zoo.items():
         ax_loss.plot(policy.record["warmup_loss"], label=f"{name} ({policy.family.arch}/{policy.family.tokenizer})",
@@ -106,6 +107,8 @@ def warmup_figure(accuracy: pd.DataFrame, zoo: dict):
     sns.barplot(data=held_out, x="skill", y="accuracy", hue="policy", ax=ax_acc, saturation=1.0,
                 palette={name: policy_colour(name) for name in held_out.policy.unique()})
     ax_acc.set(ylim=(0, 1), title="Greedy accuracy on held-out prompts", ylabel="accuracy")
+    if setting:
+        fig.suptitle(f"The zoo's warm-up ({setting})")
     fig.tight_layout()
     return fig
 
@@ -249,10 +252,15 @@ def thl_residual_table(tokenizers: dict, corpora: dict[str, dict[str, dict]]) ->
     return pd.DataFrame(rows)
 
 
+THL_METRIC_NAMES = {"inexact_rate": "inexact alignment rate", "coarseness": "coarseness",
+                    "round_trip_failure_rate": "round-trip failure rate"}
+
+
 def thl_heatmaps(table: pd.DataFrame, metrics=("inexact_rate", "coarseness", "round_trip_failure_rate")):
-    """One heatmap (source x receiver) per corpus and metric."""
+    """One heatmap (source x receiver) per corpus and metric, every one a rate on the same 0-1 colour scale, read
+    off the one colour bar at the right; metric names in words (THL_METRIC_NAMES)."""
     corpora = list(dict.fromkeys(table.corpus))
-    fig, axes = plt.subplots(len(corpora), len(metrics), figsize=(4.6 * len(metrics), 4.0 * len(corpora)),
+    fig, axes = plt.subplots(len(corpora), len(metrics), figsize=(4.6 * len(metrics) + 0.8, 4.0 * len(corpora)),
                              squeeze=False)
     order = list(dict.fromkeys(table.source))
     for i, corpus in enumerate(corpora):
@@ -260,8 +268,11 @@ def thl_heatmaps(table: pd.DataFrame, metrics=("inexact_rate", "coarseness", "ro
             grid = table[table.corpus == corpus].pivot(index="source", columns="receiver", values=metric)
             sns.heatmap(grid.loc[order, order], annot=True, fmt=".2f", vmin=0, vmax=1, cmap="viridis", cbar=False,
                         ax=axes[i, j], annot_kws={"size": 7})
-            axes[i, j].set_title(f"{metric} ({corpus})", fontsize=9)
-    fig.tight_layout()
+            axes[i, j].set_title(f"{THL_METRIC_NAMES.get(metric, metric)} ({corpus} corpus)", fontsize=9)
+    fig.suptitle("THL residuals per ordered tokenizer pair (source -> receiver)")
+    fig.tight_layout(rect=(0, 0, 0.93, 1))
+    bar = fig.colorbar(axes[0, 0].collections[0], ax=list(axes.flat), fraction=0.02, pad=0.02)
+    bar.set_label("rate: share of sequences (coarseness: share of receiver tokens not aligned one to one)")
     return fig
 
 
@@ -373,6 +384,7 @@ def mwra_timeline_figure(runs: dict[str, dict], max_seconds: float | None = None
     axes[-1, 0].set_xlim(left=0)
     axes[-1, 0].set_xlabel("seconds since the backend's first step (its step-0 evaluation)")
     handles = [Patch(color=colour, label=phase) for phase, colour in PHASE_COLOURS.items()]
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    fig.legend(handles=handles, loc="upper center", frameon=False, ncol=len(handles), bbox_to_anchor=(0.5, 1.0))
+    fig.suptitle("MWRA: when each policy's worker rolls out, updates and evaluates, per backend", y=0.995)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.legend(handles=handles, loc="upper center", frameon=False, ncol=len(handles), bbox_to_anchor=(0.5, 0.965))
     return fig
