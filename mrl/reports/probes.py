@@ -349,11 +349,11 @@ def stepwise_clipping_figure(steps: pd.DataFrame, delta: float, delta_step: floa
                    alpha=0.35)
         right.plot(smoothed.index, smoothed.values, color=probe_colour(probe), ls=line_style(probe, order), lw=1.6,
                    label=f"{probe} (mean {kept.mean():.2f})")
-    if kept_all:
-        right.text(0.98, 0.97, "kept every peer sample (not drawn):\n" + "\n".join(kept_all), ha="right", va="top",
-                   fontsize=7, color="0.3", transform=right.transAxes)
+    for probe in kept_all:   # a legend entry without a line: named where the reader looks for it
+        right.plot([], [], ls="none", label=f"{probe}: keeps all (1.0, not drawn)")
     runs = rows.groupby(["probe", *[c for c in ("seed", "zoo_seed") if c in rows]]).ngroups // max(len(order), 1)
-    right.set(xlabel="RL step", title=f"peer samples kept per step, mean over policies and {runs} runs\n"
+    right.set(xlabel="RL step", title=f"peer samples kept per step, mean over policies and {runs} "
+                                      f"run{'s' * (runs != 1)}\n"
                                       f"(thick: {smooth}-step mean, thin: each step)")
     right.title.set_fontsize(10)
     fit_accuracy_axis(right, "fraction of peer samples inside the clip range")
