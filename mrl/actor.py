@@ -22,10 +22,11 @@ from mrl import numerics
 from mrl.config import ConfigError, GrpoConfig, PlacementConfig, TaskConfig
 from mrl.evaluation import skill_accuracy
 from mrl.microbatch import MicroBatchedLogprobs
+from mrl.mismatch import mismatch_stats, sampler_weights, weight_stats
 from mrl.placement import active_dropout, cast_parameters, frozen_dtype, precision, resolve_device, set_training
 from mrl.probes import PeerView, ProbeConfig, get_probe
 from mrl.rollout import (RolloutBatch, completion_logprobs, completion_texts, prompt_renderer, sample_groups,
-                         score)
+                         score, stop_ids)
 from mrl.see import GroupStats, Rollout, Success
 from mrl.seeding import step_generator
 from mrl.tasks import make_task
@@ -95,7 +96,7 @@ def batch_records(batch: RolloutBatch, texts: list[tuple[str, bool]], run_id: st
         ids = batch.completion_ids[i, :n].tolist()
         records.append(Rollout(run_id, batch.policy, version, problem.pid, problem.prompt, text, ids,
                                batch.sample_logp[i, :n].tolist(), float(batch.rewards[i]),
-                               "eos" if ids and ids[-1] == batch.eos_id else "length", tokenizer_id, sample=i))
+                               "eos" if ids and ids[-1] in batch.stop_ids else "length", tokenizer_id, sample=i))
         if batch.rewards[i] > 0:
             records.append(Success(batch.policy, version, problem.pid, text, verifier_id, sample=i))
     for x, (problem, group) in enumerate(zip(batch.problems, batch.rewards.view(-1, batch.group_size))):
@@ -199,8 +200,12 @@ class PolicyActor:
         if rescore:
             sample_logp = completion_mask * self.scored_logprobs(self.model, prompt_ids, prompt_mask, completion_ids,
                                                                  completion_mask)
+        sample_weight, sampler = None, {}
+        if self.sampler is not self.model:   # the samples' distribution is the bf16 copy's: measure the mismatch
+            sample_weight, sampler = self.sampler_mismatch(prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                                           sample_logp)
         expanded = [p for p in problems for _ in range(cfg.group_size)]
-        texts = completion_texts(self.tokenizer, completion_ids, completion_mask, self.tokenizer.eos_token_id)
+        texts = completion_texts(self.tokenizer, completion_ids, completion_mask, stop_ids(self.tokenizer))
         rewards = score(texts, expanded, self.task.verify, self.device)
         ref_logp = None
         if self.reference is not None:
@@ -219,9 +224,24 @@ class PolicyActor:
             sample_logp=sample_logp, rewards=rewards, grpo=cfg, tokenizer=self.tokenizer, verify=self.task.verify,
             logprobs=self.logprobs, generator=step_generator(cfg.seed, step, f"{self.name}/probe", self.device),
             state=self.probe_state, ref_logp=ref_logp, teacher_logp=teacher_logp, teacher_failed=teacher_failed,
-            render=self.render)
+            render=self.render, sample_weight=sample_weight)
         return {"records": self.records(self.pending, texts), "reward": rewards.mean().item(),
-                "seconds": time.perf_counter() - start}
+                "seconds": time.perf_counter() - start, "sampler": sampler}
+
+    def sampler_mismatch(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
+                         completion_mask: Tensor, train_logp: Tensor) -> tuple[Tensor | None, dict]:
+        """(the sampler correction's weight, None when it is off; the step's mismatch statistics): the bf16
+        sampler scores its own completions, and |log pi_train - log pi_sampler| per token gives TRL's
+        sampling_logp_difference (mrl.mismatch). All (N, T); train_logp: the ratio's old log-probs."""
+        cfg = self.cfg
+        sampler_logp = completion_mask * self.scored_logprobs(self.sampler, prompt_ids, prompt_mask, completion_ids,
+                                                              completion_mask)
+        stats = mismatch_stats(train_logp, sampler_logp, completion_mask)
+        if cfg.sampler_correction == "off":
+            return None, stats
+        weight = sampler_weights(train_logp, sampler_logp, completion_mask, cfg.sampler_correction,
+                                 cfg.sampler_clip_min, cfg.sampler_clip_max)
+        return weight, {**stats, **weight_stats(weight, completion_mask)}
 
     def records(self, batch: RolloutBatch, texts: list[tuple[str, bool]]) -> list:
         """The step's experience as SEE records (batch_records)."""

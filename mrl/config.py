@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 
 from mrl.grpo import LEVELS, LOSS_TYPES
+from mrl.mismatch import SAMPLER_CORRECTIONS
 from mrl.mwra import BACKENDS
 from mrl.tracking import REPORT_TO
 from mrl.validation import (Bool, ConfigError, Count, Float, Fraction, Int, NonEmpty, Positive, PositiveInt, Str,
@@ -196,6 +197,15 @@ class GrpoConfig:
     """k3 KL coefficient against the frozen warm-up policy"""
     kl_bias_correction: Bool = False
     """multiply k3 by the importance ratio (TRL's use_bias_correction_kl)"""
+    sampler_correction: Literal[SAMPLER_CORRECTIONS] = "off"
+    """under a bf16 sampler (PlacementConfig.dtype bfloat16), weight each own token's surrogate by pi_train /
+    pi_sampler by TRL's rule of this name (vllm_importance_sampling_mode; mrl.mismatch): token_truncate,
+    token_mask, sequence_truncate or sequence_mask; off (the CPU profiles, whose sampler is the model) adds no
+    weight. The mismatch itself is logged every step either way (sampler_logp_diff_mean, sampler_logp_diff_max)"""
+    sampler_clip_min: Float | None = None
+    """the weight's lower bound (TRL's vllm_importance_sampling_clip_min; None: open)"""
+    sampler_clip_max: Float | None = 3.0
+    """the weight's upper bound (TRL's vllm_importance_sampling_clip_max, 3.0 there too; None: open)"""
     engine: Literal[ENGINES] = "fast"
     """sampling and log-prob engine: fast (mrl.fast, for the gpt2 / llama / qwen2 checkpoints it implements
     exactly; any other falls back to transformers), hf (the transformers forward, the reference) or generate

@@ -6,7 +6,7 @@ from typing import Callable
 import torch
 
 from mrl.placement import set_training
-from mrl.rollout import as_written, completion_texts, encode_prompts, sample_completions, score
+from mrl.rollout import as_written, completion_texts, encode_prompts, sample_completions, score, stop_ids
 
 
 @torch.no_grad()
@@ -21,9 +21,9 @@ def greedy_accuracy(model, tokenizer, problems, verify, max_new_tokens: int = 6,
         chunk = problems[start:start + batch_size]
         ids, mask = encode_prompts(tokenizer, [render(p.prompt) for p in chunk], model.device)
         completion_ids, completion_mask, _ = sample_completions(
-            model, ids, mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
+            model, ids, mask, max_new_tokens=max_new_tokens, eos_id=stop_ids(tokenizer),
             pad_id=tokenizer.pad_token_id, greedy=True, engine=engine, with_logprobs=False)
-        texts = completion_texts(tokenizer, completion_ids, completion_mask, tokenizer.eos_token_id)
+        texts = completion_texts(tokenizer, completion_ids, completion_mask, stop_ids(tokenizer))
         correct += score(texts, chunk, verify, model.device).sum().item()
     return correct / len(problems)
 

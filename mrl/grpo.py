@@ -84,13 +84,16 @@ def aggregate(per_token_loss: Tensor, mask: Tensor, loss_type: str, max_completi
 def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, level: str = "token",
                 loss_type: str = "grpo", eps_low: float = 0.2, eps_high: float | None = None, beta: float = 0.0,
                 ref_logp: Tensor | None = None, max_completion_length: int | None = None,
-                kl_bias_correction: bool = False, num_items: float | None = None) -> tuple[Tensor, dict]:
+                kl_bias_correction: bool = False, num_items: float | None = None,
+                sample_weight: Tensor | None = None) -> tuple[Tensor, dict]:
     """Clipped surrogate with optional k3 KL, aggregated as `loss_type`.
 
-    l_it = -min(w A_i, clip(w, 1 - eps_low, 1 + eps_high) A_i) + beta * k3_it (k3 times w when
-    kl_bias_correction, TRL's use_bias_correction_kl), w the token ratio or the GSPO sequence ratio.
-    logp, old_logp, mask, ref_logp: (B, T); advantages: (B,) or (B, T). Returns (loss, stats) where
-    stats holds detached clip fractions and the mean KL.
+    l_it = -rho_it min(w A_i, clip(w, 1 - eps_low, 1 + eps_high) A_i) + beta * k3_it (k3 times w when
+    kl_bias_correction, TRL's use_bias_correction_kl), w the token ratio or the GSPO sequence ratio, rho the
+    sampler correction's weight (mrl.mismatch.sampler_weights; 1 when sample_weight is None), applied where TRL
+    applies it: to the surrogate, before the KL term.
+    logp, old_logp, mask, ref_logp: (B, T); advantages: (B,) or (B, T); sample_weight: (B, T) or (B, 1). Returns
+    (loss, stats) where stats holds detached clip fractions and the mean KL.
     """
     eps_high = eps_low if eps_high is None else eps_high
     if advantages.dim() == 1:
@@ -99,6 +102,8 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
     ratio = torch.exp(log_importance_weights(logp, old_logp, mask, level))
     clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
     per_token_loss = -torch.min(ratio * advantages, clipped * advantages)
+    if sample_weight is not None:
+        per_token_loss = per_token_loss * sample_weight
     stats = {}
     if beta != 0.0:
         if ref_logp is None:

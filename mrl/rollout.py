@@ -70,8 +70,41 @@ def encode_prompts(tokenizer, prompts: list[str], device: torch.device | str = "
             torch.tensor(enc["attention_mask"], dtype=torch.long, device=device))
 
 
+StopIds = int | tuple[int, ...]
+"""the token ids that end a completion: one EOS id, or a checkpoint's several (stop_ids)"""
+
+
+def stop_ids(tokenizer) -> tuple[int, ...]:
+    """Every id that ends a completion of this tokenizer's checkpoint: its EOS first (the id mrl appends where it
+    writes a completion), then the `eos_token_id`s of the checkpoint's generation config, which may list several
+    (Llama 3's <|end_of_text|>, <|eom_id|> and <|eot_id|>; Qwen2.5's <|im_end|> and <|endoftext|>), read from the
+    folder the tokenizer was loaded from. A tokenizer built in memory, or a folder without a generation config
+    (the zoo's, whose one EOS is the tokenizer's), has its EOS alone."""
+    return _stop_ids(str(getattr(tokenizer, "name_or_path", "") or ""), tokenizer.eos_token_id)
+
+
+@functools.lru_cache(maxsize=64)
+def _stop_ids(folder: str, eos_id: int) -> tuple[int, ...]:
+    from pathlib import Path
+
+    ids = [eos_id]
+    if folder and (Path(folder) / "generation_config.json").is_file():
+        from transformers import GenerationConfig
+
+        extra = GenerationConfig.from_pretrained(folder).eos_token_id
+        ids += [extra] if isinstance(extra, int) else list(extra or [])
+    return tuple(dict.fromkeys(i for i in ids if i is not None))
+
+
+def is_stop(ids: Tensor, stops: StopIds) -> Tensor:
+    """Whether each id ends a completion (ids of any shape -> bool of that shape)."""
+    if isinstance(stops, int) or len(stops) == 1:
+        return ids == (stops if isinstance(stops, int) else stops[0])
+    return torch.isin(ids, torch.tensor(stops, device=ids.device))
+
+
 @torch.no_grad()
-def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: int,
+def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: StopIds,
                        pad_id: int, generator: torch.Generator | None = None, temperature: float = 1.0,
                        greedy: bool = False, min_new_tokens: int = 0, engine: str = "hf",
                        with_logprobs: bool = True) -> tuple[Tensor, Tensor, Tensor | None]:
@@ -79,6 +112,7 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
 
     prompt_ids, prompt_mask: (B, P) left-padded. Returns completion_ids (B, T), completion_mask
     (B, T) with 1 up to and including the first EOS, and the sampling log-probs (B, T) (0 where masked).
+    eos_id: the id, or ids (stop_ids), that end a completion.
     min_new_tokens suppresses EOS for the first tokens (benchmarks with a fixed length).
     engine: "fast" (mrl.fast's static cache over the model's weights, when it knows the model), "hf" (the
     `transformers` forward with its dynamic cache) or "generate" (generate_completions). with_logprobs: False
@@ -112,12 +146,12 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
     for t in range(max_new_tokens):
         logits = logits.float()
         if t < min_new_tokens:
-            logits[:, eos_id] = float("-inf")
+            logits[:, list(eos_id) if isinstance(eos_id, tuple) else eos_id] = float("-inf")
         log_probs = torch.log_softmax(logits / temperature if temperature != 1.0 else logits, dim=-1)
         token = log_probs.argmax(-1) if greedy else categorical_draw(log_probs.exp(), generator)
         ids[:, t] = torch.where(alive, token, pad_id)
         logps[:, t] = torch.where(alive, log_probs.gather(-1, token.unsqueeze(-1)).squeeze(-1), 0.0)
-        alive = alive & (token != eos_id)
+        alive = alive & ~is_stop(token, eos_id)
         if not alive.any() or t == max_new_tokens - 1:
             length = t + 1
             break
@@ -142,14 +176,15 @@ def categorical_draw(probs: Tensor, generator: torch.Generator | None) -> Tensor
     return probs.div(exponentials).argmax(-1)
 
 
-def first_eos_mask(ids: Tensor, eos_id: int) -> Tensor:
-    """1 for every token up to and including the first EOS of each row, else 0. (B, T) -> (B, T) long."""
-    is_eos = (ids == eos_id).long()
+def first_eos_mask(ids: Tensor, eos_id: StopIds) -> Tensor:
+    """1 for every token up to and including the first EOS (any of the stop ids) of each row, else 0. (B, T) ->
+    (B, T) long."""
+    is_eos = is_stop(ids, eos_id).long()
     return ((torch.cumsum(is_eos, dim=1) - is_eos) == 0).long()
 
 
 @torch.no_grad()
-def generate_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: int,
+def generate_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: StopIds,
                          pad_id: int, generator: torch.Generator | None = None, temperature: float = 1.0,
                          greedy: bool = False, min_new_tokens: int = 0) -> tuple[Tensor, Tensor]:
     """Completions drawn by `transformers`' generate with a static (preallocated) KV cache: full-softmax sampling
@@ -162,7 +197,8 @@ def generate_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_
 
     config = GenerationConfig(do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0,
                               top_p=1.0, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
-                              eos_token_id=eos_id, pad_token_id=pad_id, cache_implementation="static",
+                              eos_token_id=list(eos_id) if isinstance(eos_id, tuple) else eos_id,
+                              pad_token_id=pad_id, cache_implementation="static",
                               disable_compile=True)
     seed = 0 if generator is None else int(torch.randint(2 ** 62, (1,), generator=generator, device=generator.device))
     devices = [prompt_ids.device] if prompt_ids.device.type == "cuda" else []
@@ -203,16 +239,18 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
     return torch.log_softmax(logits, dim=-1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
 
 
-def completion_texts(tokenizer, completion_ids: Tensor, completion_mask: Tensor, eos_id: int) -> list[tuple[str, bool]]:
+def completion_texts(tokenizer, completion_ids: Tensor, completion_mask: Tensor,
+                     eos_id: StopIds) -> list[tuple[str, bool]]:
     """(decoded text before EOS, well-formed) per completion.
 
-    Well-formed: EOS was emitted and no other special token (pad, unk, ...) occurs before it.
+    Well-formed: EOS (any of the stop ids) was emitted and no other special token (pad, unk, ...) occurs before it.
     """
-    special = set(tokenizer.all_special_ids) - {eos_id}
+    stops = set(eos_id) if isinstance(eos_id, tuple) else {eos_id}
+    special = set(tokenizer.all_special_ids) - stops
     results = []
     for ids, mask in zip(completion_ids.tolist(), completion_mask.tolist()):
         ids = [i for i, m in zip(ids, mask) if m]
-        ended = bool(ids) and ids[-1] == eos_id
+        ended = bool(ids) and ids[-1] in stops
         body = ids[:-1] if ended else ids
         ok = ended and not any(i in special for i in body)
         results.append((tokenizer.decode(body, skip_special_tokens=True, clean_up_tokenization_spaces=False), ok))
@@ -229,7 +267,7 @@ def sample_records(model, tokenizer, prompts: list[str], generator: torch.Genera
     """One sampled completion per prompt as an exchange record: ids (EOS included), text, per-token log-probs."""
     ids, mask = encode_prompts(tokenizer, prompts, model.device)
     completion_ids, completion_mask, logps = sample_completions(
-        model, ids, mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
+        model, ids, mask, max_new_tokens=max_new_tokens, eos_id=stop_ids(tokenizer),
         pad_id=tokenizer.pad_token_id, generator=generator, temperature=temperature)
     records = []
     for row_ids, row_mask, row_logp in zip(completion_ids.tolist(), completion_mask.tolist(), logps.tolist()):
@@ -295,6 +333,9 @@ class RolloutBatch:
     render: Callable[[str], str] = as_written
     """the learner's text of a task prompt (its chat template when the task uses one; prompt_renderer): a peer
     sample's prompt is read through it before the learner scores the peer's completion"""
+    sample_weight: Tensor | None = None
+    """(P*G, T) or (P*G, 1) the sampler correction's weight pi_train / pi_sampler on the own samples' surrogate
+    (mrl.mismatch, GrpoConfig.sampler_correction); None: no weight (an fp32 sampler is the model itself)"""
 
     @property
     def device(self) -> torch.device:
@@ -303,7 +344,13 @@ class RolloutBatch:
 
     @property
     def eos_id(self) -> int:
+        """the EOS mrl appends where it writes a completion"""
         return self.tokenizer.eos_token_id
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """every id that ended a completion of this batch (stop_ids of the learner's tokenizer)"""
+        return stop_ids(self.tokenizer)
 
     @property
     def pad_id(self) -> int:
@@ -325,7 +372,7 @@ def sample_groups(model, tokenizer, prompts: list[str], group_size: int, generat
     prompt_ids, prompt_mask = prompt_ids.repeat_interleave(group_size, 0), prompt_mask.repeat_interleave(group_size, 0)
     set_training(model, False)
     completion_ids, completion_mask, sample_logp = sample_completions(
-        model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id,
+        model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=stop_ids(tokenizer),
         pad_id=tokenizer.pad_token_id, generator=generator, temperature=temperature, engine=engine,
         with_logprobs=with_logprobs)
     return prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp

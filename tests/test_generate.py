@@ -85,3 +85,47 @@ def test_chunked_scoring_equals_the_whole_batch():
     whole = completion_logprobs(model, CONTEXT.repeat(5, 1), MASK.repeat(5, 1), ids, mask)
     torch.testing.assert_close(completion_logprobs(model, CONTEXT.repeat(5, 1), MASK.repeat(5, 1), ids, mask, chunk=3),
                                whole, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("engine", ["fast", "hf", "generate"])
+def test_every_stop_id_of_a_checkpoint_ends_a_completion(engine):
+    """Llama 3's generation config lists three ids that end a turn: each engine stops at any of them, the mask ends
+    there, and completion_texts calls the completion well-formed."""
+    from mrl.rollout import completion_texts
+
+    model = model_of(next(s for s in SHAPES if s["arch"] == "llama")).eval()
+    kwargs = dict(max_new_tokens=8, pad_id=0, greedy=True, engine=engine)
+    ids, mask, _ = sample_completions(model, CONTEXT, MASK, eos_id=1, **kwargs)
+    second = int(ids[0, 2])                 # a token greedy decoding emits third in row 0: now it stops the row
+    assert second != 1 and mask[0, 2] == 1
+    stopped, stopped_mask, _ = sample_completions(model, CONTEXT, MASK, eos_id=(1, second), **kwargs)
+    first = int((ids[0] == second).nonzero()[0])
+    assert stopped_mask[0].sum() == first + 1 and int(stopped[0, first]) == second
+    assert torch.equal(stopped[0, : first + 1], ids[0, : first + 1])
+
+    class Tokenizer:
+        all_special_ids = [0, 1, second]
+
+        def decode(self, ids, **kwargs):
+            return " ".join(map(str, ids))
+
+    text, ok = completion_texts(Tokenizer(), stopped[:1], stopped_mask[:1], (1, second))[0]
+    assert ok and text == " ".join(map(str, ids[0, :first].tolist()))
+    assert not completion_texts(Tokenizer(), stopped[:1], stopped_mask[:1], 1)[0][1]   # EOS alone: not ended
+
+
+def test_stop_ids_are_the_tokenizers_eos_then_the_generation_configs(tmp_path):
+    from transformers import GenerationConfig
+
+    from mrl.rollout import stop_ids
+
+    class Tokenizer:
+        eos_token_id = 7
+
+        def __init__(self, folder):
+            self.name_or_path = str(folder)
+
+    GenerationConfig(eos_token_id=[5, 7, 9]).save_pretrained(tmp_path)
+    assert stop_ids(Tokenizer(tmp_path)) == (7, 5, 9)
+    assert stop_ids(Tokenizer(tmp_path / "none")) == (7,)      # no generation config: the EOS alone
+    assert stop_ids(Tokenizer("")) == (7,)                     # a tokenizer built in memory

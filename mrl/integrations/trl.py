@@ -30,7 +30,7 @@ from mrl.integrations.file_exchange import FileExchange
 from mrl.microbatch import MicroBatchedLogprobs
 from mrl.placement import set_training
 from mrl.probes import PeerView, ProbeConfig, get_probe
-from mrl.rollout import RolloutBatch, completion_logprobs, completion_texts, score
+from mrl.rollout import RolloutBatch, completion_logprobs, completion_texts, score, stop_ids
 from mrl.runner import collect_for
 from mrl.see import PolicySpec
 from mrl.seeding import step_generator
@@ -125,7 +125,7 @@ def verifier_reward(task, tokenizer):
     """A TRL reward function that scores as mrl does: 1 when the completion ends with EOS, holds no other special
     token and the task's verifier accepts its text (TRL logs it; the probe's rewards are recomputed from the ids)."""
     def mrl_verifier(prompts, completions, completion_ids, text, answer, skill, pid, **_) -> list[float]:
-        texts = completion_texts(tokenizer, *padded(completion_ids, tokenizer.pad_token_id), tokenizer.eos_token_id)
+        texts = completion_texts(tokenizer, *padded(completion_ids, tokenizer.pad_token_id), stop_ids(tokenizer))
         problems = [Problem(*row) for row in zip(text, answer, skill, pid)]
         return score(texts, problems, task.verify).tolist()
 
@@ -206,7 +206,7 @@ class MRLGRPOTrainer(GRPOTrainer):
         ids = {k: output[k] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
         tokenizer, device = self.processing_class, output["completion_ids"].device
         expanded = [p for p in problems for _ in range(self.num_generations)]
-        texts = completion_texts(tokenizer, ids["completion_ids"], ids["completion_mask"], tokenizer.eos_token_id)
+        texts = completion_texts(tokenizer, ids["completion_ids"], ids["completion_mask"], stop_ids(tokenizer))
         sample_logp = self.scored_logprobs(self.model, **ids)
         sampler_logp = output.get("sampling_per_token_logps")   # vLLM's own, NaN where it gave none
         if sampler_logp is not None:   # the behaviour policy is vLLM's: the probes' ratios are to its log-probs
@@ -225,7 +225,7 @@ class MRLGRPOTrainer(GRPOTrainer):
     def share(self, batch: RolloutBatch, step: int) -> PeerView:
         """Publish this step's records and collect the peers' for the same prompts (the PeerView of the probe);
         the exchange's counters go to TRL's metrics as exchange/<counter>."""
-        texts = completion_texts(batch.tokenizer, batch.completion_ids, batch.completion_mask, batch.eos_id)
+        texts = completion_texts(batch.tokenizer, batch.completion_ids, batch.completion_mask, batch.stop_ids)
         own = batch_records(batch, texts, self.mrl_run_id, self.state.global_step, self.tokenizer_id,
                             self.mrl_task.verifier_id)
         self.mrl_exchange.publish(step, own)

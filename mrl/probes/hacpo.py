@@ -139,7 +139,8 @@ def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, o
         own_loss, _ = policy_loss(logp, old, own_adv[rows], batch.completion_mask[rows], level="sequence",
                                   eps_low=GSPO_EPS[0], eps_high=GSPO_EPS[1], beta=beta,
                                   ref_logp=batch.ref_logp[rows] if beta else None,
-                                  kl_bias_correction=batch.grpo.kl_bias_correction)
+                                  kl_bias_correction=batch.grpo.kl_bias_correction,
+                                  sample_weight=None if batch.sample_weight is None else batch.sample_weight[rows])
         total = total + own_loss * len(own_rows)
         mask = batch.completion_mask[rows].to(logp.dtype)
         own_log_ratio = ((logp.detach() - old) * mask).sum(-1) / mask.sum(-1).clamp(min=1)

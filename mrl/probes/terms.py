@@ -16,7 +16,7 @@ from torch import Tensor
 from mrl.grpo import policy_loss
 from mrl.probes.advantages import get_advantage
 from mrl.probes.contract import PeerView, ProbeConfig
-from mrl.rollout import RolloutBatch, encode_prompts, pad_completions
+from mrl.rollout import RolloutBatch, encode_prompts, pad_completions, stop_ids
 from mrl.thl import ThlError, align_batch
 
 MAX_LOG_WEIGHT = 20.0
@@ -58,7 +58,7 @@ def own_grpo_loss(batch: RolloutBatch, advantages: Tensor,
     loss, stats = policy_loss(logp, old_logp, advantages, batch.completion_mask, level=cfg.level,
                               loss_type=cfg.loss_type, eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
                               ref_logp=batch.ref_logp, max_completion_length=cfg.max_new_tokens,
-                              kl_bias_correction=cfg.kl_bias_correction)
+                              kl_bias_correction=cfg.kl_bias_correction, sample_weight=batch.sample_weight)
     return loss, int(active.numel()), {k: v.item() for k, v in stats.items()}
 
 
@@ -147,10 +147,11 @@ def retokenize_rollouts(batch: RolloutBatch, peers: PeerView):
 
 
 def well_formed(token_ids: list[int], tokenizer) -> bool:
-    """The rule the learner's own rewards follow (rollout.completion_texts), on a peer's ids and tokenizer: EOS last
-    and no other special token (pad, unk, ...) before it."""
-    special = set(tokenizer.all_special_ids) - {tokenizer.eos_token_id}
-    return bool(token_ids) and token_ids[-1] == tokenizer.eos_token_id and not special & set(token_ids[:-1])
+    """The rule the learner's own rewards follow (rollout.completion_texts), on a peer's ids and tokenizer: EOS (any
+    of the peer checkpoint's stop ids) last and no other special token (pad, unk, ...) before it."""
+    stops = set(stop_ids(tokenizer))
+    special = set(tokenizer.all_special_ids) - stops
+    return bool(token_ids) and token_ids[-1] in stops and not special & set(token_ids[:-1])
 
 
 def rescored_reward(batch: RolloutBatch, peers: PeerView, x: int, record) -> float:
