@@ -1,5 +1,6 @@
-"""Rollout throughput: mrl's fast path, mrl's transformers path and `model.generate`, on the same model and batch,
-in one run; and the training forward + backward of the two mrl paths.
+"""Rollout throughput: mrl's fast path, mrl's transformers path, `model.generate`, and the generate and batched
+(continuous batching) engines, on the same model and batch, in one run; and the training forward + backward of the
+two mrl paths.
 
 The batch is a GRPO step of the default profile's shape: 16 prompts x 8 completions, the arith-ops prompts,
 completions of a fixed length (EOS suppressed) so every path does the same work. Models: the zoo's three
@@ -79,10 +80,11 @@ def main():
         tokens = ids.numel() + len(ids) * new
         flops = 2 * sum(p.numel() for p in model.parameters()) * tokens
 
-        def sample(engine):
+        def sample(engine):   # the generate and batched engines without their log-prob forward: sampling alone
             return sample_completions(model, ids, mask, max_new_tokens=new, eos_id=tokenizer.eos_token_id,
                                       pad_id=tokenizer.pad_token_id, generator=torch.Generator().manual_seed(0),
-                                      min_new_tokens=new, engine=engine)
+                                      min_new_tokens=new, engine=engine,
+                                      with_logprobs=engine not in ("generate", "batched"))
 
         def generate():
             with torch.no_grad():
@@ -100,6 +102,8 @@ def main():
         rows = {"sample, fast": timed(lambda: sample("fast"), args.repeats),
                 "sample, hf": timed(lambda: sample("hf"), args.repeats),
                 "model.generate": timed(generate, args.repeats),
+                "sample, generate": timed(lambda: sample("generate"), args.repeats),
+                "sample, batched": timed(lambda: sample("batched"), args.repeats),
                 "fwd+bwd, fast": timed(lambda: train("fast"), args.repeats),
                 "fwd+bwd, hf": timed(lambda: train("hf"), args.repeats)}
         name = f"{family.name} ({family.arch})"
@@ -109,6 +113,7 @@ def main():
             print(f"{name:<16}{path:<18}{seconds * 1000:8.1f}{tokens / seconds:11.0f}{work / seconds / peak:9.1%}")
         print(f"{name:<16}ratio hf / fast: sampling {rows['sample, hf'] / rows['sample, fast']:.2f}, "
               f"generate / fast {rows['model.generate'] / rows['sample, fast']:.2f}, "
+              f"batched / generate engine {rows['sample, batched'] / rows['sample, generate']:.2f}, "
               f"fwd+bwd {rows['fwd+bwd, hf'] / rows['fwd+bwd, fast']:.2f}")
     hand_back(timings)
 

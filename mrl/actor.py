@@ -192,7 +192,7 @@ class PolicyActor:
         start = time.perf_counter()
         cfg = self.cfg
         # the loops' sampling log-probs come free in float32; otherwise the training forward scores the samples
-        rescore = self.bf16 or cfg.engine == "generate"
+        rescore = self.bf16 or cfg.engine in ("generate", "batched")
         prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp = sample_groups(
             self.sampler, self.tokenizer, [self.render(p.prompt) for p in problems], cfg.group_size,
             step_generator(cfg.seed, step, self.name, self.device), cfg.max_new_tokens, cfg.temperature, cfg.engine,
@@ -298,8 +298,9 @@ class PolicyActor:
 
     def evaluate(self, step: int) -> list[dict]:
         return [{"policy": self.name, "step": step, **row}
-                for row in skill_accuracy(self.sampler, self.tokenizer, self.task, self.cfg.max_new_tokens,
-                                          self.cfg.engine, self.render)]
+                for row in skill_accuracy(self.sampler, self.tokenizer, self.task,
+                                          self.cfg.eval_max_new_tokens or self.cfg.max_new_tokens, self.cfg.engine,
+                                          self.render, self.cfg.eval_batch)]
 
     def state_dict(self) -> dict:
         """Model, optimizer and probe state on the CPU (a checkpoint or another process reads it anywhere);

@@ -22,7 +22,7 @@ from mrl.validation import (Bool, ConfigError, Count, Float, Fraction, Int, NonE
                             config_dataclass, require)
 from mrl import validation
 
-ENGINES = ("fast", "hf", "generate")
+ENGINES = ("fast", "hf", "generate", "batched")
 PRECISIONS = ("fp32", "bf16")
 TASKS = ("arith-ops", "arith-forms", "gsm8k")
 SKILLS = ("S1", "S2", "S3")
@@ -210,11 +210,18 @@ class GrpoConfig:
     """sampling and log-prob engine: fast (mrl.fast, for the gpt2 / llama / qwen2 checkpoints it implements
     exactly; any other falls back to transformers), hf (the transformers forward, the reference) or generate
     (sampling by transformers' generate with a static cache, for real model sizes on a GPU; the sampling
+    log-probs and the training forward are hf's) or batched (transformers' continuous batching, generate_batch:
+    a paged cache where a finished sequence frees its place for the next, in-process on the sampler's weights;
     log-probs and the training forward are hf's)"""
     skip_zero_advantage: Bool = True
     """do not forward sequences with A = 0 (exact when beta = 0; the loss normaliser keeps the full batch)"""
     eval_every: PositiveInt = 25
     """greedy evaluation on pool and held-out prompts every this many steps"""
+    eval_max_new_tokens: PositiveInt | None = None
+    """the greedy evaluation's completion limit, EOS included (None: max_new_tokens): a test set whose solutions run
+    longer than the training rollouts (MATH-500) is not cut off, since a completion without EOS scores 0"""
+    eval_batch: PositiveInt = 512
+    """prompts per greedy evaluation call: its own KV cache, which the resource plan keeps within the rollout's"""
     seed: Int = 0
     """RL seed: prompt order and sampling draw from generators derived from (seed, step, policy)"""
 

@@ -29,13 +29,13 @@ def greedy_accuracy(model, tokenizer, problems, verify, max_new_tokens: int = 6,
 
 
 def skill_accuracy(model, tokenizer, task, max_new_tokens: int = 6, engine: str = "hf",
-                   render: Callable[[str], str] = as_written) -> list[dict]:
+                   render: Callable[[str], str] = as_written, batch_size: int = 512) -> list[dict]:
     """Rows {split, skill, accuracy} for the held-out test set and (if any) the RL pool; render: the policy's text
-    of a prompt (rollout.prompt_renderer)."""
+    of a prompt (rollout.prompt_renderer); batch_size: prompts per greedy call."""
     rows = []
     for split, sets in (("held-out", task.test), ("pool", task.pool)):
         for skill, problems in sets.items():
             rows.append({"split": split, "skill": skill,
                          "accuracy": greedy_accuracy(model, tokenizer, problems, task.verify, max_new_tokens,
-                                                     engine=engine, render=render)})
+                                                     batch_size=batch_size, engine=engine, render=render)})
     return rows

@@ -6,6 +6,7 @@ attention mask), full-softmax sampling at temperature T (no top-k), tokens after
 from __future__ import annotations
 
 import functools
+import math
 import weakref
 from dataclasses import dataclass, field
 from typing import Callable
@@ -25,7 +26,7 @@ def engine_for(model, engine: str) -> FastForward | None:
     `transformers` forward: engine "hf", or a checkpoint the fast path does not know)."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r} is not allowed; expected one of {list(ENGINES)}")
-    if engine in ("hf", "generate"):
+    if engine in ("hf", "generate", "batched"):
         return None
     if model not in _FAST:
         _FAST[model] = fast_forward(model)
@@ -115,13 +116,14 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
     eos_id: the id, or ids (stop_ids), that end a completion.
     min_new_tokens suppresses EOS for the first tokens (benchmarks with a fixed length).
     engine: "fast" (mrl.fast's static cache over the model's weights, when it knows the model), "hf" (the
-    `transformers` forward with its dynamic cache) or "generate" (generate_completions). with_logprobs: False
-    lets the generate engine skip its log-prob forward and return None (the loops get them for free).
+    `transformers` forward with its dynamic cache), "generate" (generate_completions) or "batched"
+    (batched_completions). with_logprobs: False lets the generate and batched engines skip their log-prob forward
+    and return None (the loops get them for free).
     """
-    if engine == "generate":
-        ids, mask = generate_completions(model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens,
-                                         eos_id=eos_id, pad_id=pad_id, generator=generator, temperature=temperature,
-                                         greedy=greedy, min_new_tokens=min_new_tokens)
+    if engine in ("generate", "batched"):
+        draw = generate_completions if engine == "generate" else batched_completions
+        ids, mask = draw(model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
+                         generator=generator, temperature=temperature, greedy=greedy, min_new_tokens=min_new_tokens)
         logp = completion_logprobs(model, prompt_ids, prompt_mask, ids, mask, temperature=temperature) * mask \
             if with_logprobs else None
         return ids, mask, logp
@@ -209,9 +211,72 @@ def generate_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_
             out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=config)
     finally:
         model.generation_config = own
+        # generate sizes every later static cache to the longest call so far (for compilation, which mrl does not
+        # use): forgotten, so a long evaluation does not grow the training rollouts' caches after it
+        model.__dict__.pop("_previous_max_cache_length", None)
     ids = out[:, prompt_ids.size(1):]
     mask = first_eos_mask(ids, eos_id)
     return torch.where(mask.bool(), ids, pad_id), mask
+
+
+BATCHED_PAGE = 16
+"""tokens per page of the batched engine's paged KV cache"""
+BATCHED_STEP_TOKENS = 8192
+"""tokens one forward of the batched engine takes at most, prompts' prefill chunks included: it bounds the
+forward's temporaries (logits, attention), which generate's one-pass prefill of every prompt does not"""
+BATCHED_MASK_BYTES = 2 ** 28
+"""the sdpa path's attention mask holds step tokens x cache tokens floats: the step shrinks to keep it under this"""
+
+
+def batched_paging(prompt_lengths: list[int], max_new_tokens: int):
+    """transformers' ContinuousBatchingConfig for one call of the batched engine: a paged cache of exactly the
+    pages its requests can fill (transformers' default sizes it to most of the free memory: seconds to allocate on a
+    CPU, and no bound on a shared GPU), and at most BATCHED_STEP_TOKENS tokens per forward, fewer where the sdpa
+    attention mask (step x cache tokens) would pass BATCHED_MASK_BYTES, never fewer than the longest prompt."""
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    pages = sum(math.ceil((length + max_new_tokens) / BATCHED_PAGE) for length in prompt_lengths)
+    step = min(BATCHED_STEP_TOKENS, sum(prompt_lengths) + len(prompt_lengths),
+               BATCHED_MASK_BYTES // (4 * pages * BATCHED_PAGE))
+    return ContinuousBatchingConfig(page_size=BATCHED_PAGE, num_blocks=pages,
+                                    max_batch_tokens=max(step, max(prompt_lengths) + 1))
+
+
+@torch.no_grad()
+def batched_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: StopIds,
+                        pad_id: int, generator: torch.Generator | None = None, temperature: float = 1.0,
+                        greedy: bool = False, min_new_tokens: int = 0) -> tuple[Tensor, Tensor]:
+    """Completions drawn by `transformers`' continuous batching (`generate_batch`): one request per row, a paged
+    KV cache in which a finished sequence frees its blocks for the next request, so no row waits for the longest.
+    It runs in this process on the model's own weights (the bf16 sampler), so nothing is transferred after an
+    update. Sampling is generate_completions': the full softmax at `temperature` (the checkpoint's top-k, top-p
+    and penalties set aside), torch's global generator seeded from `generator` inside a fork of the RNG state.
+    prompt_ids, prompt_mask: (B, P) left-padded -> completion_ids, completion_mask, each (B, T), T the longest
+    completion, pad after the first EOS."""
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0,
+                              top_p=1.0, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens or None,
+                              eos_token_id=list(eos_id) if isinstance(eos_id, tuple) else eos_id,
+                              pad_token_id=pad_id)
+    prompts = [row[keep.bool()].tolist() for row, keep in zip(prompt_ids, prompt_mask)]
+    paging = batched_paging([len(prompt) for prompt in prompts], max_new_tokens)
+    seed = 0 if generator is None else int(torch.randint(2 ** 62, (1,), generator=generator, device=generator.device))
+    devices = [prompt_ids.device] if prompt_ids.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        out = model.generate_batch(prompts, generation_config=config, continuous_batching_config=paging,
+                                   progress_bar=False, warmup=False)
+    # request ids are "req_<row>": read back in row order, whatever order the requests finished in
+    rows = sorted(out.values(), key=lambda output: int(output.request_id.rsplit("_", 1)[1]))
+    if len(rows) != len(prompts) or any(output.error for output in rows):
+        failed = [output.request_id for output in rows if output.error]
+        raise RuntimeError(f"batched_completions: {len(rows)} of {len(prompts)} requests came back; failed: {failed}")
+    completions = [output.generated_tokens[:max_new_tokens] for output in rows]
+    ids, _ = pad_completions(completions, pad_id, prompt_ids.device)   # a row shorter than T ended with an EOS
+    mask = first_eos_mask(ids, eos_id)
+    return torch.where(mask.bool(), ids, pad_id), mask
+
 
 
 def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,

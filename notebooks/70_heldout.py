@@ -119,8 +119,8 @@ table
 # %%
 panels = panel_labels(heldout.panels)   # {title: probe labels}, the profile's (experiments.heldout.panels)
 first_zoo = heldout.zoo_seeds[0]
-save_figure(weak_skill_figure(evals, steps_df, panels, zoo_seed=first_zoo, setting=heldout.task.name),
-            "heldout_weak_skill", run.figures)
+first_figure = weak_skill_figure(evals, steps_df, panels, zoo_seed=first_zoo, setting=heldout.task.name)
+save_figure(first_figure, "heldout_weak_skill", run.figures)
 
 # %% [markdown]
 # The last warm-up (one figure per warm-up shown: they start the weak forms at different levels):

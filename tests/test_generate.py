@@ -1,6 +1,7 @@
-"""The generate engine (transformers' generate with a static cache, for real model sizes): greedy equals the
-reference loop, sampling draws from the model's full softmax whatever the checkpoint's generation defaults, the
-sampling log-probs are the training forward's, and a seed gives the same draws without touching torch's RNG."""
+"""The generate and batched engines (transformers' generate with a static cache, and its continuous batching with
+a paged cache, for real model sizes): greedy equals the reference loop, sampling draws from the model's full softmax
+whatever the checkpoint's generation defaults, the sampling log-probs are the training forward's, and a seed gives
+the same draws without touching torch's RNG."""
 import pytest
 import torch
 from scipy.stats import chisquare
@@ -12,18 +13,20 @@ CONTEXT = torch.tensor([[0, 0, 5, 7, 3, 9], [2, 8, 4, 4, 6, 3]])
 MASK = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
 
 
+@pytest.mark.parametrize("engine", ["generate", "batched"])
 @pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2"])
-def test_greedy_generate_equals_the_reference_loop_and_its_log_probs_are_the_training_forwards(arch):
+def test_greedy_generate_equals_the_reference_loop_and_its_log_probs_are_the_training_forwards(arch, engine):
     model = model_of(next(s for s in SHAPES if s["arch"] == arch)).eval()
     kwargs = dict(max_new_tokens=8, eos_id=1, pad_id=0, greedy=True)
-    ids, mask, logp = sample_completions(model, CONTEXT, MASK, engine="generate", **kwargs)
+    ids, mask, logp = sample_completions(model, CONTEXT, MASK, engine=engine, **kwargs)
     reference = sample_completions(model, CONTEXT, MASK, engine="hf", **kwargs)
     assert torch.equal(ids, reference[0]) and torch.equal(mask, reference[1])
     torch.testing.assert_close(logp, completion_logprobs(model, CONTEXT, MASK, ids, mask) * mask, atol=0, rtol=0)
     torch.testing.assert_close(logp, reference[2], atol=1e-5, rtol=0)
 
 
-def test_generate_samples_the_full_softmax_despite_the_checkpoints_generation_defaults():
+@pytest.mark.parametrize("engine", ["generate", "batched"])
+def test_generate_samples_the_full_softmax_despite_the_checkpoints_generation_defaults(engine):
     """Chi-square of 6,000 first tokens against the softmax at temperature 0.7, with the checkpoint asking for
     top-k 5, top-p 0.5 and a repetition penalty (as instruct checkpoints do): generate must not apply them."""
     model = model_of(SHAPES[2], vocab=120).eval()
@@ -33,10 +36,10 @@ def test_generate_samples_the_full_softmax_despite_the_checkpoints_generation_de
         logits = model(input_ids=context, attention_mask=mask,
                        position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits[0, -1] / 0.7
     expected = torch.softmax(logits.double(), -1)
-    n = 6000
+    n = 6000 if engine == "generate" else 1200   # continuous batching's scheduler is slow with thousands of requests
     ids, _, _ = sample_completions(model, context.repeat(n, 1), mask.repeat(n, 1), max_new_tokens=1, eos_id=1,
                                    pad_id=0, generator=torch.Generator().manual_seed(0), temperature=0.7,
-                                   engine="generate")
+                                   engine=engine)
     counts = torch.bincount(ids[:, 0], minlength=len(expected)).double()
     assert (counts > 0).sum() > 20   # far more than top-k 5 would leave
     assert model.generation_config.top_k == 5   # the checkpoint's own defaults are left as they were
@@ -48,9 +51,10 @@ def test_generate_samples_the_full_softmax_despite_the_checkpoints_generation_de
     assert chisquare(observed.numpy(), wanted.numpy()).pvalue > 1e-3
 
 
-def test_a_seed_gives_the_same_draws_and_leaves_torchs_generator_alone():
+@pytest.mark.parametrize("engine", ["generate", "batched"])
+def test_a_seed_gives_the_same_draws_and_leaves_torchs_generator_alone(engine):
     model = model_of(SHAPES[5]).eval()
-    kwargs = dict(max_new_tokens=6, eos_id=1, pad_id=0, temperature=1.0, engine="generate")
+    kwargs = dict(max_new_tokens=6, eos_id=1, pad_id=0, temperature=1.0, engine=engine)
     torch.manual_seed(123)
     before = torch.random.get_rng_state()
     first = sample_completions(model, CONTEXT.repeat(8, 1), MASK.repeat(8, 1),
@@ -66,7 +70,7 @@ def test_a_seed_gives_the_same_draws_and_leaves_torchs_generator_alone():
     assert (first[0][after_eos] == 0).all() and (first[1][after_eos] == 0).all()
 
 
-@pytest.mark.parametrize("engine", ["hf", "generate"])
+@pytest.mark.parametrize("engine", ["hf", "generate", "batched"])
 def test_the_sampling_log_probs_are_of_the_tempered_softmax_the_training_forward_computes(engine):
     model = model_of(SHAPES[2]).eval()
     ids, mask, logp = sample_completions(model, CONTEXT.repeat(4, 1), MASK.repeat(4, 1), max_new_tokens=6, eos_id=1,
@@ -87,7 +91,7 @@ def test_chunked_scoring_equals_the_whole_batch():
                                whole, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("engine", ["fast", "hf", "generate"])
+@pytest.mark.parametrize("engine", ["fast", "hf", "generate", "batched"])
 def test_every_stop_id_of_a_checkpoint_ends_a_completion(engine):
     """Llama 3's generation config lists three ids that end a turn: each engine stops at any of them, the mask ends
     there, and completion_texts calls the completion well-formed."""
@@ -129,3 +133,14 @@ def test_stop_ids_are_the_tokenizers_eos_then_the_generation_configs(tmp_path):
     assert stop_ids(Tokenizer(tmp_path)) == (7, 5, 9)
     assert stop_ids(Tokenizer(tmp_path / "none")) == (7,)      # no generation config: the EOS alone
     assert stop_ids(Tokenizer("")) == (7,)                     # a tokenizer built in memory
+
+
+def test_a_long_generate_call_does_not_grow_the_next_calls_cache():
+    """transformers sizes a static cache to the longest generate call so far: a long evaluation would grow every
+    later rollout's cache. generate_completions forgets it after each call."""
+    model = model_of(SHAPES[5]).eval()
+    kwargs = dict(eos_id=1, pad_id=0, greedy=True, engine="generate", with_logprobs=False)
+    sample_completions(model, CONTEXT, MASK, max_new_tokens=24, **kwargs)
+    assert not hasattr(model, "_previous_max_cache_length")
+    short = sample_completions(model, CONTEXT, MASK, max_new_tokens=4, **kwargs)
+    assert short[0].shape[1] <= 4 and not hasattr(model, "_previous_max_cache_length")

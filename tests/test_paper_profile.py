@@ -77,7 +77,7 @@ def test_paper_code_path_runs_sgt_on_ray_with_stand_ins(stand_ins):
     assert task.verify("He has 7 apples, so the answer is 7", task.test["gsm8k"][0]) == 1.0
     assert load_policy(paths["A"]).family is None
     grpo = dataclasses.replace(config.grpo, steps=2, prompts_per_step=2, group_size=2, max_new_tokens=8,
-                               eval_every=2)
+                               eval_max_new_tokens=None, eval_every=2)   # stand-ins: 64 positions
     record = run_concurrent(paths, task_cfg, grpo, RunnerConfig(backend="ray", step_timeout=300), threads=1,
                             progress=False, probe_cfg=probe_config("sgt"))
     assert {row["policy"] for row in record.steps} == {"A", "B"} and len(record.steps) == 4
@@ -175,7 +175,7 @@ def test_chat_prompts_and_math_verify_rewards_flow_through_every_probe(stand_ins
         task_cfg = _chat_task(data)
         make_task(task_cfg)
     grpo = dataclasses.replace(load_profile("paper").grpo, steps=1, prompts_per_step=2, group_size=2,
-                               max_new_tokens=6, eval_every=1)
+                               max_new_tokens=6, eval_max_new_tokens=None, eval_every=1)
     ScoringSpy.prompts, ScoringSpy.verdicts = {}, []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)   # each actor's task drops the same overlapping rows

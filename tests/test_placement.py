@@ -215,3 +215,20 @@ def test_a_bf16_copy_casts_parameters_only_so_it_stays_the_model_it_copies_over_
     early, late = slice(0, 200), slice(799, 999)
     assert error["parameters"][late].mean() < 2 * error["parameters"][early].mean() + 1e-3
     assert error["everything"][late].mean() > error["parameters"][late].mean()
+
+
+def test_the_evaluation_has_its_own_length_and_batch(tiny_zoo_paths, monkeypatch):
+    import mrl.evaluation as evaluation
+
+    calls, real = [], evaluation.greedy_accuracy
+
+    def spy(model, tokenizer, problems, verify, max_new_tokens, batch_size, **kwargs):
+        calls.append((max_new_tokens, batch_size))
+        return real(model, tokenizer, problems, verify, max_new_tokens, batch_size, **kwargs)
+
+    monkeypatch.setattr(evaluation, "greedy_accuracy", spy)
+    for grpo, expected in ((GrpoConfig(max_new_tokens=3), (3, 512)),
+                           (GrpoConfig(max_new_tokens=3, eval_max_new_tokens=5, eval_batch=7), (5, 7))):
+        calls.clear()
+        PolicyActor(ActorConfig("A", tiny_zoo_paths["A"], TaskConfig(**TINY_TASK), grpo)).evaluate(0)
+        assert calls and set(calls) == {expected}
