@@ -23,7 +23,8 @@ from mrl.config import ConfigError, GrpoConfig, PlacementConfig, TaskConfig
 from mrl.evaluation import skill_accuracy
 from mrl.microbatch import MicroBatchedLogprobs
 from mrl.mismatch import mismatch_stats, sampler_weights, weight_stats
-from mrl.placement import active_dropout, cast_parameters, frozen_dtype, precision, resolve_device, set_training
+from mrl.placement import (active_dropout, cast_parameters, frozen_dtype, measured_peak, precision, resolve_device,
+                           set_training)
 from mrl.probes import PeerView, ProbeConfig, get_probe
 from mrl.rollout import (RolloutBatch, completion_logprobs, completion_texts, prompt_renderer, sample_groups,
                          score, stop_ids)
@@ -188,7 +189,14 @@ class PolicyActor:
 
     def rollout(self, step: int, problems: list) -> dict:
         """Sample and score this step's groups; keep them as the pending RolloutBatch; return the records to
-        publish and rollout metrics."""
+        publish and rollout metrics (on a GPU with the phase's measured memory peak, rollout_peak_gb)."""
+        peak: dict = {}
+        with measured_peak(self.device, "rollout_peak_gb", peak):
+            result = self._rollout(step, problems)
+        result["sampler"] = {**result["sampler"], **peak}
+        return result
+
+    def _rollout(self, step: int, problems: list) -> dict:
         start = time.perf_counter()
         cfg = self.cfg
         # the loops' sampling log-probs come free in float32; otherwise the training forward scores the samples
@@ -252,22 +260,24 @@ class PolicyActor:
         """The probe's losses on the pending batch and the peers' records, one optimizer step after each.
 
         peer_records: {kind: {prompt_id: [records]}} as the runner collected them for this policy.
-        Returns the mean loss and mean pre-clip gradient norm over the updates (0 when there were none).
+        Returns the mean loss and mean pre-clip gradient norm over the updates (0 when there were none), and the
+        probe's statistics (on a GPU with the phase's measured memory peak, update_peak_gb).
         """
-        start = time.perf_counter()
+        start, peak = time.perf_counter(), {}
         if self.pending is None or self.pending.step != step:
             raise RuntimeError(f"{self.name}: update({step}) without the rollout of step {step}")
         peers = PeerView(**(peer_records or {}), tokenizers=self.peer_tokenizers, reverify=self.config.reverify)
-        output = self.probe.loss(self.pending, peers, self.config.probe)
         losses, norms = [], []
-        for loss in output.losses:  # a lazy iterable: update m's loss is computed after update m - 1
-            losses.append(loss.item())
-            norms.append(self.apply(loss))
+        with measured_peak(self.device, "update_peak_gb", peak):
+            output = self.probe.loss(self.pending, peers, self.config.probe)
+            for loss in output.losses:  # a lazy iterable: update m's loss is computed after update m - 1
+                losses.append(loss.item())
+                norms.append(self.apply(loss))
         self.version = step
         self.pending = None
         return {"loss": sum(losses) / len(losses) if losses else 0.0,
                 "grad_norm": sum(norms) / len(norms) if norms else 0.0,
-                "active_sequences": output.active_sequences, "probe": output.stats,
+                "active_sequences": output.active_sequences, "probe": {**output.stats, **peak},
                 "seconds": time.perf_counter() - start}
 
     def apply(self, loss: Tensor) -> float:
@@ -297,10 +307,13 @@ class PolicyActor:
         return {"update": update, "evals": self.evaluate(step) if evaluate else None}
 
     def evaluate(self, step: int) -> list[dict]:
-        return [{"policy": self.name, "step": step, **row}
-                for row in skill_accuracy(self.sampler, self.tokenizer, self.task,
-                                          self.cfg.eval_max_new_tokens or self.cfg.max_new_tokens, self.cfg.engine,
-                                          self.render, self.cfg.eval_batch)]
+        """Greedy accuracy rows per split and skill (on a GPU with the evaluation's measured peak, eval_peak_gb)."""
+        peak: dict = {}
+        with measured_peak(self.device, "eval_peak_gb", peak):
+            rows = skill_accuracy(self.sampler, self.tokenizer, self.task,
+                                  self.cfg.eval_max_new_tokens or self.cfg.max_new_tokens, self.cfg.engine, self.render,
+                                  self.cfg.eval_batch)
+        return [{"policy": self.name, "step": step, **row, **peak} for row in rows]
 
     def state_dict(self) -> dict:
         """Model, optimizer and probe state on the CPU (a checkpoint or another process reads it anywhere);

@@ -11,20 +11,31 @@ tokens) and each policy's placement (dtype, gradient checkpointing, micro-batch)
     Adam         8 P: exp_avg and exp_avg_sq in fp32
     frozen       the reference (beta > 0) and a teacher model, e bytes per parameter
     KV cache     2 L B S kv e: the rollout of the whole batch (B sequences of S tokens) at once
+    prefill      the rollout's first forward over every prompt at once (generate's prefill; at most
+                 BATCHED_STEP_TOKENS tokens under engine batched), one layer's temporaries per prompt token:
+                 (3 I + 2 h + 2 kv) e (gate, up and activation, attention input and output, k and v) + 8 h (the
+                 residual stream in and out, fp32 under autocast); it lives beside the full KV cache
     scoring      b T V (e + 8): the no-grad log-prob passes of the rollout (the sampling log-probs under bf16 or
                  the generate engine, the reference, a teacher), b = micro_batch sequences at a time (all B
                  without one): the vocabulary's logits in e bytes, their fp32 copy and the fp32 log-softmax
-    activations  the update's forward kept for its backward, per micro-batch b of S tokens: L b S (7 h + 3 kv +
-                 4 I) e without checkpointing (a Llama-style layer with SDPA attention: two norms' inputs and
-                 outputs, q, k, v after RoPE, the attention output, SwiGLU's gate, up, activation and product),
-                 L b S h e + one layer's with it; plus b T V (e + 8) for the log-softmax, and 2 P under bfloat16
+    evaluation   the greedy evaluation's own KV cache and prefill: eval_batch prompts of prompt_tokens +
+                 eval_max_new_tokens, the same terms as the rollout's (step 0 evaluates before any update)
+    activations  the update's forward kept for its backward, per micro-batch b of S tokens: L b S (8 h + (5 h +
+                 3 kv + 4 I) e) without checkpointing (a Llama-style layer with SDPA attention: two norms' inputs,
+                 the fp32 residual stream under autocast, their outputs, q, k, v after RoPE, the attention output,
+                 SwiGLU's gate, up, activation and product), L b S 4 h + one layer's with it (the checkpointed
+                 layer inputs are the fp32 residual stream); plus b T V 12 for the log-softmax (its fp32 output,
+                 its gradient and the outgoing gradient, held together in the backward), and 2 P under bfloat16
                  for the weight casts autocast keeps during the forward
 
 with P parameters, L layers, h the hidden size, I the MLP width, kv = kv_heads head_dim, V the vocabulary, T the
 new tokens and e the bytes of an activation (2 under bfloat16, 4 in float32). The peak is the persistent part
-(weights, sampler, Adam, frozen) plus the larger of the rollout (KV cache, then scoring) and the update
-(gradients and activations). A GPU keeps `reserve` of its memory for the CUDA context, the allocator's
-fragmentation and temporaries. These are estimates to plan with, not measurements (this machine has no GPU).
+(weights, sampler, Adam, frozen) plus the largest of the rollout (KV cache with the prefill, then scoring), the
+evaluation and the update (gradients and activations). transformers' generate would size every later static cache
+to its longest call so far; mrl.rollout.generate_completions forgets that length after each call, so the
+evaluation's longer cache does not carry into the rollouts. A GPU keeps `reserve` of its memory for the CUDA
+context, the allocator's fragmentation and temporaries. These are estimates to plan with, not measurements (this
+machine has no GPU); a run on a GPU logs each phase's measured peak beside them (rollout_peak_gb, update_peak_gb).
 """
 from __future__ import annotations
 
@@ -87,31 +98,53 @@ def architecture(path: str | Path) -> Architecture:
 
 def policy_memory(arch: Architecture, sequences: int, prompt_tokens: int, new_tokens: int, dtype: str,
                   gradient_checkpointing: bool, micro_batch: int, reference: bool,
-                  teacher: Architecture | None = None) -> dict[str, float]:
-    """The terms of the module docstring, in GB, with `peak`; sequences is the step's batch (P x G x multiplier)."""
-    e = 2 if dtype == "bfloat16" else 4
+                  teacher: Architecture | None = None, engine: str = "generate", eval_sequences: int = 0,
+                  eval_new_tokens: int = 0) -> dict[str, float]:
+    """The terms of the module docstring, in GB, with `peak`; sequences is the step's batch (P x G x multiplier),
+    eval_sequences and eval_new_tokens the evaluation's (GrpoConfig.eval_batch, eval_max_new_tokens)."""
+    from mrl.rollout import BATCHED_STEP_TOKENS
+
+    e, residual = (2 if dtype == "bfloat16" else 4), 4
     p, tokens = arch.params, prompt_tokens + new_tokens
     b = min(micro_batch or sequences, sequences)
-    layer = 7 * arch.hidden + 3 * arch.kv + 4 * arch.mlp
-    logits = b * new_tokens * arch.vocab * (e + 8)
+    kept = 2 * arch.hidden * residual + (5 * arch.hidden + 3 * arch.kv + 4 * arch.mlp) * e  # bytes per token, layer
+    passing = (3 * arch.mlp + 2 * arch.hidden + 2 * arch.kv) * e + 2 * arch.hidden * residual
+
+    def prefill(count: int) -> float:
+        prompt = count * prompt_tokens
+        return passing * (min(prompt, BATCHED_STEP_TOKENS) if engine == "batched" else prompt)
+
+    def kv_cache(count: int, length: int) -> float:
+        return 2 * arch.layers * count * length * arch.kv * e
+
     if gradient_checkpointing:
-        activations = arch.layers * b * tokens * arch.hidden * e + b * tokens * layer * e
+        activations = arch.layers * b * tokens * arch.hidden * residual + b * tokens * kept
     else:
-        activations = arch.layers * b * tokens * layer * e
+        activations = arch.layers * b * tokens * kept
     terms = {
         "weights": 4 * p,
         "bf16 sampler": 2 * p if dtype == "bfloat16" else 0,
         "gradients": 4 * p,
         "Adam": 8 * p,
         "frozen": e * p * reference + (e * teacher.params if teacher else 0),
-        "KV cache": 2 * arch.layers * sequences * tokens * arch.kv * e,
-        "scoring": logits,
-        "activations": activations + logits + (2 * p if dtype == "bfloat16" else 0),
+        "KV cache": kv_cache(sequences, tokens),
+        "prefill": prefill(sequences),
+        "scoring": b * new_tokens * arch.vocab * (e + 8),
+        "evaluation": (kv_cache(eval_sequences, prompt_tokens + eval_new_tokens) + prefill(eval_sequences)
+                       if eval_sequences else 0),
+        "activations": activations + b * new_tokens * arch.vocab * 12 + (2 * p if dtype == "bfloat16" else 0),
     }
     persistent = terms["weights"] + terms["bf16 sampler"] + terms["Adam"] + terms["frozen"]
-    rollout = max(terms["KV cache"], terms["scoring"])
-    terms["peak"] = persistent + max(rollout, terms["gradients"] + terms["activations"])
+    rollout = max(terms["KV cache"] + terms["prefill"], terms["scoring"])
+    terms["peak"] = persistent + max(rollout, terms["evaluation"], terms["gradients"] + terms["activations"])
     return {k: v / GB for k, v in terms.items()}
+
+
+def evaluation_settings(config: RunConfig) -> dict:
+    """policy_memory's evaluation and engine keywords of a profile (GrpoConfig.eval_batch, eval_max_new_tokens)."""
+    grpo = config.grpo
+    return {"engine": grpo.engine, "eval_sequences": grpo.eval_batch,
+            "eval_new_tokens": grpo.eval_max_new_tokens or grpo.max_new_tokens}
 
 
 def group_multiplier(config: RunConfig) -> int:
@@ -154,7 +187,7 @@ def plan_resources(config: RunConfig, gpus: list[float], prompt_tokens: int = 25
         teacher = archs[names[(i + 1) % len(names)]] if teachers and len(names) > 1 else None
         memory = policy_memory(archs[name], config.grpo.prompts_per_step * config.grpo.group_size * multiplier,
                                prompt_tokens, config.grpo.max_new_tokens, placement.dtype, placement.gradient_checkpointing,
-                               placement.micro_batch, config.grpo.beta > 0, teacher)
+                               placement.micro_batch, config.grpo.beta > 0, teacher, **evaluation_settings(config))
         rows.append({"policy": name, "model": Path(config.policies[name]).name,
                      "params (M)": archs[name].params / 1e6, **memory, "advice": _advice(placement, memory)})
     usable = [size * (1 - reserve) for size in gpus]
@@ -169,7 +202,7 @@ def plan_resources(config: RunConfig, gpus: list[float], prompt_tokens: int = 25
         free[gpu] -= row["peak"]
         row["gpu"] = gpu
     for row in rows:
-        row["ray gpus"] = math.ceil(100 * row["peak"] / usable[row["gpu"]]) / 100
+        row["ray gpus"] = math.ceil(1000 * row["peak"] / usable[row["gpu"]]) / 1000   # two that fit sum to <= 1
     return pd.DataFrame(rows).drop(columns="advice")
 
 
@@ -208,9 +241,9 @@ def plan_trl(config: RunConfig, gpus: list[float], use_vllm: bool = False, vllm_
         memory = policy_memory(architecture(config.policies[name]),
                                config.grpo.prompts_per_step * config.grpo.group_size * multiplier, prompt_tokens,
                                config.grpo.max_new_tokens, placement.dtype, placement.gradient_checkpointing,
-                               placement.micro_batch, config.grpo.beta > 0)
-        if use_vllm:   # vLLM holds the sampling copy and the KV cache, inside its own share of the GPU
-            memory["bf16 sampler"] = memory["KV cache"] = 0.0
+                               placement.micro_batch, config.grpo.beta > 0, **evaluation_settings(config))
+        if use_vllm:   # vLLM holds the sampling copy, the KV cache and generation's prefill, in its own share
+            memory["bf16 sampler"] = memory["KV cache"] = memory["prefill"] = memory["evaluation"] = 0.0
             memory["peak"] = (memory["weights"] + memory["Adam"] + memory["frozen"]
                               + max(memory["scoring"], memory["gradients"] + memory["activations"]))
         rows.append({"policy": name, "model": Path(config.policies[name]).name, **memory})
@@ -231,11 +264,17 @@ def plan_trl(config: RunConfig, gpus: list[float], use_vllm: bool = False, vllm_
 
 
 def _advice(placement, memory: dict) -> str:
-    """What would shrink a policy's peak: the batch when the rollout's KV cache sets it, else the update's
-    settings it does not use yet."""
-    if memory["KV cache"] >= max(memory["scoring"], memory["gradients"] + memory["activations"]):
-        return (f"the rollout's KV cache ({memory['KV cache']:.1f} GB) sets it: lower grpo.prompts_per_step or "
-                f"group_size, or give more or larger GPUs")
+    """What would shrink a policy's peak: the batch when the rollout's KV cache and prefill set it, the evaluation's
+    batch when the evaluation does, else the update's settings it does not use yet."""
+    rollout = memory["KV cache"] + memory["prefill"]
+    update = memory["gradients"] + memory["activations"]
+    if memory["evaluation"] >= max(rollout, memory["scoring"], update):
+        return (f"the evaluation ({memory['evaluation']:.1f} GB) sets it: lower grpo.eval_batch or "
+                f"eval_max_new_tokens, or give more or larger GPUs")
+    if rollout >= max(memory["scoring"], update):
+        return (f"the rollout's KV cache and prefill ({rollout:.1f} GB) set it: lower grpo.prompts_per_step or "
+                f"group_size, use engine batched (its prefill takes at most 8,192 tokens a forward), or give more "
+                f"or larger GPUs")
     steps = [f"lower its micro_batch (now {placement.micro_batch or 'the whole batch'})"]
     if not placement.gradient_checkpointing:
         steps.append("turn on gradient_checkpointing")

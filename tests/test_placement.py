@@ -232,3 +232,18 @@ def test_the_evaluation_has_its_own_length_and_batch(tiny_zoo_paths, monkeypatch
         calls.clear()
         PolicyActor(ActorConfig("A", tiny_zoo_paths["A"], TaskConfig(**TINY_TASK), grpo)).evaluate(0)
         assert calls and set(calls) == {expected}
+
+
+def test_each_phase_s_gpu_memory_peak_is_measured_there_and_nothing_on_a_cpu(monkeypatch):
+    from mrl.placement import measured_peak
+
+    into = {}
+    with measured_peak(torch.device("cpu"), "rollout_peak_gb", into):
+        torch.ones(10)
+    assert into == {}
+    calls = []
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: calls.append(("reset", device)))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 3e9)
+    with measured_peak(torch.device("cuda:0"), "update_peak_gb", into):
+        calls.append("block")
+    assert calls == [("reset", torch.device("cuda:0")), "block"] and into == {"update_peak_gb": 3.0}
