@@ -15,9 +15,10 @@ tokens) and each policy's placement (dtype, gradient checkpointing, micro-batch)
                  BATCHED_STEP_TOKENS tokens under engine batched), one layer's temporaries per prompt token:
                  (3 I + 2 h + 2 kv) e (gate, up and activation, attention input and output, k and v) + 8 h (the
                  residual stream in and out, fp32 under autocast); it lives beside the full KV cache
-    scoring      b T V (e + 8): the no-grad log-prob passes of the rollout (the sampling log-probs under bf16 or
-                 the generate engine, the reference, a teacher), b = micro_batch sequences at a time (all B
-                 without one): the vocabulary's logits in e bytes, their fp32 copy and the fp32 log-softmax
+    scoring      the no-grad log-prob passes of the rollout (the sampling log-probs under bf16 or the generate
+                 engine, the reference, a teacher), b = micro_batch sequences at a time (all B without one): the
+                 larger of b T V (e + 8), the vocabulary's logits in e bytes, their fp32 copy and the fp32
+                 log-softmax, and the forward's layer temporaries over b S tokens (as the prefill's)
     evaluation   the greedy evaluation's own KV cache and prefill: eval_batch prompts of prompt_tokens +
                  eval_max_new_tokens, the same terms as the rollout's (step 0 evaluates before any update)
     activations  the update's forward kept for its backward, per micro-batch b of S tokens: L b S (8 h + (5 h +
@@ -129,7 +130,7 @@ def policy_memory(arch: Architecture, sequences: int, prompt_tokens: int, new_to
         "frozen": e * p * reference + (e * teacher.params if teacher else 0),
         "KV cache": kv_cache(sequences, tokens),
         "prefill": prefill(sequences),
-        "scoring": b * new_tokens * arch.vocab * (e + 8),
+        "scoring": max(b * new_tokens * arch.vocab * (e + 8), b * tokens * passing),
         "evaluation": (kv_cache(eval_sequences, prompt_tokens + eval_new_tokens) + prefill(eval_sequences)
                        if eval_sequences else 0),
         "activations": activations + b * new_tokens * arch.vocab * 12 + (2 * p if dtype == "bfloat16" else 0),
