@@ -280,6 +280,11 @@ class _RayHost:
     """Holds one actor inside a Ray worker process and times its calls."""
 
     def __init__(self, cls, config):
+        placement = getattr(config, "placement", None)
+        if placement is not None:   # this process holds one policy: cap it to the GPU share Ray reserved for it
+            from mrl.placement import cap_gpu_memory, resolve_device
+
+            cap_gpu_memory(resolve_device(placement.device), placement.gpus)
         self.actor = cls(config)
 
     def run(self, method: str, args: tuple):

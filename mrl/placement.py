@@ -11,6 +11,7 @@ call per op). `DeviceGuard` is the check the tests run a step under.
 from __future__ import annotations
 
 import contextlib
+import os
 import traceback
 from pathlib import Path
 from typing import Iterator
@@ -66,6 +67,18 @@ def precision(device: torch.device, dtype: str = "float32") -> Iterator[None]:
     softmax and the loss stay fp32); float32 runs it as it is."""
     with torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bfloat16" else contextlib.nullcontext():
         yield
+
+
+def cap_gpu_memory(device: torch.device, share: float) -> None:
+    """A policy sharing a GPU (PlacementConfig.gpus below 1, the share Ray reserves for its actor, one process per
+    actor) may allocate at most that share of it: a neighbour's peak then fails its own allocation with an
+    out-of-memory error naming it, not the other policy's. The caching allocator uses expandable segments, so a
+    cache that grows step by step does not fragment the share. Call before the policy's first CUDA allocation (the
+    allocator reads PYTORCH_CUDA_ALLOC_CONF once); a CPU or a whole GPU (share 0 or >= 1) is left alone."""
+    if device.type != "cuda" or not 0 < share < 1:
+        return
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    torch.cuda.set_per_process_memory_fraction(share, device)
 
 
 @contextlib.contextmanager

@@ -247,3 +247,16 @@ def test_each_phase_s_gpu_memory_peak_is_measured_there_and_nothing_on_a_cpu(mon
     with measured_peak(torch.device("cuda:0"), "update_peak_gb", into):
         calls.append("block")
     assert calls == [("reset", torch.device("cuda:0")), "block"] and into == {"update_peak_gb": 3.0}
+
+
+def test_a_policy_sharing_a_gpu_is_capped_to_its_share_with_expandable_segments(monkeypatch):
+    from mrl.placement import cap_gpu_memory
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda share, device: calls.append(share))
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    cap_gpu_memory(torch.device("cpu"), 0.5)
+    cap_gpu_memory(torch.device("cuda:0"), 0.0)      # no share reserved: the whole GPU
+    assert calls == [] and "PYTORCH_CUDA_ALLOC_CONF" not in __import__("os").environ
+    cap_gpu_memory(torch.device("cuda:0"), 0.378)
+    assert calls == [0.378] and __import__("os").environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
