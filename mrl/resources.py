@@ -11,8 +11,9 @@ tokens) and each policy's placement (dtype, gradient checkpointing, micro-batch)
     Adam         8 P: exp_avg and exp_avg_sq in fp32
     frozen       the reference (beta > 0) and a teacher model, e bytes per parameter
     KV cache     2 L B S kv e: the rollout of the whole batch (B sequences of S tokens) at once
-    prefill      the rollout's first forward over every prompt at once (generate's prefill; at most
-                 BATCHED_STEP_TOKENS tokens under engine batched), one layer's temporaries per prompt token:
+    prefill      the rollout's first forwards over the prompts (engine generate: GENERATE_PREFILL_CHUNK tokens of
+                 every prompt a forward; batched: at most BATCHED_STEP_TOKENS tokens; the CPU loops: every prompt
+                 token at once), one layer's temporaries per token in a forward:
                  (3 I + 2 h + 2 kv) e (gate, up and activation, attention input and output, k and v) + 8 h (the
                  residual stream in and out, fp32 under autocast); it lives beside the full KV cache
     scoring      the no-grad log-prob passes of the rollout (the sampling log-probs under bf16 or the generate
@@ -103,7 +104,7 @@ def policy_memory(arch: Architecture, sequences: int, prompt_tokens: int, new_to
                   eval_new_tokens: int = 0) -> dict[str, float]:
     """The terms of the module docstring, in GB, with `peak`; sequences is the step's batch (P x G x multiplier),
     eval_sequences and eval_new_tokens the evaluation's (GrpoConfig.eval_batch, eval_max_new_tokens)."""
-    from mrl.rollout import BATCHED_STEP_TOKENS
+    from mrl.rollout import BATCHED_STEP_TOKENS, GENERATE_PREFILL_CHUNK
 
     e, residual = (2 if dtype == "bfloat16" else 4), 4
     p, tokens = arch.params, prompt_tokens + new_tokens
@@ -112,8 +113,9 @@ def policy_memory(arch: Architecture, sequences: int, prompt_tokens: int, new_to
     passing = (3 * arch.mlp + 2 * arch.hidden + 2 * arch.kv) * e + 2 * arch.hidden * residual
 
     def prefill(count: int) -> float:
-        prompt = count * prompt_tokens
-        return passing * (min(prompt, BATCHED_STEP_TOKENS) if engine == "batched" else prompt)
+        if engine == "batched":
+            return passing * min(count * prompt_tokens, BATCHED_STEP_TOKENS)
+        return passing * count * (min(prompt_tokens, GENERATE_PREFILL_CHUNK) if engine == "generate" else prompt_tokens)
 
     def kv_cache(count: int, length: int) -> float:
         return 2 * arch.layers * count * length * arch.kv * e

@@ -185,6 +185,11 @@ def first_eos_mask(ids: Tensor, eos_id: StopIds) -> Tensor:
     return ((torch.cumsum(is_eos, dim=1) - is_eos) == 0).long()
 
 
+GENERATE_PREFILL_CHUNK = 64
+"""prompt tokens per prefill forward of the generate engine (transformers' prefill_chunk_size, no compilation):
+its temporaries are one layer's over B x 64 tokens, not over every prompt token of the batch at once"""
+
+
 @torch.no_grad()
 def generate_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: StopIds,
                          pad_id: int, generator: torch.Generator | None = None, temperature: float = 1.0,
@@ -193,14 +198,16 @@ def generate_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_
     at `temperature` (the checkpoint's own generation defaults, top-k, top-p and repetition penalty among them,
     are set aside for the call), tokens after the first EOS masked, no compilation (the prompt length changes
     every step). generate takes no generator: it draws from torch's global generator, seeded from `generator`
-    inside a fork of the RNG state, which is restored after. -> completion_ids, completion_mask, each (B, T);
-    the sampling log-probs are the training forward's (sample_completions)."""
+    inside a fork of the RNG state, which is restored after. The prompts are prefilled GENERATE_PREFILL_CHUNK
+    tokens at a time. -> completion_ids, completion_mask, each (B, T); the sampling log-probs are the training
+    forward's (sample_completions)."""
     from transformers import GenerationConfig
 
     config = GenerationConfig(do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0,
                               top_p=1.0, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                               eos_token_id=list(eos_id) if isinstance(eos_id, tuple) else eos_id,
                               pad_token_id=pad_id, cache_implementation="static",
+                              prefill_chunk_size=GENERATE_PREFILL_CHUNK,
                               disable_compile=True)
     seed = 0 if generator is None else int(torch.randint(2 ** 62, (1,), generator=generator, device=generator.device))
     devices = [prompt_ids.device] if prompt_ids.device.type == "cuda" else []

@@ -144,3 +144,19 @@ def test_a_long_generate_call_does_not_grow_the_next_calls_cache():
     assert not hasattr(model, "_previous_max_cache_length")
     short = sample_completions(model, CONTEXT, MASK, max_new_tokens=4, **kwargs)
     assert short[0].shape[1] <= 4 and not hasattr(model, "_previous_max_cache_length")
+
+
+def test_generate_prefills_in_chunks_and_draws_what_a_one_pass_prefill_draws(monkeypatch):
+    """GENERATE_PREFILL_CHUNK bounds the prefill's temporaries; greedy completions of left-padded prompts longer than
+    a chunk are those of the whole-prompt prefill."""
+    import mrl.rollout as rollout
+
+    model = model_of(next(s for s in SHAPES if s["arch"] == "llama")).eval()
+    prompts = torch.randint(3, 50, (3, 20), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(prompts)
+    mask[0, :7], prompts[0, :7] = 0, 0
+    kwargs = dict(max_new_tokens=6, eos_id=1, pad_id=0, greedy=True, engine="generate", with_logprobs=False)
+    whole = sample_completions(model, prompts, mask, **kwargs)
+    monkeypatch.setattr(rollout, "GENERATE_PREFILL_CHUNK", 4)
+    chunked = sample_completions(model, prompts, mask, **kwargs)
+    assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])

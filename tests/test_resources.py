@@ -54,14 +54,16 @@ def test_each_memory_term_follows_its_setting():
     kv = 2 * 16 * 512 * 768 * 512 * 4 / 1e9
     assert base["KV cache"] == pytest.approx(kv)
     small = _memory(micro_batch=1, gradient_checkpointing=True)
-    prefill = 512 * 256 * ((3 * 8192 + 2 * 2048 + 2 * 512) * 4 + 2 * 2048 * 4) / 1e9   # every prompt in one forward
+    per_token = (3 * 8192 + 2 * 2048 + 2 * 512) * 4 + 2 * 2048 * 4
+    prefill = 512 * 64 * per_token / 1e9   # generate prefills 64 tokens of every prompt a forward
     assert small["prefill"] == pytest.approx(prefill)
+    assert _memory(engine="hf")["prefill"] == pytest.approx(4 * prefill)    # the loops: every prompt token at once
     assert small["peak"] == pytest.approx(4 + 8 + kv + prefill)  # weights, Adam, the rollout's cache and prefill,
     # once the update is small (the gradients live only through the update)
-    assert _memory(engine="batched")["prefill"] == pytest.approx(8192 / (512 * 256) * prefill)   # capped per forward
+    assert _memory(engine="batched")["prefill"] == pytest.approx(8192 * per_token / 1e9)   # capped per forward
     assert base["evaluation"] == 0
     evaluation = _memory(eval_sequences=256, eval_new_tokens=1024)["evaluation"]
-    assert evaluation == pytest.approx(2 * 16 * 256 * 1280 * 512 * 4 / 1e9 + prefill / 2)
+    assert evaluation == pytest.approx(2 * 16 * 256 * 1280 * 512 * 4 / 1e9 + prefill / 2)   # 256 of 512 prompts
     large = _memory(micro_batch=1, gradient_checkpointing=True, eval_sequences=2048, eval_new_tokens=1024)
     assert large["peak"] == pytest.approx(4 + 8 + large["evaluation"])   # the evaluation sets the peak
 
@@ -80,7 +82,7 @@ def test_the_paper_profile_fits_two_80gb_gpus_with_at_most_its_configured_share_
 
 def test_a_plan_too_large_is_refused_naming_the_policy_and_the_shortfall():
     config = load_profile("paper")
-    with pytest.raises(ResourceError, match=r"policy C \(SmolLM2-360M-Instruct\) needs 44\.\d GB .* short by 35\.\d GB"):
+    with pytest.raises(ResourceError, match=r"policy C \(SmolLM2-360M-Instruct\) needs 39\.\d GB .* short by 15\.\d GB"):
         plan_resources(config, [80])
     whole_batch = dataclasses.replace(config, placement={name: PlacementConfig() for name in config.policies})
     with pytest.raises(ResourceError, match="policy B .*lower its micro_batch \\(now the whole batch\\), turn on "
