@@ -131,6 +131,10 @@ class PolicyActor:
         self.sampler = self.model
         if self.bf16:
             self.sampler = cast_parameters(copy.deepcopy(self.model), torch.bfloat16).eval().requires_grad_(False)
+        if self.cfg.sampler_correction != "off" and not self.bf16:
+            raise ConfigError(f"GrpoConfig.sampler_correction = {self.cfg.sampler_correction!r} is not allowed with "
+                              f"PlacementConfig.dtype = {placement.dtype!r}: the float32 sampler is the trained model, "
+                              f"so there is no mismatch to correct; expected 'off' (or dtype 'bfloat16')")
         self.teacher = None
         if self.probe.teacher:
             self.teacher = load_policy(config.peer_paths[teacher_of(self.name, list(config.peer_paths))])
@@ -199,19 +203,22 @@ class PolicyActor:
     def _rollout(self, step: int, problems: list) -> dict:
         start = time.perf_counter()
         cfg = self.cfg
-        # the loops' sampling log-probs come free in float32; otherwise the training forward scores the samples
-        rescore = self.bf16 or cfg.engine in ("generate", "batched")
-        prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp = sample_groups(
+        # the loops' sampling log-probs come free (the sampler's own, as it drew); in float32 they are the ratio's
+        # old log-probs, otherwise the training forward scores the samples
+        loop = cfg.engine not in ("generate", "batched")
+        rescore = self.bf16 or not loop
+        prompt_ids, prompt_mask, completion_ids, completion_mask, drawn_logp = sample_groups(
             self.sampler, self.tokenizer, [self.render(p.prompt) for p in problems], cfg.group_size,
             step_generator(cfg.seed, step, self.name, self.device), cfg.max_new_tokens, cfg.temperature, cfg.engine,
-            with_logprobs=not rescore)
+            with_logprobs=loop)
+        sample_logp = drawn_logp
         if rescore:
             sample_logp = completion_mask * self.scored_logprobs(self.model, prompt_ids, prompt_mask, completion_ids,
                                                                  completion_mask)
         sample_weight, sampler = None, {}
         if self.sampler is not self.model:   # the samples' distribution is the bf16 copy's: measure the mismatch
             sample_weight, sampler = self.sampler_mismatch(prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                                           sample_logp)
+                                                           sample_logp, drawn_logp)
         expanded = [p for p in problems for _ in range(cfg.group_size)]
         texts = completion_texts(self.tokenizer, completion_ids, completion_mask, stop_ids(self.tokenizer))
         rewards = score(texts, expanded, self.task.verify, self.device)
@@ -237,13 +244,17 @@ class PolicyActor:
                 "seconds": time.perf_counter() - start, "sampler": sampler}
 
     def sampler_mismatch(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                         completion_mask: Tensor, train_logp: Tensor) -> tuple[Tensor | None, dict]:
-        """(the sampler correction's weight, None when it is off; the step's mismatch statistics): the bf16
-        sampler scores its own completions, and |log pi_train - log pi_sampler| per token gives TRL's
-        sampling_logp_difference (mrl.mismatch). All (N, T); train_logp: the ratio's old log-probs."""
+                         completion_mask: Tensor, train_logp: Tensor,
+                         drawn_logp: Tensor | None = None) -> tuple[Tensor | None, dict]:
+        """(the sampler correction's weight, None when it is off; the step's mismatch statistics):
+        |log pi_train - log pi_sampler| per token gives TRL's sampling_logp_difference (mrl.mismatch). pi_sampler is
+        what the sampler computed as it drew (drawn_logp: the fast and hf loops'), else, for the generate and batched
+        engines, which return none, the bf16 sampler scoring its own completions in one forward (closer to the
+        trainer than its cached decoding: it may understate the mismatch). All (N, T); train_logp: the ratio's old
+        log-probs."""
         cfg = self.cfg
-        sampler_logp = completion_mask * self.scored_logprobs(self.sampler, prompt_ids, prompt_mask, completion_ids,
-                                                              completion_mask)
+        sampler_logp = completion_mask * (drawn_logp if drawn_logp is not None else self.scored_logprobs(
+            self.sampler, prompt_ids, prompt_mask, completion_ids, completion_mask))
         stats = mismatch_stats(train_logp, sampler_logp, completion_mask)
         if cfg.sampler_correction == "off":
             return None, stats

@@ -225,6 +225,11 @@ class GrpoConfig:
     seed: Int = 0
     """RL seed: prompt order and sampling draw from generators derived from (seed, step, policy)"""
 
+    def __post_init__(self):
+        low, high = self.sampler_clip_min, self.sampler_clip_max
+        require(low is None or high is None or low <= high, "GrpoConfig", "sampler_clip_min", low,
+                f"at most sampler_clip_max ({high})")
+
 
 DTYPES = ("float32", "bfloat16")
 DEVICE_SPEC = re.compile(r"^(auto|cpu|cuda(:[0-9]+)?)$")

@@ -34,7 +34,8 @@ def log_ratio(train_logp: Tensor, sampler_logp: Tensor, mask: Tensor) -> Tensor:
 def mismatch_stats(train_logp: Tensor, sampler_logp: Tensor, mask: Tensor) -> dict[str, float]:
     """TRL's sampling/sampling_logp_difference: the mean and max of |log pi_train - log pi_sampler| over the
     completion tokens (NaN tokens left out, as TRL does: counting them as 0 would understate it). (B, T) each."""
-    delta = (train_logp - sampler_logp).abs()[mask.bool() & ~torch.isnan(sampler_logp)]
+    delta = (train_logp - sampler_logp).abs()
+    delta = delta[mask.bool() & ~torch.isnan(delta)]
     if delta.numel() == 0:
         return {"sampler_logp_diff_mean": 0.0, "sampler_logp_diff_max": 0.0}
     return {"sampler_logp_diff_mean": float(delta.mean()), "sampler_logp_diff_max": float(delta.max())}

@@ -51,6 +51,7 @@ import torch
 
 from mrl.config import ConfigError, RunConfig
 from mrl.probes import as_probe_config, get_probe
+from mrl.rollout import BATCHED_STEP_TOKENS, GENERATE_PREFILL_CHUNK
 
 GB = 1e9
 PUBLISHED = Path(__file__).parent / "data" / "published_configs"
@@ -104,8 +105,6 @@ def policy_memory(arch: Architecture, sequences: int, prompt_tokens: int, new_to
                   eval_new_tokens: int = 0) -> dict[str, float]:
     """The terms of the module docstring, in GB, with `peak`; sequences is the step's batch (P x G x multiplier),
     eval_sequences and eval_new_tokens the evaluation's (GrpoConfig.eval_batch, eval_max_new_tokens)."""
-    from mrl.rollout import BATCHED_STEP_TOKENS, GENERATE_PREFILL_CHUNK
-
     e, residual = (2 if dtype == "bfloat16" else 4), 4
     p, tokens = arch.params, prompt_tokens + new_tokens
     b = min(micro_batch or sequences, sequences)
@@ -192,7 +191,7 @@ def plan_resources(config: RunConfig, gpus: list[float], prompt_tokens: int = 25
                                prompt_tokens, config.grpo.max_new_tokens, placement.dtype, placement.gradient_checkpointing,
                                placement.micro_batch, config.grpo.beta > 0, teacher, **evaluation_settings(config))
         rows.append({"policy": name, "model": Path(config.policies[name]).name,
-                     "params (M)": archs[name].params / 1e6, **memory, "advice": _advice(placement, memory)})
+                     "params (M)": archs[name].params / 1e6, **memory, "advice": _advice(placement, memory, config.grpo.engine)})
     usable = [size * (1 - reserve) for size in gpus]
     free = list(usable)
     for row in sorted(rows, key=lambda r: -r["peak"]):
@@ -244,7 +243,8 @@ def plan_trl(config: RunConfig, gpus: list[float], use_vllm: bool = False, vllm_
         memory = policy_memory(architecture(config.policies[name]),
                                config.grpo.prompts_per_step * config.grpo.group_size * multiplier, prompt_tokens,
                                config.grpo.max_new_tokens, placement.dtype, placement.gradient_checkpointing,
-                               placement.micro_batch, config.grpo.beta > 0, **evaluation_settings(config))
+                               placement.micro_batch, config.grpo.beta > 0, engine="hf")   # TRL: generate's one-pass
+        # prefill, and no evaluation (check_trl_args refuses eval_strategy)
         if use_vllm:   # vLLM holds the sampling copy, the KV cache and generation's prefill, in its own share
             memory["bf16 sampler"] = memory["KV cache"] = memory["prefill"] = memory["evaluation"] = 0.0
             memory["peak"] = (memory["weights"] + memory["Adam"] + memory["frozen"]
@@ -266,7 +266,7 @@ def plan_trl(config: RunConfig, gpus: list[float], use_vllm: bool = False, vllm_
     return pd.DataFrame(rows)
 
 
-def _advice(placement, memory: dict) -> str:
+def _advice(placement, memory: dict, engine: str = "generate") -> str:
     """What would shrink a policy's peak: the batch when the rollout's KV cache and prefill set it, the evaluation's
     batch when the evaluation does, else the update's settings it does not use yet."""
     rollout = memory["KV cache"] + memory["prefill"]
@@ -275,9 +275,10 @@ def _advice(placement, memory: dict) -> str:
         return (f"the evaluation ({memory['evaluation']:.1f} GB) sets it: lower grpo.eval_batch or "
                 f"eval_max_new_tokens, or give more or larger GPUs")
     if rollout >= max(memory["scoring"], update):
+        batched = ("" if engine == "batched" else
+                   f", use engine batched (its prefill takes at most {BATCHED_STEP_TOKENS:,} tokens a forward)")
         return (f"the rollout's KV cache and prefill ({rollout:.1f} GB) set it: lower grpo.prompts_per_step or "
-                f"group_size, use engine batched (its prefill takes at most 8,192 tokens a forward), or give more "
-                f"or larger GPUs")
+                f"group_size{batched}, or give more or larger GPUs")
     steps = [f"lower its micro_batch (now {placement.micro_batch or 'the whole batch'})"]
     if not placement.gradient_checkpointing:
         steps.append("turn on gradient_checkpointing")

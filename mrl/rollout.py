@@ -235,18 +235,20 @@ BATCHED_MASK_BYTES = 2 ** 28
 """the sdpa path's attention mask holds step tokens x cache tokens floats: the step shrinks to keep it under this"""
 
 
-def batched_paging(prompt_lengths: list[int], max_new_tokens: int):
+def batched_paging(prompt_lengths: list[int], max_new_tokens: int, mask_bytes: int = 4):
     """transformers' ContinuousBatchingConfig for one call of the batched engine: a paged cache of exactly the
     pages its requests can fill (transformers' default sizes it to most of the free memory: seconds to allocate on a
     CPU, and no bound on a shared GPU), and at most BATCHED_STEP_TOKENS tokens per forward, fewer where the sdpa
-    attention mask (step x cache tokens) would pass BATCHED_MASK_BYTES, never fewer than the longest prompt."""
+    attention mask (step x cache tokens, mask_bytes each: the model's dtype) would pass BATCHED_MASK_BYTES, but never
+    fewer than one decode token per request (every sequence advances at every forward) nor than the longest
+    prompt."""
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
     pages = sum(math.ceil((length + max_new_tokens) / BATCHED_PAGE) for length in prompt_lengths)
     step = min(BATCHED_STEP_TOKENS, sum(prompt_lengths) + len(prompt_lengths),
-               BATCHED_MASK_BYTES // (4 * pages * BATCHED_PAGE))
+               BATCHED_MASK_BYTES // (mask_bytes * pages * BATCHED_PAGE))
     return ContinuousBatchingConfig(page_size=BATCHED_PAGE, num_blocks=pages,
-                                    max_batch_tokens=max(step, max(prompt_lengths) + 1))
+                                    max_batch_tokens=max(step, len(prompt_lengths), max(prompt_lengths) + 1))
 
 
 @torch.no_grad()
@@ -262,12 +264,17 @@ def batched_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_n
     completion, pad after the first EOS."""
     from transformers import GenerationConfig
 
+    if min_new_tokens and min_new_tokens != max_new_tokens:   # continuous batching applies no min_new_tokens
+        raise ValueError(f"engine batched: min_new_tokens = {min_new_tokens} is not allowed; expected 0 or "
+                         f"max_new_tokens ({max_new_tokens}), a fixed length")
+    fixed = bool(min_new_tokens)   # a fixed length (the benchmarks' equal work): no id stops a completion. EOS is
+    # ignored, not suppressed as in the loops: it may occur inside, and the mask keeps every token
     config = GenerationConfig(do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0,
-                              top_p=1.0, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens or None,
-                              eos_token_id=list(eos_id) if isinstance(eos_id, tuple) else eos_id,
+                              top_p=1.0, max_new_tokens=max_new_tokens,
+                              eos_token_id=None if fixed else list(eos_id) if isinstance(eos_id, tuple) else eos_id,
                               pad_token_id=pad_id)
     prompts = [row[keep.bool()].tolist() for row, keep in zip(prompt_ids, prompt_mask)]
-    paging = batched_paging([len(prompt) for prompt in prompts], max_new_tokens)
+    paging = batched_paging([len(prompt) for prompt in prompts], max_new_tokens, model.dtype.itemsize)
     seed = 0 if generator is None else int(torch.randint(2 ** 62, (1,), generator=generator, device=generator.device))
     devices = [prompt_ids.device] if prompt_ids.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
@@ -281,7 +288,7 @@ def batched_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_n
         raise RuntimeError(f"batched_completions: {len(rows)} of {len(prompts)} requests came back; failed: {failed}")
     completions = [output.generated_tokens[:max_new_tokens] for output in rows]
     ids, _ = pad_completions(completions, pad_id, prompt_ids.device)   # a row shorter than T ended with an EOS
-    mask = first_eos_mask(ids, eos_id)
+    mask = torch.ones_like(ids) if fixed else first_eos_mask(ids, eos_id)
     return torch.where(mask.bool(), ids, pad_id), mask
 
 

@@ -367,10 +367,12 @@ def align_batch(texts: list[str | None], src_tokenizer, dst_tokenizer, src_ids: 
     dst_eos = dst_tokenizer.eos_token_id
     dst_encodings = _encode(dst_tokenizer, [prepared[k][0] for k in valid])
     results: list = list(prepared)
-    src_eos = src_tokenizer.eos_token_id
+    from mrl.rollout import stop_ids   # any of the source checkpoint's stop ids ends its sequence
+
+    src_stops = set(stop_ids(src_tokenizer))
     for k, dst_ids in zip(valid, dst_encodings):
         text, ids, pieces = prepared[k]
-        if carry_eos and ids and ids[-1] == src_eos and dst_eos is not None:
+        if carry_eos and ids and ids[-1] in src_stops and dst_eos is not None:
             dst_ids = dst_ids + [dst_eos]
         try:
             results[k] = _align_encoded(text, ids, pieces, dst_ids, dst_tokenizer, strict)

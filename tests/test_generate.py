@@ -160,3 +160,12 @@ def test_generate_prefills_in_chunks_and_draws_what_a_one_pass_prefill_draws(mon
     monkeypatch.setattr(rollout, "GENERATE_PREFILL_CHUNK", 4)
     chunked = sample_completions(model, prompts, mask, **kwargs)
     assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])
+
+
+def test_the_batched_engine_draws_a_fixed_length_and_refuses_a_minimum_it_cannot_apply():
+    model = model_of(SHAPES[2]).eval()
+    kwargs = dict(max_new_tokens=6, eos_id=1, pad_id=0, greedy=True, engine="batched", with_logprobs=False)
+    ids, mask, _ = sample_completions(model, CONTEXT, MASK, min_new_tokens=6, **kwargs)
+    assert ids.shape == (2, 6) and mask.all()
+    with pytest.raises(ValueError, match="min_new_tokens = 3 is not allowed; expected 0 or max_new_tokens"):
+        sample_completions(model, CONTEXT, MASK, min_new_tokens=3, **kwargs)

@@ -98,3 +98,13 @@ def test_with_a_correction_the_batch_carries_trls_weight_and_the_loss_uses_it(ti
     plain = next(iter(actor.probe.loss(dataclasses.replace(batch, sample_weight=None), PeerView(),
                                        actor.config.probe).losses))
     assert weighted.item() != plain.item()
+
+
+def test_a_correction_without_a_bf16_sampler_or_with_crossed_bounds_is_refused(tiny_zoo_paths):
+    with pytest.raises(ConfigError, match=r"sampler_correction = 'token_mask' is not allowed with "
+                                          r"PlacementConfig.dtype = 'float32'.*expected 'off'"):
+        PolicyActor(ActorConfig("A", tiny_zoo_paths["A"], TaskConfig(**TINY_TASK),
+                                GrpoConfig(sampler_correction="token_mask")))
+    with pytest.raises(ConfigError, match=r"GrpoConfig.sampler_clip_min = 4.0 is not allowed; expected at most "
+                                          r"sampler_clip_max \(3.0\)"):
+        GrpoConfig(sampler_clip_min=4.0)

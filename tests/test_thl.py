@@ -228,3 +228,19 @@ def test_report_matches_a_brute_force_recount(tokenizers, src, dst):
     assert report.mean_group_src == pytest.approx(src_tok / groups)
     assert report.length_gap == pytest.approx(np.mean(gaps))
     assert 0.0 <= report.truncation_loss <= 1.0
+
+
+def test_a_peer_sequence_ended_by_any_of_its_checkpoints_stop_ids_carries_the_receivers_eos(tokenizers, tmp_path):
+    """A Llama 3 completion may end in <|eom_id|> rather than the tokenizer's EOS: THL still ends the receiver's
+    sequence with its EOS, so a well-formed peer completion is not trained on as one that never stops."""
+    from transformers import GenerationConfig, PreTrainedTokenizerFast
+
+    source, receiver = tokenizers["bpe"], tokenizers["unigram"]
+    source.save_pretrained(tmp_path)
+    GenerationConfig(eos_token_id=[source.eos_token_id, source.unk_token_id]).save_pretrained(tmp_path)
+    loaded = PreTrainedTokenizerFast.from_pretrained(tmp_path)
+    body = loaded.encode("12+3=", add_special_tokens=False)
+    for stop in (loaded.eos_token_id, loaded.unk_token_id):
+        alignment = align("12+3=", loaded, receiver, body + [stop])
+        assert alignment.dst_ids[-1] == receiver.eos_token_id
+    assert align("12+3=", loaded, receiver, body).dst_ids[-1] != receiver.eos_token_id

@@ -115,7 +115,7 @@ def poison_figure(numbers: pd.DataFrame, column: str = "weak"):
     ax.set_yticks(range(len(arms)), [f"{r.probe}: {r.arm} ({r.policy}, {r.runs} seed{'s' * (r.runs != 1)})"
                                      for r in arms.itertuples()], fontsize=8)
     ax.invert_yaxis()
-    n_max = int(arms.runs.max()) if len(arms) else 0
+    n_max = max((len(units) for units in arms.get(f"{column} units", [])), default=0)   # what the bars rest on
     spread = ("bar: 95% t interval over the shared seeds" if n_max >= MIN_PAIRS
               else f"fewer than {MIN_PAIRS} seeds: no interval")
     ax.set(xlabel=f"final {column} accuracy: poisoned peer minus honest peer",

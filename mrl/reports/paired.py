@@ -61,7 +61,8 @@ def paired_differences(values: pd.DataFrame, column: str, baseline: str = BASELI
         mean, low, high = t_interval(diffs)
         n = int(np.isfinite(diffs).sum())
         rows.append({"pairing": pairing, "probe": probe, "policy": policy, "diff": mean, "low": low, "high": high,
-                     "n": n, "real": is_real(low, high, n), "units": tuple(float(d) for d in diffs)})
+                     "n": n, "real": is_real(low, high, n),
+                     "units": tuple(float(d) for d in diffs if np.isfinite(d))})
     return pd.DataFrame(rows, columns=KEYS + ["diff", "low", "high", "n", "real", "units"])
 
 
@@ -268,10 +269,11 @@ def spread_text(n_runs: pd.Series) -> str:
 
 
 def rollouts_per_step(weak: pd.DataFrame) -> pd.Series:
-    """Per probe: own rollouts per RL step relative to the baseline's (gspo_x2 samples twice the group: 2.0)."""
-    last = weak[weak.step == weak.step.max()]
-    per_step = last.groupby("probe").rollouts.mean() / max(weak.step.max(), 1)
-    base = per_step.get(BASELINE, per_step.min())
+    """Per probe: own rollouts per RL step at its last evaluation, relative to the baseline's (gspo_x2 samples twice
+    the group: 2.0); NaN where nothing was evaluated after step 0."""
+    last = weak[(weak.step > 0) & (weak.step == weak.groupby("probe").step.transform("max"))]
+    per_step = (last.rollouts / last.step).groupby(last.probe).mean()
+    base = per_step.get(BASELINE, per_step.min() if len(per_step) else np.nan)
     return (per_step / base).round(1)
 
 
@@ -319,7 +321,8 @@ def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str
                 z = 3 if probe == BASELINE else 2
                 line = of_policy(accuracy, probe)
                 if not line.empty:
-                    more = f", {scale[probe]:g}x rollouts/step" if scale.get(probe, 1.0) != 1.0 else ""
+                    ratio = scale.get(probe, 1.0)
+                    more = f", {ratio:g}x rollouts/step" if np.isfinite(ratio) and ratio != 1.0 else ""
                     ax.plot(line.step, line["mean"], color=colours[probe], ls=styles[probe], lw=1.5, zorder=z,
                             label=f"{probe} ({n} runs{more})")
                     draw_spread(ax, mine[mine.probe == probe], "step", "accuracy", line, colours[probe], n, clip=True)
