@@ -252,7 +252,8 @@ class PlacementConfig:
     """sequences per forward and backward of the update (0: the whole step's batch at once); the gradient is the
     whole batch's (mrl.placement.MicroBatchedLogprobs)"""
     gpus: Annotated[Float, Field(ge=0)] = 0.0
-    """GPUs the ray backend reserves for this policy's actor (0.5: two policies share one GPU)"""
+    """GPUs the ray backend reserves for this policy's actor (0.5: two policies share one GPU); below 1, on the
+    ray and process backends, also the most of its GPU the policy's process may allocate (mrl.placement.cap_gpu_memory)"""
 
 
 FAILURE_POLICIES = ("fail", "continue")

@@ -136,10 +136,22 @@ class InlineBackend(Backend):
         self.actors.pop(worker, None)
 
 
+def _own_process_actor(cls, config):
+    """The actor of a process that holds one policy (a process or Ray worker), capped first to its placement's
+    share of the GPU (PlacementConfig.gpus, mrl.placement.cap_gpu_memory): policies sharing a GPU each fail on
+    their own share, not on a neighbour's."""
+    placement = getattr(config, "placement", None)
+    if placement is not None:
+        from mrl.placement import cap_gpu_memory, resolve_device
+
+        cap_gpu_memory(resolve_device(placement.device), placement.gpus)
+    return cls(config)
+
+
 def _serve(conn, cls, config) -> None:
     """Worker process main loop: build the actor, then answer (method, args) until 'close'."""
     try:
-        actor = cls(config)
+        actor = _own_process_actor(cls, config)
         conn.send(("ok", None))
     except Exception:  # noqa: BLE001
         conn.send(("error", traceback.format_exc()))
@@ -280,12 +292,7 @@ class _RayHost:
     """Holds one actor inside a Ray worker process and times its calls."""
 
     def __init__(self, cls, config):
-        placement = getattr(config, "placement", None)
-        if placement is not None:   # this process holds one policy: cap it to the GPU share Ray reserved for it
-            from mrl.placement import cap_gpu_memory, resolve_device
-
-            cap_gpu_memory(resolve_device(placement.device), placement.gpus)
-        self.actor = cls(config)
+        self.actor = _own_process_actor(cls, config)
 
     def run(self, method: str, args: tuple):
         start = time.perf_counter()

@@ -78,7 +78,9 @@ def cap_gpu_memory(device: torch.device, share: float) -> None:
     if device.type != "cuda" or not 0 < share < 1:
         return
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    torch.cuda.set_per_process_memory_fraction(share, device)
+    # torch wants an index: "cuda" (auto's device) is the process's current GPU, the one Ray assigned it
+    torch.cuda.set_per_process_memory_fraction(share, device.index if device.index is not None else
+                                               torch.cuda.current_device())
 
 
 @contextlib.contextmanager
