@@ -241,7 +241,8 @@ class PolicyActor:
             state=self.probe_state, ref_logp=ref_logp, teacher_logp=teacher_logp, teacher_failed=teacher_failed,
             render=self.render, sample_weight=sample_weight)
         return {"records": self.records(self.pending, texts), "reward": rewards.mean().item(),
-                "seconds": time.perf_counter() - start, "sampler": sampler}
+                "tokens": int(completion_mask.sum().item()), "seconds": time.perf_counter() - start,
+                "sampler": sampler}
 
     def sampler_mismatch(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
                          completion_mask: Tensor, train_logp: Tensor,
@@ -292,7 +293,9 @@ class PolicyActor:
                 "seconds": time.perf_counter() - start}
 
     def apply(self, loss: Tensor) -> float:
-        """Backward, clip the global gradient norm, one Adam step; returns the norm before clipping."""
+        """Backward, clip the global gradient norm, one Adam step; returns the norm before clipping. The gradients
+        are freed after the step (4 bytes a parameter), so the next rollout and evaluation run without them, as the
+        resource plan counts them (the update's phase alone)."""
         set_training(self.model, True)
         self.optimizer.zero_grad(set_to_none=True)
         if self.micro_batched is not None:
@@ -301,6 +304,7 @@ class PolicyActor:
             loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
         self.sync_sampler()
         return grad_norm.item()
 

@@ -6,7 +6,7 @@ sent to TensorBoard, Trackio or a table in the notebook while the run goes.
 The runner hands its growing `RunRecord` to a `Reporting` after every step; it turns the rows added since the
 last call into metrics named in TRL's convention, one namespace per policy:
 
-    A/train/reward, A/train/loss, A/train/grad_norm, A/train/active_sequences,
+    A/train/reward, A/train/loss, A/train/grad_norm, A/train/active_sequences, A/train/completion_tokens,
     A/probe/<statistic> (e.g. A/probe/rescue_size), A/timing/rollout_seconds, A/timing/update_seconds,
     A/eval/<split>/<skill> and A/eval/<split>/mean (greedy accuracy), exchange/<counter> (SEE's counters),
 
@@ -22,7 +22,7 @@ from typing import Protocol
 import yaml
 
 REPORT_TO = ("none", "tensorboard", "trackio")
-TRAIN = ("reward", "loss", "grad_norm", "active_sequences")
+TRAIN = ("reward", "loss", "grad_norm", "active_sequences", "completion_tokens")
 TIMING = ("rollout_seconds", "update_seconds")
 STEP_KEYS = ("policy", "step")
 
