@@ -244,6 +244,21 @@ def bands_at(fig_axes, x) -> list[tuple[float, float]]:
     return out
 
 
+def title_text(fig) -> str:
+    """The figure's suptitle as one line (mrl.reports.palette.figure_title wraps it to the figure's width)."""
+    return " ".join(fig._suptitle.get_text().split())
+
+
+def test_a_title_wider_than_its_figure_is_wrapped_to_it():
+    from mrl.reports.probes import rescue_figure
+
+    fig = rescue_figure(synthetic_evals(["grpo", "sgt"]), setting="arith-ops, zoo seed 0")
+    fig.canvas.draw()
+    title = fig._suptitle.get_window_extent(fig.canvas.get_renderer())
+    assert "\n" in fig._suptitle.get_text() and title.width <= fig.bbox.width
+    assert title_text(fig).startswith("arith-ops, zoo seed 0: Rescue skill: accuracy on the skill each policy lacks")
+
+
 def t_interval_95(values) -> tuple[float, float]:
     values = np.asarray(values, dtype=float)
     return stats.t.interval(0.95, len(values) - 1, loc=values.mean(), scale=stats.sem(values))
@@ -256,7 +271,7 @@ def test_a_band_is_the_t_interval_of_the_mean_over_seeds_not_min_max():
     evals = synthetic_evals(["grpo", "sgt"])
     # accuracy_figure, panel A+B: policy A, held-out overall accuracy of grpo at step 5 (640 rollouts)
     fig = accuracy_figure(evals)
-    assert "95% t interval of the mean over 3 seeds" in fig._suptitle.get_text()
+    assert "95% t interval of the mean over 3 seeds" in title_text(fig)
     overall = evals[(evals.probe == "grpo") & (evals.policy == "A") & (evals.split == "held-out") & (evals.step == 5)]
     values = overall.groupby("seed").accuracy.mean()
     expected = t_interval_95(values)
@@ -301,7 +316,7 @@ def test_one_seed_draws_no_band_and_says_so():
     from mrl.reports.probes import accuracy_figure
 
     fig = accuracy_figure(synthetic_evals(seeds=(0,)))
-    assert "one seed: no band" in fig._suptitle.get_text()
+    assert "one seed: no band" in title_text(fig)
     assert all(high - low < 1e-12 for low, high in bands_at(fig.axes, 640))
 
 

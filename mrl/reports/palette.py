@@ -7,6 +7,8 @@ variants of one base apart. grpo, the baseline every figure compares to, is blac
 """
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.ticker as mticker
 import numpy as np
 from matplotlib.colors import to_hex
@@ -139,3 +141,11 @@ def fit_accuracy_axis(ax, label: str | None, pad: float = 0.05) -> bool:
     if label is not None:
         ax.set_ylabel(f"{label}\n({ACCURACY_NOTE})" if fitted else label)
     return fitted
+
+
+def figure_title(fig, title: str, fontsize: float = 12) -> None:
+    """The figure's suptitle above its top edge, wrapped to the figure's width (a title wider than a figure of few
+    panels would otherwise set the saved PNG's width and squeeze the panels into its middle); its lines grow
+    upwards, clear of the panels' titles (a tight bounding box keeps them in the saved image)."""
+    characters = max(40, int(fig.get_figwidth() * 72 / (0.55 * fontsize)))
+    fig.suptitle(textwrap.fill(title, characters), y=1.0, va="bottom", fontsize=fontsize)

@@ -12,8 +12,8 @@ import pandas as pd
 import seaborn as sns
 from scipy.stats import t as student_t
 
-from mrl.reports.palette import (COMPACT, baseline_on_top, fit_accuracy_axis, line_style, probe_colour,
-                                 probe_palette)
+from mrl.reports.palette import (COMPACT, baseline_on_top, figure_title, fit_accuracy_axis, line_style,
+                                 probe_colour, probe_palette)
 
 KEYS = ["pairing", "probe", "policy"]
 PEER_USE = {"peer_samples": "peer samples (prp)", "rescue_size": "peer demos (sgt)",
@@ -181,8 +181,8 @@ def _curve_grid(frame: pd.DataFrame, order: list[str], title: str):
     note = "\n(each axis fitted to its panel's data)" if fitted else ""
     for ax in grid.axes.flat:
         ax.set_ylabel(f"greedy accuracy{note}" if ax.get_subplotspec().is_first_col() else "")
-    grid.figure.suptitle(title, y=1.02)
     grid.tight_layout()
+    figure_title(grid.figure, title)
     return grid.figure
 
 
