@@ -118,6 +118,7 @@ def test_bf16_keeps_fp32_master_weights_and_its_loss_is_within_tolerance_of_fp32
     assert all(s["exp_avg"].dtype == torch.float32 for s in bf16.optimizer.state.values())
     for copy_, master in zip(bf16.sampler.parameters(), bf16.model.parameters()):
         assert torch.equal(copy_, master.to(torch.bfloat16))  # the sampler follows the update
+    assert all(p.grad is None for p in bf16.model.parameters())  # freed: the next rollout runs without them
 
 
 @pytest.mark.parametrize("engine", ["hf", "generate"])
@@ -260,3 +261,22 @@ def test_a_policy_sharing_a_gpu_is_capped_to_its_share_with_expandable_segments(
     assert calls == [] and "PYTORCH_CUDA_ALLOC_CONF" not in __import__("os").environ
     cap_gpu_memory(torch.device("cuda:0"), 0.378)
     assert calls == [0.378] and __import__("os").environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+
+
+def test_the_cap_of_a_plain_cuda_device_names_the_current_gpu_and_both_one_policy_backends_apply_it(monkeypatch):
+    """auto resolves to plain `cuda`, which torch's set_per_process_memory_fraction refuses without an index (as
+    the first GPU run found); a process or Ray worker caps its policy before building it."""
+    from types import SimpleNamespace
+
+    import mrl.placement as placement
+    from mrl.mwra import _own_process_actor
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda share, device: calls.append(device))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    placement.cap_gpu_memory(torch.device("cuda"), 0.5)
+    assert calls == [1]
+    monkeypatch.setattr(placement, "resolve_device", lambda spec: torch.device("cuda:0"))
+    config = SimpleNamespace(placement=SimpleNamespace(device="auto", gpus=0.25))
+    built = _own_process_actor(lambda cfg: ("actor", cfg), config)
+    assert built == ("actor", config) and calls == [1, 0]

@@ -95,6 +95,7 @@ def test_grpo_probe_on_one_policy_is_the_independent_grpo_loop(paths):
     got_steps = [{k: row[k] for k in want_steps[0]} for row in record.steps]
     assert got_steps == want_steps and sum(row["active_sequences"] for row in got_steps) > 0
     assert sorted(record.evals, key=str) == sorted(want_evals, key=str)
+    assert all(0 < row["completion_tokens"] <= 4 * 4 * cfg.max_new_tokens for row in record.steps)
 
 
 @pytest.mark.slow
