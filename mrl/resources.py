@@ -36,8 +36,9 @@ new tokens and e the bytes of an activation (2 under bfloat16, 4 in float32). Th
 evaluation and the update (gradients and activations). transformers' generate would size every later static cache
 to its longest call so far; mrl.rollout.generate_completions forgets that length after each call, so the
 evaluation's longer cache does not carry into the rollouts. A GPU keeps `reserve` of its memory for the CUDA
-context, the allocator's fragmentation and temporaries. These are estimates to plan with, not measurements (this
-machine has no GPU); a run on a GPU logs each phase's measured peak beside them (rollout_peak_gb, update_peak_gb).
+context, the allocator's fragmentation and temporaries. These are estimates to plan with; a run on a GPU logs each
+phase's measured peak beside them (rollout_peak_gb, update_peak_gb, eval_peak_gb), and
+benchmarks/gpu_first_run.py compares the two per phase (docs/paper_profile.md, What ran where).
 """
 from __future__ import annotations
 
