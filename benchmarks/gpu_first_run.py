@@ -5,20 +5,24 @@ The checkpoints cannot be downloaded where this runs, so each policy is a stand-
 architecture (mrl/data/published_configs: Qwen2.5-0.5B, Llama-3.2-1B, SmolLM2-360M), random weights saved in bf16
 as the real checkpoints are, and a word-level tokenizer with exactly the model's vocabulary, the family's chat
 template and special tokens, and its generation config's stop ids. Random weights put a stop id at about 1/V per
-token, so every completion runs to its full length: the plan's worst case. The questions are GSM8K-schema and
-MATH-schema files written here. Random weights solve nothing, so the reward is a coin fixed by the completion's text
-(`coin_reward`, about 1 in 4, cut-off completions included) and the exchange passes the peers' successes unverified: the advantages, SGT's rescues
-and the update's backward are then what a real step has.
+token, so almost every completion runs to its full length: the plan's worst case. The questions are GSM8K-schema
+and MATH-schema files written here; the word-level tokenizer makes their prompts shorter (about 90 tokens) than the
+plan's 256, and the plan of each phase is computed at the run's own prompt length. Random weights solve nothing, so
+the reward is a coin fixed by the completion's text (`coin_reward`, about 1 in 4, cut-off completions included) and
+the exchange passes the peers' successes unverified: the advantages, SGT's rescues and the update's backward are
+then what a real step has. The evaluation is scored by the same coin: its accuracies mean nothing.
 
 What runs (configs/paper.yaml otherwise unchanged: bf16 sampler over fp32 masters, gradient checkpointing, micro
 batches of 16, engine generate, 512 new tokens, evaluation at 1,024):
 
 1. SGT on A + B + C sharing one GPU, the process backend (one process per policy, each capped to its profile's
-   GPU share), `--steps` steps of `--prompts` prompts x 8 samples, greedy evaluation of `--eval-prompts` prompts
-   of each of `--benchmarks` (MATH-500's schema by default) at step 0 and at the last step. Per policy and phase
-   of the last step: the measured peak (torch.cuda's max_memory_allocated in the policy's own process) beside the
-   plan's prediction for that phase (mrl.resources.policy_memory at this run's batch and prompt length), and
-   tokens per second.
+   GPU share: shares sized for two 80 GB GPUs, which bind nothing on one larger GPU), `--steps` steps of
+   `--prompts` prompts x 8 samples, greedy evaluation of `--eval-prompts` prompts of each of `--benchmarks`
+   (MATH-500's schema by default) at step 0 and at the last step. Per policy and phase of the last step: the
+   measured peak (torch.cuda's max_memory_allocated in the policy's own process) beside the plan's prediction
+   for that phase (mrl.resources.policy_memory at this run's batch and prompt length), and tokens per second: of
+   the completions drawn (rollout), of the batch's planned prompt + completion length (update) and of the answers
+   at their full length (evaluation, timed from the driver: its pipe included).
 2. The engines alone on the GPU: B's bf16 sampler draws the same batch with `generate` and with `batched`
    (transformers' continuous batching), tokens per second of each.
 
@@ -76,16 +80,23 @@ def cut_off_counts(texts: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
 
 
 class CoinRewardActor(PolicyActor):
-    """A policy actor whose rollouts are scored by coin_reward, cut-off completions included (its own process
-    only: the actor module's completion_texts is wrapped there by cut_off_counts)."""
+    """A policy actor whose rollouts and evaluations are scored by coin_reward, cut-off completions included: the
+    actor module's completion_texts is wrapped by cut_off_counts in the actor's process (once: the process backend
+    holds one actor per process)."""
 
     def __init__(self, config):
         import mrl.actor as actor_module
 
         super().__init__(config)
         self.task.verify = coin_reward
-        texts = actor_module.completion_texts
-        actor_module.completion_texts = lambda *args: cut_off_counts(texts(*args))
+        if not getattr(actor_module.completion_texts, "counts_cut_offs", False):
+            texts = actor_module.completion_texts
+
+            def wrapped(*args):
+                return cut_off_counts(texts(*args))
+
+            wrapped.counts_cut_offs = True
+            actor_module.completion_texts = wrapped
 
 
 PEOPLE = ["Natalia", "Weng", "Betty", "Julie", "James", "Mark", "Albert", "Ken", "Alexis", "Tina"]
@@ -114,7 +125,8 @@ def write_data(root: Path, train: int, test: int) -> tuple[Path, dict]:
     files["gsm8k"].write_text("\n".join(json.dumps(r) for r in gsm8k_rows(test, 10_000)))
     files["math500"].write_text("\n".join(json.dumps(
         {"problem": f"Let $f(x) = {i + 2}x^2 + {i}x - 7$. What is the value of $f({i % 5 + 1})$? Express your answer "
-                    "as an integer.", "solution": "...", "answer": str((i + 2) * (i % 5 + 1) ** 2 + i * (i % 5 + 1) - 7),
+                    "as an integer.", "solution": "...",
+         "answer": str((i + 2) * (i % 5 + 1) ** 2 + i * (i % 5 + 1) - 7),
          "subject": "Algebra", "level": 2, "unique_id": f"test/algebra/{i}.json"}) for i in range(test)))
     return files["train"], {"gsm8k": str(files["gsm8k"]), "math500": str(files["math500"])}
 
@@ -152,7 +164,8 @@ def build_stand_in(policy: str, folder: Path, corpus: list[str], seed: int, devi
     config = AutoConfig.for_model(values.pop("model_type"), **values)
     template, specials, eos, pad, stops = FAMILY[policy]
     tokenizer = word_tokenizer(config.vocab_size, specials, eos, pad, corpus, template)
-    config.eos_token_id, config.pad_token_id = tokenizer.convert_tokens_to_ids(eos), tokenizer.convert_tokens_to_ids(pad)
+    config.eos_token_id = tokenizer.convert_tokens_to_ids(eos)
+    config.pad_token_id = tokenizer.convert_tokens_to_ids(pad)
     torch.manual_seed(seed)
     with device:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
@@ -180,6 +193,11 @@ def prompt_tokens(path: Path, task, chat_template: bool) -> int:
     return max(len(tokenizer(render(p.prompt), add_special_tokens=False)["input_ids"]) for p in problems)
 
 
+TOKENS_ARE = {"rollout": "drawn", "update": "planned", "evaluation": "full length"}
+"""what a phase row's tokens count: the completion tokens drawn; the batch's prompts and completions at the
+planned lengths; the evaluation's answers at their full length (greedy on random weights never stops)"""
+
+
 def phase_rows(record, plans: dict, steps: int, eval_tokens: dict) -> list[dict]:
     """Per policy and phase of the last step: the measured peak, the plan's, their ratio, seconds and tokens per
     second. Adam's states are made by the first optimizer step, at the end of step 1's update: the plan of step 1's
@@ -196,23 +214,24 @@ def phase_rows(record, plans: dict, steps: int, eval_tokens: dict) -> list[dict]
     for policy, plan in plans.items():
         memory, tokens = plan["memory"], plan["tokens"]
         persistent = memory["weights"] + memory["bf16 sampler"] + memory["Adam"] + memory["frozen"]
-        before_adam = persistent - (memory["Adam"] if steps == 1 else 0)
+        held = persistent - (memory["Adam"] if steps == 1 else 0)   # what the step's rollout and update hold
         step = last[policy]
         eval_seconds = spans.get((policy, "evaluate"), [float("nan")])[-1]
         predicted = {
-            "rollout": before_adam + max(memory["KV cache"] + memory["prefill"], memory["scoring"]),
-            "update": before_adam + memory["gradients"] + memory["activations"],
+            "rollout": held + max(memory["KV cache"] + memory["prefill"], memory["scoring"]),
+            "update": held + memory["gradients"] + memory["activations"],
             "evaluation": persistent + memory["evaluation"],
         }
         measured = {"rollout": step.get("rollout_peak_gb"), "update": step.get("update_peak_gb"),
                     "evaluation": evals.get(policy, {}).get("eval_peak_gb")}
         seconds = {"rollout": step["rollout_seconds"], "update": step["update_seconds"], "evaluation": eval_seconds}
-        counted = {"rollout": step["completion_tokens"], "update": tokens["update"], "evaluation": eval_tokens[policy]}
+        counted = {"rollout": step["completion_tokens"], "update": tokens["update"],
+                   "evaluation": eval_tokens[policy]}
         for phase in ("rollout", "update", "evaluation"):
             rows.append({"policy": policy, "model": NAMES[policy], "phase": phase,
                          "measured_gb": measured[phase], "plan_gb": predicted[phase],
                          "measured_over_plan": (measured[phase] / predicted[phase]) if measured[phase] else None,
-                         "seconds": seconds[phase], "tokens": counted[phase],
+                         "seconds": seconds[phase], "tokens": counted[phase], "tokens_are": TOKENS_ARE[phase],
                          "tokens_per_s": counted[phase] / seconds[phase] if seconds[phase] else None})
     return rows
 
@@ -275,11 +294,22 @@ def setting_of(report: dict) -> dict:
                                      "eval_max_new_tokens": grpo.eval_max_new_tokens}
 
 
-def summary(phases: list[dict], mismatch: list[dict], engines: list[dict] | None) -> list[str]:
-    """The report's sentences, from its rows: the measured peaks over the plan's, the mismatch, the engines."""
+def summary(phases: list[dict], mismatch: list[dict], engines: list[dict] | None,
+            gpu_gb: float | None = None) -> list[str]:
+    """The report's sentences, from its rows: the measured peaks over the plan's and their sum against the GPU's
+    memory, the mismatch, the engines."""
     ratios = [row["measured_over_plan"] for row in phases if row["measured_over_plan"]]
+    if not ratios:
+        return ["- No phase's memory was measured (no GPU)."]
     lines = [f"- Measured peak over the plan's, over the {len(ratios)} phases measured: from {min(ratios):.2f} to "
-             f"{max(ratios):.2f}." if ratios else "- No phase's memory was measured (no GPU)."]
+             f"{max(ratios):.2f} (allocated memory: the allocator's reserve comes on top)."]
+    peaks: dict = {}
+    for row in phases:
+        if row["measured_gb"]:
+            peaks[row["policy"]] = max(peaks.get(row["policy"], 0.0), row["measured_gb"])
+    if gpu_gb and len(peaks) > 1:
+        lines.append(f"- The policies' peaks, each in its own process, add up to {sum(peaks.values()):.1f} GB of the "
+                     f"GPU's {gpu_gb:.1f} GB (an upper bound: they need not coincide).")
     means = [row["sampler_logp_diff_mean"] for row in mismatch if row["sampler_logp_diff_mean"] is not None]
     if means:
         largest = max(row["sampler_logp_diff_max"] for row in mismatch if row["sampler_logp_diff_max"] is not None)
@@ -301,8 +331,10 @@ def render(report: dict) -> str:
             f"transformers {report['transformers']})", "",
             f"SGT on {'+'.join(names)}, process backend on one GPU, {args['steps']} steps of {args['prompts']} "
             f"prompts x {setting['group_size']}, {setting['max_new_tokens']} new tokens; evaluation of "
-            f"{args['eval_prompts']} prompts of {', '.join(benchmarks)} at {setting['eval_max_new_tokens']} tokens. Phases of step "
-            f"{args['steps']}.", "", *summary(phases, mismatch, report.get("engines")), "",
+            f"{args['eval_prompts']} prompts of {', '.join(benchmarks)} at {setting['eval_max_new_tokens']} tokens. "
+            f"Phases of step "
+            f"{args['steps']}.", "", *summary(phases, mismatch, report.get("engines"), report.get("gpu_memory_gb")),
+            "",
             markdown(phases), "", "## Sampler/trainer mismatch per step", "", markdown(mismatch)]
     if "engines" in report:
         text += ["", "## Engines (B's bf16 sampler alone on the GPU)", "", markdown(report["engines"])]
@@ -403,8 +435,6 @@ def main() -> None:
     report["run_seconds"] = time.perf_counter() - started
     report["steps"], report["evals"], report["timeline"] = record.steps, record.evals, record.timeline
     report["counters"] = record.counters
-    report["phases"] = phases_of(report)
-    report["mismatch"] = mismatch_rows(record.steps)
     save()
     print(f"SGT on {'+'.join(names)}: {report['run_seconds']:.0f} s", flush=True)
 

@@ -591,9 +591,10 @@ def collect_counted(exchange: Exchange, kinds, receiver: str, problems, task, cf
 
 
 def step_row(name: str, step: int, rollout: dict, update: dict, received: dict) -> dict:
-    """One policy's row of RunRecord.steps: its rollout's reward, completion tokens (TRL's num_tokens of the
-    step), time and, under a bf16 sampler, the sampler/trainer mismatch (mrl.mismatch), its update's loss, gradient
-    norm, active sequences, time and probe statistics, and what it received from its peers (collect_counted)."""
+    """One policy's row of RunRecord.steps: its rollout's reward, completion tokens (those sampled this step, stop
+    ids included), time and, under a bf16 sampler, the sampler/trainer mismatch (mrl.mismatch), its update's loss,
+    gradient norm, active sequences, time and probe statistics, and what it received from its peers
+    (collect_counted)."""
     return {"policy": name, "step": step, "reward": rollout["reward"], "loss": update["loss"],
             "grad_norm": update["grad_norm"], "active_sequences": update["active_sequences"],
             "completion_tokens": rollout.get("tokens", 0),
