@@ -253,7 +253,8 @@ class PlacementConfig:
     whole batch's (mrl.placement.MicroBatchedLogprobs)"""
     gpus: Annotated[Float, Field(ge=0)] = 0.0
     """GPUs the ray backend reserves for this policy's actor (0.5: two policies share one GPU); below 1, on the
-    ray and process backends, also the most of its GPU the policy's process may allocate (mrl.placement.cap_gpu_memory)"""
+    ray and process backends, also the most of its GPU the policy's process may allocate
+    (mrl.placement.cap_gpu_memory)"""
 
 
 FAILURE_POLICIES = ("fail", "continue")
