@@ -48,6 +48,7 @@ import mrl  # noqa: E402, F401  (first: the numerics contract, before torch and 
 import torch  # noqa: E402
 
 from mrl.actor import PolicyActor  # noqa: E402
+from mrl.resources import phase_peaks  # noqa: E402
 
 NAMES = {"A": "Qwen2.5-0.5B-Instruct", "B": "Llama-3.2-1B-Instruct", "C": "SmolLM2-360M-Instruct"}
 CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -213,15 +214,10 @@ def phase_rows(record, plans: dict, steps: int, eval_tokens: dict) -> list[dict]
         spans.setdefault((span["worker"], span["phase"]), []).append(span["end"] - span["start"])
     for policy, plan in plans.items():
         memory, tokens = plan["memory"], plan["tokens"]
-        persistent = memory["weights"] + memory["bf16 sampler"] + memory["Adam"] + memory["frozen"]
-        held = persistent - (memory["Adam"] if steps == 1 else 0)   # what the step's rollout and update hold
         step = last[policy]
         eval_seconds = spans.get((policy, "evaluate"), [float("nan")])[-1]
-        predicted = {
-            "rollout": held + max(memory["KV cache"] + memory["prefill"], memory["scoring"]),
-            "update": held + memory["gradients"] + memory["activations"],
-            "evaluation": persistent + memory["evaluation"],
-        }
+        # step 1's rollout and update come before the first optimizer step makes Adam's states; its evaluation after
+        predicted = {**phase_peaks(memory, adam=steps > 1), "evaluation": phase_peaks(memory)["evaluation"]}
         measured = {"rollout": step.get("rollout_peak_gb"), "update": step.get("update_peak_gb"),
                     "evaluation": evals.get(policy, {}).get("eval_peak_gb")}
         seconds = {"rollout": step["rollout_seconds"], "update": step["update_seconds"], "evaluation": eval_seconds}
@@ -273,7 +269,7 @@ def phases_of(report: dict) -> list[dict]:
     """phase_rows of a report (report.json): greedy answers on random weights run to the full evaluation length."""
     import types
 
-    args, setting = report["args"], setting_of(report)
+    args, setting = report["args"], report["setting"]
     eval_tokens = len(args["benchmarks"].split(",")) * args["eval_prompts"] * setting["eval_max_new_tokens"]
     record = types.SimpleNamespace(steps=report["steps"], evals=report["evals"], timeline=report["timeline"])
     return phase_rows(record, report["plans"], args["steps"], {name: eval_tokens for name in report["plans"]})
@@ -283,15 +279,6 @@ def mismatch_rows(steps: list[dict]) -> list[dict]:
     """Per policy and step: the sampler/trainer mismatch, SGT's rescues and the reward."""
     keys = ("policy", "step", "sampler_logp_diff_mean", "sampler_logp_diff_max", "rescue_size", "reward")
     return [{k: row.get(k) for k in keys} for row in steps]
-
-
-def setting_of(report: dict) -> dict:
-    """The run's group size and lengths (report["setting"]; a report without it ran the paper profile's)."""
-    from mrl.profiles import load_profile
-
-    grpo = load_profile("paper").grpo
-    return report.get("setting") or {"group_size": grpo.group_size, "max_new_tokens": grpo.max_new_tokens,
-                                     "eval_max_new_tokens": grpo.eval_max_new_tokens}
 
 
 def summary(phases: list[dict], mismatch: list[dict], engines: list[dict] | None,
@@ -324,7 +311,7 @@ def summary(phases: list[dict], mismatch: list[dict], engines: list[dict] | None
 
 def render(report: dict) -> str:
     """report.md of a report (report.json): the setting, the summary from its rows, its tables."""
-    args, setting = report["args"], setting_of(report)
+    args, setting = report["args"], report["setting"]
     names, benchmarks = list(report["plans"]), args["benchmarks"].split(",")
     phases, mismatch = phases_of(report), mismatch_rows(report["steps"])
     text = [f"# The paper profile's first GPU run, reduced ({report['gpu']}, torch {report['torch']}, "

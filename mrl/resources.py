@@ -137,10 +137,18 @@ def policy_memory(arch: Architecture, sequences: int, prompt_tokens: int, new_to
                        if eval_sequences else 0),
         "activations": activations + b * new_tokens * arch.vocab * 12 + (2 * p if dtype == "bfloat16" else 0),
     }
-    persistent = terms["weights"] + terms["bf16 sampler"] + terms["Adam"] + terms["frozen"]
-    rollout = max(terms["KV cache"] + terms["prefill"], terms["scoring"])
-    terms["peak"] = persistent + max(rollout, terms["evaluation"], terms["gradients"] + terms["activations"])
+    terms["peak"] = max(phase_peaks(terms).values())
     return {k: v / GB for k, v in terms.items()}
+
+
+def phase_peaks(terms: dict[str, float], adam: bool = True) -> dict[str, float]:
+    """The planned peak of each phase from policy_memory's terms (in their unit): the persistent part (weights,
+    sampler, frozen models and, once the first optimizer step has made them, Adam's states) plus the rollout's KV
+    cache with its prefill, or its scoring; the evaluation; the update's gradients and activations."""
+    held = terms["weights"] + terms["bf16 sampler"] + terms["frozen"] + (terms["Adam"] if adam else 0)
+    return {"rollout": held + max(terms["KV cache"] + terms["prefill"], terms["scoring"]),
+            "evaluation": held + terms["evaluation"],
+            "update": held + terms["gradients"] + terms["activations"]}
 
 
 def evaluation_settings(config: RunConfig) -> dict:

@@ -41,6 +41,19 @@ def _memory(**changes):
     return policy_memory(ARCH, **{**settings, **changes})
 
 
+def test_the_peak_is_the_largest_phase_and_adam_is_held_only_after_the_first_step():
+    from mrl.resources import phase_peaks
+
+    memory = _memory(dtype="bfloat16", micro_batch=16, gradient_checkpointing=True, eval_sequences=64,
+                     eval_new_tokens=1024)
+    phases = phase_peaks(memory)
+    assert memory["peak"] == pytest.approx(max(phases.values()))
+    assert phases["update"] == pytest.approx(memory["weights"] + memory["bf16 sampler"] + memory["Adam"]
+                                             + memory["gradients"] + memory["activations"])
+    before = phase_peaks(memory, adam=False)
+    assert all(phases[k] - before[k] == pytest.approx(memory["Adam"]) for k in phases)
+
+
 def test_each_memory_term_follows_its_setting():
     base = _memory()
     assert base["weights"] == 4 and base["gradients"] == 4 and base["Adam"] == 8 and base["bf16 sampler"] == 0
