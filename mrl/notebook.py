@@ -28,9 +28,9 @@ class NotebookRun:
     config: RunConfig
     """the profile's config, with the notebook's seed in config.grpo.seed"""
     tables: Path
-    """paper_tables/ (results/smoke/paper_tables/ for the smoke profile)"""
+    """paper_tables/ for the default profile, results/<profile>/paper_tables/ for every other (output_dirs)"""
     figures: Path
-    """figures/ (results/smoke/figures/ for the smoke profile)"""
+    """figures/ for the default profile, results/<profile>/figures/ for every other"""
     folder: Path
     """results/<notebook>/<profile>-seed<seed>/: config.yaml, meta.json and the raw metrics"""
 

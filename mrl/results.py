@@ -1,9 +1,9 @@
 """Where results go and what they record: run folders, tables (md/csv/tex) and figures (png/pdf).
 
 Every run folder records the config, the seed, the git SHA (and whether the tree was dirty) and
-the library versions. The default and paper profiles write tables to `paper_tables/` and figures
-to `figures/` (committed); the smoke and full profiles write them under `results/<profile>/` (git-ignored), so
-a run of either never overwrites the committed tables.
+the library versions. The default profile writes tables to `paper_tables/` and figures to `figures/`
+(committed); every other profile writes them under `results/<profile>/` (git-ignored), so a run of smoke, full or
+paper never overwrites the committed tables.
 """
 from __future__ import annotations
 
@@ -41,10 +41,15 @@ def git_sha(root: Path | None = None) -> str:
         return "unknown"
 
 
+COMMITTED_PROFILE = "default"
+"""the one profile whose tables and figures are committed (paper_tables/, figures/)"""
+
+
 def output_dirs(profile: str) -> tuple[Path, Path]:
-    """(tables folder, figures folder) of a profile."""
+    """(tables folder, figures folder) of a profile: paper_tables/ and figures/ for the default profile, else
+    results/<profile>/paper_tables/ and results/<profile>/figures/."""
     root = repo_root()
-    if profile in ("smoke", "full"):
+    if profile != COMMITTED_PROFILE:
         return root / "results" / profile / "paper_tables", root / "results" / profile / "figures"
     return root / "paper_tables", root / "figures"
 
