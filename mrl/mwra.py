@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
 from mrl import numerics
-from mrl.pools import GUARD_HINT
+from mrl.pools import GUARD_HINT, watch_parent
 
 BACKENDS = ("inline", "process", "ray")
 
@@ -148,8 +148,10 @@ def _own_process_actor(cls, config):
     return cls(config)
 
 
-def _serve(conn, cls, config) -> None:
-    """Worker process main loop: build the actor, then answer (method, args) until 'close'."""
+def _serve(conn, cls, config, parent: int) -> None:
+    """Worker process main loop: build the actor, then answer (method, args) until 'close'; it dies with the
+    process `parent` (mrl.pools.watch_parent), even in the middle of a call."""
+    watch_parent(parent)
     try:
         actor = _own_process_actor(cls, config)
         conn.send(("ok", None))
@@ -180,8 +182,8 @@ class ProcessBackend(Backend):
         self._inflight, self._failed_sends = {}, []
         for spec in specs:
             parent, child = context.Pipe()
-            process = context.Process(target=_serve, args=(child, spec.cls, spec.config), name=f"mrl-{spec.name}",
-                                      daemon=True)
+            process = context.Process(target=_serve, args=(child, spec.cls, spec.config, os.getpid()),
+                                      name=f"mrl-{spec.name}", daemon=True)
             process.start()
             child.close()
             self.conns[spec.name], self.processes[spec.name] = parent, process

@@ -5,11 +5,17 @@ without an `if __name__ == "__main__":` guard has every spawned worker re-import
 bootstrapping, and be started again, while the script waits at 0% CPU. `concurrent.futures.ProcessPoolExecutor`
 instead marks itself broken when a worker dies; `map_in_processes` turns that into a `PoolBroken` error that
 names the guard.
+
+Every worker dies with its parent (`watch_parent`): a script killed by SIGKILL or SIGTERM, which runs no cleanup of
+its own, leaves no worker training on into the run cache.
 """
 from __future__ import annotations
 
 import importlib
 import multiprocessing
+import os
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable
@@ -26,14 +32,38 @@ class PoolBroken(RuntimeError):
 def spawn_executor(processes: int, modules: Iterable[str] = ()) -> ProcessPoolExecutor:
     """A pool of `processes` spawned processes (no fork: torch and Ray threads do not survive one), each of which
     imports `modules` first (a user's probe module, whose probe a job names but whose config may not import it)."""
-    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"), initializer=import_modules,
-                               initargs=(tuple(modules),))
+    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"), initializer=start_worker,
+                               initargs=(os.getpid(), tuple(modules)))
 
 
-def import_modules(modules: tuple[str, ...]) -> None:
-    """Import each module (a pool worker's initializer)."""
+def start_worker(parent: int, modules: tuple[str, ...]) -> None:
+    """A pool worker's initializer: die with the process `parent`, then import each module."""
+    watch_parent(parent)
     for module in modules:
         importlib.import_module(module)
+
+
+PARENT_POLL_SECONDS = 0.5
+"""how often a worker looks whether its parent still lives"""
+
+
+def watch_parent(parent: int) -> None:
+    """End this process (exit status 1, no cleanup) within PARENT_POLL_SECONDS once the process `parent` is gone,
+    whatever killed it, SIGKILL included.
+
+    A daemon thread compares os.getppid() with `parent` (an orphan is adopted by another process). Not Linux's
+    parent-death signal (prctl PR_SET_PDEATHSIG): that fires when the *thread* that started the worker ends, and a
+    pool started from a thread that then ends would lose its workers while its parent still uses them. The thread
+    runs whenever the worker's main thread releases the GIL, which torch's kernels and every wait do."""
+    if os.getppid() != parent:
+        os._exit(1)   # the parent died before this worker started watching it
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="mrl-watch-parent", daemon=True).start()
 
 
 def map_in_processes(fn: Callable, jobs: Iterable, processes: int, what: str) -> list:

@@ -1,0 +1,127 @@
+"""Every process pool dies with its parent: the zoo's warm-up, a packed grid and the process backend leave no worker
+behind when the script that started them is killed (SIGKILL and SIGTERM run none of its cleanup), and SIGINT stops
+a grid's workers."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPT = '''
+import os, sys, threading, time
+from pathlib import Path
+
+FOLDER = Path(sys.argv[2])
+
+
+def sleeper(job):
+    """A pool job that announces its process and never ends."""
+    (FOLDER / f"worker-{os.getpid()}").write_text("")
+    time.sleep(3600)
+
+
+class SleepingActor:
+    def __init__(self, config):
+        (FOLDER / f"worker-{os.getpid()}").write_text("")
+
+    def train(self):
+        time.sleep(3600)
+
+
+def warmup():
+    from mrl.pools import map_in_processes
+    map_in_processes(sleeper, range(2), 2, "the zoo's warm-up")
+
+
+def grid():
+    from mrl.config import RunConfig, RunnerConfig
+    from mrl.experiments.runs import Run, run_packed
+    from mrl.probes import probe_config
+    config = RunConfig(runner=RunnerConfig(step_timeout=3600))
+    runs = [Run(config, {"A": "a"}, probe_config("grpo"), seed, 1) for seed in (0, 1)]
+    run_packed(runs, 2, progress=False, job=sleeper)
+
+
+def backend():
+    from mrl.mwra import ProcessBackend, WorkerSpec
+    ProcessBackend([WorkerSpec("A", SleepingActor, None)]).call({"A": ("train", ())})
+
+
+if __name__ == "__main__":
+    pools = {"warmup": warmup, "grid": grid, "backend": backend}
+    if sys.argv[1] == "all":   # every pool at once, each started from its own thread
+        for pool in pools.values():
+            threading.Thread(target=pool, daemon=True).start()
+        time.sleep(3600)
+    else:
+        try:
+            pools[sys.argv[1]]()
+        except KeyboardInterrupt:
+            (FOLDER / "interrupted").write_text("")
+'''
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's zombie waits for whoever adopted it to reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def start(tmp_path: Path, pools: str, workers: int) -> tuple[subprocess.Popen, list[int]]:
+    """The script running `pools`, once its `workers` workers have announced themselves: (its process, their
+    pids)."""
+    (tmp_path / "pools.py").write_text(SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(tmp_path / "pools.py"), pools, str(tmp_path)], cwd=tmp_path)
+    deadline = time.monotonic() + 300
+    while len(pids := [int(p.name.split("-")[1]) for p in tmp_path.glob("worker-*")]) < workers:
+        assert parent.poll() is None, "the script ended before its workers started"
+        assert time.monotonic() < deadline, f"only {len(pids)} of {workers} workers started within 300 s"
+        time.sleep(0.2)
+    return parent, pids
+
+
+def gone_within(pids: list[int], seconds: float) -> list[int]:
+    """The pids still alive after `seconds` (polled; [] as soon as every one is gone)."""
+    deadline = time.monotonic() + seconds
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [pid for pid in pids if alive(pid)]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_every_pools_workers_die_with_their_killed_parent(tmp_path, sig):
+    """The zoo's warm-up (2 workers), a packed grid (2) and the process backend (1), all started by one script:
+    killed by `sig`, it leaves no worker alive 10 s later."""
+    parent, pids = start(tmp_path, "all", 5)
+    try:
+        parent.send_signal(sig)
+        parent.wait(timeout=60)
+        assert gone_within(pids, 10) == [], f"workers alive 10 s after the parent's {sig.name}"
+    finally:
+        parent.kill()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
+def test_sigint_stops_a_grids_workers(tmp_path):
+    """SIGINT to the parent alone (not its process group): the grid raises KeyboardInterrupt and its workers go."""
+    parent, pids = start(tmp_path, "grid", 2)
+    try:
+        parent.send_signal(signal.SIGINT)
+        parent.wait(timeout=60)
+        assert (tmp_path / "interrupted").exists()
+        assert gone_within(pids, 10) == []
+    finally:
+        parent.kill()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
