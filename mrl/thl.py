@@ -11,6 +11,8 @@
    source values, a scalar to every token), `any` / `all` for masks.
 4. Residual cost: `residual` returns a ThlReport (round-trip failures, non-canonical samples,
    coarseness, truncation loss, the length-normalisation gap of a mean-based sequence ratio).
+5. The exact probability of a text: `marginal_logprob` (mrl.marginal, read through this module) sums the receiver's
+   probability over every tokenization of the text, where step 1 scores one, the canonical (docs/marginal.md).
 
 When a side's pieces do not reproduce the text byte for byte (WordPiece lower-casing, `<unk>`,
 normalisers), no byte-exact alignment exists: `align` then returns one coarse group holding
@@ -504,3 +506,17 @@ def residual(texts: list[str | None], src_tokenizer, dst_tokenizer, src_ids: lis
     if gaps:
         report.length_gap = float(np.mean(gaps))
     return report
+
+
+MARGINAL = ("marginal_logprob", "marginal_logprobs", "Marginal", "lattice", "Lattice", "tokenizations")
+"""mrl.marginal's names, read through this module: the learner's probability of a text summed over its tokenizations"""
+
+
+def __getattr__(name: str):
+    """mrl.thl.marginal_logprob and the rest of MARGINAL, imported from mrl.marginal on first use (it builds on this
+    module's byte rules, so this module cannot import it at its top)."""
+    if name in MARGINAL:
+        from mrl import marginal
+
+        return getattr(marginal, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
