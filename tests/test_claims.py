@@ -1,5 +1,6 @@
-"""The claims ledger's pre-registered analysis on hand-made runs with known answers: the endpoint, the warm-up as
-the unit, Holm, and the effect-size-aware verdicts."""
+"""The claims ledger's analysis on hand-made runs with known answers: the endpoint, the warm-up as the unit, rule
+v2's one Holm family and its verdicts, leave-one-warm-up-out, the sign-flip p, the power and the committed per-run
+values from which every verdict is recomputed."""
 import math
 
 import numpy as np
@@ -7,9 +8,14 @@ import pandas as pd
 import pytest
 from scipy.stats import t as student_t
 
-from mrl.reports.claims import (CLAIMS, MARGIN, Claim, claim_tests, claims_ledger, endpoint_values, evidence_table,
-                                hierarchical_bootstrap, holm, ledger_interval_count, ledger_sentence, ledger_table,
-                                unit_differences, verdict)
+from mrl.profiles import load_profile
+from mrl.reports.claims import (CLAIMS, claims_ledger, claims_power, endpoint_values, evidence_table, evidence_verdicts,
+                                hierarchical_bootstrap, ledger_interval_count, ledger_sentence, ledger_table,
+                                like_for_like_table, read_endpoint_values, replication_column, unit_differences,
+                                variance_split)
+from mrl.results import repo_root
+from mrl.reports.claims_rule import (MARGIN, Claim, claim_hypotheses, holm, judge_v1, sign_flip_p, t_p_value, t_power,
+                                     v1_tests, verdict_v2, warmups_for_power)
 from mrl.reports.paired import chance_note
 
 FORMS = {"A": ("S1", "S3", "S2"), "B": ("S1", "S2", "S3")}
@@ -55,7 +61,7 @@ def test_the_endpoint_leaves_out_step_0_when_a_run_has_few_evaluations():
 
 def test_the_warm_up_is_the_unit_and_its_interval_has_zoos_minus_one_dof():
     evals = make_evals({"sgt": 0.03}, noise=0.01)
-    ledger = claims_ledger(evals).set_index("comparison")
+    ledger = claims_ledger(endpoint_values(evals)).set_index("comparison")
     row = ledger.loc["sgt - grpo"]
     units = unit_differences(endpoint_values(evals), "sgt", "grpo", "overall")
     d = units.groupby("zoo_seed")["diff"].mean().to_numpy()
@@ -76,7 +82,7 @@ def test_rl_seeds_pooled_across_warm_ups_would_overstate_the_evidence():
     pairs = (values[sgt].set_index(index).overall - values[values.probe == "grpo"].set_index(index).overall)
     pooled = student_t.sf(pairs.mean() / (pairs.std(ddof=1) / math.sqrt(len(pairs))), len(pairs) - 1)
     units = unit_differences(values, "sgt", "grpo", "overall")
-    by_zoo = claim_tests(CLAIMS[0], units.groupby("zoo_seed")["diff"].mean().to_numpy())["p support"]
+    by_zoo = t_p_value(units.groupby("zoo_seed")["diff"].mean().to_numpy(), 0.0, "greater")
     assert pooled < 0.001 and by_zoo > 0.05    # 12 pairs look decisive; two warm-ups (df = 1) cannot settle it
 
 
@@ -100,57 +106,101 @@ def test_holm_by_hand():
 BETTER = Claim("P", "x beats y", "x", "y", "better", 0.05, "")
 
 
-@pytest.mark.parametrize("low, high, p_support, p_contradiction, expected", [
-    (0.06, 0.10, 0.001, 0.9, "supported"),
-    (0.01, 0.03, 0.01, 0.01, "supported, smaller than the paper's"),   # real, and below the paper's effect
-    (-0.03, 0.02, 0.4, 0.001, "contradicted: smaller than the paper's"),  # rules the paper's +0.05 out
-    (-0.09, -0.03, 0.9, 0.001, "contradicted: the opposite sign"),
-    (-0.02, 0.09, 0.3, 0.4, "inconclusive"),                             # holds both 0 and +0.05
+@pytest.mark.parametrize("diff, p_sign, p_size, expected", [
+    (0.08, 0.001, 0.9, "supported"),
+    (0.02, 0.01, 0.01, "supported, smaller than the paper's"),        # real, and below the paper's effect
+    (-0.005, 0.4, 0.001, "contradicted: the paper's size ruled out, sign undetermined"),
+    (-0.06, 0.001, 0.001, "contradicted: the opposite sign"),         # its own two-sided test, read by the sign
+    (0.03, 0.3, 0.4, "inconclusive"),                                 # holds both 0 and +0.05
 ])
-def test_verdicts_read_the_interval_against_0_and_the_papers_effect(low, high, p_support, p_contradiction, expected):
-    assert verdict(BETTER, low, high, p_support, p_contradiction) == expected
+def test_rule_v2_verdicts_read_each_label_from_a_holm_adjusted_test(diff, p_sign, p_size, expected):
+    assert verdict_v2(BETTER, diff, {"sign": p_sign, "size": p_size}) == expected
+
+
+def test_a_claim_is_never_tested_twice_on_one_statistic():
+    """Rule v2: a test and its complement are one two-sided test, so the family counts each question once."""
+    assert [h.role for h in claim_hypotheses(BETTER)] == ["sign", "size"]
+    assert claim_hypotheses(BETTER)[0].alternative == "two-sided"
+    assert [h.role for h in claim_hypotheses(Claim("P", "", "x", "y", "worse", None, ""))] == ["sign"]
+    for kind, null in (("no_loss", -MARGIN), ("no_gain", MARGIN)):
+        (test,) = claim_hypotheses(Claim("P", "", "x", "y", kind, 0.0, ""))
+        assert (test.role, test.null, test.alternative) == ("margin", null, "two-sided")
+    assert sum(len(claim_hypotheses(c)) for c in CLAIMS) == 13
 
 
 def test_no_loss_and_no_gain_claims_use_the_margin():
     no_loss = Claim("P", "", "x", "y", "no_loss", 0.0, "")
     no_gain = Claim("P", "", "x", "y", "no_gain", 0.0, "")
-    small = np.array([0.001, -0.002, 0.0015, 0.0, -0.001])
-    assert claim_tests(no_loss, small)["p support"] < 0.05 and claim_tests(no_gain, small)["p support"] < 0.05
-    rescue = small + 0.08   # a real gain well beyond the margin: no_gain contradicted, no_loss holds
-    assert claim_tests(no_gain, rescue)["p contradiction"] < 0.05
-    loss = small - 0.08     # a clear loss: no_loss contradicted, and no gain supported (non-superiority)
-    assert claim_tests(no_loss, loss)["p contradiction"] < 0.05 and claim_tests(no_gain, loss)["p support"] < 0.05
+    assert verdict_v2(no_loss, 0.001, {"margin": 0.01}) == "supported"
+    assert verdict_v2(no_loss, -0.05, {"margin": 0.01}) == "contradicted"
+    assert verdict_v2(no_gain, 0.001, {"margin": 0.01}) == "supported"
+    assert verdict_v2(no_gain, 0.05, {"margin": 0.01}) == "contradicted"
+    assert verdict_v2(no_gain, 0.001, {"margin": 0.2}) == "inconclusive"
+    small = np.array([0.001, -0.002, 0.0015, 0.0, -0.001])   # rule v1's complements, kept for the side-by-side
+    assert v1_tests(no_loss, small)["support"] < 0.05 and v1_tests(no_gain, small)["support"] < 0.05
     assert MARGIN == 0.01
+
+
+def test_the_two_sided_p_is_twice_the_smaller_one_sided_p():
+    d = np.array([0.01, 0.02, 0.015, 0.03, 0.005])
+    one = t_p_value(d, 0.0, "greater")
+    assert t_p_value(d, 0.0, "two-sided") == pytest.approx(2 * one)
+    assert t_p_value(d, 0.0, "less") == pytest.approx(1 - one)
+
+
+def test_the_sign_flip_p_enumerates_every_sign_pattern():
+    d = np.array([0.03, 0.02, 0.01, 0.04, 0.05])
+    assert sign_flip_p(d, 0.0, "greater") == pytest.approx(1 / 32)   # only all-positive is as large
+    assert sign_flip_p(d, 0.0, "two-sided") == pytest.approx(2 / 32)  # five warm-ups cannot pass at 0.05
+    mixed = np.array([0.03, -0.02, 0.01, 0.04, -0.05])
+    flips = [np.mean(np.array(s) * mixed) for s in __import__("itertools").product((1, -1), repeat=5)]
+    assert sign_flip_p(mixed, 0.0, "two-sided") == pytest.approx(np.mean(np.abs(flips) >= abs(mixed.mean()) - 1e-15))
+    assert sign_flip_p(d, 0.03, "two-sided") == pytest.approx(1.0)   # d - 0.03 has mean 0: every flip is as extreme
+
+
+def test_power_agrees_with_simulated_t_tests():
+    """The noncentral-t power against a Monte Carlo of the same test; tolerance: 4 binomial standard errors."""
+    n, effect, sd, alpha, draws = 6, 0.013, 0.0076, 0.05 / 13, 20000
+    rng = np.random.default_rng(0)
+    samples = rng.normal(effect, sd, size=(draws, n))
+    stat = samples.mean(1) / (samples.std(1, ddof=1) / np.sqrt(n))
+    simulated = np.mean(np.abs(stat) > student_t.ppf(1 - alpha / 2, n - 1))
+    assert t_power(n, effect, sd, alpha) == pytest.approx(simulated, abs=4 * np.sqrt(simulated * (1 - simulated) / draws))
+    assert warmups_for_power(effect, sd, alpha) == min(m for m in range(3, 50) if t_power(m, effect, sd, alpha) >= 0.8)
 
 
 def test_the_ledger_on_known_effects():
     """SGT +0.03 over GRPO everywhere; PRP 0.05 below SGT; nothing else ran."""
     evals = make_evals({"sgt": 0.03, "prp": -0.02}, noise=0.002)
-    ledger = claims_ledger(evals).set_index("comparison")
+    ledger = claims_ledger(endpoint_values(evals)).set_index("comparison")
     assert ledger.loc["sgt - grpo", "verdict"] == "supported"
     assert ledger.loc["prp - sgt", "verdict"] == "supported"   # -0.05, as the paper's -0.050
+    assert ledger.loc["sgt - grpo", "leave-one-out"] == "stable" and ledger.loc["sgt - grpo", "tests"] == 4
     assert (ledger.drop(index=["sgt - grpo", "prp - sgt"]).verdict == "not run").all()
     table = ledger_table(ledger.reset_index())
     assert table.loc[0, "warm-ups x seeds"] == "5 x 2" and table.loc[0, "paper's effect"] == "+0.013"
     sentence = ledger_sentence(ledger.reset_index(), "overall held-out accuracy")
-    assert sentence.startswith("On overall held-out accuracy, 2 claims were judged on 5 warm-ups: 2 supported")
+    assert sentence.startswith("On overall held-out accuracy, 2 claims were judged on 5 warm-ups, their 4 tests in "
+                               "one Holm family: 2 supported")
     assert ledger_interval_count(ledger.reset_index()) == 2
-    evidence = evidence_table(evals)
+    assert table.loc[0, "p sign-flip (raw)"] == "0.0625" and table.loc[0, "rule v1"] == "supported"
+    evidence = evidence_table(endpoint_values(evals))
     assert list(evidence.columns[-6:]) == ["zoo 0", "zoo 1", "zoo 2", "zoo 3", "zoo 4", "positive"]
 
 
 def test_an_effect_far_below_the_papers_is_contradicted():
     evals = make_evals({"hacpo (minibatches=4)": 0.0, "gspo (minibatches=4)": 0.0, "naive (minibatches=4)": 0.0},
                        noise=0.002)
-    ledger = claims_ledger(evals).set_index("comparison")
+    ledger = claims_ledger(endpoint_values(evals)).set_index("comparison")
     # the paper's +0.032 lies far above an interval around 0; so does its -0.069 for naive sharing, below it
-    smaller = "contradicted: smaller than the paper's"
+    smaller = "contradicted: the paper's size ruled out, sign undetermined"
     assert ledger.loc["hacpo (minibatches=4) - gspo (minibatches=4)", "verdict"] == smaller
     assert ledger.loc["naive (minibatches=4) - gspo (minibatches=4)", "verdict"] == smaller
 
 
 def test_fewer_than_three_warm_ups_get_no_verdict():
-    ledger = claims_ledger(make_evals({"sgt": 0.05}, zoos=(0, 1), noise=0.001)).set_index("comparison")
+    ledger = claims_ledger(endpoint_values(make_evals({"sgt": 0.05}, zoos=(0, 1), noise=0.001))).set_index(
+        "comparison")
     assert ledger.loc["sgt - grpo", "verdict"] == "too few warm-ups (2)"
     assert ledger_sentence(ledger.reset_index(), "x").startswith("No claim has a verdict on x: 1 ran on 2 warm-up(s)")
 
@@ -183,3 +233,90 @@ def test_the_base_rate_figure_has_a_point_per_policy_and_warm_up():
     fig = base_rate_figure(make_evals({"sgt": 0.03, "prp": 0.01}))
     assert len(fig.axes) == 2
     assert sum(len(c.get_offsets()) for c in fig.axes[0].collections) == 10   # 2 policies x 5 warm-ups
+
+
+def test_one_warm_up_that_carries_a_verdict_is_flagged_fragile():
+    """Four warm-ups agree on about +0.02 and one goes the other way: inconclusive on five, supported without it."""
+    values = endpoint_values(make_evals({"sgt": 0.0}))
+    gain = {0: 0.020, 1: 0.021, 2: 0.019, 3: 0.022, 4: -0.010}
+    sgt = values.probe == "sgt"
+    values.loc[sgt, "overall"] += values.loc[sgt, "zoo_seed"].map(gain)
+    row = claims_ledger(values).set_index("comparison").loc["sgt - grpo"]
+    assert row.verdict == "inconclusive" and row["leave-one-out"] == "fragile: without zoo 4, supported"
+
+
+def test_the_variance_split_recovers_warm_up_and_seed_spread():
+    """Warm-up offsets with SD 0.02 and seed noise with SD 0.01, many warm-ups: the split finds both."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for zoo in range(400):
+        offset = rng.normal(0, 0.02)
+        for seed in (0, 1):
+            noise = rng.normal(0, 0.01)
+            for probe, value in (("grpo", 0.5), ("sgt", 0.5 + offset + noise)):
+                rows.append({"pairing": "A+B", "probe": probe, "policy": "A", "seed": seed, "zoo_seed": zoo,
+                             "overall": value})
+    split = variance_split(pd.DataFrame(rows), "sgt", "grpo", "overall")
+    assert split["seeds"] == 2
+    assert split["between-warm-up SD"] == pytest.approx(0.02, rel=0.15)
+    assert split["RL-seed SD"] == pytest.approx(0.01, rel=0.15)
+
+
+def test_the_power_table_and_the_like_for_like_table():
+    evals = make_evals({"sgt": 0.02, "grpo (minibatches=4)": -0.01, "hacpo (minibatches=4)": -0.02}, noise=0.004)
+    values = endpoint_values(evals)
+    ledger = claims_ledger(values)
+    power = claims_power(values, ledger).set_index("comparison")
+    assert list(power.index) == ["sgt - grpo"]   # the only claim with a size whose arms ran
+    row = power.loc["sgt - grpo"]
+    assert row["level"] == pytest.approx(0.05 / row_tests(ledger)) and 0 < row["power"] <= 1
+    assert row["warm-ups for 80% (1 RL seed)"] >= row["warm-ups for 80% (2 RL seeds)"]
+    like = like_for_like_table(values).set_index("comparison")
+    assert set(like.index) == {"grpo (minibatches=4) - grpo", "hacpo (minibatches=4) - grpo (minibatches=4)",
+                               "hacpo (minibatches=4) - grpo"}
+    assert like.loc["grpo (minibatches=4) - grpo", "Δ overall [95% t]"].startswith("**-0.01")
+
+
+def row_tests(ledger: pd.DataFrame) -> int:
+    return int(ledger.tests.max())
+
+
+def test_replication_reads_each_verdict_kind():
+    primary = pd.DataFrame({"verdict": ["supported", "contradicted: the opposite sign", "inconclusive",
+                                        "supported, smaller than the paper's"]})
+    second = pd.DataFrame({"verdict": ["supported (near)", "inconclusive", "supported", "supported"]})
+    assert replication_column(primary, second) == ["replicated", "not replicated", "nothing to replicate",
+                                                   "replicated"]
+
+
+def test_rule_v1_recomputed_from_the_committed_evidence_gives_the_committed_verdicts():
+    """The transition's check: the committed per-warm-up evidence (3 decimals) reproduces the committed rule-v1
+    verdicts on overall accuracy, so rule v2's verdicts beside them rest on the same numbers."""
+    tables = repo_root() / "paper_tables"
+    ledger = pd.read_csv(tables / "claims.csv", dtype=str, keep_default_na=False)
+    if "rule v1" in ledger:
+        pytest.skip("the committed ledger is under rule v2: test_the_committed_ledger_is_recomputed_from_its_runs")
+    evidence = pd.read_csv(tables / "claims_evidence.csv")
+    claims, differences = [], []
+    for claim in CLAIMS:
+        rows = evidence[evidence.claim == claim.claim]
+        probe, reference = rows.comparison.iloc[0].split(" - ")
+        claims.append(Claim(claim.paper, claim.claim, probe, reference, claim.kind, claim.paper_effect, ""))
+        differences.append(rows[[c for c in rows if c.startswith("zoo ")]].astype(float).mean(axis=0).to_numpy())
+    assert judge_v1(tuple(claims), differences) == list(ledger.verdict)
+    assert list(evidence_verdicts(evidence).claim) == list(ledger.claim)
+
+
+def test_the_committed_ledger_is_recomputed_from_its_runs():
+    """Every verdict of the committed ledger follows from the committed per-run endpoint values."""
+    tables = repo_root() / "paper_tables"
+    if not (tables / "claims_runs.csv").exists():
+        pytest.skip("the committed ledger predates claims_runs.csv (rule v1): `make reproduce` writes both")
+    values = read_endpoint_values(tables / "claims_runs.csv")
+    heldout = load_profile("default").experiment("heldout")
+    for family, name in (("primary", "claims"), ("secondary", "claims_secondary")):
+        committed = pd.read_csv(tables / f"{name}.csv", dtype=str, keep_default_na=False)
+        ledger = claims_ledger(values[values.zoo_seed.isin(heldout.zoo_seeds)], family)
+        recomputed = ledger_table(ledger).astype(str).replace("nan", "")
+        for column in ("difference", "95% t over warm-ups", "p vs 0 or margin (Holm)", "verdict", "rule v1"):
+            assert list(recomputed[column]) == list(committed[column]), (name, column)

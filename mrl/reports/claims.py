@@ -1,75 +1,36 @@
 """The claims ledger: each claim of the papers, tested on the held-out experiment with the warm-up as the unit.
 
-The pre-registered analysis (fixed before the runs were read; docs/claims.md gives the reasons):
+The analysis (docs/claims.md gives its reasons and history; the decision rule is mrl.reports.claims_rule):
 
-- **Endpoint.** Per run and policy, the mean held-out accuracy over the last ENDPOINT_EVALS evaluations: overall (as
-  the papers report accuracy: the primary endpoint) and on the policy's weak form (the mechanism: secondary).
-- **Unit.** A claim compares `probe` with `reference` paired on the shared RL seeds. Within one warm-up (zoo seed),
-  d_z is the mean over its policies and RL seeds of value(probe) - value(reference). The t interval is taken over
-  the zoo seeds (df = zoos - 1): the warm-up is what varies most, so RL seeds within a warm-up are not independent
-  evidence. A hierarchical bootstrap (zoo seeds, then RL seeds within each) is the check beside it.
-- **Tests.** Directional claims get a one-sided t test of H0: d <= 0 in the claimed direction ("support"), and
-  one of H0: the effect is at least the paper's own size ("contradiction"). A no-loss claim (non-inferiority,
-  margin MARGIN) tests H0: d <= -MARGIN and H0: d >= -MARGIN; a no-gain claim (non-superiority) H0: d >= +MARGIN
-  and H0: d <= +MARGIN. All the ledger's tests on one endpoint form one Holm family.
-- **Verdict** (at least MIN_WARMUPS warm-ups). supported: the support test passes after Holm ("smaller than the
-  paper's" when the contradiction test passes too). contradicted: the contradiction test passes after Holm, a
-  smaller effect than the paper's or the opposite sign. inconclusive: neither.
+- **Endpoint.** Per run and policy, the mean held-out accuracy over the last ENDPOINT_EVALS evaluations: overall
+  (primary, as the papers report accuracy) and on the policy's weak form (the mechanism: secondary). These per-run
+  values (`endpoint_values`) are committed as `paper_tables/claims_runs.csv`; every verdict is recomputed from them.
+- **Unit.** d_z, per warm-up (zoo seed), is the mean over its policies and RL seeds of value(probe) - value(reference),
+  paired on the RL seeds; the t interval and tests are over the zoo seeds (df = zoos - 1).
+- **Verdicts.** Rule v2 (claims_rule.judge): one Holm family of every claim's tests per endpoint, with the
+  leave-one-warm-up-out verdicts, an exact sign-flip p beside the t test's, and rule v1's verdict beside it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
-from scipy.stats import t as student_t
 
+from mrl.reports.claims_rule import (ALPHA, MARGIN, MIN_WARMUPS, Claim, claim_hypotheses, fragility, judge, judge_v1,
+                                     leave_one_out, t_power, warmups_for_power)
 from mrl.reports.paired import interval_cell, paired_differences, t_interval
 from mrl.reports.probes import rescue_skills, with_overall
 
+__all__ = ["ALPHA", "MARGIN", "MIN_WARMUPS", "Claim"]   # re-exported: the ledger's constants live with its rule
+
 ENDPOINT_EVALS = 3
 """the endpoint averages a run's last this many held-out evaluations"""
-MARGIN = 0.01
-"""non-inferiority and non-superiority margin, in accuracy (docs/claims.md: below the smallest gain the papers
-attribute to sharing, SGT's +0.013, so a loss the margin allows is smaller than any such gain)"""
-MIN_WARMUPS = 3
-"""a claim gets a verdict only on at least this many warm-ups (with fewer, the t interval has df < 2)"""
-ALPHA = 0.05
-"""family-wise error rate of each kind of test (Holm)"""
 BOOTSTRAP = 2000
 """hierarchical bootstrap resamples"""
+POWER_TARGET = 0.8
+"""the power the confirmatory ledger's number of warm-ups is chosen for (claims_power)"""
 
-
-@dataclass(frozen=True)
-class Claim:
-    """A claim of a paper about `probe` against `reference`.
-
-    kind: "better" (probe beats reference), "worse" (probe trails reference), "no_loss" (non-inferiority), "no_gain"
-    (non-superiority, within MARGIN). paper_effect: the paper's own difference, probe - reference, in accuracy (None: not
-    reported); docs/papers.md gives each one's source."""
-
-    paper: str
-    claim: str
-    probe: str
-    reference: str
-    kind: str
-    paper_effect: float | None
-    source: str
-
-    def __post_init__(self):
-        effect = self.paper_effect
-        if self.kind not in ("better", "worse", "no_loss", "no_gain"):
-            raise ValueError(f"Claim.kind = {self.kind!r}; expected better, worse, no_loss or no_gain")
-        if effect is not None and self.kind in ("better", "worse") and effect * self.sign <= 0:
-            raise ValueError(f"claim {self.claim!r}: the paper's effect {effect:+} has the other sign than the claim")
-
-    @property
-    def sign(self) -> int:
-        return -1 if self.kind == "worse" else 1
-
-
-HACPO4 = {name: f"{name} (minibatches=4)" for name in ("hacpo", "gspo", "gspo_x2", "naive")}
-"""HACPO and its baselines as the paper runs them: 4 optimizer updates per step"""
+HACPO4 = {name: f"{name} (minibatches=4)" for name in ("grpo", "hacpo", "gspo", "gspo_x2", "naive")}
+"""HACPO, its baselines and GRPO as HACPO's paper runs them: 4 optimizer updates per step"""
 
 CLAIMS = (
     Claim("MRL", "SGT, outcome-level sharing, beats independent GRPO", "sgt", "grpo", "better", 0.013,
@@ -79,17 +40,35 @@ CLAIMS = (
     Claim("MRL", "XGRPO, value-level sharing, loses nothing against GRPO", "xgrpo", "grpo", "no_loss", 0.005,
           "MRL main figure, mean of two models: 0.661 vs 0.656"),
     Claim("MRL", "XGRPO gives no rescue: no gain over GRPO beyond the margin", "xgrpo", "grpo", "no_gain", 0.0,
-          "MRL's bandit analysis: a peer-mixed baseline adds no support on prompts a policy never solves"),
+          "MRL's bandit analysis: a peer-mixed baseline adds no support on prompts a policy never solves",
+          endpoint="weak"),
     Claim("HACPO", "HACPO beats GSPO trained alone", HACPO4["hacpo"], HACPO4["gspo"], "better", 0.032,
           "HACPO Table 1, mean of 6 models: +3.2 points over GSPO"),
     Claim("HACPO", "HACPO at half the rollouts beats GSPO with twice the samples", HACPO4["hacpo"], HACPO4["gspo_x2"],
           "better", 0.033, "HACPO Table 1, mean of 6 models: +3.3 points over GSPOx2"),
     Claim("HACPO", "Naive sharing is worse than single-agent training", HACPO4["naive"], HACPO4["gspo"], "worse",
           -0.069, "HACPO Table 1, mean of 6 models: naive 6.9 points below GSPO, below it in every setting"),
-    Claim("GRAFT", "HACPO trails GRPO across families (GRAFT's re-implementation)", HACPO4["hacpo"], "grpo", "worse",
-          None, "GRAFT Table 1: HACPO below GRPO in 5 of 6 pairs, by up to 4.17 points (no mean reported)"),
+    Claim("GRAFT", "HACPO trails GRPO across families (GRAFT's re-implementation)", HACPO4["hacpo"], HACPO4["grpo"],
+          "worse", None, "GRAFT Table 1: HACPO below GRPO in 5 of 6 pairs, by up to 4.17 points (no mean reported); "
+          "read against GRPO at HACPO's 4 updates per step"),
 )
+LIKE_FOR_LIKE = (("grpo (minibatches=4)", "grpo", "what 4 updates per step cost GRPO"),
+                 ("gspo (minibatches=4)", "grpo", "what 4 updates per step cost GSPO (at one update GSPO is GRPO)"),
+                 ("hacpo (minibatches=4)", "grpo (minibatches=4)", "GRAFT's claim, like for like: 4 updates each"),
+                 ("hacpo (minibatches=4)", "grpo", "GRAFT's claim as rule v1 read it: HACPO at 4 updates, GRPO at 1"))
+"""descriptive comparisons that separate the method from the number of updates per step (not in the Holm family)"""
 VALUES = {"overall": "overall held-out accuracy", "weak": "weak-form held-out accuracy"}
+FAMILIES = {"primary": "each claim on its pre-registered endpoint (overall accuracy; the weak form for the no-rescue "
+                       "claim, whose mechanism acts there)",
+            "secondary": "each claim on its other endpoint"}
+"""the ledger's two Holm families"""
+
+
+def family_endpoint(claim: Claim, family: str) -> str:
+    """The endpoint column ("overall" or "weak") on which `family` ("primary", "secondary") reads the claim."""
+    if family not in FAMILIES:
+        raise ValueError(f"family = {family!r}; expected one of {list(FAMILIES)}")
+    return claim.endpoint if family == "primary" else ({"overall", "weak"} - {claim.endpoint}).pop()
 
 
 def endpoint_values(evals: pd.DataFrame) -> pd.DataFrame:
@@ -110,6 +89,11 @@ def endpoint_values(evals: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def read_endpoint_values(path) -> pd.DataFrame:
+    """The committed per-run endpoint values (`paper_tables/claims_runs.csv`, written from endpoint_values)."""
+    return pd.read_csv(path, dtype={"pairing": str, "probe": str, "policy": str})
+
+
 def unit_differences(values: pd.DataFrame, probe: str, reference: str, column: str) -> pd.DataFrame:
     """Per (policy, zoo seed): the mean paired difference probe - reference over the shared RL seeds and their
     number (columns policy, zoo_seed, diff, seeds), from endpoint_values rows."""
@@ -126,14 +110,20 @@ def zoo_means(units: pd.DataFrame) -> pd.Series:
     return units.groupby("zoo_seed")["diff"].mean()
 
 
+def seed_differences(values: pd.DataFrame, probe: str, reference: str, column: str) -> pd.Series:
+    """Per (zoo_seed, seed): the paired difference probe - reference, averaged over the policies (a zoo's policies
+    share its RL seeds)."""
+    index = ["pairing", "policy", "zoo_seed", "seed"]
+    a = values[values.probe == probe].set_index(index)[column]
+    b = values[values.probe == reference].set_index(index)[column]
+    return (a - b).dropna().groupby(["zoo_seed", "seed"]).mean()
+
+
 def hierarchical_bootstrap(values: pd.DataFrame, probe: str, reference: str, column: str, draws: int = BOOTSTRAP,
                            seed: int = 0) -> tuple[float, float]:
     """95% percentile interval of the mean paired difference, resampling zoo seeds, then RL seeds within each (a
     zoo's policies share its seeds, so a seed is drawn for all of them)."""
-    index = ["pairing", "policy", "zoo_seed", "seed"]
-    a = values[values.probe == probe].set_index(index)[column]
-    b = values[values.probe == reference].set_index(index)[column]
-    paired = (a - b).dropna().groupby(["zoo_seed", "seed"]).mean()   # over policies
+    paired = seed_differences(values, probe, reference, column)
     zoos = {z: group.to_numpy() for z, group in paired.groupby(level="zoo_seed")}
     if len(zoos) < 2:
         return float("nan"), float("nan")
@@ -146,120 +136,100 @@ def hierarchical_bootstrap(values: pd.DataFrame, probe: str, reference: str, col
     return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
-def t_p_value(values: np.ndarray, null: float, alternative: str) -> float:
-    """One-sided p-value of the t test of mean(values) against `null`: alternative "greater" (H0: mean <= null) or
-    "less" (H0: mean >= null); NaN below two values or with no spread."""
-    values = np.asarray(values, dtype=float)
-    n = len(values)
-    sd = values.std(ddof=1) if n > 1 else float("nan")
-    if n < 2 or not sd > 0:
-        return float("nan")
-    stat = (values.mean() - null) / (sd / np.sqrt(n))
-    return float(student_t.sf(stat, n - 1) if alternative == "greater" else student_t.cdf(stat, n - 1))
+def variance_split(values: pd.DataFrame, probe: str, reference: str, column: str) -> dict[str, float]:
+    """The paired difference's variance split into warm-ups and RL seeds (one-way random effects, balanced: k seeds
+    per warm-up): {"between-warm-up SD": sigma_w, "RL-seed SD": sigma_s, "seeds": k}. A warm-up's mean over k seeds
+    has variance sigma_w^2 + sigma_s^2 / k, which is what trading RL seeds for warm-ups trades."""
+    paired = seed_differences(values, probe, reference, column)
+    groups = [g.to_numpy() for _, g in paired.groupby(level="zoo_seed")]
+    k = min((len(g) for g in groups), default=0)
+    if len(groups) < 2 or k < 2:
+        return {"between-warm-up SD": float("nan"), "RL-seed SD": float("nan"), "seeds": k}
+    within = float(np.mean([np.var(g[:k], ddof=1) for g in groups]))
+    between = float(k * np.var([g[:k].mean() for g in groups], ddof=1))
+    return {"between-warm-up SD": float(np.sqrt(max(0.0, (between - within) / k))), "RL-seed SD": float(np.sqrt(within)),
+            "seeds": k}
 
 
-def claim_tests(claim: Claim, d: np.ndarray) -> dict:
-    """The one-sided p-values of a claim's support and contradiction tests over the warm-ups' differences d."""
-    if claim.kind == "no_loss":
-        return {"p support": t_p_value(d, -MARGIN, "greater"), "p contradiction": t_p_value(d, -MARGIN, "less")}
-    if claim.kind == "no_gain":   # non-superiority: a loss is the no-loss claim's business
-        return {"p support": t_p_value(d, MARGIN, "less"), "p contradiction": t_p_value(d, MARGIN, "greater")}
-    toward = "greater" if claim.sign > 0 else "less"
-    away = "less" if claim.sign > 0 else "greater"
-    against = 0.0 if claim.paper_effect is None else claim.paper_effect
-    return {"p support": t_p_value(d, 0.0, toward), "p contradiction": t_p_value(d, against, away)}
+def warmup_differences(values: pd.DataFrame, claim: Claim, column: str) -> pd.Series:
+    """d_z of a claim: its paired difference per zoo seed (index), the mean over the warm-up's policies and seeds."""
+    units = unit_differences(values, claim.probe, claim.reference, column)
+    return zoo_means(units) if len(units) else pd.Series(dtype=float)
 
 
-def holm(p_values) -> np.ndarray:
-    """Holm's step-down adjustment of p-values (NaNs kept as NaN, left out of the family)."""
-    p = np.asarray(p_values, dtype=float)
-    out = np.full_like(p, np.nan)
-    finite = np.flatnonzero(~np.isnan(p))
-    order = finite[np.argsort(p[finite])]
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(order) - rank) * p[i]))
-        out[i] = running
-    return out
+def p_cell(p: float) -> str:
+    """A p-value with 3 significant digits ("" when not tested)."""
+    return "" if p is None or p != p else f"{p:.3g}"
 
 
-def verdict(claim: Claim, low: float, high: float, p_support: float, p_contradiction: float) -> str:
-    """supported / contradicted / inconclusive from the Holm-adjusted one-sided p-values. A directional claim's
-    verdict says whether a supported effect is smaller than the paper's (both tests pass), and whether a
-    contradiction is a smaller effect or the opposite sign (its unadjusted 95% interval wholly beyond 0 the other
-    way)."""
-    directional = claim.kind in ("better", "worse")
-    if p_support < ALPHA:
-        return "supported, smaller than the paper's" if directional and p_contradiction < ALPHA else "supported"
-    if p_contradiction < ALPHA:
-        if not directional:
-            return "contradicted"
-        opposite = high < 0 if claim.sign > 0 else low > 0
-        return "contradicted: the opposite sign" if opposite or claim.paper_effect is None else \
-            "contradicted: smaller than the paper's"
-    return "inconclusive"
-
-
-def claims_ledger(evals: pd.DataFrame, column: str = "overall") -> pd.DataFrame:
-    """One row per claim on one endpoint column ("overall": primary; "weak": the mechanism): the warm-ups, the
-    mean difference over them with its t interval and the hierarchical bootstrap's, the sign counts per (policy,
-    zoo), the paper's effect, the Holm-adjusted p-values and the verdict. A claim whose arms did not run is
-    "not run"."""
-    values = endpoint_values(evals)
+def claims_ledger(values: pd.DataFrame, family: str = "primary") -> pd.DataFrame:
+    """One row per claim in one Holm family ("primary": each claim on its pre-registered endpoint; "secondary": on
+    the other one; FAMILIES), from the per-run endpoint values (endpoint_values or the committed claims_runs.csv): the warm-ups, the mean difference with its t interval
+    and the hierarchical bootstrap's, the sign counts per (policy, zoo), the paper's effect, every test's raw, Holm
+    and sign-flip p (claims_rule.judge), the verdict under rule v2, whether it is near the alpha edge, the
+    leave-one-warm-up-out verdicts and their fragility, and rule v1's verdict. Arms that did not run: "not run"."""
+    claims = CLAIMS
+    columns = [family_endpoint(claim, family) for claim in claims]
+    differences = [warmup_differences(values, claim, column) for claim, column in zip(claims, columns)]
+    judged = judge(claims, [d.to_numpy() for d in differences])
+    warmups = sorted(set().union(*(d.index for d in differences)))
+    without = leave_one_out(claims, differences, warmups) if len(warmups) > MIN_WARMUPS else [{} for _ in claims]
+    v1 = judge_v1(claims, [d.to_numpy() for d in differences])
     rows = []
-    for claim in CLAIMS:
-        row = {"paper": claim.paper, "claim": claim.claim, "comparison": f"{claim.probe} - {claim.reference}",
-               "endpoint": VALUES[column], "paper's effect": claim.paper_effect}
-        units = unit_differences(values, claim.probe, claim.reference, column)
-        if units.empty:
-            rows.append({**row, "zoos": 0, "verdict": "not run"})
-            continue
-        d = zoo_means(units).to_numpy()
-        mean, low, high = t_interval(d)
-        boot_low, boot_high = hierarchical_bootstrap(values, claim.probe, claim.reference, column)
-        positive = int((units["diff"] > 0).sum())
-        rows.append({**row, "zoos": len(d), "seeds per zoo": int(units.seeds.min()), "diff": mean, "low": low,
-                     "high": high, "bootstrap low": boot_low, "bootstrap high": boot_high,
-                     "positive units": f"{positive}/{len(units)}", **claim_tests(claim, d)})
-    ledger = pd.DataFrame(rows)
-    if "p support" in ledger:   # one Holm family: every test of the ledger on this endpoint
-        tested = ledger.zoos >= MIN_WARMUPS
-        family = np.concatenate([ledger["p support"].where(tested), ledger["p contradiction"].where(tested)])
-        adjusted = holm(family)
-        ledger["p support (Holm)"], ledger["p contradiction (Holm)"] = adjusted[:len(ledger)], adjusted[len(ledger):]
-    ledger["verdict"] = [
-        "not run" if not row["zoos"] else f"too few warm-ups ({row['zoos']})" if row["zoos"] < MIN_WARMUPS else
-        verdict(claim, row["low"], row["high"], row["p support (Holm)"], row["p contradiction (Holm)"])
-        for claim, row in zip(CLAIMS, ledger.to_dict("records"))]
-    return ledger
+    for claim, column, d, result, dropped, old in zip(claims, columns, differences, judged, without, v1):
+        row = {"paper": claim.paper, "claim": claim.claim, "kind": claim.kind,
+               "comparison": f"{claim.probe} - {claim.reference}", "endpoint": VALUES[column], "column": column,
+               "paper's effect": claim.paper_effect, "zoos": len(d), **result}
+        if len(d):
+            units = unit_differences(values, claim.probe, claim.reference, column)
+            mean, low, high = t_interval(d.to_numpy())
+            row.update({"seeds per zoo": int(units.seeds.min()), "diff": mean, "low": low, "high": high,
+                        "sd": float(d.std(ddof=1)) if len(d) > 1 else float("nan"),
+                        "positive units": f"{int((units['diff'] > 0).sum())}/{len(units)}"})
+            row["bootstrap low"], row["bootstrap high"] = hierarchical_bootstrap(values, claim.probe, claim.reference,
+                                                                                 column)
+        row["leave-one-out"] = fragility(result["verdict"], dropped) if dropped else ""
+        row["rule v1 verdict"] = old
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def deciding_p(row: dict, kind: str = "Holm") -> float:
+    """The row's p ("Holm" or "sign-flip") of its test against 0, or against the margin for a no-loss or no-gain
+    claim."""
+    role = "margin" if row["kind"] in ("no_loss", "no_gain") else "sign"
+    return row.get(f"p {role} ({kind})", float("nan"))
 
 
 def ledger_table(ledger: pd.DataFrame) -> pd.DataFrame:
     """The ledger as the paper shows it: each claim, its warm-ups x seeds, the mean difference with the t interval
-    over warm-ups and the hierarchical bootstrap's, the sign counts, the paper's effect, the Holm-adjusted p-values
-    and the verdict."""
+    over warm-ups and the hierarchical bootstrap's, the sign counts, the paper's effect, the Holm-adjusted p of the
+    test against 0 (or the margin) and against the paper's size, the sign-flip p, the verdict (rule v2), its
+    leave-one-warm-up-out fragility and rule v1's verdict."""
+    records = ledger.to_dict("records")
+
     def interval(row, low, high):
-        return "" if not row["zoos"] or np.isnan(row[low]) else f"[{row[low]:+.3f}, {row[high]:+.3f}]"
+        return "" if not row["zoos"] or np.isnan(row.get(low, np.nan)) else f"[{row[low]:+.3f}, {row[high]:+.3f}]"
 
-    out = pd.DataFrame({
+    return pd.DataFrame({
         "paper": ledger["paper"], "claim": ledger["claim"], "comparison": ledger["comparison"],
-        "warm-ups x seeds": [f"{int(r['zoos'])} x {int(r['seeds per zoo'])}" if r["zoos"] else "0"
-                             for r in ledger.to_dict("records")],
-        "difference": [f"{r['diff']:+.3f}" if r["zoos"] else "" for r in ledger.to_dict("records")],
-        "95% t over warm-ups": [interval(r, "low", "high") for r in ledger.to_dict("records")],
-        "95% bootstrap": [interval(r, "bootstrap low", "bootstrap high") for r in ledger.to_dict("records")],
-        "positive units": ledger.get("positive units", ""),
+        "warm-ups x seeds": [f"{int(r['zoos'])} x {int(r['seeds per zoo'])}" if r["zoos"] else "0" for r in records],
+        "difference": [f"{r['diff']:+.3f}" if r["zoos"] else "" for r in records],
+        "95% t over warm-ups": [interval(r, "low", "high") for r in records],
+        "95% bootstrap": [interval(r, "bootstrap low", "bootstrap high") for r in records],
+        "positive units": [r.get("positive units", "") if r["zoos"] else "" for r in records],
         "paper's effect": ["not reported" if e is None or e != e else f"{e:+.3f}" for e in ledger["paper's effect"]],
-        "p support (Holm)": ledger.get("p support (Holm)", np.nan).round(3),
-        "p contradiction (Holm)": ledger.get("p contradiction (Holm)", np.nan).round(3),
-        "verdict": ledger["verdict"]})
-    return out
+        "p vs 0 or margin (Holm)": [p_cell(deciding_p(r)) for r in records],
+        "p vs paper's size (Holm)": [p_cell(r.get("p size (Holm)")) for r in records],
+        "p sign-flip (raw)": [p_cell(deciding_p(r, "sign-flip")) for r in records],
+        "verdict": [r["verdict"] + (" (near the alpha edge)" if r.get("near edge") is True else "")
+                    for r in records],
+        "leave one warm-up out": ledger["leave-one-out"], "rule v1": ledger["rule v1 verdict"]})
 
 
-def evidence_table(evals: pd.DataFrame, column: str = "overall") -> pd.DataFrame:
+def evidence_table(values: pd.DataFrame, column: str = "overall") -> pd.DataFrame:
     """The ledger's per-warm-up evidence: per claim and policy, the mean paired difference over the RL seeds on each
-    zoo seed (one column per zoo seed), the weak form's start on that zoo, and the sign count."""
-    values = endpoint_values(evals)
+    zoo seed (one column per zoo seed), and the sign count."""
     rows = []
     for claim in CLAIMS:
         units = unit_differences(values, claim.probe, claim.reference, column)
@@ -268,6 +238,109 @@ def evidence_table(evals: pd.DataFrame, column: str = "overall") -> pd.DataFrame
             row.update({f"zoo {z}": f"{d:+.3f}" for z, d in zip(group.zoo_seed, group["diff"])})
             row["positive"] = f"{int((group['diff'] > 0).sum())}/{len(group)}"
             rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def claims_power(values: pd.DataFrame, ledger: pd.DataFrame) -> pd.DataFrame:
+    """Per claim with a size to detect: the test against 0 (or the margin), the effect under the paper's size
+    relative to its null, the variance split of the paired difference (variance_split), the observed SD of d_z, and
+    the power of the two-sided t test at alpha / m (m: the ledger's family, Holm's strictest step, so the power is a
+    lower bound) with today's warm-ups, and the warm-ups needed for POWER_TARGET with 1 and with today's RL seeds."""
+    rows = []
+    for claim, row in zip(CLAIMS, ledger.to_dict("records")):
+        column, test = row["column"], claim_hypotheses(claim)[0]
+        effect = None if claim.paper_effect is None else claim.paper_effect - test.null
+        if not row["zoos"] or effect is None or not effect:
+            continue
+        split = variance_split(values, claim.probe, claim.reference, column)
+        level = ALPHA / row["tests"]
+        out = {"comparison": row["comparison"], "endpoint": column, "test": "vs 0" if test.role == "sign" else f"vs {test.null:+.2f}",
+               "effect to detect": round(abs(effect), 3), "between-warm-up SD": split["between-warm-up SD"],
+               "RL-seed SD": split["RL-seed SD"], "SD of d_z": row["sd"], "warm-ups": int(row["zoos"]),
+               "level": level, "power": t_power(int(row["zoos"]), effect, row["sd"], level)}
+        for seeds in sorted({1, split["seeds"] or 1}):
+            sd = np.sqrt(split["between-warm-up SD"] ** 2 + split["RL-seed SD"] ** 2 / seeds)
+            needed = warmups_for_power(effect, sd, level, POWER_TARGET) if sd == sd else None
+            out[f"warm-ups for {POWER_TARGET:.0%} ({seeds} RL seed{'s' * (seeds > 1)})"] = needed
+        rows.append(out)
+    return pd.DataFrame(rows)
+
+
+def power_table(power: pd.DataFrame) -> pd.DataFrame:
+    """claims_power rounded for the paper."""
+    out = power.copy()
+    for name in ("between-warm-up SD", "RL-seed SD", "SD of d_z"):
+        out[name] = out[name].map(lambda v: "" if v != v else f"{v:.4f}")
+    out["level"] = out["level"].map(lambda v: f"{v:.2g}")
+    out["power"] = out["power"].map(lambda v: "" if v != v else f"{v:.0%}")
+    for name in [c for c in out if c.startswith("warm-ups for")]:
+        out[name] = out[name].map(lambda v: "over 200" if v is None or v != v else str(int(v)))
+    return out
+
+
+def replication_column(primary: pd.DataFrame, replication: pd.DataFrame) -> list[str]:
+    """Per claim: "replicated" when the replication's rule v2 verdict has the primary's kind (supported or
+    contradicted, with its sign), "not replicated" when it does not, "nothing to replicate" when the primary is
+    inconclusive or untested."""
+    out = []
+    for first, second in zip(primary.verdict, replication.verdict):
+        kind = first.split(",")[0].split(" (")[0]
+        if not kind.startswith(("supported", "contradicted")):
+            out.append("nothing to replicate")
+        else:
+            same = second.split(",")[0].split(" (")[0] == kind
+            out.append("replicated" if same else "not replicated")
+    return out
+
+
+def like_for_like_table(values: pd.DataFrame) -> pd.DataFrame:
+    """LIKE_FOR_LIKE's comparisons on both endpoints: the mean paired difference over the warm-ups with its 95% t
+    interval (descriptive, outside the ledger's Holm family; bold: it excludes 0), for the comparisons whose arms ran."""
+    rows = []
+    for probe, reference, meaning in LIKE_FOR_LIKE:
+        row = {"comparison": f"{probe} - {reference}", "what it measures": meaning}
+        for column in ("overall", "weak"):
+            d = zoo_means(unit_differences(values, probe, reference, column)) if probe in set(values.probe) and \
+                reference in set(values.probe) else pd.Series(dtype=float)
+            if d.empty:
+                break
+            mean, low, high = t_interval(d.to_numpy())
+            row["warm-ups"] = len(d)
+            row[f"Δ {column} [95% t]"] = interval_cell(mean, low, high, len(d) >= 2 and (low > 0 or high < 0))
+        else:
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def evidence_verdicts(evidence: pd.DataFrame) -> pd.DataFrame:
+    """Rule v2's verdicts recomputed from a rule-v1 ledger's committed per-warm-up evidence (claims_evidence.csv:
+    per claim and policy, the mean paired difference per zoo seed, rounded to 3 decimals), on the comparisons and the
+    endpoint (overall) that ledger ran: per claim of CLAIMS present, the comparison, rule v2's verdict, its deciding
+    Holm p, the sign-flip p, the near-edge flag and the leave-one-warm-up-out fragility. For the ledger's transition
+    only: a regenerated ledger carries both rules' verdicts itself."""
+    zoo_columns = [c for c in evidence if c.startswith("zoo ")]
+    claims, differences = [], []
+    for claim in CLAIMS:
+        rows = evidence[evidence.claim == claim.claim]
+        if rows.empty:
+            continue
+        probe, reference = rows.comparison.iloc[0].split(" - ")
+        claims.append(Claim(claim.paper, claim.claim, probe, reference, claim.kind, claim.paper_effect, claim.source))
+        d = rows[zoo_columns].apply(pd.to_numeric, errors="coerce").mean(axis=0).dropna()
+        d.index = [int(name.split()[1]) for name in d.index]
+        differences.append(d)
+    claims = tuple(claims)
+    judged = judge(claims, [d.to_numpy() for d in differences])
+    warmups = sorted(set().union(*(d.index for d in differences))) if differences else []
+    without = leave_one_out(claims, differences, warmups) if len(warmups) > MIN_WARMUPS else [{} for _ in claims]
+    rows = []
+    for claim, result, dropped in zip(claims, judged, without):
+        row = {"claim": claim.claim, "comparison": f"{claim.probe} - {claim.reference}", "kind": claim.kind, **result}
+        rows.append({"claim": claim.claim, "comparison": row["comparison"], "verdict": result["verdict"],
+                     "p (Holm)": deciding_p(row), "p size (Holm)": result.get("p size (Holm)", float("nan")),
+                     "p sign-flip": deciding_p(row, "sign-flip"),
+                     "near edge": result.get("near edge", False), "leave-one-out": fragility(result["verdict"], dropped)
+                     if dropped else "", "tests": result["tests"]})
     return pd.DataFrame(rows)
 
 
@@ -287,17 +360,23 @@ def claim_labels(rows: pd.DataFrame) -> list[str]:
                                                                                                  rows.claim)]
 
 
+def verdict_kinds(ledger: pd.DataFrame) -> pd.Series:
+    """supported / contradicted / inconclusive / not run, the first word of each verdict."""
+    return ledger.verdict.str.split(r"[,:]", regex=True).str[0]
+
+
 def ledger_sentence(ledger: pd.DataFrame, endpoint: str) -> str:
-    """The ledger in one sentence, from the table: how many claims got a verdict on how many warm-ups, and how many
-    were supported, contradicted and inconclusive on `endpoint`."""
+    """The ledger in one sentence, from the table: how many claims got a verdict on how many warm-ups, in one Holm
+    family of how many tests, and how many were supported, contradicted and inconclusive on `endpoint`."""
     ran = ledger[ledger.verdict != "not run"]
     judged = ran[ran.zoos >= MIN_WARMUPS]
     if judged.empty:
         return (f"No claim has a verdict on {endpoint}: " + (f"{len(ran)} ran on {int(ran.zoos.max())} warm-up(s), "
                 f"fewer than {MIN_WARMUPS}." if len(ran) else "their arms did not run."))
-    kinds = judged.verdict.str.split(r"[,:]", regex=True).str[0]
+    kinds = verdict_kinds(judged)
     named = lambda kind: "; ".join(claim_labels(judged[kinds == kind])) or "none"  # noqa: E731
-    return (f"On {endpoint}, {len(judged)} claims were judged on {int(judged.zoos.max())} warm-ups: "
+    return (f"On {endpoint}, {len(judged)} claims were judged on {int(judged.zoos.max())} warm-ups, their "
+            f"{int(judged.tests.max())} tests in one Holm family: "
             f"{int((kinds == 'supported').sum())} supported ({named('supported')}), "
             f"{int((kinds == 'contradicted').sum())} contradicted ({named('contradicted')}) and "
             f"{int((kinds == 'inconclusive').sum())} inconclusive.")
@@ -305,47 +384,72 @@ def ledger_sentence(ledger: pd.DataFrame, endpoint: str) -> str:
 
 def claim_sentence(row: dict) -> str:
     """One ledger row as a sentence: the comparison, the mean difference and its t interval over the warm-ups, the
-    paper's effect, and the verdict."""
+    paper's effect, the deciding Holm p, the verdict on this substrate, and its fragility."""
     head = f"`{row['comparison']}`"
     if not row["zoos"] or row["verdict"] == "not run":
         return f"{head}: not run."
+    if row["zoos"] < MIN_WARMUPS:
+        return f"{head}: {row['verdict']}."
     effect = row["paper's effect"]
     paper = "the paper gives no size" if effect is None or effect != effect else f"the paper's effect is {effect:+.3f}"
+    edge = ", near the alpha edge" if row.get("near edge") is True else ""
+    fragile = f"; {row['leave-one-out']}" if str(row.get("leave-one-out", "")).startswith("fragile") else ""
     return (f"{head}: {row['diff']:+.3f} [{row['low']:+.3f}, {row['high']:+.3f}] over {int(row['zoos'])} warm-ups x "
-            f"{int(row['seeds per zoo'])} RL seeds; {paper}; **{row['verdict']}**.")
+            f"{int(row['seeds per zoo'])} RL seeds; {paper}; Holm p {p_cell(deciding_p(row))} against "
+            f"{'the margin' if row['kind'] in ('no_loss', 'no_gain') else '0'}; **{row['verdict']}** on this "
+            f"substrate{edge}{fragile}.")
 
 
 def ledger_result(ledgers: dict[str, pd.DataFrame]) -> str:
-    """The ledger's result as the notebook's prose (Markdown), generated from the ledgers on both endpoints
-    ({"overall": ..., "weak": ...}, claims_ledger): the counts of verdicts, then one sentence per claim."""
+    """The ledger's result as the notebook's prose (Markdown), generated from its two families ({"primary": ...,
+    "secondary": ...}, claims_ledger): the counts of verdicts, then one sentence per claim with its endpoint."""
     blocks = []
-    for column, ledger in ledgers.items():
-        lines = [f"- {claim.paper}: {claim.claim}. {claim_sentence(row)}"
+    for family, ledger in ledgers.items():
+        lines = [f"- {claim.paper}: {claim.claim} ({row['endpoint']}). {claim_sentence(row)}"
                  for claim, row in zip(CLAIMS, ledger.to_dict("records"))]
-        blocks.append(f"**{VALUES[column].capitalize()}.** {ledger_sentence(ledger, VALUES[column])}\n\n"
-                      + "\n".join(lines))
+        blocks.append(f"**The {family} family: {FAMILIES[family]}.** {ledger_sentence(ledger, 'its endpoints')}"
+                      "\n\n" + "\n".join(lines))
     return "\n\n".join(blocks)
 
 
-def ledger_discussion(ledger: pd.DataFrame) -> str:
-    """What the primary ledger (overall accuracy) says about the papers, as prose generated from its verdicts: which
-    claims the data support, which they contradict at the papers' own effect sizes, and which this design cannot
-    decide."""
+def ledger_discussion(ledger: pd.DataFrame, power: pd.DataFrame | None = None) -> str:
+    """What the primary ledger (overall accuracy) says about the papers on this substrate, generated from its
+    verdicts: which claims the data support (with their Holm p and fragility), which they contradict and how, which
+    this design cannot decide, and the ledger's power for the papers' effects."""
     judged = ledger[ledger.zoos >= MIN_WARMUPS]
     if judged.empty:
         return (f"No claim reached {MIN_WARMUPS} warm-ups, so the ledger decides nothing here: the profile's runs "
                 f"are too few for a verdict.")
-    kinds = judged.verdict.str.split(r"[,:]", regex=True).str[0]
-    listed = lambda kind: ", ".join(f"`{c}`" for c in claim_labels(judged[kinds == kind]))  # noqa: E731
-    sentences = [f"The data support {listed('supported') or 'no claim'}."]
-    if (kinds == "contradicted").any():
-        sentences.append(f"They rule out the papers' effect sizes for {listed('contradicted')}: on this substrate, "
-                         f"at this budget, these effects are smaller than the papers report, or of the other sign.")
+    kinds = verdict_kinds(judged)
+
+    def listed(kind: str) -> str:
+        rows = judged[kinds == kind]
+        return ", ".join(f"`{label}` (Holm p {p_cell(deciding_p(r))}"
+                         + (", fragile" if str(r["leave-one-out"]).startswith("fragile") else "") + ")"
+                         for label, r in zip(claim_labels(rows), rows.to_dict("records")))
+
+    sentences = [f"On this substrate the data support {listed('supported') or 'no claim'}."]
+    opposite = judged[judged.verdict.str.contains("opposite sign")]
+    sized = judged[judged.verdict.str.contains("size ruled out|smaller than the paper", regex=True)]
+    if len(opposite):
+        sentences.append(f"They show the opposite sign to the claim for "
+                         f"{', '.join(f'`{c}`' for c in claim_labels(opposite))}.")
+    if len(sized):
+        sentences.append(f"They rule out the paper's own effect size for "
+                         f"{', '.join(f'`{c}`' for c in claim_labels(sized))}: the effect here is smaller than the "
+                         f"paper reports (where the sign stays undetermined the verdict says so).")
     if (kinds == "inconclusive").any():
-        sentences.append(f"For {listed('inconclusive')} neither test passes after Holm's correction over "
+        sentences.append(f"For {listed('inconclusive')} no test passes after Holm's correction over "
                          f"{int(judged.zoos.max())} warm-ups: the data neither confirm these claims nor rule out the "
-                         f"papers' effects. More warm-ups, not more RL seeds, would narrow the intervals, since the "
-                         f"warm-up is the unit.")
+                         f"papers' effects.")
+    if power is not None and len(power):
+        weakest = power.sort_values("power").iloc[0]
+        needed = [c for c in power if c.startswith("warm-ups for")][-1]
+        sentences.append(f"The ledger's power is low: with {int(weakest['warm-ups'])} warm-ups the test of "
+                         f"`{weakest['comparison']}` has {weakest['power']:.0%} power to detect the paper's "
+                         f"{weakest['effect to detect']:.3f} at Holm's strictest level, and "
+                         f"{weakest[needed]} warm-ups would give {POWER_TARGET:.0%} (`claims_power`); so an "
+                         f"inconclusive verdict here is mostly a lack of power, not evidence of no effect.")
     return " ".join(sentences)
 
 
