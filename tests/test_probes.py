@@ -267,6 +267,33 @@ def test_a_pooling_probe_refuses_an_aggregation_it_cannot_honour(name):
         get_probe(open_probe).check(GrpoConfig(loss_type="dapo"))
 
 
+def test_grpo_with_minibatches_takes_one_update_per_share_against_the_sampling_policy(bpe_tokenizer, arith_task,
+                                                                                       problems):
+    """grpo at M updates: M losses; the first is the on-policy GRPO loss of its rows (ratio 1), every later one the
+    clipped surrogate of its rows against the policy that sampled them, on the parameters the updates before left."""
+    texts = [answers(problems[0], 1), answers(problems[1], 3), answers(problems[2], 0)]
+    model = make_model(bpe_tokenizer)
+    batch = make_batch(model, bpe_tokenizer, problems, texts, arith_task.verify)
+    advantages = group_advantages(batch.rewards, G)
+    sampled = completion_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                                  batch.completion_mask).detach()
+    out = get_probe("grpo").loss(batch, PeerView(), probe_config("grpo", minibatches=2))
+    optimizer = policy_optimizer(model.parameters(), 1e-2)
+    rows = len(advantages)
+    for m, loss in enumerate(out.losses):
+        chunk = slice(m * math.ceil(rows / 2), (m + 1) * math.ceil(rows / 2))
+        logp = completion_logprobs(model, batch.prompt_ids[chunk], batch.prompt_mask[chunk],
+                                   batch.completion_ids[chunk], batch.completion_mask[chunk])
+        want, _ = policy_loss(logp, sampled[chunk], advantages[chunk], batch.completion_mask[chunk])
+        assert loss.item() == pytest.approx(want.item(), abs=1e-6)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    assert m == 1
+    one = get_probe("grpo").loss(batch, PeerView(), probe_config("grpo"))
+    assert len(list(one.losses)) == 1
+
+
 # --- HACPO ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("minibatches", [1, 2])

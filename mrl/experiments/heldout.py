@@ -8,7 +8,7 @@ from typing import Annotated
 from mrl.config import RunConfig, TaskConfig, ZooConfig, register_experiment
 from mrl.experiments.runs import Labelled, ProbeEntry, Run, check_panels, check_probes, policy_paths
 from mrl.probes import as_probe_config, probe_config, probe_label
-from mrl.validation import NonEmpty, PositiveInt, Seeds, Str, config_dataclass, require
+from mrl.validation import Count, NonEmpty, PositiveInt, Seeds, Str, config_dataclass, require
 
 
 @register_experiment("heldout")
@@ -44,6 +44,10 @@ class HeldoutConfig:
     """the weak-skill figure's panels: {title: the probes it draws (names, mappings or labels as the tables show
     them)}"""
 
+    replication_zoo_seeds: list[Count] = dataclasses.field(default_factory=list)
+    """a second, disjoint set of warm-up seeds, fixed before it runs, on which the zoo_seed_probes run again and the
+    claims ledger is computed alone (the confirmatory replication); () for none"""
+
     def __post_init__(self):
         c = "HeldoutConfig"
         require(self.task.name == "arith-forms" and self.task.pool_per_skill == 0, c, "task",
@@ -58,6 +62,9 @@ class HeldoutConfig:
         require(set(self.zoo_seed_probes) <= set(names) and ("grpo" in self.zoo_seed_probes or len(self.zoo_seeds) == 1),
                 c, "zoo_seed_probes", self.zoo_seed_probes,
                 f"probe names drawn from {names}, grpo among them (each zoo seed needs its baseline)")
+        require(len(set(self.replication_zoo_seeds)) == len(self.replication_zoo_seeds)
+                and not set(self.replication_zoo_seeds) & set(self.zoo_seeds), c, "replication_zoo_seeds",
+                self.replication_zoo_seeds, f"distinct zoo seeds disjoint from zoo_seeds {self.zoo_seeds}")
         if self.knob_probes:
             check_probes(c, "knob_probes", self.knob_probes)
         check_panels(c, self.panels)
@@ -79,9 +86,11 @@ def heldout_config(config: RunConfig, zoo_seed: int) -> RunConfig:
 
 
 def heldout_zoos(config: RunConfig, progress: bool = True) -> dict[int, dict[str, str]]:
-    """{zoo seed: {name: checkpoint folder}} of the held-out experiment, each zoo built when missing."""
+    """{zoo seed: {name: checkpoint folder}} of the held-out experiment (its zoo seeds, then its replication's), each
+    zoo built when missing."""
+    heldout = config.experiment("heldout")
     return {seed: policy_paths(heldout_config(config, seed), progress)
-            for seed in config.experiment("heldout").zoo_seeds}
+            for seed in (*heldout.zoo_seeds, *heldout.replication_zoo_seeds)}
 
 
 def heldout_base(config: RunConfig) -> tuple[RunConfig, dict[str, str], dict]:
@@ -99,8 +108,8 @@ def _label(heldout: HeldoutConfig, probe, seed: int, zoo_seed: int) -> dict:
 
 
 def heldout_runs(config: RunConfig, progress: bool = True) -> Labelled:
-    """Every run of the held-out experiment: each probe on the first zoo seed, the zoo_seed_probes on every zoo
-    seed, every RL seed; labelled with pairing, probe, seed and zoo_seed."""
+    """Every run of the held-out experiment: each probe on the first zoo seed, the zoo_seed_probes on every other
+    zoo seed and every replication zoo seed, every RL seed; labelled with pairing, probe, seed and zoo_seed."""
     heldout = config.experiment("heldout")
     probes = [as_probe_config(entry) for entry in heldout.probes]
     labelled = []
