@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mrl-installed
 PROFILE ?= default
 
-.PHONY: install latex test unit nbval soak test-browser reproduce smoke bench lab sync clean-models
+.PHONY: install latex test unit nbval unit-run nbval-run soak test-browser reproduce smoke bench lab sync clean-models
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,9 +16,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# unit tests and nbval side by side, one core each (both run one torch thread); each one's output kept together
+# unit tests and nbval side by side, one core each (both run one torch thread); each one's output kept together.
+# The two jobs have no prerequisites: GNU make (4.3) starts a goal's recipe only on its next pass over the goals, after
+# it reaps a child, so `unit nbval` (unit waiting for latex) ran unit after all of nbval
 test: $(STAMP) latex
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit nbval
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit-run nbval-run
 
 # pdflatex for tests/test_tables.py (every paper_tables/*.tex must compile); without root or a Debian
 # mirror the install fails softly and that test is skipped with its reason
@@ -29,9 +31,15 @@ latex:
 		echo "pdflatex could not be installed: tests/test_tables.py will skip the LaTeX compile"
 
 unit: $(STAMP) latex
-	$(PY) -m pytest -q tests
+	$(MAKE) --no-print-directory unit-run
 
 nbval: $(STAMP)
+	$(MAKE) --no-print-directory nbval-run
+
+unit-run:
+	$(PY) -m pytest -q tests
+
+nbval-run:
 	$(PY) -m pytest -q --nbval-lax --nbval-current-env notebooks/smoke
 
 # several minutes: a 200-step run under random worker kills, run kills and checkpoint damage (tests/test_soak.py)
