@@ -22,7 +22,7 @@ from mrl.validation import (Bool, ConfigError, Count, Float, Fraction, Int, NonE
                             config_dataclass, require)
 from mrl import validation
 
-ENGINES = ("fast", "hf", "generate", "batched")
+ENGINES = ("fast", "hf", "generate", "batched", "graphs")
 PRECISIONS = ("fp32", "bf16")
 TASKS = ("arith-ops", "arith-forms", "gsm8k")
 SKILLS = ("S1", "S2", "S3")
@@ -212,7 +212,7 @@ class GrpoConfig:
     (sampling by transformers' generate with a static cache, for real model sizes on a GPU; the sampling
     log-probs and the training forward are hf's) or batched (transformers' continuous batching, generate_batch:
     a paged cache where a finished sequence frees its place for the next, in-process on the sampler's weights;
-    log-probs and the training forward are hf's)"""
+    log-probs and the training forward are hf's) or graphs (mrl.graphs_engine: decode steps captured in CUDA graphs)"""
     skip_zero_advantage: Bool = True
     """do not forward sequences with A = 0 (exact when beta = 0; the loss normaliser keeps the full batch)"""
     eval_every: PositiveInt = 25

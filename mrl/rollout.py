@@ -16,6 +16,7 @@ from torch import Tensor
 
 from mrl.config import ENGINES, ConfigError, GrpoConfig
 from mrl.fast import FastForward, fast_forward
+from mrl.graphs_engine import graphs_completions
 from mrl.placement import set_training
 
 _FAST: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -26,7 +27,7 @@ def engine_for(model, engine: str) -> FastForward | None:
     `transformers` forward: engine "hf", or a checkpoint the fast path does not know)."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r} is not allowed; expected one of {list(ENGINES)}")
-    if engine in ("hf", "generate", "batched"):
+    if engine in ("hf", "generate", "batched", "graphs"):
         return None
     if model not in _FAST:
         _FAST[model] = fast_forward(model)
@@ -116,10 +117,15 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
     eos_id: the id, or ids (stop_ids), that end a completion.
     min_new_tokens suppresses EOS for the first tokens (benchmarks with a fixed length).
     engine: "fast" (mrl.fast's static cache over the model's weights, when it knows the model), "hf" (the
-    `transformers` forward with its dynamic cache), "generate" (generate_completions) or "batched"
-    (batched_completions). with_logprobs: False lets the generate and batched engines skip their log-prob forward
-    and return None (the loops get them for free).
+    `transformers` forward with its dynamic cache), "generate" (generate_completions), "batched"
+    (batched_completions) or "graphs" (mrl.graphs_engine: the decode step captured in CUDA graphs on a GPU, whose
+    log-probs are the sampler's own, as the loops'). with_logprobs: False lets the generate and batched engines skip
+    their log-prob forward and return None (the loops get them for free).
     """
+    if engine == "graphs":
+        return graphs_completions(model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=eos_id,
+                                  pad_id=pad_id, generator=generator, temperature=temperature, greedy=greedy,
+                                  min_new_tokens=min_new_tokens)
     if engine in ("generate", "batched"):
         draw = generate_completions if engine == "generate" else batched_completions
         ids, mask = draw(model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,

@@ -1,5 +1,6 @@
 """The generate and batched engines (transformers' generate with a static cache, and its continuous batching with
-a paged cache, for real model sizes): greedy equals the reference loop, sampling draws from the model's full softmax
+a paged cache, for real model sizes), and the graphs engine where its draws are theirs (its greedy and bf16 tests:
+tests/test_graphs_engine.py): greedy equals the reference loop, sampling draws from the model's full softmax
 whatever the checkpoint's generation defaults, the sampling log-probs are the training forward's, and a seed gives
 the same draws without touching torch's RNG."""
 import pytest
@@ -25,7 +26,7 @@ def test_greedy_generate_equals_the_reference_loop_and_its_log_probs_are_the_tra
     torch.testing.assert_close(logp, reference[2], atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("engine", ["generate", "batched"])
+@pytest.mark.parametrize("engine", ["generate", "batched", "graphs"])
 def test_generate_samples_the_full_softmax_despite_the_checkpoints_generation_defaults(engine):
     """Chi-square of 6,000 first tokens against the softmax at temperature 0.7, with the checkpoint asking for
     top-k 5, top-p 0.5 and a repetition penalty (as instruct checkpoints do): generate must not apply them."""
@@ -51,7 +52,7 @@ def test_generate_samples_the_full_softmax_despite_the_checkpoints_generation_de
     assert chisquare(observed.numpy(), wanted.numpy()).pvalue > 1e-3
 
 
-@pytest.mark.parametrize("engine", ["generate", "batched"])
+@pytest.mark.parametrize("engine", ["generate", "batched", "graphs"])
 def test_a_seed_gives_the_same_draws_and_leaves_torchs_generator_alone(engine):
     model = model_of(SHAPES[5]).eval()
     kwargs = dict(max_new_tokens=6, eos_id=1, pad_id=0, temperature=1.0, engine=engine)
@@ -70,7 +71,7 @@ def test_a_seed_gives_the_same_draws_and_leaves_torchs_generator_alone(engine):
     assert (first[0][after_eos] == 0).all() and (first[1][after_eos] == 0).all()
 
 
-@pytest.mark.parametrize("engine", ["hf", "generate", "batched"])
+@pytest.mark.parametrize("engine", ["hf", "generate", "batched", "graphs"])
 def test_the_sampling_log_probs_are_of_the_tempered_softmax_the_training_forward_computes(engine):
     model = model_of(SHAPES[2]).eval()
     ids, mask, logp = sample_completions(model, CONTEXT.repeat(4, 1), MASK.repeat(4, 1), max_new_tokens=6, eos_id=1,
@@ -91,7 +92,7 @@ def test_chunked_scoring_equals_the_whole_batch():
                                whole, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("engine", ["fast", "hf", "generate", "batched"])
+@pytest.mark.parametrize("engine", ["fast", "hf", "generate", "batched", "graphs"])
 def test_every_stop_id_of_a_checkpoint_ends_a_completion(engine):
     """Llama 3's generation config lists three ids that end a turn: each engine stops at any of them, the mask ends
     there, and completion_texts calls the completion well-formed."""
