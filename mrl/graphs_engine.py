@@ -1,20 +1,22 @@
 """The graphs engine: sampling whose decode step is captured in CUDA graphs over a static KV cache.
 
-A call pads its batch to a bucket (batch_bucket) and its prompts, on the left, to a multiple of BUCKET tokens, so
-the shapes of a step depend only on the (batch, attended length) bucket. The prompts are prefilled into a static
-cache, GRAPHS_PREFILL_TOKENS tokens a forward; then each decode step, the `transformers` forward over the last
-token, the full-softmax draw at the temperature, the stop ids and the sampler's log-probs of the same logits, reads
-and writes only tensors of fixed address (the step's counters live on the device). On a GPU the step is captured
-once per attended-length bucket of the call (keys [0, L), L a multiple of BUCKET: the KV cache is read up to the
-context, not to its end) and replayed; on a CPU the same step runs eagerly, which is how CI tests it. No host sync
-per token: finished rows are tracked on the device, and the host asks whether any is alive every EXIT_EVERY steps.
+A call pads its batch to a bucket (batch_bucket) and sizes its cache to the prompt and completion tokens rounded up
+to BUCKET. The prompts are prefilled as the reference prefills them (their own left-padded length), whole prompts
+GRAPHS_PREFILL_TOKENS tokens a forward; then each decode step, the `transformers` forward over the last token, the
+full-softmax draw at the temperature, the stop ids and the sampler's log-probs of the same logits, reads and writes
+only tensors of fixed address: the cache index it writes and the column it fills live on the device, so the prompt
+length is no shape of the step. A step attends keys [0, L), L the context rounded up to BUCKET (the cache is read up
+to the context, not to its end). On a GPU the step is captured once per (batch, L) bucket a call reaches and
+replayed; on a CPU the same step runs eagerly, which is how CI tests it. No host sync per token: finished rows are
+tracked on the device, and the host asks whether any is alive every EXIT_EVERY steps.
 
 Why torch.cuda.CUDAGraph and not torch.compile(mode="reduce-overhead"): the captured step is the eager step, kernel
-for kernel, so greedy decoding is the reference's and the CPU tests test the code the GPU replays; a capture costs a
-forward (no compilation, which took minutes per shape for transformers' own compiled generate and ran at 7.6% of the
-bandwidth bound); and the draws come from a seeded torch.Generator registered with each graph, which Inductor's
-random ops do not take. What is given up is fusion: the layers' elementwise kernels and the sampler's passes over
-the (batch, vocabulary) logits stay separate kernels (docs/performance.md, The graphs engine).
+for kernel, so the CPU tests test the code the GPU replays and a test on the GPU can compare replay with eager
+exactly; a capture costs about one forward, with no compilation per shape (transformers' generate with a static
+cache and torch.compile, as it ships, drew 13.0k tokens/s where its uncompiled generate drew 22.8k on the first GPU
+run); and the draws come from a seeded torch.Generator registered with each graph (random ops given a generator
+have been a fallback or a graph break under torch.compile, pytorch/pytorch#92633). What is given up is fusion: the
+layers' elementwise kernels and the sampler's passes over the (batch, vocabulary) logits stay separate kernels.
 
 The graphs and the cache live for one call: between calls the KV cache is freed, as the resource plan has it
 (mrl.resources), and a call captures only the buckets it reaches.
