@@ -15,6 +15,7 @@ import hashlib
 import inspect
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
@@ -185,16 +186,37 @@ def module_files(modules: list) -> list[Path]:
     return sorted(files)
 
 
+def defining_module(obj, namespaces: dict[str, dict]):
+    """The module that defines `obj`: its entry in sys.modules, or for a module executed without one
+    (importlib.util.spec_from_file_location + exec_module, which registers nothing) a stand-in holding its namespace,
+    `namespaces[obj.__module__]` (the globals of a function it defines, whose __file__ is the spec's origin). Neither:
+    ValueError naming the module and how to import it."""
+    module = sys.modules.get(obj.__module__)
+    if module is not None:
+        return module
+    if obj.__module__ not in namespaces:
+        raise ValueError(f"{obj.__qualname__}'s module {obj.__module__!r} is not in sys.modules, so its code cannot be "
+                         f"found for the run's cache key: import it with importlib.import_module (its folder on "
+                         f"sys.path), or register it before executing it: module = importlib.util.module_from_spec(spec);"
+                         f" sys.modules[spec.name] = module; spec.loader.exec_module(module)")
+    stand_in = types.ModuleType(obj.__module__)
+    vars(stand_in).update(namespaces[obj.__module__])
+    return stand_in
+
+
 def user_code_fingerprint(objects: list) -> str:
     """16 hex digits of sha256 over the code of `objects` (functions, classes) defined outside the mrl package ('' when
     all are mrl's: code_fingerprint covers them).
 
     One that lives in a file: that docstring-free file and those of the user's modules it reaches (not the
-    standard library's or site-packages'). One written in a notebook cell (module __main__ without a file): its
+    standard library's or site-packages'), found through sys.modules or, for a module executed without an entry
+    there, through its functions' globals (defining_module). One written in a notebook cell (module __main__ without a file): its
     definitions and every definition, plain constant and user module of __main__ that they reach by name."""
     digest, modules = hashlib.sha256(), []
+    namespaces = {fn.__module__: fn.__globals__ for obj in objects for fn in [obj, *functions_of(obj)]
+                  if inspect.isfunction(fn)}
     for obj in objects:
-        module = sys.modules[obj.__module__]
+        module = defining_module(obj, namespaces)
         path = getattr(module, "__file__", None)
         if path and Path(path).resolve().is_relative_to(PACKAGE):
             continue

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from conftest import TINY_TASK
-from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
+from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.probes import PROBES, get_probe, probe_code, probe_config, require_importable
 from mrl.runner import run_concurrent
 
@@ -228,3 +228,40 @@ def test_a_probe_written_in_notebook_cells_is_rerun_after_an_edit(tiny_zoo_paths
     assert len({first["key"], scale["key"], helper["key"]}) == 3 and not scale["cached"] and not helper["cached"]
     for edited, factor in ((scale, 50.0), (helper, 100.0)):   # step 1: the same samples, the loss times the edit
         assert edited["loss"] == pytest.approx([factor * loss for loss in first["loss"]], rel=1e-5)
+
+
+def test_a_module_executed_without_sys_modules_is_fingerprinted_from_its_file(tmp_path):
+    """importlib.util.spec_from_file_location + exec_module registers nothing in sys.modules: the probe's code is
+    read from the spec's origin (its key equals the imported module's), and a backend whose workers would have to
+    import the module is refused, naming how to import it."""
+    import importlib.util
+
+    write_probe(tmp_path, "user_probe_loose", "loose", 2.0)
+    spec = importlib.util.spec_from_file_location("user_probe_loose", tmp_path / "user_probe_loose.py")
+    try:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        assert "user_probe_loose" not in sys.modules and not get_probe("loose").importable
+        loose = probe_code("loose")
+        with pytest.raises(ConfigError, match="not in sys.modules .* importlib.import_module"):
+            require_importable("loose", "process")
+        require_importable("loose", "inline")
+    finally:
+        PROBES.pop("loose", None)
+        PROBES.pop("loose_plain", None)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        importlib.import_module("user_probe_loose")
+        assert probe_code("loose") == loose != "" and get_probe("loose").importable
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("user_probe_loose", None)
+        PROBES.pop("loose", None)
+        PROBES.pop("loose_plain", None)
+
+
+def test_a_class_whose_module_cannot_be_found_is_refused_with_the_fix():
+    from mrl.fingerprint import user_code_fingerprint
+
+    Orphan = type("Orphan", (), {"__module__": "nowhere_module"})
+    with pytest.raises(ValueError, match="'nowhere_module' is not in sys.modules.*sys.modules\\[spec.name\\] = module"):
+        user_code_fingerprint([Orphan])

@@ -123,6 +123,12 @@ class Probe:
         return self.module == "__main__"
 
     @property
+    def importable(self) -> bool:
+        """Another process can import it by its module's name: not `__main__`, and a module registered in sys.modules
+        (not one executed by importlib.util's exec_module alone)."""
+        return not self.in_main and self.module in sys.modules
+
+    @property
     def in_cells(self) -> bool:
         """Defined in `__main__` without a file: a notebook cell or an interactive session, keyed by its
         definitions."""
@@ -184,14 +190,19 @@ def probe_code(name: str) -> str:
 
 
 def require_importable(name: str, backend: str) -> None:
-    """Refuse to send a probe defined in `__main__` (a notebook cell, a script) to a worker process or a Ray actor,
-    which cannot import it, naming the fix."""
+    """Refuse to send a probe defined in `__main__` (a notebook cell, a script), or in a module executed without an
+    entry in sys.modules, to a worker process or a Ray actor, which cannot import it, naming the fix."""
     probe = get_probe(name)
     if backend != "inline" and probe.in_main:
         raise ConfigError(f"probe {name!r} is defined in __main__ (a notebook cell or a script), which backend "
                           f"{backend!r} cannot import in its workers; run it with backend='inline', or move "
                           f"{probe.loss.__qualname__} and {probe.config.__qualname__} into a .py module next to the "
                           f"notebook or script and import it")
+    if backend != "inline" and not probe.importable:
+        raise ConfigError(f"probe {name!r} comes from module {probe.module!r}, which is not in sys.modules (executed "
+                          f"with importlib.util's spec_from_file_location and exec_module), so backend {backend!r}'s "
+                          f"workers cannot import it; run it with backend='inline', or import the module with "
+                          f"importlib.import_module (its folder on sys.path)")
 
 
 def probe_config(name: str, **knobs) -> ProbeConfig:
