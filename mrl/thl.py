@@ -109,12 +109,11 @@ class _TokenizerView:
         self.special = frozenset(tokenizer.all_special_ids)
         self.rules = piece_rules(tokenizer)
         self.cache: dict[int, tuple[bytes, bool]] = {}
-        backend = tokenizer.backend_tokenizer
-        if backend.padding is not None or backend.truncation is not None:
-            # encode exactly the text: a private copy without the file's padding/truncation settings
-            backend = Tokenizer.from_str(backend.to_str())
-            backend.no_padding()
-            backend.no_truncation()
+        # encode exactly the text: a private copy without padding or truncation, whatever the file sets and whatever
+        # later calls do to the shared backend (transformers turns padding on there at a padded call and leaves it on)
+        backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        backend.no_padding()
+        backend.no_truncation()
         self.backend = backend
 
     def piece(self, token_id: int) -> tuple[bytes, bool]:

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mrl.real_tokenizers import load_real_tokenizer
-from mrl.thl import ThlError, align, decode_text, residual, token_pieces
+from mrl.thl import ThlError, align, align_batch, decode_text, residual, token_pieces
 from mrl.zoo import train_tokenizer
 
 NAMES = ["bpe", "unigram", "wordpiece", "char", "mistral-sp", "cl100k", "bert-wordpiece"]
@@ -244,3 +244,14 @@ def test_a_peer_sequence_ended_by_any_of_its_checkpoints_stop_ids_carries_the_re
         alignment = align("12+3=", loaded, receiver, body + [stop])
         assert alignment.dst_ids[-1] == receiver.eos_token_id
     assert align("12+3=", loaded, receiver, body).dst_ids[-1] != receiver.eos_token_id
+
+
+def test_a_padded_call_after_thl_first_saw_a_tokenizer_does_not_pad_its_encodings(arith_task):
+    """transformers turns padding on in a tokenizer's backend at a padded call (tokenizer(..., padding=True), as
+    mrl.rollout.encode_prompts makes) and leaves it on: THL encodes with its own copy, never with pad tokens."""
+    src, dst = (train_tokenizer(kind, arith_task.corpus, 48, 48) for kind in ("char", "bpe"))
+    before = [a.dst_ids for a in align_batch(["1", "12 + 34"], src, dst)]
+    dst(["1+1=", "12 + 34 ="], add_special_tokens=False, padding=True)
+    assert dst.backend_tokenizer.padding is not None   # what transformers does to the shared backend
+    after = [a.dst_ids for a in align_batch(["1", "12 + 34"], src, dst)]
+    assert after == before and dst.pad_token_id not in after[0]
