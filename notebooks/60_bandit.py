@@ -48,8 +48,9 @@ from IPython.display import Markdown
 from mrl.bandit import (DynamicsConfig, EnvConfig, closed_form_check, dynamics_methods, run_dynamics, summarise,
                         trade_off)
 from mrl.notebook import setup_notebook
-from mrl.reports.bandit import bandit_result, dynamics_figure, plane_figure
-from mrl.results import listing, save_figure, write_table
+from mrl.reports.bandit import bandit_result, dynamics_figure, dynamics_figure_inputs, plane_figure
+from mrl.figure_inputs import draw_and_save
+from mrl.results import listing, write_table
 
 env_config = EnvConfig()
 run = setup_notebook("60_bandit", profile, extra={"env": repr(env_config), "env_seed": env_config.seed})
@@ -81,7 +82,7 @@ write_table(plane[columns], "bandit", run.tables, float_format="{:.4g}",
 plane[columns].head()
 
 # %%
-save_figure(plane_figure(plane, draws=settings.reps), "bandit_plane", run.figures)
+draw_and_save(plane_figure, "bandit_plane", run.figures, plane=plane, draws=settings.reps)
 
 # %% [markdown]
 # ## Dynamics: both policies trained together
@@ -103,7 +104,7 @@ write_table(dynamics, "bandit_dynamics", run.tables,
 dynamics.round(3)
 
 # %%
-save_figure(dynamics_figure(runs), "bandit_dynamics", run.figures)
+draw_and_save(dynamics_figure, "bandit_dynamics", run.figures, runs=dynamics_figure_inputs(runs))
 
 # %% [markdown]
 # ## Result

@@ -30,14 +30,23 @@
 # byte-level BPE) owns S3, B (Llama + char-level Unigram) owns S2, both warmed up on S1, each with a 1% leak
 # from 20 fixed pairs of the peer's form. So A's weak form is S2 and B's is S3, and the peer is strong there.
 #
-# **Statistics, fixed before the runs were read** (`mrl/reports/claims.py`, `docs/claims.md`).
+# **The substrate is not the papers'.** Two models of about 0.8M parameters each, on two-number addition, 100 RL
+# steps: a CPU stand-in for billion-parameter models on math benchmarks. Every verdict below holds on this substrate.
+#
+# **Statistics, rule v2, declared before its runs were read** (`mrl/reports/claims.py`, `docs/claims.md`, which gives
+# rule v1 beside it and the ledger's history).
 # - *Endpoint:* per run and policy, the mean held-out accuracy over the last 3 evaluations: overall (as the papers
-#   report accuracy; primary) and on the policy's weak form (the mechanism; secondary).
+#   report accuracy) and on the policy's weak form (the mechanism). Each claim's primary endpoint is overall, except
+#   "XGRPO gives no rescue", whose mechanism acts on the weak form.
 # - *Unit:* the warm-up. Runs of one RL seed share prompts and sampling seeds at every step, whatever the probe, so a
-#   probe is paired with GRPO run by run; the differences are averaged within each zoo seed, and the 95% t interval
-#   is over the zoo seeds (df = warm-ups - 1). A hierarchical bootstrap (warm-ups, then RL seeds) is the check.
-# - *Verdicts:* each claim's interval is read against 0 and against the paper's own effect size, with Holm's
-#   correction across the ledger: supported, contradicted (the data rule out the paper's effect) or inconclusive.
+#   probe is paired with its reference run by run; the differences are averaged within each zoo seed, and the 95% t
+#   interval is over the zoo seeds (df = warm-ups - 1). A hierarchical bootstrap (warm-ups, then RL seeds) is a check.
+# - *Verdicts:* each claim's tests (against 0, two-sided, read by the sign; against the paper's own effect size; or
+#   against the margin) form one Holm family with every other claim's on the primary endpoints: supported,
+#   contradicted or inconclusive. Beside each verdict: an exact sign-flip p, the verdict with each warm-up left out,
+#   and rule v1's verdict.
+# - *Like for like:* HACPO and its baselines run with 4 optimizer updates per step, and so does a GRPO arm, so GRAFT's
+#   claim compares HACPO with GRPO at the same number of updates.
 
 # %% tags=["parameters"]
 profile = "default"  # smoke | default
@@ -53,12 +62,15 @@ from IPython.display import Markdown
 from mrl.experiments import panel_labels, run_many
 from mrl.experiments.heldout import heldout_runs, heldout_zoos, knob_runs
 from mrl.notebook import setup_notebook
-from mrl.reports.claims import (ENDPOINT_EVALS, MARGIN, MIN_WARMUPS, base_rate_figure, base_rate_sentence,
-                                claims_ledger, endpoint_table, evidence_table, ledger_discussion,
-                                ledger_interval_count, ledger_result, ledger_sentence, ledger_table, verdict_counts)
-from mrl.reports.paired import chance_note, interval_caption, knob_table, weak_skill_figure
+from mrl.reports.claims import (ENDPOINT_EVALS, FAMILIES, MARGIN, MIN_WARMUPS, POWER_TARGET, base_rate_figure,
+                                base_rate_sentence, claims_ledger, claims_power, endpoint_table, endpoint_values,
+                                evidence_table, ledger_discussion, ledger_interval_count, ledger_result,
+                                ledger_sentence, ledger_table, like_for_like_table, power_table, replication_column,
+                                verdict_counts)
+from mrl.reports.paired import chance_note, interval_caption, knob_table, weak_skill_figure, weak_skill_inputs
 from mrl.reports.substrate import zoo_table
-from mrl.results import listing, save_figure, write_table
+from mrl.figure_inputs import draw_and_save
+from mrl.results import listing, write_table
 from mrl.tasks import make_task
 from mrl.zoo import load_policy
 
@@ -76,7 +88,7 @@ task = make_task(heldout.task)
 families = pd.concat([zoo_table({name: load_policy(path) for name, path in paths.items()}, task).assign(zoo_seed=seed)
                       for seed, paths in zoos.items()], ignore_index=True)
 write_table(families, "heldout_zoo", run.tables,
-            caption=f"The held-out experiment's zoo ({heldout.task.name}, zoo seeds {listing(heldout.zoo_seeds)}): "
+            caption=f"The held-out experiment's zoo ({heldout.task.name}, zoo seeds {listing(list(zoos))}): "
                     f"warm-up mix and final warm-up loss.")
 families
 
@@ -84,9 +96,14 @@ families
 # ## The grid: every probe on every warm-up, each over the RL seeds
 
 # %%
-steps_df, evals = run_many(heldout_runs(config, progress), config.packed_runs, backend, progress=progress)
+steps_df, all_evals = run_many(heldout_runs(config, progress), config.packed_runs, backend, progress=progress)
 steps_df.to_csv(run.folder / "steps.csv", index=False)
-evals.to_csv(run.folder / "evals.csv", index=False)
+all_evals.to_csv(run.folder / "evals.csv", index=False)
+# the per-run endpoint values from which every verdict is recomputed (committed: paper_tables/claims_runs.csv)
+all_values = endpoint_values(all_evals)
+all_values.to_csv(run.tables / "claims_runs.csv", index=False)
+evals = all_evals[all_evals.zoo_seed.isin(heldout.zoo_seeds)]   # the ledger's warm-ups; the replication's apart
+values = all_values[all_values.zoo_seed.isin(heldout.zoo_seeds)]
 n_runs = len(steps_df.groupby(["probe", "seed", "zoo_seed"]))
 runs_text = (f"{len(heldout.zoo_seeds)} warm-ups (zoo seeds {listing(heldout.zoo_seeds)}) x {len(heldout.seeds)} RL "
              f"seeds ({listing(heldout.seeds)}), {heldout.steps} steps")
@@ -119,16 +136,17 @@ table
 # %%
 panels = panel_labels(heldout.panels)   # {title: probe labels}, the profile's (experiments.heldout.panels)
 first_zoo = heldout.zoo_seeds[0]
-first_figure = weak_skill_figure(evals, steps_df, panels, zoo_seed=first_zoo, setting=heldout.task.name)
-save_figure(first_figure, "heldout_weak_skill", run.figures)
+draw_and_save(weak_skill_figure, "heldout_weak_skill", run.figures, **weak_skill_inputs(evals, steps_df, first_zoo),
+              panels=panels, zoo_seed=first_zoo, setting=heldout.task.name)
 
 # %% [markdown]
 # The last warm-up (one figure per warm-up shown: they start the weak forms at different levels):
 
 # %%
 last_zoo = heldout.zoo_seeds[-1]
-last_figure = weak_skill_figure(evals, steps_df, panels, zoo_seed=last_zoo, setting=heldout.task.name)
-save_figure(last_figure, f"heldout_weak_skill_zoo{last_zoo}", run.figures)
+draw_and_save(weak_skill_figure, f"heldout_weak_skill_zoo{last_zoo}", run.figures,
+              **weak_skill_inputs(evals, steps_df, last_zoo), panels=panels, zoo_seed=last_zoo,
+              setting=heldout.task.name)
 
 # %% [markdown]
 # ## The gain against the warm-up's base rate
@@ -138,7 +156,7 @@ save_figure(last_figure, f"heldout_weak_skill_zoo{last_zoo}", run.figures)
 # (mean over the RL seeds) against the weak form's held-out accuracy after the warm-up.
 
 # %%
-save_figure(base_rate_figure(evals), "heldout_base_rate", run.figures)
+draw_and_save(base_rate_figure, "heldout_base_rate", run.figures, values=values)
 
 # %% [markdown]
 # ## The probes' knobs on this experiment
@@ -161,41 +179,92 @@ else:
 knobs
 
 # %% [markdown]
+# ## Like for like: what 4 updates per step do by themselves
+#
+# HACPO's arms take 4 optimizer updates per step. GRPO at 4 updates separates the method from the update count:
+# what 4 updates cost GRPO and GSPO themselves (at one update GSPO is GRPO), and GRAFT's claim read both ways.
+
+# %%
+like_for_like = like_for_like_table(values)
+write_table(like_for_like, "claims_like_for_like", run.tables,
+            caption=f"Like-for-like comparisons on the held-out experiment ({runs_text}), outside the ledger's Holm "
+                    f"family: the mean paired difference at the endpoint with its 95% t interval over the warm-ups "
+                    f"(bold: it excludes 0). {chance_note(2 * len(like_for_like))}")
+like_for_like
+
+# %% [markdown]
 # ## The claims ledger
 #
-# Each claim of the papers as they state it, on overall held-out accuracy (the primary endpoint), then on the weak
-# form (the mechanism). HACPO and its baselines run as the HACPO paper runs them, 4 optimizer updates per step.
-# The no-loss claim (XGRPO) is a non-inferiority test and the no-rescue claim a non-superiority test, both with a
-# margin of 0.01 (`docs/claims.md` says why). `positive units` counts the (policy, warm-up) units whose mean
-# difference is above 0. The pool regime (`arith-ops`, 40_probe and 50_hacpo) has one warm-up, so its
-# differences are descriptive there and are not in the ledger.
+# Each claim of the papers as they state it, in the primary family (its pre-registered endpoint), then in the
+# secondary one (the other endpoint). The no-loss claim (XGRPO) is a non-inferiority test and the no-rescue claim a
+# non-superiority test, both with a margin of 0.01 (`docs/claims.md` says why). `positive units` counts the (policy,
+# warm-up) units whose mean difference is above 0. The pool regime (`arith-ops`, 40_probe and 50_hacpo) has one
+# warm-up, so its differences are descriptive there and are not in the ledger.
 
 # %%
 ledger_caption = (f"the mean paired difference over the warm-ups with its unadjusted 95% t interval (df = warm-ups "
                   f"- 1) and the hierarchical bootstrap's (a check: with few warm-ups it is too narrow), the (policy, "
-                  f"warm-up) units above 0, the paper's own effect (docs/papers.md), the one-sided p-values of the "
-                  f"support and contradiction tests, Holm-corrected together across the ledger, and the verdict "
-                  f"(at least {MIN_WARMUPS} warm-ups; margin {MARGIN} for the no-loss and no-gain claims).")
+                  f"warm-up) units above 0, the paper's own effect (docs/papers.md), the Holm-adjusted p of the test "
+                  f"against 0 (or the margin) and against the paper's size, all of the family's tests corrected "
+                  f"together, the exact sign-flip p of the first (unadjusted), the verdict under rule v2 (at least "
+                  f"{MIN_WARMUPS} warm-ups; margin {MARGIN}), the verdict with each warm-up left out, and rule v1's "
+                  f"verdict (docs/claims.md).")
 ledgers = {}
-for column, name, endpoint in (("overall", "claims", "overall held-out accuracy"),
-                               ("weak", "claims_weak", "the weak form's held-out accuracy")):
-    ledgers[column] = claims_ledger(evals, column)
-    ledgers[column].to_csv(run.folder / f"{name}_numbers.csv", index=False)
-    write_table(ledger_table(ledgers[column]), name, run.tables,
-                caption=f"Claims ledger on {endpoint} at the endpoint ({runs_text}): {ledger_caption} "
-                        f"{chance_note(ledger_interval_count(ledgers[column]))}")
-    print(ledger_sentence(ledgers[column], endpoint))
-ledger = ledgers["overall"]
+for family, name in (("primary", "claims"), ("secondary", "claims_secondary")):
+    ledgers[family] = claims_ledger(values, family)
+    ledgers[family].to_csv(run.folder / f"{name}_numbers.csv", index=False)
+    write_table(ledger_table(ledgers[family]), name, run.tables,
+                caption=f"Claims ledger, {family} family ({FAMILIES[family]}; {runs_text}): {ledger_caption} "
+                        f"{chance_note(ledger_interval_count(ledgers[family]))}")
+    print(ledger_sentence(ledgers[family], "their endpoints"))
+ledger = ledgers["primary"]
 ledger_table(ledger)
 
 # %%
-ledger_table(ledgers["weak"])
+ledger_table(ledgers["secondary"])
+
+# %% [markdown]
+# ## The ledger's power
+#
+# How likely these warm-ups were to detect the papers' own effects: the variance of each paired difference split
+# into warm-ups and RL seeds, and the power of the primary test at Holm's strictest level (alpha / the family's
+# tests), with the warm-ups a confirmatory ledger needs for 80% power.
+
+# %%
+power = claims_power(values, ledger)
+write_table(power_table(power), "claims_power", run.tables,
+            caption=f"The primary ledger's power ({runs_text}): per claim with a size to detect, the effect under the "
+                    f"paper's size against the test's null, the between-warm-up and RL-seed SDs of the paired "
+                    f"difference (one-way random effects), the SD of the warm-up means, the power of the two-sided t "
+                    f"test at Holm's strictest level, and the warm-ups needed for {POWER_TARGET:.0%} power with 1 RL "
+                    f"seed and with this grid's seeds.")
+power_table(power)
+
+# %% [markdown]
+# ## The confirmatory replication
+#
+# The ledger's arms on a second, disjoint set of warm-up seeds, fixed in the profile before they ran
+# (`replication_zoo_seeds`; the `full` profile runs them): the ledger computed on them alone, and per claim whether
+# it replicates the first set's verdict.
+
+# %%
+if heldout.replication_zoo_seeds:
+    replication_values = all_values[all_values.zoo_seed.isin(heldout.replication_zoo_seeds)]
+    replication = claims_ledger(replication_values, "primary")
+    replicated = ledger_table(replication).assign(replicates=replication_column(ledger, replication))
+    write_table(replicated, "claims_replication", run.tables,
+                caption=f"The claims ledger on the replication's warm-ups alone (zoo seeds "
+                        f"{listing(heldout.replication_zoo_seeds)}), primary family, with whether each verdict "
+                        f"replicates the first set's. {chance_note(ledger_interval_count(replication))}")
+else:
+    replicated = "no replication in this profile (experiments.heldout.replication_zoo_seeds: the full profile)"
+replicated
 
 # %% [markdown]
 # The evidence per warm-up: each claim's mean paired difference over the RL seeds, per policy and zoo seed.
 
 # %%
-evidence = evidence_table(evals, "overall")
+evidence = evidence_table(values, "overall")
 write_table(evidence, "claims_evidence", run.tables,
             caption=f"The claims ledger's evidence per warm-up (overall held-out accuracy at the endpoint): the mean "
                     f"paired difference over the {len(heldout.seeds)} RL seeds per policy and zoo seed, and how many "
@@ -205,7 +274,8 @@ evidence
 # %% [markdown]
 # ## Result
 #
-# Generated from the two ledgers above (`mrl.reports.claims.ledger_result`): every number is read from the tables.
+# Generated from the ledger's two families above (`mrl.reports.claims.ledger_result`): every number is read from the
+# tables.
 
 # %%
 Markdown(ledger_result(ledgers))
@@ -219,7 +289,7 @@ Markdown(ledger_result(ledgers))
 # not carry over to this substrate at this budget, not that the papers' own runs are wrong.
 
 # %%
-Markdown(ledger_discussion(ledger) + "\n\n" + base_rate_sentence(evals))
+Markdown(ledger_discussion(ledger, power) + "\n\n" + base_rate_sentence(values))
 
 # %%
 print(f"70_heldout ran in {time.perf_counter() - start:.0f} s ({profile} profile, backend {backend})")

@@ -230,7 +230,7 @@ def test_the_base_rate_figure_has_a_point_per_policy_and_warm_up():
     matplotlib.use("Agg")
     from mrl.reports.claims import base_rate_figure
 
-    fig = base_rate_figure(make_evals({"sgt": 0.03, "prp": 0.01}))
+    fig = base_rate_figure(endpoint_values(make_evals({"sgt": 0.03, "prp": 0.01})))
     assert len(fig.axes) == 2
     assert sum(len(c.get_offsets()) for c in fig.axes[0].collections) == 10   # 2 policies x 5 warm-ups
 

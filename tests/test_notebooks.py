@@ -1,6 +1,8 @@
 """The notebooks are their own source: each .ipynb and its percent-format twin hold the same cells, every notebook
 has the metadata papermill needs, one parameters cell, the shared setup call, no class of its own, and shows each
 figure it saves."""
+import ast
+
 import jupytext
 import nbformat
 import pytest
@@ -30,8 +32,10 @@ def test_every_notebook_runs_under_papermill_and_shows_its_figures(name):
     assert "setup_notebook(" in code and "matplotlib.use" not in code
     assert not any(line.startswith("class ") for line in code.splitlines())
     for cell in notebook.cells:  # a figure is the cell's last expression, so JupyterLab shows it
-        if cell.cell_type == "code" and "save_figure(" in cell.source:
-            assert cell.source.rstrip().splitlines()[-1].startswith("save_figure("), cell.source
+        if cell.cell_type == "code" and ("save_figure(" in cell.source or "draw_and_save(" in cell.source):
+            last = ast.parse(cell.source).body[-1]
+            calls = [getattr(n.func, "id", "") for n in ast.walk(last) if isinstance(n, ast.Call)]
+            assert isinstance(last, ast.Expr) and {"save_figure", "draw_and_save"} & set(calls), cell.source
 
 
 def test_no_stray_notebooks():

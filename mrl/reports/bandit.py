@@ -289,6 +289,12 @@ def name_flat_lines(ax, band: pd.DataFrame, methods: list[str]) -> None:
                 ha="right", va="bottom", fontsize=7, color="0.3")
 
 
+def dynamics_figure_inputs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The columns of run_dynamics' rows that dynamics_figure draws (what mrl.figure_inputs.draw_and_save commits)."""
+    accuracies = [f"acc {rescue_type(p)}" for p in ("A", "B")] + ["acc shared-easy"]
+    return runs[["method", "kappa", "seed", "step", "policy", "entropy", *accuracies]]
+
+
 def dynamics_figure(runs: pd.DataFrame):
     """Per method, a row per support overlap kappa: held-out accuracy on the rescue type (the prompts a policy
     cannot solve and its peer can), on the prompts it can solve, and the policy entropy, vs step. Line: the mean

@@ -468,11 +468,10 @@ def base_rate_units(values: pd.DataFrame, probe: str) -> pd.DataFrame:
     return units.assign(start=start)
 
 
-def base_rate_sentence(evals: pd.DataFrame, probes: tuple[str, ...] = ("sgt", "prp")) -> str:
+def base_rate_sentence(values: pd.DataFrame, probes: tuple[str, ...] = ("sgt", "prp")) -> str:
     """The base-rate figure in words, per probe: where its largest weak-form gain came from, and the rank correlation
     between the warm-up's start and the gain over the (policy, warm-up) units (the prediction tested: sharing helps
-    most at a low but non-zero base rate)."""
-    values = endpoint_values(evals)
+    most at a low but non-zero base rate). values: the per-run endpoint values (endpoint_values)."""
     sentences = []
     for probe in (p for p in probes if p in set(values.probe)):
         units = base_rate_units(values, probe).reset_index()
@@ -487,15 +486,14 @@ def base_rate_sentence(evals: pd.DataFrame, probes: tuple[str, ...] = ("sgt", "p
     return " ".join(sentences) or "Too few (policy, warm-up) units for the base-rate reading."
 
 
-def base_rate_figure(evals: pd.DataFrame, probes: tuple[str, ...] = ("sgt", "prp")):
+def base_rate_figure(values: pd.DataFrame, probes: tuple[str, ...] = ("sgt", "prp")):
     """Each (policy, warm-up)'s paired gain over GRPO on its weak form (the endpoint, mean over the RL seeds)
     against the weak form's accuracy after the warm-up, one panel per probe: does sharing help most at a low but
-    non-zero base rate?"""
+    non-zero base rate? values: the per-run endpoint values (endpoint_values, or the committed claims_runs.csv)."""
     import matplotlib.pyplot as plt
 
     from mrl.reports.palette import policy_colour, probe_colour
 
-    values = endpoint_values(evals)
     probes = [p for p in probes if p in set(values.probe)]
     fig, axes = plt.subplots(1, max(len(probes), 1), figsize=(4.2 * max(len(probes), 1), 3.4), sharey=True,
                              squeeze=False)

@@ -277,6 +277,14 @@ def rollouts_per_step(weak: pd.DataFrame) -> pd.Series:
     return (per_step / base).round(1)
 
 
+def weak_skill_inputs(evals: pd.DataFrame, steps: pd.DataFrame, zoo_seed: int) -> dict[str, pd.DataFrame]:
+    """What weak_skill_figure draws for one zoo seed, and no more (the inputs mrl.figure_inputs.draw_and_save
+    commits): that seed's evaluations, and of its step rows the keys, seeds, step and reward."""
+    keep = [c for c in [*KEYS, *pair_columns(steps), "step", "reward"] if c in steps.columns]
+    return {"evals": evals[evals.zoo_seed == zoo_seed].reset_index(drop=True),
+            "steps": steps.loc[steps.zoo_seed == zoo_seed, keep].reset_index(drop=True)}
+
+
 def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str, list[str]] | None = None,
                       split: str = "held-out", smooth: int = 25, zoo_seed: int | None = None, setting: str = ""):
     """Three rows per policy, a column per group of probes (`panels`: {title: probes}; None: one group of all), RL
