@@ -10,10 +10,13 @@ tokens) and each policy's placement (dtype, gradient checkpointing, micro-batch)
     gradients    4 P
     Adam         8 P: exp_avg and exp_avg_sq in fp32
     frozen       the reference (beta > 0) and a teacher model, e bytes per parameter
-    KV cache     2 L B S kv e: the rollout of the whole batch (B sequences of S tokens) at once
+    KV cache     2 L B S kv e: the rollout of the whole batch (B sequences of S tokens) at once (engine graphs: B
+                 and S rounded up to its buckets, mrl.graphs_engine.cache_shape)
     prefill      the rollout's first forwards over the prompts (engine generate: GENERATE_PREFILL_CHUNK tokens of
-                 every prompt a forward; batched: at most BATCHED_STEP_TOKENS tokens; the CPU loops: every prompt
-                 token at once), one layer's temporaries per token in a forward:
+                 every prompt a forward; batched: at most BATCHED_STEP_TOKENS tokens; graphs: whole prompts of at
+                 most GRAPHS_PREFILL_TOKENS tokens, or its decode step's B V (e + 12), the logits and three fp32
+                 copies the draw holds, when larger; the CPU loops: every prompt token at once), one layer's
+                 temporaries per token in a forward:
                  (3 I + 2 h + 2 kv) e (gate, up and activation, attention input and output, k and v) + 8 h (the
                  residual stream in and out, fp32 under autocast); it lives beside the full KV cache
     scoring      the no-grad log-prob passes of the rollout (the sampling log-probs under bf16 or the generate
@@ -52,6 +55,7 @@ import torch
 
 from mrl.config import ConfigError, RunConfig
 from mrl.probes import as_probe_config, get_probe
+from mrl.graphs_engine import GRAPHS_PREFILL_TOKENS, cache_shape
 from mrl.rollout import BATCHED_STEP_TOKENS, GENERATE_PREFILL_CHUNK
 
 GB = 1e9
@@ -115,9 +119,14 @@ def policy_memory(arch: Architecture, sequences: int, prompt_tokens: int, new_to
     def prefill(count: int) -> float:
         if engine == "batched":
             return passing * min(count * prompt_tokens, BATCHED_STEP_TOKENS)
+        if engine == "graphs":
+            rows = min(count, max(1, GRAPHS_PREFILL_TOKENS // prompt_tokens))
+            return max(passing * rows * prompt_tokens, cache_shape(count, prompt_tokens, 0)[0] * arch.vocab * (e + 12))
         return passing * count * (min(prompt_tokens, GENERATE_PREFILL_CHUNK) if engine == "generate" else prompt_tokens)
 
     def kv_cache(count: int, length: int) -> float:
+        if engine == "graphs":
+            count, length = cache_shape(count, length, 0)
         return 2 * arch.layers * count * length * arch.kv * e
 
     if gradient_checkpointing:
