@@ -168,12 +168,14 @@ def draw(logits: Tensor, state: DecodeState, settings: DrawSettings, noise: torc
     if settings.min_new_tokens:
         early = state.column < settings.min_new_tokens
         z.index_copy_(1, state.stops, z.index_select(1, state.stops).masked_fill(early, float("-inf")))
+    normalizer = torch.logsumexp(z, -1)   # before the noise: the two (B, V) temporaries never coexist
     if settings.greedy:
         token = z.argmax(-1)
     else:
         exponentials = torch.empty_like(z).exponential_(generator=noise)
         token = torch.sub(z, exponentials.log_(), out=exponentials).argmax(-1)
-    logp = z.gather(1, token.unsqueeze(1)).squeeze(1) - torch.logsumexp(z, -1)
+        del exponentials
+    logp = z.gather(1, token.unsqueeze(1)).squeeze(1) - normalizer
     alive = state.alive
     token = torch.where(alive, token, settings.pad_id)
     state.ids.index_copy_(1, state.column, token.unsqueeze(1))

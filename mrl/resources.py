@@ -14,8 +14,8 @@ tokens) and each policy's placement (dtype, gradient checkpointing, micro-batch)
                  and S rounded up to its buckets, mrl.graphs_engine.cache_shape)
     prefill      the rollout's first forwards over the prompts (engine generate: GENERATE_PREFILL_CHUNK tokens of
                  every prompt a forward; batched: at most BATCHED_STEP_TOKENS tokens; graphs: whole prompts of at
-                 most GRAPHS_PREFILL_TOKENS tokens, or its decode step's B V (e + 12), the logits and three fp32
-                 copies the draw holds, when larger; the CPU loops: every prompt token at once), one layer's
+                 most GRAPHS_PREFILL_TOKENS tokens, or its decode step's B V (e + 8), the logits and the two fp32
+                 (B, V) tensors the draw holds at once, when larger; the CPU loops: every prompt token at once), one layer's
                  temporaries per token in a forward:
                  (3 I + 2 h + 2 kv) e (gate, up and activation, attention input and output, k and v) + 8 h (the
                  residual stream in and out, fp32 under autocast); it lives beside the full KV cache
@@ -121,7 +121,7 @@ def policy_memory(arch: Architecture, sequences: int, prompt_tokens: int, new_to
             return passing * min(count * prompt_tokens, BATCHED_STEP_TOKENS)
         if engine == "graphs":
             rows = min(count, max(1, GRAPHS_PREFILL_TOKENS // prompt_tokens))
-            return max(passing * rows * prompt_tokens, cache_shape(count, prompt_tokens, 0)[0] * arch.vocab * (e + 12))
+            return max(passing * rows * prompt_tokens, cache_shape(count, prompt_tokens, 0)[0] * arch.vocab * (e + 8))
         return passing * count * (min(prompt_tokens, GENERATE_PREFILL_CHUNK) if engine == "generate" else prompt_tokens)
 
     def kv_cache(count: int, length: int) -> float:

@@ -231,15 +231,15 @@ def test_the_captured_step_replays_the_eager_step(greedy):
 
 def test_the_resource_plan_counts_the_graphs_engines_buckets_and_its_draws_logits():
     """engine graphs: the KV cache of the batch and length buckets, and the larger of whole-prompt prefill forwards
-    of at most GRAPHS_PREFILL_TOKENS tokens and the decode step's logits with the draw's three fp32 copies."""
+    of at most GRAPHS_PREFILL_TOKENS tokens and the decode step's logits with the draw's two fp32 (B, V) tensors."""
     from test_resources import ARCH, _memory
 
     kv = 2 * 16 * 512 * 768 * 512 * 2 / 1e9   # 512 sequences of 256 + 512 tokens: on the buckets already
     per_token = (3 * 8192 + 2 * 2048 + 2 * 512) * 2 + 2 * 2048 * 4
     paper = _memory(engine="graphs", dtype="bfloat16")
     assert paper["KV cache"] == pytest.approx(kv)
-    assert paper["prefill"] == pytest.approx(max(32 * 256 * per_token, 512 * ARCH.vocab * 14) / 1e9)
-    assert paper["prefill"] == pytest.approx(512 * ARCH.vocab * 14 / 1e9)   # the draw's logits: 0.92 GB
+    assert paper["prefill"] == pytest.approx(max(32 * 256 * per_token, 512 * ARCH.vocab * 10) / 1e9)
+    assert paper["prefill"] == pytest.approx(512 * ARCH.vocab * 10 / 1e9)   # the draw's logits: 0.66 GB
     odd = _memory(engine="graphs", dtype="bfloat16", sequences=500, prompt_tokens=90)
     assert odd["KV cache"] == pytest.approx(2 * 16 * 512 * 640 * 512 * 2 / 1e9)   # 500 -> 512 rows, 602 -> 640
     few = _memory(engine="graphs", dtype="bfloat16", sequences=8, prompt_tokens=2048)
