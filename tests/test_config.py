@@ -176,7 +176,8 @@ def test_a_profile_is_whole_in_its_yaml_and_its_grids_are_checked(tmp_path, monk
         "experiments:\n  probe: {pairings: [A+B], seeds: [0], steps: {A+B: 1}, probes: [grpo, {name: sgt, lam: 0.2}, "
         "{name: prp, gamma: 0.5}]}\n")
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match=r"probe 'prp'.knobs = \['gamma'\].*knobs of PrpConfig: \['clip', 'level'\]"):
+    with pytest.raises(ConfigError, match=r"probe 'prp'.knobs = \['gamma'\].*knobs of PrpConfig: "
+                                          r"\['clip', 'level', 'tokenization'\]"):
         load_profile("smoke")
 
 

@@ -214,3 +214,177 @@ def test_bad_arguments_are_refused(zoo):
         marginal_logprobs(model, tok, ["1+1="], ["2"], beam=0)
     with pytest.raises(ThlError, match="more than limit=2"):
         tokenizations(lattice(tok, "32 plus 99"), limit=2)
+
+
+# --- the ratio, selectable in the probes (tokenization: canonical | marginal) -----------------------------------
+
+G = 4
+
+
+@pytest.fixture(scope="module")
+def forms():
+    return ArithTask(TaskConfig(name="arith-forms", max_operand=99, test_per_skill=10, pool_per_skill=0, leak_n=5))
+
+
+def make_batch(model, tok, problems, texts_per_prompt, verify):
+    """The learner's RolloutBatch whose completions are the given texts (canonical ids, EOS appended)."""
+    from mrl.config import GrpoConfig
+    from mrl.rollout import RolloutBatch
+
+    texts = [t for row in texts_per_prompt for t in row]
+    expanded = [p for p in problems for _ in range(G)]
+    prompt_ids, prompt_mask = encode_prompts(tok, [p.prompt for p in expanded])
+    ids, mask = pad_completions([tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts],
+                                tok.pad_token_id, "cpu")
+    rewards = torch.tensor([verify(t, p) for t, p in zip(texts, expanded)])
+    return RolloutBatch("L", 1, list(problems), G, prompt_ids, prompt_mask, ids, mask, torch.zeros(ids.shape),
+                        rewards, GrpoConfig(group_size=G, lr=1e-3), tok, verify,
+                        lambda *tensors: completion_logprobs(model, *tensors), torch.Generator().manual_seed(0))
+
+
+def peer_view(tok, problems, texts_per_prompt, verify):
+    """A peer P (tokenizer `tok`) whose samples are the given texts with drawn log-probs."""
+    from mrl.probes import PeerView
+    from mrl.see import Rollout
+
+    gen = torch.Generator().manual_seed(1)
+    rollout = {}
+    for problem, texts in zip(problems, texts_per_prompt):
+        rollout[problem.pid] = []
+        for text in texts:
+            ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            logps = (-0.1 - torch.rand(len(ids), generator=gen)).tolist()
+            rollout[problem.pid].append(Rollout("run", "P", 0, problem.pid, problem.prompt, text, ids, logps,
+                                                float(verify(text, problem)), "eos", "P:char"))
+    return PeerView(rollout=rollout, tokenizers={"P": tok})
+
+
+@pytest.fixture(scope="module")
+def peer_case(zoo, forms):
+    """A BPE learner (tiny GPT-2) whose groups all failed on two prompts, and a character-level peer with two
+    right answers and two wrong ones each: every peer text has two BPE tokenizations or more."""
+    tok, model, _ = zoo["bpe64"]
+    problems = [p for p in forms.test["S1"] if lattice(tok, p.answer).count > 1][:2]   # BPE merged it: 10-19, 88-99
+    wrong = ["16" if p.answer == "17" else "17" for p in problems]
+    own = [[w] * G for w in wrong]
+    peer = [[p.answer, p.answer, w, "1" + w] for p, w in zip(problems, wrong)]
+    return (tok, model, make_batch(model, tok, problems, own, forms.verify),
+            peer_view(zoo["char48"][0], problems, peer, forms.verify), problems, peer)
+
+
+def probe_tolerance(zoo, problems, peer) -> float:
+    """Twice the largest `reference` tolerance of the peer texts: the probe's forward and the search's each round
+    within one of the exact value."""
+    return 2 * max(reference(zoo, "bpe64", p.prompt, t, True)[2] for p, texts in zip(problems, peer) for t in texts)
+
+
+def expected_marginals(tok, model, problems, peer):
+    """Each peer text's marginal and canonical log-prob under the learner, by the KV-cache search (EOS ended)."""
+    prompts = [p.prompt for p, texts in zip(problems, peer) for _ in texts]
+    return marginal_logprobs(model, tok, prompts, [t for texts in peer for t in texts], eos=True)
+
+
+def test_the_probes_marginal_log_probs_equal_the_search(peer_case, zoo):
+    from mrl.probes.terms import marginal_text_logprobs
+
+    tok, model, batch, _, problems, peer = peer_case
+    prompts = [p.prompt for p, texts in zip(problems, peer) for _ in texts] + [problems[0].prompt]
+    texts = [t for row in peer for t in row] + ["30:"]
+    values, marginal = marginal_text_logprobs(batch, prompts, texts, [True] * len(texts))
+    assert values.requires_grad and all(marginal)
+    search = marginal_logprobs(model, tok, prompts, texts, eos=True)
+    for prompt, text, got, want in zip(prompts, texts, values.tolist(), search):
+        _, _, tol = reference(zoo, "bpe64", prompt, text, True)
+        assert got == pytest.approx(want.logp, abs=2 * tol)
+    assert all(m.tokenizations >= 2 for m in search[:-1])
+    wordpiece_tok, wordpiece_model, _ = zoo["wordpiece40"]
+    wordpiece_batch = make_batch(wordpiece_model, wordpiece_tok, problems[:1], [["18"] * G], lambda t, p: 0.0)
+    _, written = marginal_text_logprobs(wordpiece_batch, [problems[0].prompt] * 2, ["30:", "18"], [True, True])
+    assert written == [False, True]   # WordPiece cannot write '30:': the caller keeps the canonical
+
+
+def peer_log_s(tok, model, problems, peer, zoo_char, normaliser: str):
+    """log s of each peer text by hand: (log marginal - sum of the peer's log-probs) over the THL groups (thl) or
+    log marginal / n_learner - mean peer log-prob (mean), clamped to +-10."""
+    from mrl.thl import align
+
+    out = []
+    records = [r for p in problems for r in zoo_char.rollout[p.pid]]   # in the order of `peer`
+    for record, m in zip(records, expected_marginals(tok, model, problems, peer)):
+        alignment = align(record.completion, zoo_char.tokenizers["P"], tok, record.token_ids)
+        source = sum(record.logps)
+        value = (m.logp - source) / alignment.n_groups if normaliser == "thl" \
+            else m.logp / len(alignment.dst_ids) - source / len(record.logps)
+        out.append(min(max(value, -10.0), 10.0))
+    return out
+
+
+@pytest.mark.parametrize("ratio", ["thl", "mean"])
+def test_hacpo_with_the_marginal_takes_the_texts_probability_in_its_ratio(peer_case, zoo, ratio):
+    import numpy as np
+
+    from mrl.probes import get_probe, probe_config
+
+    tok, model, batch, peers, problems, peer = peer_case
+    hacpo = get_probe("hacpo").loss
+    default = hacpo(batch, peers, probe_config("hacpo", clipping="none", ratio=ratio))
+    canonical = hacpo(batch, peers, probe_config("hacpo", clipping="none", ratio=ratio, tokenization="canonical"))
+    marginal = hacpo(batch, peers, probe_config("hacpo", clipping="none", ratio=ratio, tokenization="marginal"))
+    assert list(default.losses)[0].item() == list(canonical.losses)[0].item()   # today's behaviour is the default
+    expected, tol = peer_log_s(tok, model, problems, peer, peers, ratio), probe_tolerance(zoo, problems, peer)
+    stats = marginal.stats
+    assert stats["log_s_mean_from_P"] == pytest.approx(np.mean(expected), abs=tol)
+    assert stats["log_s_q50_from_P"] == pytest.approx(np.quantile(expected, 0.5), abs=tol)
+    assert stats["marginal_fallback"] == 0 and stats["marginal_gap_from_P"] > 0
+    assert stats["log_s_mean_from_P"] > canonical.stats["log_s_mean_from_P"]   # every text: marginal > canonical
+    loss = list(marginal.losses)[0]
+    model.zero_grad(set_to_none=True)
+    loss.backward()   # the gradient reaches the model through every tokenization
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    model.zero_grad(set_to_none=True)
+
+
+def test_graft_compatibility_with_the_marginal(peer_case, zoo):
+    import numpy as np
+
+    from mrl.probes import get_probe, probe_config
+
+    tok, model, batch, peers, problems, peer = peer_case
+    graft = get_probe("graft").loss
+    canonical = graft(batch, peers, probe_config("graft", delta=0.0))
+    marginal = graft(batch, peers, probe_config("graft", delta=0.0, tokenization="marginal"))
+    assert marginal.stats["graft_samples"] == canonical.stats["graft_samples"] == 4   # both prompts' two successes
+    from mrl.thl import align
+
+    expected = []
+    for p, texts in zip(problems, peer):
+        for record, m in zip(peers.rollout[p.pid], expected_marginals(tok, model, [p], [texts])):
+            if record.completion != p.answer:
+                continue
+            n_dst = len(align(record.completion, peers.tokenizers["P"], tok, record.token_ids).dst_ids)
+            expected.append(math.exp(min(max(m.logp / n_dst - np.mean(record.logps), -10), 10)))
+    assert marginal.stats["compatibility_mean"] == pytest.approx(np.mean(expected), rel=probe_tolerance(zoo, problems,
+                                                                                                        peer))
+    assert marginal.stats["compatibility_mean"] > canonical.stats["compatibility_mean"]
+    assert marginal.stats["marginal_gap_from_P"] > 0 and "marginal_gap_from_P" not in canonical.stats
+
+
+def test_prp_takes_the_marginal_at_the_sequence_level_only(peer_case, zoo):
+    import numpy as np
+
+    from mrl.config import ConfigError
+    from mrl.probes import get_probe, probe_config
+
+    tok, model, batch, peers, problems, peer = peer_case
+    with pytest.raises(ConfigError, match="tokenization"):
+        probe_config("prp", tokenization="marginal")   # level token by default
+    prp = get_probe("prp").loss
+    canonical = prp(batch, peers, probe_config("prp", level="sequence"))
+    marginal = prp(batch, peers, probe_config("prp", level="sequence", tokenization="marginal"))
+    expected = []
+    for p, texts in zip(problems, peer):
+        for record, m in zip(peers.rollout[p.pid], expected_marginals(tok, model, [p], [texts])):
+            expected.append(m.logp - sum(record.logps))
+    tol = probe_tolerance(zoo, problems, peer)
+    assert marginal.stats["mean_log_ratio"] == pytest.approx(np.mean(expected), abs=tol)   # no A = 0 sample here
+    assert marginal.stats["mean_log_ratio"] > canonical.stats["mean_log_ratio"]

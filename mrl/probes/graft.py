@@ -6,7 +6,10 @@ the learner and with token-level importance clipping on the learner's tokens.
 For learner n and prompt x with k_own(x) = 0 and peer successes Y_x (peer rollouts whose completion the
 learner's verifier accepts, retokenized by THL):
 
-    s(y)    = exp( mean_t log pi_n(T(y)_t) - mean_t log pi_m(y_t) )        the compatibility (HACPO's cross ratio)
+    s(y)    = exp( mean_t log pi_n(T(y)_t) - mean_t log pi_m(y_t) )        the compatibility (HACPO's cross ratio;
+                                                                            tokenization "marginal": the learner's
+                                                                            log-prob of the text over every
+                                                                            tokenization, / |T(y)|)
     c(y)    = min(1, max(delta, s(y)))                                       floored at delta, capped at 1
     rho_t   = exp( log pi_n(T(y)_t) - log pi_m projected onto t by THL )     per learner token (as PRP)
     w_t     = c(y) * clip(rho_t, 1 - eps_low, 1 + eps_high)                  no gradient through w
@@ -23,7 +26,7 @@ log instead of co-trained (mrl.runner.OfflinePeers).
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
@@ -31,9 +34,9 @@ from pydantic import Field
 
 from mrl.probes.advantages import pooled_advantages
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
-from mrl.probes.terms import (MAX_LOG_WEIGHT, group_log_ratios, own_term, peer_log_ratio, pooled_loss,
-                              rescored_reward, rescue_set, retokenize_rollouts, text_logprobs,
-                              weighted_sequence_loss)
+from mrl.probes.terms import (MAX_LOG_WEIGHT, TOKENIZATIONS, group_log_ratios, marginal_statistics, own_term,
+                              peer_log_ratio, pooled_loss, rescored_reward, rescue_set, retokenize_rollouts,
+                              sequence_logprobs, text_logprobs, weighted_sequence_loss)
 from mrl.rollout import RolloutBatch
 from mrl.validation import Float, Fraction, config_dataclass
 
@@ -45,13 +48,18 @@ class GraftConfig(ProbeConfig):
     eps_low: Annotated[Float, Field(ge=0, lt=1)] = 0.2
     """token importance ratios are clipped to [1 - eps_low, 1 + eps_high]"""
     eps_high: Annotated[Float, Field(ge=0)] = 0.2
+    tokenization: Literal[TOKENIZATIONS] = "canonical"
+    """the learner's log-probability of a peer text in s(y): its canonical tokenization's, or summed over every
+    tokenization it can write (marginal, terms.sequence_logprobs); the per-token ratios rho_t stay THL's"""
 
 
-def compatibility(learner_logps, source_logps, delta: float) -> tuple[float, float]:
+def compatibility(learner_logps, source_logps, delta: float, learner_sum: float | None = None) -> tuple[float, float]:
     """(s, c): s = HACPO's cross ratio with ratio="mean" (terms.peer_log_ratio: mean learner token log-prob -
     mean source token log-prob, clamped to +-10, exponentiated), c = min(1, max(delta, s)).
-    Inputs: the learner's log-probs of its tokens of T(y) (n_dst,), the source's of its own tokens (n_src,)."""
-    learner_sum = torch.tensor(float(np.sum(learner_logps)), device="cpu")  # host-side: a float comes out
+    Inputs: the learner's log-probs of its tokens of T(y) (n_dst,), the source's of its own tokens (n_src,);
+    learner_sum: the learner's log-probability of the text in place of their sum (the marginal), still over n_dst."""
+    total = float(np.sum(learner_logps)) if learner_sum is None else learner_sum
+    learner_sum = torch.tensor(total, device="cpu")  # host-side: a float comes out
     log_s = peer_log_ratio(learner_sum, len(learner_logps), list(source_logps), 0, "mean")
     s = math.exp(float(log_s))
     return s, min(1.0, max(delta, s))
@@ -89,12 +97,17 @@ def graft_loss(batch: RolloutBatch, peers: PeerView, cfg: GraftConfig) -> ProbeO
     learner_logp, mask = text_logprobs(batch, [batch.problems[x].prompt for x, _, _ in used],
                                        [a.dst_ids for _, _, a in used])
     detached = learner_logp.detach().double().cpu().numpy()
+    canonical = (learner_logp.detach() * mask).sum(-1)
+    with torch.no_grad():   # c(y) carries no gradient
+        texts = sequence_logprobs(batch, [batch.problems[x].prompt for x, _, _ in used], [a.text for _, _, a in used],
+                                  canonical, [a.dst_ids[-1] == batch.eos_id for _, _, a in used], cfg.tokenization)
+    learner_sums, marginal = texts[0].double().cpu().tolist(), texts[1]
     weights = torch.ones_like(learner_logp)
     compat, floored, capped = [], 0, 0
     for row, (_, record, alignment) in enumerate(used):
         n = len(alignment.dst_ids)
         source = np.asarray(record.logps, dtype=np.float64)
-        s, c = compatibility(detached[row, :n], source, cfg.delta)
+        s, c = compatibility(detached[row, :n], source, cfg.delta, learner_sums[row] if marginal[row] else None)
         compat.append(s)
         floored += s < cfg.delta
         capped += s > 1
@@ -104,4 +117,7 @@ def graft_loss(batch: RolloutBatch, peers: PeerView, cfg: GraftConfig) -> ProbeO
     peer_sum = weighted_sequence_loss(learner_logp, mask, torch.stack([advantage[x] for x, _, _ in used]), weights)
     stats.update({"compatibility_mean": float(np.mean(compat)), "compatibility_floored": floored,
                   "compatibility_capped": capped})
+    if cfg.tokenization == "marginal":
+        stats.update(marginal_statistics([record.policy_id for _, record, _ in used],
+                                         [v - b for v, b in zip(learner_sums, canonical.tolist())], marginal))
     return ProbeOutput.single(pooled_loss(loss, len(batch.rewards), peer_sum, len(used)), active + len(used), stats)

@@ -4,7 +4,9 @@ hacpo: the learner's group for a prompt is its own samples plus every peer's (re
 advantages from the capability-aware mixed baseline (hacpo_primitives.capability_advantages); own samples take
 GSPO's clipped sequence-level loss, peer samples the objective clip(s, l_m, 1) sg(clip(s))^alpha
 omega(src, learner) A with s the sequence-level ratio pi_learner(T(y)) / pi_src(y), normalised over THL
-groups (ratio "thl") or each side by its own token count (ratio "mean", the official code). Loss: minus the
+groups (ratio "thl") or each side by its own token count (ratio "mean", the official code), and pi_learner(T(y)) the
+learner's probability of the text's canonical tokenization (tokenization "canonical", the official code's) or of the
+text over every tokenization (tokenization "marginal", mrl.marginal; docs/marginal.md). Loss: minus the
 mean over all sequences of the per-sequence objectives; KL (beta of GrpoConfig, k3 against the actor's reference
 model) on own samples only. With
 `minibatches` M > 1 the pooled batch (own samples first, as the official V1 code orders it) is split into M
@@ -27,8 +29,8 @@ from mrl.grpo import policy_loss
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.probes.hacpo_primitives import (CapabilityTracker, capability_advantages, peer_objective,
                                          stepwise_lower_bound)
-from mrl.probes.terms import (own_logprobs, peer_log_ratio, rescored_reward, retokenize_rollouts,
-                              text_logprobs)
+from mrl.probes.terms import (TOKENIZATIONS, marginal_statistics, own_logprobs, peer_log_ratio, rescored_reward,
+                              retokenize_rollouts, sequence_logprobs, text_logprobs)
 from mrl.rollout import RolloutBatch
 from mrl.validation import Bool, Float, PositiveInt, config_dataclass
 
@@ -61,6 +63,10 @@ class HacpoConfig(ProbeConfig):
     ratio: Literal["thl", "mean"] = "thl"
     """peer sequence ratio normalised over THL groups (thl) or each side by its own token count (mean, the
     official code)"""
+    tokenization: Literal[TOKENIZATIONS] = "canonical"
+    """the learner's log-probability of a peer text in s: its canonical tokenization's (canonical, the official code)
+    or summed over every tokenization it can write (marginal, terms.sequence_logprobs: texts it cannot write, or with
+    more than terms.MAX_TOKENIZATIONS, keep the canonical); `ratio`'s normalisers stay the canonical alignment's"""
     minibatches: PositiveInt = 1
     """optimizer updates per step over the pooled batch (own samples first); the stepwise bound rises with each"""
     capability_window: PositiveInt = 5
@@ -123,11 +129,12 @@ def _bounds(cfg: HacpoConfig, minibatch: int) -> tuple[float, float]:
 
 
 def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, own_rows, own_adv, old_logp, peer_rows,
-                minibatch: int):
+                minibatch: int, marginal: list):
     """Minus the mean over this chunk's sequences of the per-sequence objectives (own GSPO with the k3 KL of
     batch.grpo.beta, peer HACPO term). Returns (loss, peer samples kept, peer samples clipped, ratios): ratios
     {"self": own sequences' log(pi / pi_old) (token mean), source: that source's peer log s, each with whether s
-    was inside the clip range} as lists (Table 6 of the HACPO paper)."""
+    was inside the clip range} as lists (Table 6 of the HACPO paper). With tokenization "marginal", appends each peer
+    text's (source, log marginal - log canonical, whether it has a marginal) to `marginal`."""
     total, kept, clipped = 0.0, 0, 0
     ratios: dict[str, list] = {}
     n = len(own_rows) + len(peer_rows)
@@ -146,9 +153,16 @@ def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, o
         own_log_ratio = ((logp.detach() - old) * mask).sum(-1) / mask.sum(-1).clamp(min=1)
         ratios["self"] = [(float(v), True) for v in own_log_ratio]
     if peer_rows:
-        logp, mask = text_logprobs(batch, [batch.problems[x].prompt for x, *_ in peer_rows],
-                                   [alignment.dst_ids for _, _, alignment, _, _ in peer_rows])
+        prompts = [batch.problems[x].prompt for x, *_ in peer_rows]
+        logp, mask = text_logprobs(batch, prompts, [alignment.dst_ids for _, _, alignment, _, _ in peer_rows])
         sums = (logp * mask).sum(-1)
+        if mode == "hacpo" and cfg.tokenization == "marginal":
+            canonical = sums.detach()
+            sums, used = sequence_logprobs(batch, prompts, [alignment.text for _, _, alignment, _, _ in peer_rows],
+                                           sums, [a.dst_ids[-1] == batch.eos_id for _, _, a, _, _ in peer_rows],
+                                           cfg.tokenization)
+            marginal.extend(zip([record.policy_id for _, record, *_ in peer_rows],
+                                (sums.detach() - canonical).tolist(), used))
         if mode == "naive":
             log_s = sums / mask.sum(-1)
             objective = torch.exp(log_s - log_s.detach()) * torch.tensor([a for *_, a, _ in peer_rows],
@@ -182,19 +196,22 @@ def _minibatch_losses(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: 
     size = math.ceil(len(sequences) / cfg.minibatches)
     stats.update({"peer_kept": 0, "peer_clipped": 0})
     ratios: dict[str, list] = {}
+    marginal: list[tuple[str, float, bool]] = []
     for m in range(cfg.minibatches):
         chunk = sequences[m * size:(m + 1) * size]
         if not chunk:
             break
         loss, kept, clipped, chunk_ratios = _chunk_loss(batch, cfg, mode, [i for kind, i in chunk if kind == "own"],
                                                          own_adv, old_logp, [row for kind, row in chunk if kind == "peer"],
-                                                         m)
+                                                         m, marginal)
         stats["peer_kept"] += kept
         stats["peer_clipped"] += clipped
         for source, values in chunk_ratios.items():
             ratios.setdefault(source, []).extend(values)
         if m == cfg.minibatches - 1 or (m + 1) * size >= len(sequences):
             stats.update(ratio_statistics(ratios))  # before the last loss is handed over: complete when it is used
+            if getattr(cfg, "tokenization", "canonical") == "marginal":
+                stats.update(marginal_statistics(*map(list, zip(*marginal))) if marginal else {})
         if cfg.minibatches == 1:   # the loss of a full batch averages over every sequence, skipped ones included
             loss = loss * len(chunk) / n_total
         yield loss

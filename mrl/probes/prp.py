@@ -5,9 +5,11 @@ pooled over all of them. A peer sample y enters the loss as T(y) (the learner's 
 text) with the importance weight pi_learner(T(y)) / pi_peer(y), from THL-projected traces:
     token level    one weight per THL group: exp(sum_group logp_learner - sum_group logp_peer)
     sequence level one weight per sample:    exp(sum logp_learner - sum logp_peer)
-truncated at c and carrying no gradient (weighted_sequence_loss). prp_naive uses weight 1 (no
-correction: as if the learner had sampled the tokens itself). Peer rewards are re-scored with the
-learner's verifier (never above what the peer claimed). Log ESS = (sum w)^2 / sum w^2 over peer samples.
+truncated at c and carrying no gradient (weighted_sequence_loss); at the sequence level, tokenization "marginal"
+puts the learner's log-probability of the text over every tokenization in place of sum logp_learner
+(terms.sequence_logprobs, docs/marginal.md). prp_naive uses weight 1 (no correction: as if the learner had sampled
+the tokens itself). Peer rewards are re-scored with the learner's verifier (never above what the peer claimed).
+Log ESS = (sum w)^2 / sum w^2 over peer samples.
 """
 from __future__ import annotations
 
@@ -20,10 +22,11 @@ import torch
 from mrl.grpo import LEVELS
 from mrl.probes.advantages import pooled_advantages
 from mrl.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
-from mrl.probes.terms import (MAX_LOG_WEIGHT, ess_fraction, group_log_ratios, own_grpo_loss, pooled_loss,
-                              rescored_reward, retokenize_rollouts, text_logprobs, weighted_sequence_loss)
+from mrl.probes.terms import (MAX_LOG_WEIGHT, TOKENIZATIONS, ess_fraction, group_log_ratios, marginal_statistics,
+                              own_grpo_loss, pooled_loss, rescored_reward, retokenize_rollouts, sequence_logprobs,
+                              text_logprobs, weighted_sequence_loss)
 from mrl.rollout import RolloutBatch
-from mrl.validation import Positive, config_dataclass
+from mrl.validation import Positive, config_dataclass, require
 
 
 @config_dataclass(frozen=True)
@@ -32,6 +35,14 @@ class PrpConfig(ProbeConfig):
     """importance ratio per THL group (token) or per sequence"""
     clip: Positive | None = 2.0
     """truncation c of the importance weight (None: no truncation)"""
+    tokenization: Literal[TOKENIZATIONS] = "canonical"
+    """the learner's log-probability of a peer text in the sequence-level weight: its canonical tokenization's, or
+    summed over every tokenization it can write (marginal, terms.sequence_logprobs; level sequence only)"""
+
+    def __post_init__(self):
+        require(self.tokenization == "canonical" or self.level == "sequence", "PrpConfig", "tokenization",
+                self.tokenization, "'canonical' with level='token' (a THL group's ratio has no marginal; "
+                "level='sequence' takes 'marginal')")
 
 
 def _prp(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig | None) -> ProbeOutput:
@@ -67,12 +78,20 @@ def _prp(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig | None) -> ProbeOu
                                            [a.dst_ids for _, _, a in kept])
         weights = torch.ones_like(learner_logp)
         detached = learner_logp.detach().double().cpu().numpy()
+        tokenization = "canonical" if cfg is None else cfg.tokenization
+        canonical = (learner_logp.detach() * mask).sum(-1)
+        with torch.no_grad():   # the weights carry no gradient
+            texts = sequence_logprobs(batch, [batch.problems[x].prompt for x, _, _ in kept],
+                                      [a.text for _, _, a in kept], canonical,
+                                      [a.dst_ids[-1] == batch.eos_id for _, _, a in kept], tokenization)
+        learner_sums, marginal = texts[0].double().cpu().tolist(), texts[1]
         truncated = 0
         for row, (_, record, alignment) in enumerate(kept):
             n = len(alignment.dst_ids)
             log_w = np.clip(group_log_ratios(detached[row, :n], np.asarray(record.logps, dtype=np.float64),
                                              alignment), -MAX_LOG_WEIGHT, MAX_LOG_WEIGHT)
-            log_w_seq.append(float(np.clip(log_w.sum(), -MAX_LOG_WEIGHT, MAX_LOG_WEIGHT)))
+            sequence = learner_sums[row] - float(np.sum(record.logps)) if marginal[row] else log_w.sum()
+            log_w_seq.append(float(np.clip(sequence, -MAX_LOG_WEIGHT, MAX_LOG_WEIGHT)))
             if cfg is None:
                 continue
             per_token = np.exp(log_w[alignment.dst_group]) if cfg.level == "token" \
@@ -84,6 +103,9 @@ def _prp(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig | None) -> ProbeOu
         stats["truncated_tokens"] = truncated
         stats["ess_fraction"] = ess_fraction(np.asarray(log_w_seq))
         stats["mean_log_ratio"] = float(np.mean(log_w_seq))
+        if tokenization == "marginal":
+            stats.update(marginal_statistics([record.policy_id for _, record, _ in kept],
+                                             [v - b for v, b in zip(learner_sums, canonical.tolist())], marginal))
     else:
         peer_sum = None
     total = pooled_loss(loss, len(batch.rewards), peer_sum, len(samples))

@@ -17,13 +17,18 @@ from mrl.grpo import policy_loss
 from mrl.probes.advantages import get_advantage
 from mrl.probes.contract import PeerView, ProbeConfig
 from mrl.rollout import RolloutBatch, encode_prompts, pad_completions, stop_ids
-from mrl.thl import ThlError, align_batch
+from mrl.thl import ThlError, align_batch, lattice, tokenizations
 
 MAX_LOG_WEIGHT = 20.0
 """|log w| bound of a token or sequence importance weight before truncation (exp(20) is already beyond what float32
 weights mean)"""
 MAX_SEQUENCE_LOG_RATIO = 10.0
 """|log s| bound of HACPO's sequence cross ratio (its official code clamps at 10)"""
+TOKENIZATIONS = ("canonical", "marginal")
+"""the learner's probability of a peer's text in a sequence ratio: its canonical tokenization's (THL's
+retokenization, every paper's choice) or summed over every tokenization (mrl.marginal, docs/marginal.md)"""
+MAX_TOKENIZATIONS = 256
+"""tokenizations of one peer text scored for the marginal; a text with more keeps its canonical one (counted)"""
 
 
 def own_logprobs(batch: RolloutBatch, rows: Tensor) -> Tensor:
@@ -96,6 +101,56 @@ def text_logprobs(batch: RolloutBatch, prompts: list[str], completions: list[lis
     prompt_ids, prompt_mask = encode_prompts(batch.tokenizer, [batch.render(p) for p in prompts], batch.device)
     ids, mask = pad_completions(completions, batch.pad_id, batch.device)
     return batch.logprobs(prompt_ids, prompt_mask, ids, mask), mask
+
+
+def marginal_text_logprobs(batch: RolloutBatch, prompts: list[str], texts: list[str],
+                           eos: list[bool]) -> tuple[Tensor, list[bool]]:
+    """log pi_learner(text | prompt) summed over every tokenization of each text, with gradient: each tokenization
+    (mrl.marginal's lattice, EOS appended where `eos`) is one row of batch.logprobs and a text's value is the
+    logsumexp of its rows, whose gradient weighs each tokenization by its posterior share.
+
+    Returns (values (N,), marginal (N,) bools): a text the learner cannot write (no tokenization) or with more than
+    MAX_TOKENIZATIONS has no marginal (marginal False, value NaN): the caller keeps its canonical log-prob."""
+    rows, owner, marginal = [], [], []
+    for k, (text, end) in enumerate(zip(texts, eos)):
+        graph = lattice(batch.tokenizer, text)
+        paths = [p + [batch.eos_id] if end else p for p in tokenizations(graph)] \
+            if 0 < graph.count <= MAX_TOKENIZATIONS else []
+        paths = [p for p in paths if p]
+        marginal.append(bool(paths))
+        rows.extend(paths)
+        owner.extend([k] * len(paths))
+    values = torch.full((len(texts),), float("nan"), device=batch.device)
+    if rows:
+        logp, mask = text_logprobs(batch, [prompts[k] for k in owner], rows)
+        sums = (logp * mask).sum(-1)
+        index = torch.tensor(owner, device=batch.device)
+        values = torch.stack([torch.logsumexp(sums[index == k], 0) if ok else values[k]
+                              for k, ok in enumerate(marginal)])
+    return values, marginal
+
+
+def sequence_logprobs(batch: RolloutBatch, prompts: list[str], texts: list[str], canonical: Tensor, eos: list[bool],
+                      tokenization: str) -> tuple[Tensor, list[bool]]:
+    """The learner's log-probability of each peer text in a sequence ratio: `canonical` (N,) (its canonical
+    tokenization's, summed) or, with tokenization "marginal", the sum over every tokenization where the learner can
+    write the text (marginal_text_logprobs), the canonical elsewhere. Returns (values (N,), which are marginal)."""
+    if tokenization == "canonical" or not texts:
+        return canonical, [False] * len(texts)
+    values, marginal = marginal_text_logprobs(batch, prompts, texts, eos)
+    used = torch.tensor(marginal, device=canonical.device)
+    return torch.where(used, values.to(canonical.dtype), canonical), marginal
+
+
+def marginal_statistics(sources: list[str], gaps: list[float], marginal: list[bool]) -> dict[str, float]:
+    """Per source: the mean log marginal - log canonical of its texts that have a marginal (marginal_gap_from_B), and
+    the texts that kept their canonical log-prob (marginal_fallback). Inputs: one entry per peer text."""
+    by_source: dict[str, list[float]] = {}
+    for source, gap, ok in zip(sources, gaps, marginal):
+        if ok:
+            by_source.setdefault(source, []).append(gap)
+    out = {f"marginal_gap_from_{source}": float(np.mean(values)) for source, values in sorted(by_source.items())}
+    return {**out, "marginal_fallback": marginal.count(False)}
 
 
 def weighted_sequence_loss(logp: Tensor, mask: Tensor, advantages: Tensor, weights: Tensor) -> Tensor:
