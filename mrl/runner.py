@@ -522,6 +522,15 @@ class _Lanes:
         if session.checkpoint_due(done) and at_barrier:
             session.exchange.flush(done)
             session.checkpoint(done)
+            self.leave_dropped()
+
+    def leave_dropped(self) -> None:
+        """The lanes of workers the backend dropped outside this clock's calls (in a checkpoint's barrier, under
+        failure_policy continue) leave, as `drop` does: a lane left behind would hold the count of finished steps,
+        and so every later checkpoint, at its step."""
+        for name in [w for w in self.next_step if w not in self.session.backend.workers]:
+            self.next_step.pop(name)
+            self.rollout_of.pop(name, None)
 
     def close(self) -> None:
         """The run is over: the last records are logged, the rows still waiting appended, evaluations sorted."""

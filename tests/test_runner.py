@@ -503,6 +503,29 @@ def test_a_worker_dying_while_checkpointing_is_dropped_with_continue(paths, tmp_
     assert checkpoint.latest(tmp_path).name == "step-000006" and sorted(state["workers"]) == ["A", "B"]
 
 
+class RaisingCheckpointActor(PolicyActor):
+    """Worker C raises in state_dict, the call of a checkpoint's barrier (on the inline backend)."""
+
+    def state_dict(self):
+        if self.name == "C":
+            raise OSError("no space left on device")
+        return super().state_dict()
+
+
+@pytest.mark.slow
+def test_a_worker_dropped_while_checkpointing_leaves_the_async_clock(paths, tmp_path):
+    """Async: C is dropped in step 2's checkpoint. A and B go on and the steps after it end: their checkpoints are
+    written up to the last step (C's lane, left in the clock's step table, held the count of finished steps at 2)."""
+    cfg = RunnerConfig(mode="async", failure_policy="continue", checkpoint_every=2)
+    record = run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, progress=False,
+                            actor_cls=RaisingCheckpointActor)
+    assert any(e["event"].startswith("dropped C: while checkpointing: state_dict raised OSError") for e in record.events)
+    assert [r["step"] for r in record.steps if r["policy"] == "C"] == [1, 2]
+    assert [r["step"] for r in record.steps if r["policy"] == "A"] == list(range(1, GRPO.steps + 1))
+    state = torch.load(checkpoint.latest(tmp_path) / "state.pt", weights_only=False)
+    assert checkpoint.latest(tmp_path).name == "step-000006" and sorted(state["workers"]) == ["A", "B"]
+
+
 @pytest.fixture(scope="module")
 def two_step_checkpoint(paths, tmp_path_factory):
     folder = tmp_path_factory.mktemp("ckpt")
