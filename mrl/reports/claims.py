@@ -245,7 +245,8 @@ def claims_power(values: pd.DataFrame, ledger: pd.DataFrame) -> pd.DataFrame:
     """Per claim with a size to detect: the test against 0 (or the margin), the effect under the paper's size
     relative to its null, the variance split of the paired difference (variance_split), the observed SD of d_z, and
     the power of the two-sided t test at alpha / m (m: the ledger's family, Holm's strictest step, so the power is a
-    lower bound) with today's warm-ups, and the warm-ups needed for POWER_TARGET with 1 and with today's RL seeds."""
+    lower bound) with today's warm-ups, and the warm-ups needed for POWER_TARGET with today's RL seeds k (at the
+    observed SD of d_z) and with 1 (that SD's square plus the RL-seed variance times 1 - 1/k)."""
     rows = []
     for claim, row in zip(CLAIMS, ledger.to_dict("records")):
         column, test = row["column"], claim_hypotheses(claim)[0]
@@ -254,12 +255,14 @@ def claims_power(values: pd.DataFrame, ledger: pd.DataFrame) -> pd.DataFrame:
             continue
         split = variance_split(values, claim.probe, claim.reference, column)
         level = ALPHA / row["tests"]
-        out = {"comparison": row["comparison"], "endpoint": column, "test": "vs 0" if test.role == "sign" else f"vs {test.null:+.2f}",
+        out = {"comparison": row["comparison"], "claim": claim.claim, "endpoint": column, "test": "vs 0" if test.role == "sign" else f"vs {test.null:+.2f}",
                "effect to detect": round(abs(effect), 3), "between-warm-up SD": split["between-warm-up SD"],
                "RL-seed SD": split["RL-seed SD"], "SD of d_z": row["sd"], "warm-ups": int(row["zoos"]),
                "level": level, "power": t_power(int(row["zoos"]), effect, row["sd"], level)}
-        for seeds in sorted({1, split["seeds"] or 1}):
-            sd = np.sqrt(split["between-warm-up SD"] ** 2 + split["RL-seed SD"] ** 2 / seeds)
+        k = split["seeds"] or 1
+        for seeds in sorted({1, k}):   # var(d_z) at `seeds` seeds: the observed one, moved by the RL-seed term
+            extra = split["RL-seed SD"] ** 2 * (1 / seeds - 1 / k) if seeds != k else 0.0
+            sd = np.sqrt(row["sd"] ** 2 + extra)
             needed = warmups_for_power(effect, sd, level, POWER_TARGET) if sd == sd else None
             out[f"warm-ups for {POWER_TARGET:.0%} ({seeds} RL seed{'s' * (seeds > 1)})"] = needed
         rows.append(out)
@@ -267,8 +270,8 @@ def claims_power(values: pd.DataFrame, ledger: pd.DataFrame) -> pd.DataFrame:
 
 
 def power_table(power: pd.DataFrame) -> pd.DataFrame:
-    """claims_power rounded for the paper."""
-    out = power.copy()
+    """claims_power rounded for the paper, each comparison named with its claim's kind where it has two."""
+    out = power.assign(comparison=claim_labels(power)).drop(columns="claim")
     for name in ("between-warm-up SD", "RL-seed SD", "SD of d_z"):
         out[name] = out[name].map(lambda v: "" if v != v else f"{v:.4f}")
     out["level"] = out["level"].map(lambda v: f"{v:.2g}")
@@ -443,14 +446,24 @@ def ledger_discussion(ledger: pd.DataFrame, power: pd.DataFrame | None = None) -
                          f"{int(judged.zoos.max())} warm-ups: the data neither confirm these claims nor rule out the "
                          f"papers' effects.")
     if power is not None and len(power):
-        weakest = power.sort_values("power").iloc[0]
-        needed = [c for c in power if c.startswith("warm-ups for")][-1]
-        sentences.append(f"The ledger's power is low: with {int(weakest['warm-ups'])} warm-ups the test of "
-                         f"`{weakest['comparison']}` has {weakest['power']:.0%} power to detect the paper's "
-                         f"{weakest['effect to detect']:.3f} at Holm's strictest level, and "
-                         f"{weakest[needed]} warm-ups would give {POWER_TARGET:.0%} (`claims_power`); so an "
-                         f"inconclusive verdict here is mostly a lack of power, not evidence of no effect.")
+        sentences.append(power_sentence(power))
     return " ".join(sentences)
+
+
+def power_sentence(power: pd.DataFrame) -> str:
+    """The ledger's power in words, from claims_power: its range over the claims with a paper size, how many reach
+    POWER_TARGET, and for the headline claim (the first, SGT's) the power and the warm-ups it would need."""
+    needed = [c for c in power if c.startswith("warm-ups for")][-1]
+    labels = claim_labels(power)
+    low, high = power.power.idxmin(), power.power.idxmax()
+    head = power.iloc[0]
+    return (f"With {int(head['warm-ups'])} warm-ups the ledger's tests have {power.power.min():.0%} "
+            f"(`{labels[low]}`) to {power.power.max():.0%} (`{labels[high]}`) power against the papers' own effects "
+            f"at Holm's strictest level, and {int((power.power >= POWER_TARGET).sum())} of {len(power)} reach "
+            f"{POWER_TARGET:.0%}; `{labels[0]}` has {head['power']:.0%} and would need {head[needed]} warm-ups "
+            f"(`claims_power`)." + (f" Where the power is below {POWER_TARGET:.0%}, an inconclusive verdict is "
+                                    f"mostly a lack of power, not evidence of no effect."
+                                    if (power.power < POWER_TARGET).any() else ""))
 
 
 def ledger_interval_count(ledger: pd.DataFrame) -> int:
