@@ -4,20 +4,32 @@ Every run folder records the config, the seed, the git SHA (and whether the tree
 the library versions. The default profile writes tables to `paper_tables/` and figures to `figures/`
 (committed); every other profile writes them under `results/<profile>/` (git-ignored), so a run of smoke, full or
 paper never overwrites the committed tables.
-"""
+
+The run cache (results/runs/<key>/) is written whole or not at all: a run is computed in a work folder of its process,
+renamed into place (the first rename of a key wins), and read only where run.json's checksums match its files
+(read_run)."""
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import time
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from mrl.validation import to_dict
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def repo_root() -> Path:
@@ -250,6 +262,150 @@ def save_figure(fig, name: str, folder: Path):
 
 RUN_TABLES = ("evals", "steps", "events")
 
+# --- the run cache: results/runs/<key>/, each entry published whole and read only when its checksums match ----------
+
+RUN_FORMAT = 2
+"""run.json's format: 2 records the sha256 of steps.csv, evals.csv and the experience log's index; 1 (before it)
+recorded none, so a run of format 1 is recomputed (read_run refuses it) rather than read unchecked"""
+
+CHECKED_TABLES = ("steps.csv", "evals.csv")
+
+
+class RunCacheWarning(UserWarning):
+    """A cached run that fails its checks (a torn, edited or unchecked file): never returned, recomputed instead."""
+
+
+def experience_index_sha256(log: Path) -> str:
+    """sha256 over an experience log's manifests (each one's name and bytes, in step order). A manifest holds its step
+    files' sha256 and record counts (mrl.see.read_manifest), so this covers the whole log."""
+    from mrl.see import LOG_MANIFEST
+
+    digest = hashlib.sha256()
+    for path in sorted(p for p in log.iterdir() if LOG_MANIFEST.fullmatch(p.name)):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def run_checksums(folder: Path) -> dict[str, str]:
+    """{file: sha256} of a run folder's CHECKED_TABLES, and {"experience": its index's} where it keeps a log."""
+    sums = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in CHECKED_TABLES}
+    if (folder / "experience").is_dir():
+        sums["experience"] = experience_index_sha256(folder / "experience")
+    return sums
+
+
+@dataclass(frozen=True)
+class CachedRun:
+    """A finished run read from its cache folder, every file checked against run.json's checksums."""
+
+    record: dict
+    """run.json: the run's settings, counters, events, backend, git SHA, wall time and checksums"""
+    steps: pd.DataFrame
+    evals: pd.DataFrame
+
+
+def read_run(folder: Path) -> CachedRun | None:
+    """The run cached in `folder`; None when it holds no finished run (no run.json) or fails a check, which a
+    RunCacheWarning names with the folder: run.json unreadable or of format 1 (no checksums), a table or the
+    experience log's index that does not match its checksum (torn by a crash in a write, or edited). Each table is
+    parsed from the very bytes that were checked. Its caller recomputes what it gets None for."""
+    import pandas as pd
+
+    path = folder / "run.json"
+    if not path.exists():
+        return None
+
+    def refuse(why: str) -> None:
+        warnings.warn(f"the cached run in {folder} is not read: {why}", RunCacheWarning, stacklevel=3)
+
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        return refuse(f"its run.json is unreadable ({err})")
+    sums = record.get("sha256") if isinstance(record, dict) else None
+    if not isinstance(sums, dict) or record.get("format") != RUN_FORMAT:
+        return refuse(f"its run.json (format {record.get('format', 1) if isinstance(record, dict) else '?'}) holds "
+                      f"no checksums of format {RUN_FORMAT}")
+    tables = {}
+    for name in CHECKED_TABLES:
+        try:
+            data = (folder / name).read_bytes()
+        except OSError as err:
+            return refuse(f"{name} is unreadable ({err})")
+        if hashlib.sha256(data).hexdigest() != sums.get(name):
+            return refuse(f"{name} does not match its checksum in run.json (torn or edited)")
+        tables[name] = pd.read_csv(io.BytesIO(data))
+    if "experience" in sums:
+        log = folder / "experience"
+        if not log.is_dir() or experience_index_sha256(log) != sums["experience"]:
+            return refuse("its experience log's manifests do not match their checksum in run.json")
+    return CachedRun(record, tables["steps.csv"], tables["evals.csv"])
+
+
+def write_run_record(folder: Path, record: dict) -> None:
+    """run.json, the mark of a finished run, written last: `record` with the format and the checksums of the files
+    already in `folder` (run_checksums)."""
+    record = {"format": RUN_FORMAT, **record, "sha256": run_checksums(folder)}
+    (folder / "run.json").write_text(json.dumps(record, indent=2, default=str))
+
+
+def work_folder(folder: Path) -> Path:
+    """Where this process computes the run cached in `folder`: results/runs/.partial/<key>-<pid>/ (its experience
+    log, then its tables and run.json), renamed into place when the run ends (publish_run), so a crash leaves nothing
+    under the key's own name and two processes computing one key never write into one folder."""
+    return folder.parent / ".partial" / f"{folder.name}-{os.getpid()}"
+
+
+def clear_work_folders(folder: Path) -> None:
+    """Remove the work folders of `folder`'s key that no process will finish: this process's own (an earlier try) and
+    those of processes that are gone (killed mid-run)."""
+    for work in folder.parent.glob(f".partial/{folder.name}-*"):
+        pid = work.name.rpartition("-")[2]
+        if pid.isdigit() and (int(pid) == os.getpid() or not process_alive(int(pid))):
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def process_alive(pid: int) -> bool:
+    """A process of this id exists (signal 0 checks without sending)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def publish_run(work: Path, folder: Path) -> CachedRun | None:
+    """Rename the finished `work` folder to `folder`; the rename decides between processes that computed the same
+    key. None: this process's entry is in place. Else the entry another process published first, which passed its
+    checks (read_run), is returned and `work` removed. An entry in the way that fails its checks (torn, edited, of
+    format 1) is moved aside and removed first. A reader sees the old entry, none, or a new one whole. The .partial
+    folder goes when it is left empty."""
+    while True:
+        try:
+            os.rename(work, folder)
+            cached = None
+            break
+        except OSError:   # `folder` is there: a rename never replaces a folder that holds files
+            if not work.is_dir():
+                raise
+        cached = read_run(folder)
+        if cached is not None:
+            shutil.rmtree(work, ignore_errors=True)
+            break
+        aside = work.with_name(f"{work.name}.replaced")
+        try:
+            os.rename(folder, aside)
+        except FileNotFoundError:
+            continue   # another process moved it aside first
+        shutil.rmtree(aside, ignore_errors=True)
+    try:
+        work.parent.rmdir()
+    except OSError:
+        pass   # another computation's work folder is in it
+    return cached
+
 
 def load_runs(folder: str | Path | None = None, table: str = "evals", as_dataset: bool = False):
     """Every cached run's rows of one table in one frame: `evals` (policy, step, split, skill, accuracy,
@@ -259,7 +415,8 @@ def load_runs(folder: str | Path | None = None, table: str = "evals", as_dataset
 
     folder: the run cache (default results/runs, where the notebooks' grids and `mrl run` write). Returns a
     pandas DataFrame, or a `datasets.Dataset` with as_dataset=True. A folder without a finished run (no
-    run.json) is skipped; no run at all gives an empty frame with the identity columns."""
+    run.json) is skipped, and so is one that fails its checks (read_run), with a RunCacheWarning naming it; no run at
+    all gives an empty frame with the identity columns."""
     import pandas as pd
 
     from mrl.probes import as_probe_config, probe_label
@@ -269,7 +426,10 @@ def load_runs(folder: str | Path | None = None, table: str = "evals", as_dataset
     root = Path(folder) if folder is not None else repo_root() / "results" / "runs"
     frames = []
     for run_json in sorted(root.glob("*/run.json")) if root.is_dir() else []:
-        run = json.loads(run_json.read_text())
+        cached = read_run(run_json.parent)
+        if cached is None:
+            continue
+        run = cached.record
         identity = {"run": run_json.parent.name, "probe": probe_label(as_probe_config(run["probe"])),
                     "seed": run["grpo"]["seed"], "steps": run["grpo"]["steps"],
                     "policies": "+".join(run["policies"]),
@@ -279,7 +439,7 @@ def load_runs(folder: str | Path | None = None, table: str = "evals", as_dataset
         if table == "events":
             rows = pd.DataFrame(run.get("events", []), columns=None if run.get("events") else ["step", "event"])
         else:
-            rows = pd.read_csv(run_json.parent / f"{table}.csv")
+            rows = cached.steps if table == "steps" else cached.evals
         frames.append(rows.assign(**identity))
     columns = ["run", "probe", "seed", "steps", "policies", "models", "task", "backend", "git_sha"]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)

@@ -2,6 +2,7 @@
 `mrl run` from a YAML file with a flag overriding it writes a run that `load_runs` reads back equal to what the
 run returned, as a DataFrame and as a datasets.Dataset."""
 import json
+import shutil
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 import mrl.experiments.runs
 from mrl import cli
 from mrl.config import ConfigError
-from mrl.results import load_runs
+from mrl.results import RunCacheWarning, load_runs, write_run_record
 
 
 def help_text(*args) -> str:
@@ -83,11 +84,17 @@ def test_load_runs_skips_unfinished_runs_and_checks_the_table(tmp_path):
     run = tmp_path / "done"
     run.mkdir()
     (run / "evals.csv").write_text("policy,step,split,skill,accuracy,rollouts\nA,0,pool,S1,0.5,0\n")
-    (run / "run.json").write_text(json.dumps({
-        "task": {"name": "arith-ops"}, "grpo": {"seed": 2, "steps": 10}, "probe": {"name": "prp", "clip": None},
-        "policies": {"A": "/models/A-1234", "B": "/models/B-5678"}, "events": [{"step": 3, "event": "dropped B"}],
-        "backend": "inline", "git_sha": "abc"}))
-    evals = load_runs(tmp_path)
+    (run / "steps.csv").write_text("policy,step\nA,1\n")
+    record = {"task": {"name": "arith-ops"}, "grpo": {"seed": 2, "steps": 10}, "probe": {"name": "prp", "clip": None},
+              "policies": {"A": "/models/A-1234", "B": "/models/B-5678"},
+              "events": [{"step": 3, "event": "dropped B"}], "backend": "inline", "git_sha": "abc"}
+    write_run_record(run, record)
+    unchecked = tmp_path / "unchecked"   # a run.json without checksums (format 1): skipped, named in a warning
+    shutil.copytree(run, unchecked)
+    (unchecked / "run.json").write_text(json.dumps(record))
+    with pytest.warns(RunCacheWarning, match="unchecked"):
+        evals = load_runs(tmp_path)
+    shutil.rmtree(unchecked)
     assert evals.to_dict("records") == [{"run": "done", "probe": "prp (clip=None)", "seed": 2, "steps": 10,
                                          "policies": "A+B", "models": "A-1234 B-5678", "task": "arith-ops",
                                          "backend": "inline", "git_sha": "abc", "policy": "A", "step": 0,

@@ -5,7 +5,8 @@ the policies' checkpoint folders, the probe, the RL seed and steps, and its `Var
 probe). `Run.key()` hashes what the numbers depend on (task, GRPO settings with seed and steps, probe, policies,
 the source code of the mrl package, the numerics mode, the peers' variant, the placement); the run's steps and evals
 are cached under results/runs/<key>/ and read back when the same run is asked for again (a notebook re-run, or
-HACPO's notebook reusing the MRL probes' runs). Any edit of mrl/'s code (not its docstrings, comments or
+HACPO's notebook reusing the MRL probes' runs). An entry is published whole by one rename and read only where its
+checksums match (mrl.results.read_run); one that does not is recomputed. Any edit of mrl/'s code (not its docstrings, comments or
 mrl/reports/) makes new keys, so a cached run never outlives the code that produced it. The backend is not part of
 the key: inline, process and ray give the same metrics.
 
@@ -16,9 +17,7 @@ each inline in its own process) and returns every run's steps and evals with its
 from __future__ import annotations
 
 import dataclasses
-import json
 import multiprocessing
-import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -35,7 +34,8 @@ from mrl.config import ATTACKS, MODES, GrpoConfig, RunConfig, RunnerConfig, Task
 from mrl.fingerprint import code_fingerprint
 from mrl.pools import GUARD_HINT, spawn_executor
 from mrl.probes import ProbeConfig, as_probe_config, get_probe, probe_code, probe_label
-from mrl.results import git_sha, repo_root
+from mrl.results import (CachedRun, clear_work_folders, git_sha, publish_run, read_run, repo_root, work_folder,
+                         write_run_record)
 from mrl.runner import OfflinePeers, run_concurrent
 from mrl.validation import ConfigError, Str, config_hash, require, to_dict
 from mrl.zoo import build_zoo
@@ -191,13 +191,17 @@ class Run:
         return dataclasses.replace(self.config.grpo, seed=self.seed, steps=self.steps,
                                    eval_every=min(self.config.grpo.eval_every, self.steps))
 
+    def cached(self) -> CachedRun | None:
+        """The run as its folder holds it, every file checked (mrl.results.read_run: a torn or edited one is named in
+        a warning), with its experience log when its variant asks for one; None: it must be computed."""
+        cached = read_run(self.folder())
+        if cached is None or (self.variant.log_experience and not cached.record.get("experience", False)):
+            return None
+        return cached
+
     def is_cached(self) -> bool:
-        """The run finished in its folder (run.json), with its experience log when its variant asks for one."""
-        folder = self.folder()
-        if not (folder / "run.json").exists():
-            return False
-        return not self.variant.log_experience or json.loads((folder / "run.json").read_text()).get("experience",
-                                                                                                     False)
+        """The run finished in its folder and passes its checks (`cached`)."""
+        return self.cached() is not None
 
 
 def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progress: bool = False,
@@ -205,13 +209,12 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
     """(steps, evals) of one run; from the cache when it holds the run. backend: the variant's, else this one,
     else the profile's (config.runner.backend). report_to: live metrics (mrl.tracking)."""
     folder = run.folder()
-    if cache and run.is_cached():
-        return pd.read_csv(folder / "steps.csv"), pd.read_csv(folder / "evals.csv")
+    if cache and (cached := run.cached()) is not None:
+        return cached.steps, cached.evals
     config, variant, grpo = run.config, run.variant.resolved(run.config.runner), run.grpo()
     backend = variant.backend or backend or config.runner.backend
-    experience = folder / "experience" if variant.log_experience else None
-    if experience is not None and experience.exists():
-        shutil.rmtree(experience)  # a log torn by an interrupted run: write it again whole
+    clear_work_folders(folder)   # what a killed computation of this run left
+    experience = work_folder(folder) / "experience" if variant.log_experience else None
     offline = OfflinePeers(variant.offline_log, dict(variant.offline)) if variant.offline else None
     runner = dataclasses.replace(config.runner, backend=backend, report_to=report_to, poisoned=variant.poisoned,
                                  attack=variant.attack, reverify=variant.reverify, mode=variant.mode,
@@ -227,17 +230,22 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
 def save_run(folder: Path, record, task: TaskConfig, grpo: GrpoConfig, probe: ProbeConfig, paths: dict[str, str],
              backend: str, wall_seconds: float, variant: Variant = SHARED) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A finished run into its cache folder: steps.csv, evals.csv, then run.json (its settings, peers' variant,
-    counters, events, backend, git SHA and wall time), which marks it finished; returns (steps, evals)."""
+    counters, events, backend, git SHA, wall time and the files' checksums), which marks it finished, all in this
+    process's work folder (beside the experience log run_one had the runner write there), renamed into place as one
+    (mrl.results.publish_run). Returns (steps, evals): this run's, or those of the same run that another process
+    published first."""
     steps_df, evals_df = pd.DataFrame(record.steps), pd.DataFrame(record.evals)
-    folder.mkdir(parents=True, exist_ok=True)
-    steps_df.to_csv(folder / "steps.csv", index=False)
-    evals_df.to_csv(folder / "evals.csv", index=False)
-    (folder / "run.json").write_text(json.dumps({
+    work = work_folder(folder)
+    work.mkdir(parents=True, exist_ok=True)
+    steps_df.to_csv(work / "steps.csv", index=False)
+    evals_df.to_csv(work / "evals.csv", index=False)
+    write_run_record(work, {
         "task": to_dict(task), "grpo": to_dict(grpo), "probe": to_dict(probe), "policies": paths,
         "peers": variant.key(), "experience": variant.log_experience, "counters": record.counters,
         "events": record.events, "backend": backend, "git_sha": git_sha(), "numerics": numerics.state(),
-        "wall_seconds": round(wall_seconds, 1)}, indent=2, default=str))
-    return steps_df, evals_df
+        "wall_seconds": round(wall_seconds, 1)})
+    other = publish_run(work, folder)
+    return (steps_df, evals_df) if other is None else (other.steps, other.evals)
 
 
 def _run_inline(job: tuple[Run, bool]) -> None:
@@ -307,10 +315,10 @@ def run_many(labelled: Labelled, packed_runs: int = 1, backend: str | None = Non
     """(steps, evals) of every run, each row with its label's columns, in the order given.
 
     With packed_runs > 1 the runs missing from the cache first run that many at a time, each inline in its own
-    process (run_packed; a run asked for twice runs once), but for runs of a probe written in a notebook cell, which
-    another process cannot import; then every run is read (or, one at a time, run on `backend`: None takes the
+    process (run_packed; a run asked for twice runs once), but for runs of a probe that another process cannot import
+    (written in a notebook cell or a script, or in a module outside sys.modules); then every run is read (or, one at a time, run on `backend`: None takes the
     profile's). cache=False runs every run again."""
-    in_main = {run.folder() for _, run in labelled if get_probe(run.probe.name).in_main}
+    in_main = {run.folder() for _, run in labelled if not get_probe(run.probe.name).importable}
     packed = set()
     if packed_runs > 1:
         runs = {run.folder(): run for _, run in labelled if run.folder() not in in_main}

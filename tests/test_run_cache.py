@@ -1,0 +1,166 @@
+"""The run cache returns a run whole or not at all: every file is checked against run.json's checksums (a torn
+table, an edited one, an old entry without checksums is never read), a run is published by one rename, and one key
+computed by two processes at once is published once: the first rename wins and the other reads its entry."""
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+
+import pandas as pd
+import pytest
+
+from mrl.results import (RUN_FORMAT, RunCacheWarning, clear_work_folders, publish_run, read_run, work_folder,
+                         write_run_record)
+from mrl.see import PolicySpec, write_log_step
+
+STEPS = pd.DataFrame({"policy": ["A", "A"], "step": [1, 2], "reward": [0.25, 0.5]})
+EVALS = pd.DataFrame({"policy": ["A"] * 24, "step": [0] * 12 + [2] * 12, "split": ["test"] * 24,
+                      "skill": [f"S{i % 3 + 1}" for i in range(24)], "accuracy": [i / 24 for i in range(24)]})
+
+
+def cache_entry(folder, experience: bool = False):
+    """A finished run in `folder`, as the cache writes one (its tables, then run.json with their checksums)."""
+    folder.mkdir(parents=True)
+    STEPS.to_csv(folder / "steps.csv", index=False)
+    EVALS.to_csv(folder / "evals.csv", index=False)
+    if experience:   # a step of SEE's log without records: its manifest is what the index checksum covers
+        write_log_step(folder / "experience", 1, [], {"A": PolicySpec(vocab_size=100, tokenizer_id="bpe")})
+    write_run_record(folder, {"probe": {"name": "grpo"}})
+    return folder
+
+
+def refused(folder, match: str):
+    """read_run(folder) is None with a RunCacheWarning naming the folder and `match`."""
+    with pytest.warns(RunCacheWarning, match=match) as caught:
+        assert read_run(folder) is None
+    assert str(folder) in str(caught[0].message)
+
+
+def test_a_checked_entry_reads_back_whole(tmp_path):
+    folder = cache_entry(tmp_path / "key", experience=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cached = read_run(folder)
+    assert cached.steps.equals(STEPS) and cached.evals.equals(EVALS)
+    assert cached.record["format"] == RUN_FORMAT and set(cached.record["sha256"]) == {"steps.csv", "evals.csv",
+                                                                                      "experience"}
+
+
+def test_a_folder_without_run_json_is_no_run(tmp_path):
+    (tmp_path / "key").mkdir()
+    assert read_run(tmp_path / "key") is None
+
+
+def test_a_torn_table_is_never_returned(tmp_path):
+    """evals.csv cut to its header and one row, as a crash in the middle of a write leaves it (24 rows cached)."""
+    folder = cache_entry(tmp_path / "key")
+    lines = (folder / "evals.csv").read_text().splitlines(keepends=True)
+    (folder / "evals.csv").write_text("".join(lines[:2]))
+    refused(folder, "evals.csv does not match its checksum")
+
+
+def test_an_edited_table_and_a_removed_one_are_refused(tmp_path):
+    folder = cache_entry(tmp_path / "key")
+    (folder / "steps.csv").write_text((folder / "steps.csv").read_text().replace("0.25", "0.75"))
+    refused(folder, "steps.csv does not match")
+    (folder / "steps.csv").unlink()
+    refused(folder, "steps.csv is unreadable")
+
+
+def test_a_damaged_experience_log_index_is_refused(tmp_path):
+    folder = cache_entry(tmp_path / "key", experience=True)
+    manifest = next((folder / "experience").glob("step-*.json"))
+    manifest.write_text(manifest.read_text().replace('"clock": 1', '"clock": 0'))
+    refused(folder, "experience log's manifests do not match")
+
+
+def test_an_entry_of_the_old_format_is_not_read(tmp_path):
+    """Format 1 (no checksums): it cannot be checked, so it is recomputed rather than read."""
+    folder = cache_entry(tmp_path / "key")
+    record = json.loads((folder / "run.json").read_text())
+    del record["format"], record["sha256"]
+    (folder / "run.json").write_text(json.dumps(record))
+    refused(folder, "format 1.*no checksums")
+    (folder / "run.json").write_text('{"format": 2, "sha256": {')
+    refused(folder, "run.json is unreadable")
+
+
+def test_publishing_replaces_a_torn_entry_in_one_rename(tmp_path):
+    folder = cache_entry(tmp_path / "runs" / "key")
+    (folder / "evals.csv").write_text("policy\n")
+    work = cache_entry(work_folder(folder))
+    with pytest.warns(RunCacheWarning, match="evals.csv does not match"):
+        assert publish_run(work, folder) is None
+    assert read_run(folder).evals.equals(EVALS) and not work.exists()
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["key"]
+
+
+def publish_after(folder, reward: float, go) -> bool:
+    """A process that computed the run of `folder` (its reward `reward`) publishes it once the file `go` exists: True
+    when its own entry went into place, and either way the entry it returns is the one in place."""
+    work = work_folder(folder)
+    cache_entry(work)
+    (work / "steps.csv").write_text(STEPS.assign(reward=reward).to_csv(index=False))
+    write_run_record(work, {"probe": {"name": "grpo"}, "reward": reward})
+    while not go.exists():
+        time.sleep(0.01)
+    other = publish_run(work, folder)
+    assert (other or read_run(folder)).record == read_run(folder).record and not work.exists()
+    return other is None
+
+
+def test_two_processes_publishing_one_key_leave_one_whole_entry(tmp_path):
+    """Two processes that computed the same key publish at once: one rename wins, the other returns the winner's
+    entry; nothing mixed, nothing left in .partial."""
+    folder = tmp_path / "runs" / "key"
+    go = tmp_path / "go"
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(publish_after, folder, reward, go) for reward in (0.1, 0.2)]
+        time.sleep(0.5)
+        go.write_text("")
+        own = [future.result(timeout=300) for future in futures]
+    assert sorted(own) == [False, True]
+    cached = read_run(folder)
+    assert cached.steps.reward.tolist() == [cached.record["reward"]] * 2 and cached.evals.equals(EVALS)
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["key"]
+
+
+def test_a_killed_processes_work_folder_is_cleared(tmp_path):
+    folder = tmp_path / "runs" / "key"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = [folder.parent / ".partial" / f"key-{pid}" for pid in (int(dead.stdout), os.getpid(), os.getppid())]
+    for work in stale:
+        (work / "experience").mkdir(parents=True)
+    clear_work_folders(folder)
+    assert [work.exists() for work in stale] == [False, False, True]   # the living parent's is its own business
+
+
+@pytest.mark.slow
+def test_a_torn_cached_run_is_recomputed_not_returned(tiny_zoo_paths, tmp_path, monkeypatch):
+    """The fault as a user met it: a cached run's evals.csv cut to its header and one row; asked for again, the run
+    is computed afresh (a warning names its folder) and the whole table comes back, and goes back into the cache."""
+    from conftest import TINY_TASK
+    from mrl.config import GrpoConfig, RunConfig, TaskConfig
+    from mrl.experiments import Run, run_one
+    from mrl.probes import probe_config
+
+    monkeypatch.chdir(tmp_path)            # the run cache goes under this folder's results/
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "mrl").mkdir()
+    grpo = GrpoConfig(steps=2, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=1, seed=0)
+    run = Run(RunConfig(task=TaskConfig(**TINY_TASK), grpo=grpo), {"A": tiny_zoo_paths["A"]}, probe_config("grpo"),
+              0, 2)
+    steps, evals = run_one(run)
+    assert read_run(run.folder()).evals.equals(evals) and len(evals) > 2
+    torn = run.folder() / "evals.csv"
+    torn.write_text("".join(torn.read_text().splitlines(keepends=True)[:2]))
+    with pytest.warns(RunCacheWarning, match=f"{run.folder()} is not read: evals.csv does not match"):
+        again = run_one(run)
+    assert again[1].equals(evals) and again[0].drop(columns=[c for c in steps if c.endswith("seconds")]).equals(
+        steps.drop(columns=[c for c in steps if c.endswith("seconds")]))
+    assert read_run(run.folder()).evals.equals(evals)
+    assert [p.name for p in (tmp_path / "results" / "runs").iterdir()] == [run.folder().name]
