@@ -10,9 +10,17 @@ Ray task, a Slurm job), and a folder is the one thing they all share without ano
 and reconnect to; the log is SEE's own format, written atomically and checksummed, so a torn or altered step is
 refused, and it is also the experience log that `mrl.see.replay` and offline GRAFT read back. A Ray actor would hold
 records in memory only, and would need every trainer to join one Ray cluster.
+
+Faults between trainers end the same way as a silent peer, by name: a peer killed while writing a step never publishes
+its manifest, so the step is never read (its earlier steps stay whole), and at the deadline the peer is named with the
+files it left; a peer's step that fails its checksums (torn or altered), or whose folder another run wrote
+(`run_id`), is refused naming the peer. Under failure_policy "fail" each raises WorkerFailed; under "continue" the
+peer is dropped.
 """
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +28,8 @@ from pathlib import Path
 from mrl.config import FAILURE_POLICIES
 from mrl.validation import ConfigError
 from mrl.mwra import WorkerFailed
-from mrl.see import (Exchange, Limits, PolicySpec, last_logged_step, manifest_name, read_log_step, read_manifest,
-                     write_log_step)
+from mrl.see import (LOG_FILE, Exchange, ExperienceLogError, Limits, PolicySpec, last_logged_step, manifest_name,
+                     read_log_step, read_manifest, write_log_step)
 
 
 @dataclass
@@ -31,7 +39,9 @@ class FileExchange:
     root: the folder every trainer of the run shares; policy: this trainer's policy id; peers: the other policies'
     ids; spec: this policy's PolicySpec (what its records are validated against; MRLGRPOTrainer sets its own);
     deadline: seconds to wait for a peer's step; failure_policy: "fail" raises WorkerFailed naming a peer that
-    published nothing in time, "continue" goes on without it."""
+    published nothing in time or a step that is refused, "continue" goes on without it; run_id: this run's name,
+    written beside the policy's steps (its folder's RUN_FILE), so a peer folder another run wrote is refused ('' for
+    none: no peer folder's name is checked)."""
 
     root: Path
     policy: str
@@ -41,6 +51,7 @@ class FileExchange:
     failure_policy: str = "fail"
     limits: Limits = field(default_factory=Limits)
     poll_seconds: float = 0.05
+    run_id: str = ""
 
     def __post_init__(self):
         self.root = Path(self.root)
@@ -61,36 +72,95 @@ class FileExchange:
         if not self.published and last_logged_step(folder, step + 1) is not None:
             raise ConfigError(f"exchange folder {folder} already holds steps of an earlier run; its peers would read "
                               f"them as this run's: give every run a fresh exchange folder")
+        if not self.published:
+            write_run_file(folder, self.run_id)
         self.published = True
         write_log_step(folder, step, records, {self.policy: self.spec}, previous=last_logged_step(folder, step),
                        clock=step, limits=self.limits)
 
     def gather(self, step: int, own: list) -> tuple[Exchange, list[str]]:
         """(an Exchange at clock `step` holding this policy's records `own` and every peer's records of `step`,
-        the peers that published nothing before the deadline). Each peer's step is read whole once its manifest
-        is on disk; a peer missing at the deadline raises WorkerFailed under failure_policy "fail", and under
-        "continue" is dropped: later steps do not wait for it (as the runner drops a dead worker)."""
+        the peers whose step is not read). Each peer's step is read whole once its manifest is on disk; a peer
+        missing at the deadline (named with the files of a step it was killed writing), or whose step is refused
+        (`read_peer_step`), raises WorkerFailed under failure_policy "fail", and under "continue" is dropped: later
+        steps do not wait for it (as the runner drops a dead worker)."""
         exchange = Exchange(policies={self.policy: self.spec}, limits=self.limits)
         exchange.advance(step)
         exchange.publish_many(own)
         missing, waiting, start = [], [p for p in self.peers if p not in self.dropped], time.monotonic()
         while waiting:
             for peer in list(waiting):
-                records = read_log_step(self.folder(peer), step, self.limits)
+                try:
+                    records = self.read_peer_step(peer, step)
+                except ExperienceLogError as err:
+                    waiting.remove(peer)
+                    missing.append(peer)
+                    self.refuse(peer, f"its step {step} is refused: {err}")
+                    continue
                 if records is not None:
                     exchange.policies.update(peer_specs(self.folder(peer), step))
                     exchange.publish_many(records)
                     waiting.remove(peer)
             if waiting and time.monotonic() - start > self.deadline:
-                missing = sorted(waiting)
-                if self.failure_policy == "fail":
-                    raise WorkerFailed(", ".join(missing), f"published no records for step {step} within the "
-                                                           f"deadline of {self.deadline:g} s (folder {self.root})")
-                self.dropped.update(missing)
+                for peer in sorted(waiting):
+                    torn = torn_files(self.folder(peer), step)
+                    self.refuse(peer, f"published no records for step {step} within the deadline of "
+                                      f"{self.deadline:g} s (folder {self.root})" +
+                                (f"; it left {torn} without their manifest (killed while writing the step)"
+                                 if torn else ""))
+                missing += sorted(waiting)
                 break
             if waiting:
                 time.sleep(self.poll_seconds)
-        return exchange, missing
+        return exchange, sorted(missing)
+
+    def read_peer_step(self, peer: str, step: int) -> list | None:
+        """A peer's records of `step` (None while its manifest is not on disk), from a folder this run wrote:
+        ExperienceLogError when the step fails its checks or the folder's RUN_FILE names another run."""
+        folder = self.folder(peer)
+        if self.run_id and (folder / manifest_name(step)).exists():
+            other = read_run_file(folder)
+            if other != self.run_id:
+                raise ExperienceLogError(f"{folder} was written by run {other!r}, not by this run {self.run_id!r} (a "
+                                         f"folder left by another run: give every run a fresh exchange folder)")
+        return read_log_step(folder, step, self.limits)
+
+    def refuse(self, peer: str, reason: str) -> None:
+        """A peer whose step is not read: WorkerFailed naming it under "fail"; dropped (never waited for again)
+        under "continue"."""
+        if self.failure_policy == "fail":
+            raise WorkerFailed(peer, reason)
+        self.dropped.add(peer)
+
+
+RUN_FILE = "run.json"
+"""beside a policy's steps: {"run_id": the run that writes them, "pid": its process}"""
+
+
+def write_run_file(folder: Path, run_id: str) -> None:
+    """Name the run that writes `folder` (written whole: a temporary file renamed into place)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    temporary = folder / f".{RUN_FILE}.tmp"
+    temporary.write_text(json.dumps({"run_id": run_id, "pid": os.getpid()}))
+    os.replace(temporary, folder / RUN_FILE)
+
+
+def read_run_file(folder: Path) -> str | None:
+    """The run that wrote `folder` (None: no readable RUN_FILE, a folder of something else)."""
+    try:
+        return json.loads((folder / RUN_FILE).read_text())["run_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def torn_files(folder: Path, step: int) -> list[str]:
+    """The files of `step` in a peer's folder without its manifest: what a writer killed in the middle of the step
+    left (its data files, or their temporaries)."""
+    if not folder.is_dir() or (folder / manifest_name(step)).exists():
+        return []
+    return sorted(p.name for p in folder.iterdir()
+                  if (match := LOG_FILE.fullmatch(p.name.removeprefix(".").removesuffix(".tmp")))
+                  and int(match.group(1)) == step)
 
 
 def peer_specs(folder: Path, step: int) -> dict[str, PolicySpec]:
