@@ -9,6 +9,9 @@ sample the same prompts at every step. A peer that publishes nothing within `--d
 process died or hangs) and, under the default failure policy, stops this trainer. TRL's metrics go where TRL puts
 them: `--report-to tensorboard` writes them under `<output>/runs/`, and `trainer_state.json` in `<output>` keeps
 every logged step (`log_history`), the probe's statistics as `probe/<name>` and SEE's counters as `exchange/<name>`.
+The trained policy is saved into `<output>` as TRL saves it (`trainer.save_model`: safetensors, the tokenizer, TRL's
+model card), its generation config listing every stop id; `--save-steps N` adds TRL's own checkpoints
+(`<output>/checkpoint-N/`) every N steps.
 """
 from __future__ import annotations
 
@@ -20,13 +23,14 @@ from pathlib import Path
 import mrl  # noqa: F401  (first: the numerics contract, before torch)
 
 
-def trl_args(output: Path, grpo, placement, report_to: str = "none", use_vllm: bool = False, **overrides):
+def trl_args(output: Path, grpo, placement, report_to: str = "none", use_vllm: bool = False, save_steps: int = 0,
+             **overrides):
     """The GRPOConfig of one trainer from mrl's GrpoConfig (mrl.integrations.trl.trl_settings: the batch shape and
     every loss setting the probes read) and the policy's PlacementConfig (bf16 autocast over fp32 weights, gradient
     checkpointing; its micro_batch goes to MRLGRPOTrainer); a constant learning rate as the runner's, chat templates
-    given mrl's fixed date, TRL's logging every step, no checkpoints of TRL's own, dropout off. use_vllm: TRL's own
-    switch, vLLM colocated with the trainer (`pip install -e ".[vllm]"`); the probes' ratios are then to vLLM's
-    sampling log-probs."""
+    given mrl's fixed date, TRL's logging every step, dropout off. save_steps: TRL's own checkpoints every this many
+    steps (save_strategy steps), 0 for none. use_vllm: TRL's own switch, vLLM colocated with the trainer
+    (`pip install -e ".[vllm]"`); the probes' ratios are then to vLLM's sampling log-probs."""
     import torch
     from trl import GRPOConfig
 
@@ -35,7 +39,8 @@ def trl_args(output: Path, grpo, placement, report_to: str = "none", use_vllm: b
 
     settings = dict(output_dir=str(output), use_cpu=not torch.cuda.is_available(),
                     bf16=placement.dtype == "bfloat16", gradient_checkpointing=placement.gradient_checkpointing,
-                    report_to=report_to, logging_steps=1, save_strategy="no", disable_tqdm=True,
+                    report_to=report_to, logging_steps=1, disable_tqdm=True,
+                    **({"save_strategy": "steps", "save_steps": save_steps} if save_steps else {"save_strategy": "no"}),
                     lr_scheduler_type="constant", warmup_steps=0, disable_dropout=True,
                     chat_template_kwargs={"date_string": CHAT_DATE}, use_vllm=use_vllm,
                     **({"vllm_mode": "colocate"} if use_vllm else {}), **trl_settings(grpo))
@@ -44,20 +49,22 @@ def trl_args(output: Path, grpo, placement, report_to: str = "none", use_vllm: b
 
 def train(policy: str, paths: dict[str, str], task_config, probe, exchange_root: Path, output: Path, grpo,
           placement=None, deadline: float = 60.0, failure_policy: str = "fail", report_to: str = "none",
-          use_vllm: bool = False):
+          use_vllm: bool = False, save_steps: int = 0):
     """Train `policy` (its checkpoint in `paths`) with `probe` and mrl's GrpoConfig `grpo` beside the other policies
-    of `paths`, each in its own process; returns the trainer after grpo.steps steps, its state (log_history) saved
-    in `output`."""
+    of `paths`, each in its own process; returns the trainer after grpo.steps steps, its state (log_history), the
+    trained model, its tokenizer and TRL's model card saved in `output` (save_model), the generation config listing
+    every stop id the rollouts stopped at."""
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     from mrl.config import PlacementConfig
     from mrl.integrations.file_exchange import FileExchange
     from mrl.integrations.trl import MRLGRPOTrainer, problem_dataset
+    from mrl.rollout import stop_ids
     from mrl.tasks import make_task
 
     task = make_task(task_config)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(paths[policy], padding_side="left")
-    args = trl_args(output, grpo, placement or PlacementConfig(), report_to, use_vllm)
+    args = trl_args(output, grpo, placement or PlacementConfig(), report_to, use_vllm, save_steps)
     exchange = FileExchange(exchange_root, policy, tuple(sorted(set(paths) - {policy})), deadline=deadline,
                             failure_policy=failure_policy)
     placement = placement or PlacementConfig()
@@ -66,6 +73,9 @@ def train(policy: str, paths: dict[str, str], task_config, probe, exchange_root:
                              micro_batch=placement.micro_batch)
     trainer.train()
     trainer.save_state()
+    trainer.model.generation_config.eos_token_id = list(stop_ids(tokenizer))
+    trainer.save_model(str(output))
+    trainer.create_model_card(model_name=policy, tags=["mrl", probe.name])
     return trainer
 
 
@@ -100,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--failure-policy", choices=("fail", "continue"), default="fail")
     parser.add_argument("--report-to", default="none", help="TRL's report_to: none, tensorboard, trackio, ...")
     parser.add_argument("--use-vllm", action="store_true", help="sample with vLLM (a GPU and the [vllm] extra)")
+    parser.add_argument("--save-steps", type=int, default=0, help="TRL's checkpoints every N steps into "
+                        "<output>/checkpoint-N/ (default 0: none; the trained model is saved into <output> at the end)")
     args = parser.parse_args(argv)
 
     config = load_profile(args.profile) if args.profile else None
@@ -122,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--policy {args.policy!r} is not among the policies {sorted(paths)} (--policies or --profile)")
     train(args.policy, paths, task, as_probe_config(yaml.safe_load(args.probe)), args.exchange, args.output, grpo,
           config.placement_of(args.policy) if config else None, deadline=args.deadline,
-          failure_policy=args.failure_policy, report_to=args.report_to, use_vllm=args.use_vllm)
+          failure_policy=args.failure_policy, report_to=args.report_to, use_vllm=args.use_vllm,
+          save_steps=args.save_steps)
     return 0
 
 
