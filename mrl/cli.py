@@ -1,32 +1,43 @@
 """The `mrl` command line: reproduce a profile, run one concurrent run, run the benchmarks.
 
     mrl reproduce --profile smoke                  # every notebook of a profile (python -m mrl.reproduce)
-    mrl run --policies A+B --probe sgt --steps 20  # one run of the profile's zoo into results/runs/<key>/
+    mrl run --policies A+B --probe sgt --steps 20  # one run: results/runs/<key>/, its models in results/trained/<key>/
     mrl run --config my_run.yaml --seed 1          # the same from a YAML file (flags override it)
+    mrl run --policies out/A+B --set grpo.lr=3e-5 --output-dir out2   # a trained folder, a setting, the models kept
+    mrl run --resume out2                          # a killed run continues from its newest intact checkpoint
     mrl bench rollout thl                          # benchmarks/bench_<name>.py; no name: all of them
     mrl plan --profile paper --gpus 2x80           # each policy's GPU memory and GPU (mrl.resources)
 
 `mrl <command> --help` lists each command's options and their allowed values. A run's steps, evaluations and
-events are read back with `mrl.results.load_runs()`.
+events are read back with `mrl.results.load_runs()`; its trained policies are transformers folders
+(`AutoModelForCausalLM.from_pretrained(out/A)`, mrl.saving).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import re
+import shutil
 import subprocess
 import sys
+import types
+import typing
+from dataclasses import field
 from pathlib import Path
+from typing import Annotated, Literal
 
 import yaml
 
-from typing import Literal
-
+from mrl.checkpoint import latest as latest_checkpoint
+from mrl.config import RunConfig
 from mrl.experiments import Run, policy_paths, run_one
+from mrl.experiments.runs import trained_folder
 from mrl.mwra import BACKENDS
 from mrl.probes import PROBES, as_probe_config
 from mrl.profiles import PROFILES, load_profile
 from mrl.tracking import REPORT_TO
-from mrl.validation import ConfigError, Count, PositiveInt, Str, config_dataclass
+from mrl.validation import ConfigError, Count, PositiveInt, StrictLoader, Str, config_dataclass, to_dict
 
 BENCHMARKS = ("grpo_step", "rollout", "thl", "probes", "packing", "warmup", "mwra")
 """benchmarks/bench_<name>.py, in the order `make bench` runs them"""
@@ -39,46 +50,205 @@ class RunRequest:
     profile: Literal[PROFILES] = "smoke"
     """the profile whose zoo, task and GRPO settings the run uses: smoke, default or paper"""
     policies: Str = "A+B"
-    """the policies trained together, their names joined by '+' (from the profile's zoo)"""
+    """the policies trained together, joined by '+': each a name of the profile's policies (its zoo, or the paper
+    profile's checkpoints), a local transformers folder (named by its folder's name) or a Hub id in the local cache
+    (named by the part after '/'), e.g. A+B, out/A+B or Qwen/Qwen2.5-0.5B-Instruct+A"""
     probe: Str | dict = "grpo"
     """a registered probe name, or a mapping {name: ..., knob: value} (e.g. {name: sgt, lam: 0.3})"""
     steps: PositiveInt | None = None
     """RL steps (default: the profile's grpo.steps)"""
-    seed: Count = 0
+    seed: Count | None = None
+    """RL seed (default: the profile's grpo.seed)"""
     backend: Literal[BACKENDS] | None = None
     """inline, process or ray (default: the profile's runner.backend)"""
     report_to: Literal[REPORT_TO] = "none"
-    """live metrics: none, tensorboard or trackio"""
+    """live metrics: none, tensorboard, trackio or wandb"""
+    set: list[Str] = field(default_factory=list)
+    """settings of the profile's config by dotted path, e.g. [grpo.lr=1e-6, grpo.group_size=8,
+    runner.checkpoint_every=2], each validated as the profile's YAML is (set_settings)"""
 
 
-def run_request(request: RunRequest, recompute: bool = False, progress: bool = True):
-    """Run (or read from the cache) one run; returns (its cache folder, steps, evals)."""
-    config = load_profile(request.profile)
-    names = request.policies.split("+")
+SETTING = re.compile(r"^(?P<path>[A-Za-z_][\w+]*(\.[\w+]+)*)=(?P<value>.*)$", re.DOTALL)
+HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+REQUEST = "request.yaml"
+"""the RunRequest a run's output folder records, which `mrl run --resume` reads back"""
+
+
+def field_type(cls: type, keys: list[str]):
+    """The type at a dotted path below a config class (through nested configs and mappings' values), without
+    Annotated and Optional; None where the path names no field."""
+    tp = cls
+    for key in keys:
+        tp = _bare(tp)
+        if dataclasses.is_dataclass(tp):
+            tp = typing.get_type_hints(tp, include_extras=True).get(key)
+        elif typing.get_origin(tp) is dict:
+            tp = typing.get_args(tp)[1]
+        else:
+            return None
+    return _bare(tp)
+
+
+def _bare(tp):
+    while True:
+        if typing.get_origin(tp) is Annotated:
+            tp = tp.__origin__
+        elif typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp) \
+                and len(typing.get_args(tp)) == 2:
+            tp = next(arg for arg in typing.get_args(tp) if arg is not type(None))
+        else:
+            return tp
+
+
+def setting_value(text: str, tp):
+    """A --set value as YAML, read for the field's type: a number field takes 1e-6 (YAML 1.1 reads it as text), a
+    text field keeps what was typed (task.instruction=42 is the text '42')."""
+    try:
+        value = yaml.load(text, Loader=StrictLoader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{text!r} is not valid YAML: {err}") from None
+    if tp is float and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return text if tp is str and value is not None and not isinstance(value, str) else value
+
+
+def set_settings(config: RunConfig, assignments: list[str]) -> RunConfig:
+    """The profile's config with `path=value` settings applied (grpo.lr=1e-6, placement.A.dtype=bfloat16), then
+    validated whole as a profile's YAML is: a bad value or an unknown field raises ConfigError naming the field and
+    what is allowed (RunConfig.grpo.lr = 'abc' is not allowed; expected a number)."""
+    if not assignments:
+        return config
+    values = to_dict(config)
+    for assignment in assignments:
+        match = SETTING.match(assignment)
+        if match is None:
+            raise ConfigError(f"--set {assignment!r} is not allowed; expected a dotted path into the profile's "
+                              f"config and a value, e.g. grpo.lr=1e-6")
+        keys, node = match["path"].split("."), values
+        for depth, key in enumerate(keys[:-1], 1):
+            kind = field_type(RunConfig, keys[:depth])
+            if kind is None or not (dataclasses.is_dataclass(kind) or typing.get_origin(kind) is dict
+                                    or isinstance(node.get(key), dict)):
+                owner = field_type(RunConfig, keys[:depth - 1])
+                allowed = sorted(f.name for f in dataclasses.fields(owner)) if dataclasses.is_dataclass(owner) \
+                    else "the keys of a mapping"
+                raise ConfigError(f"--set {assignment}: RunConfig.{'.'.join(keys[:depth])} is not a group of "
+                                  f"settings; allowed keys at RunConfig{''.join('.' + k for k in keys[:depth - 1])} "
+                                  f"are {allowed}")
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+        node[keys[-1]] = setting_value(match["value"], field_type(RunConfig, keys))
+    return RunConfig(**values)
+
+
+def resolve_policies(spec: str, config: RunConfig, profile: str, progress: bool = True) -> tuple[dict, bool]:
+    """({name: checkpoint folder}, whether the run cache may be read) of RunRequest.policies: a profile's policy by
+    name, a local transformers folder (named by its folder), or a Hub id loaded from the local cache (named by the
+    part after '/'). A local folder's name does not identify its weights (out/A today and after another run), so a
+    run of one is always computed."""
     known = list(config.policies) if config.policies else [f.name for f in config.zoo.families] if config.zoo else []
-    unknown = [name for name in names if name not in known]
-    if unknown or len(set(names)) != len(names):
-        raise ConfigError(f"RunRequest.policies = {request.policies!r} is not allowed; expected distinct names of "
-                          f"the {request.profile} profile's policies {known} joined by '+'")
-    paths = {name: path for name, path in policy_paths(config, progress).items() if name in names}
-    run = Run(config, paths, as_probe_config(request.probe), request.seed, request.steps or config.grpo.steps)
-    steps_df, evals_df = run_one(run, backend=request.backend, cache=not recompute, progress=progress,
-                                 report_to=request.report_to)
-    return run.folder(), steps_df, evals_df
+    entries, paths, cacheable = spec.split("+"), {}, True
+    zoo = policy_paths(config, progress) if set(entries) & set(known) else {}
+    for entry in entries:
+        if entry in known:
+            name, path = entry, zoo[entry]
+        elif Path(entry).is_dir():
+            name, path, cacheable = Path(entry).resolve().name, str(Path(entry).resolve()), False
+            if not (Path(path) / "config.json").is_file():
+                raise ConfigError(f"RunRequest.policies: the folder {entry!r} holds no config.json; expected a "
+                                  f"transformers checkpoint folder (save_pretrained's)")
+        elif HUB_ID.match(entry):
+            name, path = entry.split("/")[-1], hub_snapshot(entry)
+        else:
+            raise ConfigError(f"RunRequest.policies = {spec!r} is not allowed: {entry!r} is neither one of the "
+                              f"{profile} profile's policies {known}, nor a local folder, nor a Hub id (org/name)")
+        if name in paths:
+            raise ConfigError(f"RunRequest.policies = {spec!r} is not allowed: two policies are named {name!r}; "
+                              f"expected distinct names joined by '+'")
+        paths[name] = path
+    return paths, cacheable
+
+
+def hub_snapshot(repo_id: str) -> str:
+    """The local folder of a Hub model in the Hugging Face cache; ConfigError naming it when it is not there (runs
+    are offline: HF_HUB_OFFLINE)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return snapshot_download(repo_id, local_files_only=True)
+    except (LocalEntryNotFoundError, OSError, ValueError) as err:
+        raise ConfigError(f"RunRequest.policies: the Hub model {repo_id!r} is not in the local Hugging Face cache "
+                          f"({type(err).__name__}); download it first (`hf download {repo_id}`) or pass its "
+                          f"local folder") from None
+
+
+def run_request(request: RunRequest, recompute: bool = False, progress: bool = True,
+                output_dir: str | Path | None = None, resume: bool = False):
+    """Run one run (or read it from the cache); returns (the folder of its trained policies, steps, evals).
+
+    The run leaves its trained policies as transformers folders <out>/<policy>/, its tables and request.yaml (what
+    --resume reads back) in <out>, and, every runner.checkpoint_every steps, checkpoints in <out>/checkpoints/;
+    <out> is output_dir, else results/trained/<key>/. Without an output_dir the run cache is read when it holds
+    the run and <out> its policies. resume: continue from the newest intact checkpoint in <out> (a different
+    experiment's is refused); recompute: start over, removing earlier checkpoints."""
+    config = set_settings(load_profile(request.profile), request.set)
+    paths, cacheable = resolve_policies(request.policies, config, request.profile, progress)
+    seed = config.grpo.seed if request.seed is None else request.seed
+    run = Run(config, paths, as_probe_config(request.probe), seed, request.steps or config.grpo.steps)
+    out = Path(output_dir) if output_dir is not None else trained_folder(run)
+    saved = all((out / name / "config.json").is_file() for name in paths)
+    if output_dir is None and cacheable and saved and not recompute and not resume and run.is_cached():
+        steps_df, evals_df = run_one(run, progress=progress)
+        return out, steps_df, evals_df
+    if resume and latest_checkpoint(out / "checkpoints") is None:
+        raise ConfigError(f"--resume {out}: no checkpoint in {out}/checkpoints (the run writes one every "
+                          f"runner.checkpoint_every steps: --set runner.checkpoint_every=N)")
+    if recompute:
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    elif not resume and latest_checkpoint(out / "checkpoints") is not None:
+        raise ConfigError(f"{out}/checkpoints holds an earlier run's checkpoints: --resume {out} continues it, "
+                          f"--recompute starts over")
+    out.mkdir(parents=True, exist_ok=True)
+    recorded = dataclasses.replace(request, policies="+".join(
+        entry if entry in paths else str(Path(entry).resolve()) if Path(entry).is_dir() else entry
+        for entry in request.policies.split("+")))
+    (out / REQUEST).write_text(yaml.safe_dump(to_dict(recorded), sort_keys=False))
+    steps_df, evals_df = run_one(run, backend=request.backend, progress=progress, report_to=request.report_to,
+                                 output_dir=out, resume=resume, profile=request.profile)
+    return out, steps_df, evals_df
 
 
 def _run(args) -> int:
     values = yaml.safe_load(Path(args.config).read_text()) if args.config else {}
     if not isinstance(values, dict):
         raise SystemExit(f"mrl run: {args.config} must hold a mapping of RunRequest fields")
+    if args.resume:
+        if args.output_dir and Path(args.output_dir).resolve() != Path(args.resume).resolve():
+            raise ConfigError(f"--resume {args.resume} continues the run in that folder; --output-dir "
+                              f"{args.output_dir} names another")
+        recorded = Path(args.resume) / REQUEST
+        if not recorded.is_file():
+            raise FileNotFoundError(f"--resume {args.resume}: no {REQUEST} there; expected the --output-dir of an "
+                                    f"`mrl run`")
+        values = {**yaml.safe_load(recorded.read_text()), **values}
     for name in ("profile", "policies", "probe", "steps", "seed", "backend", "report_to"):
         value = getattr(args, name)
         if value is not None:
             values[name] = yaml.safe_load(value) if name == "probe" and value.lstrip().startswith("{") else value
-    folder, _, evals = run_request(RunRequest(**values), recompute=args.recompute)
+    values["set"] = [*values.get("set", []), *(args.set or [])]
+    folder, _, evals = run_request(RunRequest(**values), recompute=args.recompute,
+                                   output_dir=args.resume or args.output_dir, resume=bool(args.resume))
     last = evals[evals.step == evals.step.max()]
     print(last.pivot_table(index="policy", columns=["split", "skill"], values="accuracy").round(3).to_string())
-    print(f"[mrl run] steps, evals and run.json in {folder} (mrl.results.load_runs() reads every run)")
+    names = sorted(set(evals.policy))
+    print(f"[mrl run] trained policies in {', '.join(str(folder / name) for name in names)} "
+          f"(AutoModelForCausalLM.from_pretrained loads each); steps.csv, evals.csv and run.json beside them "
+          f"(mrl.results.load_runs() reads every run)")
     return 0
 
 
@@ -120,18 +290,32 @@ def parser() -> argparse.ArgumentParser:
                         add_help=False)
     run = commands.add_parser("run", help="one concurrent run of the profile's policies under one probe",
                               description="One concurrent run into results/runs/<key>/ (cached: the same run "
-                                          "is read back unless --recompute). Flags override the --config file.")
+                                          "is read back unless --recompute), its trained policies saved as "
+                                          "transformers folders into --output-dir (default results/trained/<key>/). "
+                                          "Flags override the --config file.")
     run.add_argument("--config", help="a YAML file of these fields (profile, policies, probe, steps, seed, "
-                                      "backend, report_to)")
+                                      "backend, report_to, set)")
     run.add_argument("--profile", choices=PROFILES, help="whose zoo, task and GRPO settings (default smoke)")
-    run.add_argument("--policies", help="policy names joined by '+', e.g. A+B (default A+B)")
+    run.add_argument("--policies", help="policies joined by '+', each a profile's policy name, a local transformers "
+                                        "folder or a Hub id in the local cache, e.g. A+B, out/A+B (default A+B)")
     run.add_argument("--probe", help=f"a probe name ({', '.join(PROBES)}) or a YAML mapping of one and its knobs, "
                                      "e.g. '{name: sgt, lam: 0.3}' (default grpo)")
     run.add_argument("--steps", type=int, help="RL steps (default: the profile's)")
     run.add_argument("--seed", type=int, help="seed (default 0)")
     run.add_argument("--backend", choices=BACKENDS, help="MWRA backend (default: the profile's)")
     run.add_argument("--report-to", dest="report_to", choices=REPORT_TO, help="live metrics (default none)")
-    run.add_argument("--recompute", action="store_true", help="run again even when the cache holds the run")
+    run.add_argument("--set", action="append", metavar="PATH=VALUE",
+                     help="a setting of the profile's config by dotted path, validated as its YAML is, e.g. --set "
+                          "grpo.lr=1e-6 --set grpo.group_size=8 --set runner.checkpoint_every=2 (repeatable)")
+    run.add_argument("--output-dir", dest="output_dir",
+                     help="where the trained policies go, as transformers folders DIR/<policy>/, with the "
+                          "checkpoints (DIR/checkpoints/), the tables and request.yaml (default: "
+                          "results/trained/<key>/)")
+    run.add_argument("--resume", metavar="DIR",
+                     help="continue the run in DIR (an earlier --output-dir) from its newest intact checkpoint; a "
+                          "checkpoint of another experiment is refused")
+    run.add_argument("--recompute", action="store_true",
+                     help="run again even when the cache holds the run, discarding earlier checkpoints")
     bench = commands.add_parser("bench", help="run benchmarks/bench_<name>.py (all when no name is given)")
     bench.add_argument("names", nargs="*", metavar="NAME", help=f"benchmarks to run, from {list(BENCHMARKS)}")
     plan = commands.add_parser("plan", help="the GPU memory of each policy of a profile and the GPU that holds it",

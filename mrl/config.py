@@ -277,14 +277,19 @@ class RunnerConfig:
     failure_policy: Literal[FAILURE_POLICIES] = "fail"
     """on a failed worker: fail (raise, keeping the last complete checkpoint) or continue without it"""
     checkpoint_every: Count = 0
-    """write a checkpoint every this many steps (0: never)"""
+    """write a checkpoint every this many steps (0: never); `mrl run` writes them into its output folder's
+    checkpoints/, where `mrl run --resume` continues from the newest intact one"""
+    save_policies: Bool = False
+    """save every trained policy as a transformers folder at the end of each run of a grid (mrl.saving), into
+    results/trained/<key>/<policy>/; off for the CPU profiles, to spare the disk (`mrl run` always saves)"""
     max_staleness: PositiveInt = 1
     """peer experience whose policy version is more than this many steps behind the clock is dropped by SEE;
     a step-s sample comes from version s - 1, so 1 shares exactly the current step's samples"""
     report_to: Literal[REPORT_TO] = "none"
-    """live metrics of every step (mrl.tracking): none, tensorboard or trackio"""
+    """live metrics of every step (mrl.tracking): none, tensorboard, trackio or wandb (the [wandb] extra)"""
     logging_dir: Str | None = None
-    """report_to=tensorboard: the folder of the event files (default results/tensorboard/<run_id>)"""
+    """report_to=tensorboard: the folder of the event files (default results/tensorboard/<run_id>); wandb: the
+    folder of W&B's files (default W&B's, ./wandb)"""
     poisoned: Str = ""
     """a policy of the run that publishes lies (mrl.poison), '' for none"""
     attack: Literal[ATTACKS] = "forged_success"

@@ -20,7 +20,8 @@ drives the session:
 Greedy evaluation every `eval_every` steps and at the last. Checkpoints every `checkpoint_every` steps hold
 every policy's weights and optimizer state, the exchange (clock, counters, records) and all metrics so far,
 written atomically (a temporary folder renamed into place); `resume=True` continues from the latest
-complete one and ends with the metrics of an uninterrupted run.
+complete one and ends with the metrics of an uninterrupted run. With an `output_dir`, the run ends by saving every
+trained policy as a transformers folder `output_dir/<policy>/` (mrl.saving).
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from mrl.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConfig, T
 from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads
 from mrl.poison import PoisonedActor
 from mrl.probes import Probe, ProbeConfig, get_probe, require_importable
+from mrl.saving import RunCard, save_policy
 from mrl.see import Exchange, PolicySpec, read_log_index, replay
 from mrl.seeding import step_prompts
 from mrl.tasks import make_task
@@ -223,7 +225,8 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
                    actor_cls: type = PolicyActor, probe_cfg: ProbeConfig | None = None,
                    experience_dir: str | Path | None = None, reporters: list | None = None,
                    offline: OfflinePeers | None = None,
-                   placement: dict[str, PlacementConfig] | None = None) -> RunRecord:
+                   placement: dict[str, PlacementConfig] | None = None, output_dir: str | Path | None = None,
+                   card: RunCard | None = None) -> RunRecord:
     """Train the policies at `policy_paths` ({name: checkpoint folder}, one or more) together for grpo_cfg.steps steps.
 
     probe_cfg: the sharing probe and its knobs (default grpo: independent policies that still publish experience);
@@ -242,6 +245,9 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
     the same task, seed and prompts per step, or its records name prompts this run never draws).
     placement: {policy: PlacementConfig} (device, dtype, checkpointing, micro-batch, GPU share); a policy not
     named takes the defaults (this CPU).
+    output_dir: save every trained policy at the end as a transformers folder output_dir/<policy>/
+    (mrl.saving.save_policy: safetensors, tokenizer, generation config with every stop id, model card); card: what
+    its model card says of the run (default: the probe, seed and steps); None: nothing is saved.
     """
     numerics.require()  # the driver records run.json's numerics and hosts inline workers
     plan = plan_run(policy_paths, task_cfg, grpo_cfg, cfg, checkpoint_dir=checkpoint_dir, resume=resume,
@@ -259,6 +265,9 @@ def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg:
         loop_start = time.perf_counter()
         clock = async_clock if cfg.mode == "async" else sync_clock
         clock(session, plan.first_step, progress)
+        if output_dir is not None:
+            session.save_policies(output_dir, card or RunCard(probe=plan.probe.name, seed=plan.grpo_cfg.seed,
+                                                              steps=plan.grpo_cfg.steps))
         reporting.update(record)
         record.counters = dict(session.exchange.counters)
         record.wall_seconds = time.perf_counter() - loop_start
@@ -404,6 +413,15 @@ class Session:
         """`save_checkpoint` of the run at `step` into the checkpoint folder."""
         return save_checkpoint(self.checkpoint_dir, step, self.backend, self.exchange, self.record, self.identity,
                                self.cfg)
+
+    def save_policies(self, folder: str | Path, card: RunCard) -> None:
+        """Every live policy's trained weights (its worker's state dict, within the step deadline) saved as a
+        transformers folder folder/<policy>/ by mrl.saving.save_policy; an event names each folder."""
+        step, sources = self.plan.grpo_cfg.steps, {spec.name: spec.config.policy_path for spec in self.plan.workers}
+        states = self.phase({w: ("state_dict", ()) for w in self.backend.workers}, step, "while saving: ")
+        for name in sorted(states):
+            saved = save_policy(states[name]["model"], sources[name], Path(folder) / name, name, list(sources), card)
+            self.record.events.append({"step": step, "event": f"saved {name} to {saved}"})
 
 
 # --- the clocks -----------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 import mrl.experiments.runs
 from mrl import cli
 from mrl.config import ConfigError
+from mrl.profiles import load_profile
 from mrl.results import RunCacheWarning, load_runs, write_run_record
 
 
@@ -31,7 +32,7 @@ def test_help_lists_the_commands_and_allowed_values():
 
 
 @pytest.mark.parametrize("values, field", [({"profile": "huge"}, "profile"), ({"backend": "slurm"}, "backend"),
-                                            ({"report_to": "wandb"}, "report_to"), ({"steps": 0}, "steps"),
+                                            ({"report_to": "comet"}, "report_to"), ({"steps": 0}, "steps"),
                                             ({"seed": "1"}, "seed"), ({"colour": "red"}, "colour")])
 def test_bad_requests_are_refused_by_field(values, field):
     with pytest.raises(ConfigError, match=field):
@@ -45,6 +46,29 @@ def test_unknown_benchmark_and_policy_are_refused(capsys):
     with pytest.raises(SystemExit):
         cli.main(["run", "--policies", "A+Z", "--steps", "1"])
     assert "policies" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("grpo.lr=abc", "RunConfig.grpo.lr = 'abc' is not allowed; expected a number"),
+    ("grpo.nonexistent=1", "RunConfig.grpo: unknown key(s) ['nonexistent']; allowed keys are ['beta'"),
+    ("grpo.loss_type=ppo", "RunConfig.grpo.loss_type = 'ppo' is not allowed; expected one of ['grpo', 'bnpo'"),
+    ("grpo.group_size=1", "RunConfig.grpo.group_size = 1 is not allowed; expected an integer >= 2"),
+    ("optimizer.lr=1e-6", "RunConfig.optimizer is not a group of settings; allowed keys at RunConfig are"),
+    ("lr", "expected a dotted path into the profile's config and a value")])
+def test_a_bad_setting_is_refused_naming_the_field_and_what_is_allowed(setting, message, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--set", setting])
+    assert message in capsys.readouterr().err
+
+
+def test_settings_by_dotted_path_are_typed_and_validated_as_the_profile_is():
+    profile = load_profile("smoke")
+    config = cli.set_settings(profile, ["grpo.lr=1e-6", "grpo.group_size=4", "placement.A.dtype=bfloat16",
+                                        "runner.checkpoint_every=2", "experiments.probe.seeds=[0, 1]"])
+    assert config.grpo.lr == 1e-6 and isinstance(config.grpo.lr, float) and config.grpo.group_size == 4
+    assert config.placement_of("A").dtype == "bfloat16" and config.placement_of("B") == profile.placement_of("B")
+    assert config.runner.checkpoint_every == 2 and config.experiment("probe").seeds == [0, 1]
+    assert (config.task, config.zoo, config.grpo.steps) == (profile.task, profile.zoo, profile.grpo.steps)
 
 
 @pytest.fixture
@@ -63,7 +87,8 @@ def test_mrl_run_writes_a_run_that_load_runs_reads_back(tiny_profile, tmp_path, 
     assert "load_runs" in capsys.readouterr().out
     folder, steps, evals = cli.run_request(cli.RunRequest(policies="A+B", probe={"name": "sgt", "lam": 0.3},
                                                           steps=3, seed=1), progress=False)  # from the cache
-    assert folder.parent == tiny_profile and len(list(tiny_profile.iterdir())) == 1
+    assert folder.parent == tmp_path / "results" / "trained" and (folder / "A" / "config.json").is_file()
+    assert [run.parent.name for run in tiny_profile.glob("*/run.json")] == [folder.name]   # one run, of that key
 
     loaded = load_runs(tiny_profile, "evals")
     assert set(loaded.probe) == {"sgt (lam=0.3)"} and set(loaded.seed) == {1} and set(loaded.policies) == {"A+B"}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -37,6 +38,7 @@ from mrl.probes import ProbeConfig, as_probe_config, get_probe, probe_code, prob
 from mrl.results import (CachedRun, clear_work_folders, git_sha, publish_run, read_run, repo_root, work_folder,
                          write_run_record)
 from mrl.runner import OfflinePeers, run_concurrent
+from mrl.saving import RunCard
 from mrl.validation import ConfigError, Str, config_hash, require, to_dict
 from mrl.zoo import build_zoo
 
@@ -205,13 +207,23 @@ class Run:
 
 
 def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progress: bool = False,
-            report_to: str = "none") -> tuple[pd.DataFrame, pd.DataFrame]:
+            report_to: str = "none", output_dir: str | Path | None = None, resume: bool = False,
+            profile: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(steps, evals) of one run; from the cache when it holds the run. backend: the variant's, else this one,
-    else the profile's (config.runner.backend). report_to: live metrics (mrl.tracking)."""
+    else the profile's (config.runner.backend). report_to: live metrics (mrl.tracking).
+
+    output_dir: where the run leaves its trained policies (<output_dir>/<policy>/, transformers folders, mrl.saving),
+    its checkpoints (<output_dir>/checkpoints/, every runner.checkpoint_every steps) and a copy of its tables; the
+    run is then computed (the cache holds no weights). Without one, a profile with runner.save_policies saves the
+    policies into trained_folder(run). resume: continue from the newest intact checkpoint in
+    <output_dir>/checkpoints (a different experiment's is refused). profile: named in the model cards."""
     folder = run.folder()
-    if cache and (cached := run.cached()) is not None:
+    if cache and output_dir is None and (cached := run.cached()) is not None:
         return cached.steps, cached.evals
     config, variant, grpo = run.config, run.variant.resolved(run.config.runner), run.grpo()
+    out = Path(output_dir) if output_dir is not None else trained_folder(run) if config.runner.save_policies else None
+    checkpoints = Path(output_dir) / "checkpoints" if output_dir is not None and config.runner.checkpoint_every \
+        else None
     backend = variant.backend or backend or config.runner.backend
     clear_work_folders(folder)   # what a killed computation of this run left
     experience = work_folder(folder) / "experience" if variant.log_experience else None
@@ -220,11 +232,24 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
                                  attack=variant.attack, reverify=variant.reverify, mode=variant.mode,
                                  max_staleness=variant.max_staleness)
     start = time.perf_counter()
+    card = RunCard(run_key=run.key(), profile=profile, probe=probe_label(run.probe), seed=run.seed, steps=run.steps)
     record = run_concurrent(run.paths, config.task, grpo, runner, threads=config.threads, progress=progress,
                             probe_cfg=run.probe, run_id=f"{run.probe.name}-seed{run.seed}", experience_dir=experience,
-                            offline=offline, placement={name: config.placement_of(name) for name in run.paths})
-    return save_run(folder, record, config.task, grpo, run.probe, run.paths, backend, time.perf_counter() - start,
-                    variant)
+                            offline=offline, placement={name: config.placement_of(name) for name in run.paths},
+                            checkpoint_dir=checkpoints, resume=resume, output_dir=out, card=card)
+    tables = save_run(folder, record, config.task, grpo, run.probe, run.paths, backend, time.perf_counter() - start,
+                      variant)
+    if output_dir is not None:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        for name in ("steps.csv", "evals.csv", "run.json"):
+            shutil.copyfile(folder / name, Path(output_dir) / name)
+    return tables
+
+
+def trained_folder(run: Run) -> Path:
+    """results/trained/<key>/: where a run's trained policies go when no output folder is named (`mrl run`, a
+    profile with runner.save_policies), beside the run cache's results/runs/<key>/."""
+    return repo_root() / "results" / "trained" / run.key()
 
 
 def save_run(folder: Path, record, task: TaskConfig, grpo: GrpoConfig, probe: ProbeConfig, paths: dict[str, str],
