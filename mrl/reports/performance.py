@@ -1,0 +1,85 @@
+"""docs/performance.md's generated blocks: the measurements it quotes, from the committed records that hold them.
+
+A block sits between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`, as in the README
+(mrl.reports.readme). `mwra` renders the backends' step timing from `paper_tables/mwra_compute.csv`, `reproduce` the
+default profile's end-to-end time from the reproduce record `paper_tables/reproduce_default.json`, each with the
+record's date, CPU and numerics. `tests/test_performance_doc.py` fails when a block differs from what the records
+give, and when the page quotes a time outside a block, so no timing in it is typed by hand.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from mrl.reports.readme import RECORD
+
+MARKER = re.compile(r"(<!-- generated:(?P<name>[a-z]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
+
+
+def record_source(tables: Path) -> str:
+    """'2026-11-25, AMD EPYC, numerics portable' from the reproduce record."""
+    record = json.loads((tables / RECORD).read_text())
+    machine = record.get("machine", {})
+    return (f"{record['started'][:10]}, {machine.get('cpu', 'CPU not recorded')}, numerics "
+            f"{machine.get('numerics', {}).get('mode', 'not recorded')}")
+
+
+def mwra_block(tables: Path) -> str:
+    """The MWRA backends' training loop (wall seconds, ratio to inline, start-up, each policy's utilisation) from
+    paper_tables/mwra_compute.csv."""
+    frame = pd.read_csv(tables / "mwra_compute.csv")
+    inline = frame.loc[frame.backend == "inline", "wall seconds"].iloc[0]
+    lines = ["| backend | training loop | ratio to inline | start-up | utilisation per policy |",
+             "|---|---:|---:|---:|---|"]
+    for backend, rows in frame.groupby("backend", sort=False):
+        wall, startup = rows["wall seconds"].iloc[0], rows["startup seconds"].iloc[0]
+        used = ", ".join(f"{w} {u:.2f}" for w, u in zip(rows.worker, rows.utilisation))
+        lines.append(f"| {backend} | {wall:.2f} s | {wall / inline:.2f} | {startup:.1f} s | {used} |")
+    steps = int(frame.steps.iloc[0])
+    return (f"From `paper_tables/mwra_compute.csv` ({frame.worker.nunique()} policies x {steps} steps, written by "
+            f"`notebooks/30_mwra.ipynb` in the default profile's reproduce run of `paper_tables/{RECORD}`: "
+            f"{record_source(tables)}, beside the other notebooks' jobs):\n\n" + "\n".join(lines) + "\n")
+
+
+def reproduce_block(tables: Path) -> str:
+    """The default profile's end-to-end time and its three longest notebooks, from the reproduce record."""
+    record = json.loads((tables / RECORD).read_text())
+    times = sorted(record["notebooks"].items(), key=lambda item: -item[1])
+    longest = ", ".join(f"`{name.removesuffix('.ipynb')}` {seconds / 60:.0f}" for name, seconds in times[:3])
+    return (f"From `paper_tables/{RECORD}` ({record_source(tables)}): the default profile's {len(times)} notebooks "
+            f"took {record['total_seconds'] / 60:.0f} minutes in all, installation not included; the longest "
+            f"(minutes): {longest}. Each notebook's time: the README's table, generated from the same record.\n")
+
+
+BLOCKS = {"mwra": mwra_block, "reproduce": reproduce_block}
+
+TIMING = re.compile(r"\b\d[\d,.]*\s?(ms|s|seconds|minutes|hours|tokens/s|sequences/s)\b")
+"""a time or a throughput as the page would quote one"""
+
+
+def render_performance(text: str, tables: Path) -> str:
+    """`text` (docs/performance.md) with every generated block rewritten from the records in `tables`."""
+    found = {m.group("name") for m in MARKER.finditer(text)}
+    if found != set(BLOCKS):
+        raise ValueError(f"docs/performance.md blocks {sorted(found)} do not match the generators {sorted(BLOCKS)}")
+    return MARKER.sub(lambda m: m.group(1) + BLOCKS[m.group("name")](tables) + m.group(4), text)
+
+
+def quoted_timings(text: str) -> list[str]:
+    """Every time or throughput the page quotes outside its generated blocks and its code blocks (the lines that
+    would be typed by hand)."""
+    prose = re.sub(r"```.*?```", "", MARKER.sub("", text), flags=re.S)
+    prose = re.sub(r"^    .*$", "", prose, flags=re.M)   # indented commands
+    return [m.group(0) for m in TIMING.finditer(prose)]
+
+
+def update_performance(page: Path, tables: Path) -> bool:
+    """Rewrite the page's generated blocks; True when it changed."""
+    text = page.read_text()
+    new = render_performance(text, tables)
+    if new != text:
+        page.write_text(new)
+    return new != text
