@@ -40,7 +40,7 @@ from mrl.actor import ActorConfig, PolicyActor
 from mrl.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConfig, TaskConfig
 from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads
 from mrl.poison import PoisonedActor
-from mrl.probes import Probe, ProbeConfig, get_probe, require_importable
+from mrl.probes import Probe, ProbeConfig, get_probe, probe_config, require_importable
 from mrl.saving import RunCard, save_policy
 from mrl.see import Exchange, PolicySpec, read_log_index, replay
 from mrl.seeding import step_prompts
@@ -138,7 +138,8 @@ def plan_run(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg: GrpoC
         raise ValueError("a run needs at least one policy; policy_paths is empty")
     if cfg.checkpoint_every and checkpoint_dir is None:
         raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
-    probe_cfg = probe_cfg or ProbeConfig()
+    if probe_cfg is None or probe_cfg == ProbeConfig():   # the default, grpo, in its own config class
+        probe_cfg = probe_config("grpo")
     probe, grpo_cfg = _resolve_probe(probe_cfg, grpo_cfg)
     require_importable(probe.name, cfg.backend)   # a notebook cell's probe runs inline only
     offline_specs, offline_records = _load_offline(offline, policy_paths, cfg)

@@ -53,13 +53,14 @@ def minibatch_losses(batch: RolloutBatch, advantages: Tensor, minibatches: int, 
 
 
 @register_probe("grpo", config=GrpoProbeConfig)
-def grpo_loss(batch: RolloutBatch, peers: PeerView, cfg: GrpoProbeConfig) -> ProbeOutput:
+def grpo_loss(batch: RolloutBatch, peers: PeerView, cfg: GrpoProbeConfig | ProbeConfig) -> ProbeOutput:
     """L_GRPO on the own groups: A = (r - mean_g r) / (std_g r + eps), any aggregation; with beta > 0 the k3 KL to
     the actor's reference model, whose mean is reported as `kl`. With minibatches > 1, one update per share of the
     samples (minibatch_losses)."""
-    if cfg.minibatches == 1:
+    minibatches = getattr(cfg, "minibatches", 1)   # a bare ProbeConfig("grpo") is grpo at its defaults
+    if minibatches == 1:
         own = own_term(batch)
         return ProbeOutput.single(own.loss, own.active, {"kl": own.stats["kl"]} if "kl" in own.stats else {})
     advantages, _ = get_advantage("group")(batch, peers, cfg)
     stats: dict = {}
-    return ProbeOutput(minibatch_losses(batch, advantages, cfg.minibatches, stats), len(advantages), stats)
+    return ProbeOutput(minibatch_losses(batch, advantages, minibatches, stats), len(advantages), stats)
