@@ -68,15 +68,19 @@ def watch_parent(parent: int) -> None:
 
 def map_in_processes(fn: Callable, jobs: Iterable, processes: int, what: str) -> list:
     """[fn(job) for job in jobs], `processes` at a time in spawned processes, in job order. A worker that dies or
-    cannot start raises PoolBroken naming `what` and the script guard; the other workers are stopped."""
+    cannot start raises PoolBroken naming `what` and the script guard; the other workers are stopped, as they are
+    when this call is interrupted."""
+    before = set(multiprocessing.active_children())
     executor = spawn_executor(processes)
     try:
         results = list(executor.map(fn, jobs))
     except BrokenProcessPool:
         executor.shutdown(wait=False, cancel_futures=True)
         raise PoolBroken(f"a worker process of {what} died or could not start. {GUARD_HINT}") from None
-    except BaseException:
+    except BaseException:   # KeyboardInterrupt (a kernel interrupted in Jupyter) too: the workers stop with it
         executor.shutdown(wait=False, cancel_futures=True)
+        for child in set(multiprocessing.active_children()) - before:
+            child.kill()
         raise
     executor.shutdown()
     return results
