@@ -40,6 +40,13 @@ def metrics(record):
     return ([{k: v for k, v in row.items() if not k.endswith("seconds")} for row in record.steps], record.evals)
 
 
+@pytest.fixture(scope="module")
+def inline_run(paths):
+    """The three policies' GRPO run on the inline backend, in step (the reference the other backends and the async
+    clock must equal): computed once for the tests that read it."""
+    return run_concurrent(paths, TASK, GRPO, RunnerConfig(), progress=False)
+
+
 # --- one path for every experiment ----------------------------------------------------------------------
 
 def independent_grpo(name: str, path: str, task_cfg: TaskConfig, cfg: GrpoConfig) -> tuple[list, list]:
@@ -162,8 +169,8 @@ def test_a_pooling_probe_with_another_aggregation_is_refused_before_the_run(path
 
 
 @pytest.mark.slow
-def test_inline_run_of_three_policies_publishes_experience(paths):
-    record = run_concurrent(paths, TASK, GRPO, RunnerConfig(), progress=False)
+def test_inline_run_of_three_policies_publishes_experience(inline_run):
+    record = inline_run
     assert {row["policy"] for row in record.steps} == {"A", "B", "C"} and len(record.steps) == 3 * GRPO.steps
     assert record.counters["accepted/rollout"] == 3 * GRPO.steps * GRPO.prompts_per_step * GRPO.group_size
     assert record.counters["accepted/group_stats"] == 3 * GRPO.steps * GRPO.prompts_per_step
@@ -176,11 +183,10 @@ def test_inline_run_of_three_policies_publishes_experience(paths):
 
 
 @pytest.mark.slow
-def test_process_backend_equals_inline(paths):
-    inline = run_concurrent(paths, TASK, GRPO, RunnerConfig(backend="inline"), progress=False)
+def test_process_backend_equals_inline(paths, inline_run):
     spawned = run_concurrent(paths, TASK, GRPO, RunnerConfig(backend="process", step_timeout=120),
                              progress=False)
-    assert metrics(inline) == metrics(spawned)
+    assert metrics(inline_run) == metrics(spawned)
 
 
 RUN = """
@@ -261,11 +267,10 @@ def test_hung_worker_misses_the_deadline(paths):
 
 
 @pytest.mark.slow
-def test_ray_backend_equals_inline_and_detects_a_dead_actor(paths):
+def test_ray_backend_equals_inline_and_detects_a_dead_actor(paths, inline_run):
     pytest.importorskip("ray")
-    inline = run_concurrent(paths, TASK, GRPO, RunnerConfig(backend="inline"), progress=False)
     on_ray = run_concurrent(paths, TASK, GRPO, RunnerConfig(backend="ray", step_timeout=120), progress=False)
-    assert metrics(inline) == metrics(on_ray)
+    assert metrics(inline_run) == metrics(on_ray)
     # the death itself is reported ("its actor died"), not the 60 s deadline ("no answer ... within"): no duration is
     # asserted, since Ray's start-up alone can take minutes on a loaded 2-core machine
     with pytest.raises(WorkerFailed, match="worker 'B' failed: its actor died"):
@@ -275,10 +280,10 @@ def test_ray_backend_equals_inline_and_detects_a_dead_actor(paths):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["inline", "process"])
-def test_async_clock_bounds_the_lead_and_matches_sync(paths, backend, tmp_path):
+def test_async_clock_bounds_the_lead_and_matches_sync(paths, backend, tmp_path, inline_run):
     """With probe none each policy's trajectory is its own: async must give the sync metrics, and no
     worker ever starts a step more than `staleness` ahead of the slowest."""
-    sync = run_concurrent(paths, TASK, GRPO, RunnerConfig(), progress=False)
+    sync = inline_run
     cfg = RunnerConfig(backend=backend, mode="async", staleness=1, checkpoint_every=3, step_timeout=120)
     fast = run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, progress=False)
     leads = [e["lead"] for e in fast.events if e["event"].startswith("dispatch")]
