@@ -2,10 +2,9 @@
 
 Warms up the smoke profile's A and B (their architectures, tokenizers, sizes and fp32 warm-up, fewer steps) into
 OUT/zoo, runs SGT between them for a few steps, and prints one JSON line: the numerics state, a sha256 of every
-checkpoint file and of the run's metrics (step rows without their timings, evals). With --warmup-only it stops after
-the warm-up (the native runs, whose check needs only the checkpoints to differ).
+checkpoint file and of the run's metrics (step rows without their timings, evals).
 
-    python tests/cpu_level_run.py OUT [--warmup-only]
+    python tests/cpu_level_run.py OUT
 """
 import dataclasses
 import hashlib
@@ -28,7 +27,7 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def main(out: Path, warmup_only: bool = False) -> None:
+def main(out: Path) -> None:
     config = load_profile("smoke")
     zoo_cfg = dataclasses.replace(config.zoo, families=[f for f in config.zoo.families if f.name in ("A", "B")],
                                   warmup=dataclasses.replace(config.zoo.warmup, steps=WARMUP_STEPS, lr_warmup_steps=10), workers=2)
@@ -36,9 +35,6 @@ def main(out: Path, warmup_only: bool = False) -> None:
     checkpoints = {f"{name}/{file.name}": digest(file.read_bytes()) for name, policy in sorted(zoo.items())
                    for file in sorted(policy.path.iterdir()) if file.suffix in (".safetensors", ".json")
                    and file.name != "zoo.json"}
-    if warmup_only:
-        print(json.dumps({"numerics": state(), "checkpoints": checkpoints}))
-        return
     grpo = dataclasses.replace(config.grpo, steps=RL_STEPS, eval_every=RL_STEPS)
     record = run_concurrent({name: str(policy.path) for name, policy in zoo.items()}, config.task, grpo,
                             RunnerConfig(), progress=False, probe_cfg=probe_config("sgt"))
@@ -50,4 +46,4 @@ def main(out: Path, warmup_only: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), "--warmup-only" in sys.argv[2:])
+    main(Path(sys.argv[1]))

@@ -102,11 +102,9 @@ def test_native_mode_is_recorded_and_not_required():
     assert json.loads(done.stdout)["mode"] == "native"
 
 
-def level_runs(mode: str, levels: list[str], root: Path, warmup_only: bool = False) -> dict[str, dict]:
-    """{level: cpu_level_run.py's JSON} for each level, two processes at a time (warmup_only: the checkpoints alone,
-    without the SGT run)."""
-    processes = {level: subprocess.Popen([sys.executable, str(RUN), str(root / f"{mode}-{level}"),
-                                          *(["--warmup-only"] if warmup_only else [])],
+def level_runs(mode: str, levels: list[str], root: Path) -> dict[str, dict]:
+    """{level: cpu_level_run.py's JSON} for each level, two processes at a time."""
+    processes = {level: subprocess.Popen([sys.executable, str(RUN), str(root / f"{mode}-{level}")],
                                          env=clean_environment(MRL_NUMERICS=mode, **LEVELS[level]),
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for level in levels}
@@ -137,7 +135,7 @@ def test_warmup_and_sgt_are_byte_identical_across_instruction_set_levels(tmp_pat
             {k: reference[k] for k in ("checkpoints", "steps", "evals")}, f"the contract's bits differ at {level}"
     if len(levels) == 1:
         pytest.skip(f"this CPU's kernels are {native_capability()}: no second level to compare native runs at")
-    native = level_runs("native", levels, tmp_path, warmup_only=True)   # their checkpoints differ: no SGT run needed
+    native = level_runs("native", levels, tmp_path)
     assert {level: r["numerics"]["aten"] for level, r in native.items()} == {"AVX512": "AVX512", "AVX2": "AVX2"}
     assert native["AVX512"]["checkpoints"] != native["AVX2"]["checkpoints"], \
         "native runs at two levels gave the same checkpoints: this test could not see a CPU-dependent result"
