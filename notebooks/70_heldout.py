@@ -208,7 +208,7 @@ ledger_caption = (f"the mean paired difference over the warm-ups with its unadju
                   f"against 0 (or the margin) and against the paper's size, all of the family's tests corrected "
                   f"together, the exact sign-flip p of the first (unadjusted), the verdict under rule v2 (at least "
                   f"{MIN_WARMUPS} warm-ups; margin {MARGIN}), the verdict with each warm-up left out, and rule v1's "
-                  f"verdict (docs/claims.md).")
+                  f"verdict on these same comparisons and endpoints (docs/claims.md).")
 ledgers = {}
 for family, name in (("primary", "claims"), ("secondary", "claims_secondary")):
     ledgers[family] = claims_ledger(values, family)

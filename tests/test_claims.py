@@ -9,12 +9,12 @@ import pytest
 from scipy.stats import t as student_t
 
 from mrl.profiles import load_profile
-from mrl.reports.claims import (CLAIMS, claims_ledger, claims_power, endpoint_values, evidence_table, evidence_verdicts,
+from mrl.reports.claims import (CLAIMS, claims_ledger, claims_power, endpoint_values, evidence_table,
                                 hierarchical_bootstrap, ledger_interval_count, ledger_sentence, ledger_table,
                                 like_for_like_table, read_endpoint_values, replication_column, unit_differences,
                                 variance_split)
 from mrl.results import repo_root
-from mrl.reports.claims_rule import (MARGIN, Claim, claim_hypotheses, holm, judge_v1, sign_flip_p, t_p_value, t_power,
+from mrl.reports.claims_rule import (MARGIN, Claim, claim_hypotheses, holm, sign_flip_p, t_p_value, t_power,
                                      v1_tests, verdict_v2, warmups_for_power)
 from mrl.reports.paired import chance_note
 
@@ -287,24 +287,6 @@ def test_replication_reads_each_verdict_kind():
     second = pd.DataFrame({"verdict": ["supported (near)", "inconclusive", "supported", "supported"]})
     assert replication_column(primary, second) == ["replicated", "not replicated", "nothing to replicate",
                                                    "replicated"]
-
-
-def test_rule_v1_recomputed_from_the_committed_evidence_gives_the_committed_verdicts():
-    """The transition's check: the committed per-warm-up evidence (3 decimals) reproduces the committed rule-v1
-    verdicts on overall accuracy, so rule v2's verdicts beside them rest on the same numbers."""
-    tables = repo_root() / "paper_tables"
-    ledger = pd.read_csv(tables / "claims.csv", dtype=str, keep_default_na=False)
-    if "rule v1" in ledger:
-        pytest.skip("the committed ledger is under rule v2: test_the_committed_ledger_is_recomputed_from_its_runs")
-    evidence = pd.read_csv(tables / "claims_evidence.csv")
-    claims, differences = [], []
-    for claim in CLAIMS:
-        rows = evidence[evidence.claim == claim.claim]
-        probe, reference = rows.comparison.iloc[0].split(" - ")
-        claims.append(Claim(claim.paper, claim.claim, probe, reference, claim.kind, claim.paper_effect, ""))
-        differences.append(rows[[c for c in rows if c.startswith("zoo ")]].astype(float).mean(axis=0).to_numpy())
-    assert judge_v1(tuple(claims), differences) == list(ledger.verdict)
-    assert list(evidence_verdicts(evidence).claim) == list(ledger.claim)
 
 
 def test_the_committed_ledger_is_recomputed_from_its_runs():

@@ -10,8 +10,7 @@ from mrl.results import repo_root, save_figure
 FIGURES = repo_root() / "figures"
 NOT_YET = {
     "beyond_poison", "beyond_scaling", "beyond_weak_skill", "grpo_baseline_curves", "hacpo_stepwise_clipping",
-    "heldout_base_rate", "heldout_weak_skill", "heldout_weak_skill_zoo4", "mwra_timeline", "probe_accuracy",
-    "probe_rescue", "thl_residuals", "warmup",
+    "mwra_timeline", "probe_accuracy", "probe_rescue", "thl_residuals", "warmup",
 }
 """figures committed before their notebooks saved inputs: each is drawn from committed data at its notebook's next
 regeneration (its notebook calls draw_and_save), and leaves this set then"""

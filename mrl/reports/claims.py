@@ -213,6 +213,7 @@ def ledger_table(ledger: pd.DataFrame) -> pd.DataFrame:
 
     return pd.DataFrame({
         "paper": ledger["paper"], "claim": ledger["claim"], "comparison": ledger["comparison"],
+        "endpoint": ledger["column"],
         "warm-ups x seeds": [f"{int(r['zoos'])} x {int(r['seeds per zoo'])}" if r["zoos"] else "0" for r in records],
         "difference": [f"{r['diff']:+.3f}" if r["zoos"] else "" for r in records],
         "95% t over warm-ups": [interval(r, "low", "high") for r in records],
@@ -312,38 +313,6 @@ def like_for_like_table(values: pd.DataFrame) -> pd.DataFrame:
             row[f"Δ {column} [95% t]"] = interval_cell(mean, low, high, len(d) >= 2 and (low > 0 or high < 0))
         else:
             rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def evidence_verdicts(evidence: pd.DataFrame) -> pd.DataFrame:
-    """Rule v2's verdicts recomputed from a rule-v1 ledger's committed per-warm-up evidence (claims_evidence.csv:
-    per claim and policy, the mean paired difference per zoo seed, rounded to 3 decimals), on the comparisons and the
-    endpoint (overall) that ledger ran: per claim of CLAIMS present, the comparison, rule v2's verdict, its deciding
-    Holm p, the sign-flip p, the near-edge flag and the leave-one-warm-up-out fragility. For the ledger's transition
-    only: a regenerated ledger carries both rules' verdicts itself."""
-    zoo_columns = [c for c in evidence if c.startswith("zoo ")]
-    claims, differences = [], []
-    for claim in CLAIMS:
-        rows = evidence[evidence.claim == claim.claim]
-        if rows.empty:
-            continue
-        probe, reference = rows.comparison.iloc[0].split(" - ")
-        claims.append(Claim(claim.paper, claim.claim, probe, reference, claim.kind, claim.paper_effect, claim.source))
-        d = rows[zoo_columns].apply(pd.to_numeric, errors="coerce").mean(axis=0).dropna()
-        d.index = [int(name.split()[1]) for name in d.index]
-        differences.append(d)
-    claims = tuple(claims)
-    judged = judge(claims, [d.to_numpy() for d in differences])
-    warmups = sorted(set().union(*(d.index for d in differences))) if differences else []
-    without = leave_one_out(claims, differences, warmups) if len(warmups) > MIN_WARMUPS else [{} for _ in claims]
-    rows = []
-    for claim, result, dropped in zip(claims, judged, without):
-        row = {"claim": claim.claim, "comparison": f"{claim.probe} - {claim.reference}", "kind": claim.kind, **result}
-        rows.append({"claim": claim.claim, "comparison": row["comparison"], "verdict": result["verdict"],
-                     "p (Holm)": deciding_p(row), "p size (Holm)": result.get("p size (Holm)", float("nan")),
-                     "p sign-flip": deciding_p(row, "sign-flip"),
-                     "near edge": result.get("near edge", False), "leave-one-out": fragility(result["verdict"], dropped)
-                     if dropped else "", "tests": result["tests"]})
     return pd.DataFrame(rows)
 
 

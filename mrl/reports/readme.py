@@ -2,7 +2,7 @@
 
 A block sits between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->` in README.md. `make reproduce`
 (default profile) rewrites every block from the committed outputs (`paper_tables/claims.csv`,
-`paper_tables/claims_weak.csv` and the reproduce record `paper_tables/reproduce_default.json`), and
+`paper_tables/claims_secondary.csv`, `heldout_zoo.csv` and the reproduce record `reproduce_default.json`), and
 `tests/test_readme.py` fails when a block differs from what those outputs give, so the README never quotes a
 number by hand.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mrl.reports.claims import MIN_WARMUPS, evidence_verdicts, p_cell
+from mrl.reports.claims import MIN_WARMUPS
 
 NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the results are in the files)
     "00_zoo": ("the tiny model zoo: families, tokenizers, warm-up accuracy per skill",
@@ -32,7 +32,8 @@ NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the r
     "60_bandit": ("the contextual-bandit analysis (a reconstruction): the stability-support plane",
                   "bandit, bandit_dynamics", "bandit_plane, bandit_dynamics"),
     "70_heldout": ("the held-out experiment on five warm-ups and the claims ledger",
-                   "heldout_zoo, heldout_warmup, heldout_main, claims, claims_weak, claims_evidence",
+                   "heldout_zoo, heldout_warmup, heldout_main, claims_like_for_like, claims, claims_secondary, "
+                   "claims_power, claims_evidence, claims_runs",
                    "heldout_weak_skill, heldout_base_rate"),
     "80_beyond": ("beyond the papers: TRRD, GRAFT online and offline, a poisoned peer, more policies",
                   "beyond_main, beyond_poison, beyond_scaling", "beyond_weak_skill, beyond_poison, beyond_scaling"),
@@ -42,20 +43,14 @@ MARKER = re.compile(r"(<!-- generated:(?P<name>[a-z]+) -->\n)(?P<body>.*?)(<!-- 
 
 
 def ledger_block(tables: Path) -> str:
-    """The claims ledger as README markdown, from the committed ledger tables (mrl.reports.claims.ledger_table).
-
-    A ledger under rule v2 (claims.csv with a "rule v1" column, and claims_secondary.csv): per claim its primary
-    endpoint, difference and interval, Holm p, verdict, fragility and rule v1's verdict, then the secondary family's
-    difference and verdict. A ledger under rule v1 (claims.csv and claims_weak.csv): its table with rule v2's verdicts
-    recomputed beside it from the committed per-warm-up evidence (claims_evidence.csv), until it is regenerated."""
-    if not (tables / "claims.csv").exists():
-        return (f"No claims ledger is committed yet: `make reproduce` writes it on {MIN_WARMUPS} or more warm-ups, "
-                f"and this block.\n")
-    primary = pd.read_csv(tables / "claims.csv", dtype=str, keep_default_na=False)
-    if "rule v1" in primary:
-        return rule_v2_block(primary, pd.read_csv(tables / "claims_secondary.csv", dtype=str, keep_default_na=False))
-    return rule_v1_block(primary, pd.read_csv(tables / "claims_weak.csv", dtype=str, keep_default_na=False),
-                         pd.read_csv(tables / "claims_evidence.csv", dtype=str, keep_default_na=False))
+    """The claims ledger as README markdown, from the committed ledger tables (mrl.reports.claims.ledger_table): per
+    claim its primary endpoint, difference and interval, Holm p, verdict (rule v2), fragility and rule v1's verdict,
+    then the secondary family's difference and verdict."""
+    if not (tables / "claims_secondary.csv").exists():
+        return (f"No claims ledger under the current rule is committed yet: `make reproduce` writes it on "
+                f"{MIN_WARMUPS} or more warm-ups, and this block.\n")
+    return rule_v2_block(*(pd.read_csv(tables / f"{name}.csv", dtype=str, keep_default_na=False)
+                           for name in ("claims", "claims_secondary")))
 
 
 def interval_text(row) -> str:
@@ -82,36 +77,6 @@ def rule_v2_block(primary: pd.DataFrame, secondary: pd.DataFrame) -> str:
             f"{intervals} distinct intervals; about {0.05 * intervals:.1f} would exclude 0 by chance at 95%, which is "
             f"why every verdict comes from Holm-adjusted tests in one family (`docs/claims.md`).\n\n"
             + "\n".join(lines) + "\n")
-
-
-def v2_verdict(row) -> str:
-    return row["verdict"] + (" (near the alpha edge)" if row["near edge"] is True else "")
-
-
-def rule_v1_block(overall: pd.DataFrame, weak: pd.DataFrame, evidence: pd.DataFrame) -> str:
-    """The block of a rule-v1 ledger (ledger_block), with rule v2's verdicts on its evidence beside it."""
-    keys = ["paper", "claim", "comparison"]
-    if overall[keys].values.tolist() != weak[keys].values.tolist():
-        raise ValueError("claims.csv and claims_weak.csv do not hold the same claims in the same order: regenerate "
-                         "both with notebooks/70_heldout.ipynb")
-    v2 = evidence_verdicts(evidence).set_index("claim")
-    lines = ["| paper | claim | comparison | warm-ups x seeds | overall: difference [95% t] | rule v1 | rule v2 "
-             "| Holm p vs 0 or margin; vs the paper's size (v2) | leave one warm-up out (v2) "
-             "| weak form: difference [95% t] | rule v1 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for o, w in zip(overall.to_dict("records"), weak.to_dict("records")):
-        new = v2.loc[o["claim"]] if o["claim"] in v2.index else None
-        ps = "" if new is None else "; ".join(filter(None, (p_cell(new["p (Holm)"]), p_cell(new["p size (Holm)"]))))
-        lines.append(f"| {o['paper']} | {o['claim']} | `{o['comparison']}` | {o['warm-ups x seeds']} "
-                     f"| {interval_text(o)} | {o['verdict']} | {'' if new is None else v2_verdict(new)} | {ps} "
-                     f"| {'' if new is None else new['leave-one-out']} | {interval_text(w)} | {w['verdict']} |")
-    intervals = sum(frame.loc[frame["95% t over warm-ups"] != "", "comparison"].nunique() for frame in (overall, weak))
-    tests = int(v2.tests.max()) if len(v2) else 0
-    return (f"The committed ledger was computed under rule v1 ({verdict_summary(overall)} on overall accuracy; "
-            f"{verdict_summary(weak)} on the weak form). Rule v2 (`docs/claims.md`), recomputed here from the "
-            f"committed per-warm-up evidence on overall accuracy, its {tests} tests in one Holm family: "
-            f"{verdict_summary(v2)}. The table holds {intervals} distinct intervals; about {0.05 * intervals:.1f} "
-            f"would exclude 0 by chance at 95%. `make reproduce` regenerates the ledger under rule v2 with its GRPO "
-            f"arm at 4 updates per step.\n\n" + "\n".join(lines) + "\n")
 
 
 def verdict_summary(ledger: pd.DataFrame) -> str:
