@@ -1,7 +1,7 @@
 """Live metrics of a run: every policy's reward, loss, grad norm, evaluations and probe statistics per step,
-sent to TensorBoard, Trackio or a table in the notebook while the run goes.
+sent to TensorBoard, Trackio, Weights & Biases or a table in the notebook while the run goes.
 
-`RunnerConfig.report_to` picks the tracker (none | tensorboard | trackio; `make reproduce` uses none);
+`RunnerConfig.report_to` picks the tracker (none | tensorboard | trackio | wandb; `make reproduce` uses none);
 `run_concurrent(..., reporters=[...])` adds reporter objects of one's own (anything with `log` and `close`).
 The runner hands its growing `RunRecord` to a `Reporting` after every step; it turns the rows added since the
 last call into metrics named in TRL's convention, one namespace per policy:
@@ -15,13 +15,14 @@ each logged at the step it belongs to. Reporting never changes what a run comput
 from __future__ import annotations
 
 import math
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Protocol
 
 import yaml
 
-REPORT_TO = ("none", "tensorboard", "trackio")
+REPORT_TO = ("none", "tensorboard", "trackio", "wandb")
 TRAIN = ("reward", "loss", "grad_norm", "active_sequences", "completion_tokens")
 TIMING = ("rollout_seconds", "update_seconds")
 STEP_KEYS = ("policy", "step")
@@ -129,6 +130,27 @@ class TrackioReporter:
         self._trackio = trackio
         self.run = trackio.init(project=project, name=run_id, config=config or {}, embed=False,
                               auto_log_cpu=False)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.run.log(metrics, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class WandbReporter:
+    """A Weights & Biases run named `run_id` in project `project` (`pip install -e ".[wandb]"`), the run's config as
+    its config. W&B's own settings apply: WANDB_MODE=offline keeps the run in `<dir>/wandb/` for a later
+    `wandb sync`, WANDB_PROJECT and WANDB_ENTITY choose where it goes."""
+
+    def __init__(self, run_id: str, project: str = "mrl", config: dict | None = None,
+                 logging_dir: str | Path | None = None):
+        import wandb
+
+        if logging_dir is not None:
+            Path(logging_dir).mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", project), name=run_id, config=config or {},
+                              dir=str(logging_dir) if logging_dir is not None else None, reinit="create_new")
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.run.log(metrics, step=step)
@@ -248,7 +270,7 @@ class NotebookPlot:
 
 def make_reporters(report_to: str, run_id: str, logging_dir: str | Path | None, config: dict | None = None) -> list:
     """The reporter `report_to` names (none: no reporter). logging_dir: TensorBoard's folder (default
-    results/tensorboard)."""
+    results/tensorboard), W&B's (default: W&B's, ./wandb)."""
     if report_to == "none":
         return []
     if report_to == "tensorboard":
@@ -257,4 +279,6 @@ def make_reporters(report_to: str, run_id: str, logging_dir: str | Path | None, 
         return [TensorBoardReporter(run_id, logging_dir or repo_root() / "results" / "tensorboard", config)]
     if report_to == "trackio":
         return [TrackioReporter(run_id, config=config)]
+    if report_to == "wandb":
+        return [WandbReporter(run_id, config=config, logging_dir=logging_dir)]
     raise ValueError(f"report_to={report_to!r}: allowed values are {list(REPORT_TO)}")

@@ -1,6 +1,6 @@
-"""Live metrics (mrl.tracking): metric names by hand, a run reported to TensorBoard and to Trackio read back from
-their own stores equal to the run's record, reporting changes nothing a run computes, a resumed run reports only
-its new steps, a notebook table, and a bad report_to refused by name."""
+"""Live metrics (mrl.tracking): metric names by hand, a run reported to TensorBoard, to Trackio and to W&B (offline)
+read back from their own stores equal to the run's record, reporting changes nothing a run computes, a resumed run
+reports only its new steps, a notebook table, and a bad report_to refused by name."""
 import json
 import os
 import shutil
@@ -133,6 +133,61 @@ def test_trackio_stores_the_run_locally(tiny_zoo_paths, tmp_path):
     assert any((tmp_path / "trackio").rglob("*.db"))
 
 
+def wandb_records(path):
+    """The records of a W&B run file (run-<id>.wandb): a 7-byte header, then LevelDB's log format (32 KiB blocks;
+    each chunk a 4-byte checksum, a 2-byte length and a type: 1 whole, 2 first, 3 middle, 4 last) of protobuf
+    Records, read with W&B's own message class."""
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    data, pos, pending, block = path.read_bytes(), 7, b"", 32768
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:   # a block's tail too short for a chunk header is padding
+            pos += block - pos % block
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            record = Record()
+            record.ParseFromString(pending)
+            yield record
+
+
+@pytest.mark.slow
+def test_wandb_stores_the_run_offline(tiny_zoo_paths, tmp_path):
+    """W&B in offline mode in its own process (it keeps a global current run), its files under logging_dir, read
+    back from W&B's own run file."""
+    pytest.importorskip("wandb")
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(os.path.dirname(__file__))!r})
+        from conftest import TINY_TASK
+        from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
+        from mrl.probes import probe_config
+        from mrl.runner import run_concurrent
+        record = run_concurrent({{"A": {tiny_zoo_paths["A"]!r}}}, TaskConfig(**TINY_TASK),
+                                GrpoConfig(steps=2, prompts_per_step=4, group_size=4, eval_every=2, seed=0),
+                                RunnerConfig(report_to="wandb", logging_dir={str(tmp_path / "wandb")!r}),
+                                progress=False, run_id="wandb-run", probe_cfg=probe_config("grpo"))
+        print("RESULT", json.dumps([row["reward"] for row in record.steps]))
+    """)
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rewards = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    [run_file] = (tmp_path / "wandb").rglob("offline-run-*/run-*.wandb")
+    records = list(wandb_records(run_file))
+    [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert run.display_name == "wandb-run" and "grpo" in {item.key for item in run.config.update}
+    history = [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
+               for r in records if r.WhichOneof("record_type") == "history"]
+    logged = [(row["_step"], row["A/train/reward"]) for row in history if "A/train/reward" in row]
+    assert [step for step, _ in logged] == [1, 2]
+    assert [value for _, value in logged] == pytest.approx(rewards, rel=1e-6)
+    assert [row["_step"] for row in history if "A/eval/held-out/mean" in row] == [0, 2]
+
+
 def test_notebook_table_keeps_the_chosen_columns(capsys):
     table = NotebookTable(["A/probe/rescue_size", "B/probe/rescue_size"])
     table.log({"A/probe/rescue_size": 3.0, "A/train/loss": 0.1}, 1)
@@ -161,5 +216,5 @@ def test_notebook_plot_draws_one_panel_per_metric_and_one_line_per_policy():
 
 
 def test_report_to_is_checked():
-    with pytest.raises(ConfigError, match="report_to.*tensorboard"):
-        RunnerConfig(report_to="wandb")
+    with pytest.raises(ConfigError, match="report_to.*wandb"):
+        RunnerConfig(report_to="comet")
