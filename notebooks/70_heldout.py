@@ -33,8 +33,9 @@
 # **The substrate is not the papers'.** Two models of about 0.8M parameters each, on two-number addition, 100 RL
 # steps: a CPU stand-in for billion-parameter models on math benchmarks. Every verdict below holds on this substrate.
 #
-# **Statistics, rule v2, declared before its runs were read** (`mrl/reports/claims.py`, `docs/claims.md`, which gives
-# rule v1 beside it and the ledger's history).
+# **Statistics, rule v2**, written after rule v1's verdicts on these runs had been seen (`mrl/reports/claims.py`;
+# `docs/claims.md` gives rule v1 beside it and the ledger's history; the replication in the `full` profile is its
+# confirmatory test).
 # - *Endpoint:* per run and policy, the mean held-out accuracy over the last 3 evaluations: overall (as the papers
 #   report accuracy) and on the policy's weak form (the mechanism). Each claim's primary endpoint is overall, except
 #   "XGRPO gives no rescue", whose mechanism acts on the weak form.

@@ -285,7 +285,8 @@ def test_replication_reads_each_verdict_kind():
     primary = pd.DataFrame({"verdict": ["supported", "contradicted: the opposite sign", "inconclusive",
                                         "supported, smaller than the paper's"]})
     second = pd.DataFrame({"verdict": ["supported (near)", "inconclusive", "supported", "supported"]})
-    assert replication_column(primary, second) == ["replicated", "not replicated", "nothing to replicate",
+    assert replication_column(primary, second) == ["replicated", "not replicated: inconclusive",
+                                                   "primary inconclusive; replication supported",
                                                    "replicated"]
 
 

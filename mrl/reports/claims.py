@@ -284,16 +284,18 @@ def power_table(power: pd.DataFrame) -> pd.DataFrame:
 
 def replication_column(primary: pd.DataFrame, replication: pd.DataFrame) -> list[str]:
     """Per claim: "replicated" when the replication's rule v2 verdict has the primary's kind (supported or
-    contradicted, with its sign), "not replicated" when it does not, "nothing to replicate" when the primary is
-    inconclusive or untested."""
+    contradicted, with its sign), "not replicated: <the replication's verdict>" when it does not, and for a primary
+    that was inconclusive or untested, "primary <verdict>; replication <verdict>" (a claim the first set could not
+    decide can still be decided by the second)."""
+    def kind(verdict: str) -> str:   # "supported, smaller than the paper's" replicates "supported"
+        return verdict.split(" (")[0].split(",")[0]
+
     out = []
     for first, second in zip(primary.verdict, replication.verdict):
-        kind = first.split(",")[0].split(" (")[0]
-        if not kind.startswith(("supported", "contradicted")):
-            out.append("nothing to replicate")
+        if not kind(first).startswith(("supported", "contradicted")):
+            out.append(f"primary {kind(first)}; replication {kind(second)}")
         else:
-            same = second.split(",")[0].split(" (")[0] == kind
-            out.append("replicated" if same else "not replicated")
+            out.append("replicated" if kind(second) == kind(first) else f"not replicated: {kind(second)}")
     return out
 
 
@@ -411,9 +413,12 @@ def ledger_discussion(ledger: pd.DataFrame, power: pd.DataFrame | None = None) -
                          f"{', '.join(f'`{c}`' for c in claim_labels(sized))}: the effect here is smaller than the "
                          f"paper reports (where the sign stays undetermined the verdict says so).")
     if (kinds == "inconclusive").any():
+        sized_claims = judged["paper's effect"].notna() & judged["kind"].isin(["better", "worse"])
+        undecided = "the data neither confirm these claims nor rule out the papers' effects" \
+            if sized_claims[kinds == "inconclusive"].all() else \
+            "the data neither confirm these claims nor rule out the papers' effects where a paper gives one"
         sentences.append(f"For {listed('inconclusive')} no test passes after Holm's correction over "
-                         f"{int(judged.zoos.max())} warm-ups: the data neither confirm these claims nor rule out the "
-                         f"papers' effects.")
+                         f"{int(judged.zoos.max())} warm-ups: {undecided}.")
     if power is not None and len(power):
         sentences.append(power_sentence(power))
     return " ".join(sentences)
@@ -436,10 +441,11 @@ def power_sentence(power: pd.DataFrame) -> str:
 
 
 def ledger_interval_count(ledger: pd.DataFrame) -> int:
-    """The distinct t intervals a ledger table shows (a comparison tested by two claims shows one interval twice;
-    the bootstrap's are a check, not counted)."""
+    """The distinct t intervals a ledger table shows: one per (comparison, endpoint) (a comparison tested by two
+    claims on one endpoint shows one interval twice; the bootstrap's are a check, not counted)."""
     shown = ledger[ledger.zoos >= 2] if "zoos" in ledger else ledger.iloc[:0]
-    return int(shown.comparison.nunique())
+    return int(len(shown[["comparison", "endpoint"]].drop_duplicates())) if "endpoint" in shown else \
+        int(shown.comparison.nunique())
 
 
 def base_rate_units(values: pd.DataFrame, probe: str) -> pd.DataFrame:
