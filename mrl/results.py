@@ -376,12 +376,13 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def publish_run(work: Path, folder: Path) -> CachedRun | None:
+def publish_run(work: Path, folder: Path, experience: bool = False) -> CachedRun | None:
     """Rename the finished `work` folder to `folder`; the rename decides between processes that computed the same
     key. None: this process's entry is in place. Else the entry another process published first, which passed its
     checks (read_run), is returned and `work` removed. An entry in the way that fails its checks (torn, edited, of
-    format 1) is moved aside and removed first. A reader sees the old entry, none, or a new one whole. The .partial
-    folder goes when it is left empty."""
+    format 1), or that lacks the experience log this one carries (experience=True: the same run, computed before
+    without a log), is moved aside and removed first. A reader sees the old entry, none, or a new one whole. The
+    .partial folder goes when it is left empty."""
     while True:
         try:
             os.rename(work, folder)
@@ -391,7 +392,7 @@ def publish_run(work: Path, folder: Path) -> CachedRun | None:
             if not work.is_dir():
                 raise
         cached = read_run(folder)
-        if cached is not None:
+        if cached is not None and (not experience or cached.record.get("experience", False)):
             shutil.rmtree(work, ignore_errors=True)
             break
         aside = work.with_name(f"{work.name}.replaced")

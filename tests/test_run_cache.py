@@ -99,6 +99,19 @@ def test_publishing_replaces_a_torn_entry_in_one_rename(tmp_path):
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["key"]
 
 
+def test_a_run_published_with_its_experience_log_replaces_the_same_run_without_one(tmp_path):
+    """80_beyond replays the grpo run's experience log: the same key computed earlier without a log (a run's log is
+    not in its key) must give way to the entry that carries one, never win the rename and drop the log."""
+    folder = cache_entry(tmp_path / "runs" / "key")
+    work = cache_entry(work_folder(folder), experience=True)
+    write_run_record(work, {"probe": {"name": "grpo"}, "experience": True})
+    assert publish_run(work, folder) is not None and not work.exists()   # without asking: the first entry stays
+    work = cache_entry(work_folder(folder), experience=True)
+    write_run_record(work, {"probe": {"name": "grpo"}, "experience": True})
+    assert publish_run(work, folder, experience=True) is None
+    assert (folder / "experience").is_dir() and read_run(folder).record["experience"] is True
+
+
 def publish_after(folder, reward: float, go) -> bool:
     """A process that computed the run of `folder` (its reward `reward`) publishes it once the file `go` exists: True
     when its own entry went into place, and either way the entry it returns is the one in place."""

@@ -269,7 +269,7 @@ def save_run(folder: Path, record, task: TaskConfig, grpo: GrpoConfig, probe: Pr
         "peers": variant.key(), "experience": variant.log_experience, "counters": record.counters,
         "events": record.events, "backend": backend, "git_sha": git_sha(), "numerics": numerics.state(),
         "wall_seconds": round(wall_seconds, 1)})
-    other = publish_run(work, folder)
+    other = publish_run(work, folder, experience=variant.log_experience)
     return (steps_df, evals_df) if other is None else (other.steps, other.evals)
 
 
