@@ -44,6 +44,12 @@ def test_generate_samples_the_full_softmax_despite_the_checkpoints_generation_de
     counts = torch.bincount(ids[:, 0], minlength=len(expected)).double()
     assert (counts > 0).sum() > 20   # far more than top-k 5 would leave
     assert model.generation_config.top_k == 5   # the checkpoint's own defaults are left as they were
+    assert_draws_follow(counts, expected, n)
+
+
+def assert_draws_follow(counts, expected, n: int) -> None:
+    """Pearson's chi-square of n draws' counts against the expected probabilities (cells expecting fewer than 5 draws
+    pooled into one): the draws must not be rejected at 1e-3."""
     keep = expected * n >= 5
     observed = torch.cat([counts[keep], counts[~keep].sum(0, keepdim=True)])
     wanted = torch.cat([expected[keep], expected[~keep].sum(0, keepdim=True)]) * n

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mrl.reports.readme import RECORD
-
-MARKER = re.compile(r"(<!-- generated:(?P<name>[a-z]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
+from mrl.reports.readme import MARKER, RECORD, render_blocks, rewrite_page
 
 
 def record_source(tables: Path) -> str:
@@ -62,10 +60,7 @@ TIMING = re.compile(r"\b\d[\d,.]*\s?(ms|s|seconds|minutes|hours|tokens/s|sequenc
 
 def render_performance(text: str, tables: Path) -> str:
     """`text` (docs/performance.md) with every generated block rewritten from the records in `tables`."""
-    found = {m.group("name") for m in MARKER.finditer(text)}
-    if found != set(BLOCKS):
-        raise ValueError(f"docs/performance.md blocks {sorted(found)} do not match the generators {sorted(BLOCKS)}")
-    return MARKER.sub(lambda m: m.group(1) + BLOCKS[m.group("name")](tables) + m.group(4), text)
+    return render_blocks(text, BLOCKS, tables, "docs/performance.md")
 
 
 def quoted_timings(text: str) -> list[str]:
@@ -78,8 +73,4 @@ def quoted_timings(text: str) -> list[str]:
 
 def update_performance(page: Path, tables: Path) -> bool:
     """Rewrite the page's generated blocks; True when it changed."""
-    text = page.read_text()
-    new = render_performance(text, tables)
-    if new != text:
-        page.write_text(new)
-    return new != text
+    return rewrite_page(page, lambda text: render_performance(text, tables))

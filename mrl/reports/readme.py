@@ -134,19 +134,29 @@ def substrate_block(tables: Path) -> str:
 BLOCKS = {"substrate": substrate_block, "ledger": ledger_block, "notebooks": notebooks_block}
 
 
-def render_readme(text: str, tables: Path) -> str:
-    """README text with every generated block rewritten from `tables`; a block name without a generator, or a
-    generator without its block, is a ValueError."""
+def render_blocks(text: str, blocks: dict, tables: Path, page: str) -> str:
+    """`text` with every generated block rewritten by its generator (blocks: {name: generator(tables) -> str}); a
+    block name without a generator, or a generator without its block, is a ValueError naming `page`."""
     found = {m.group("name") for m in MARKER.finditer(text)}
-    if found != set(BLOCKS):
-        raise ValueError(f"README blocks {sorted(found)} do not match the generators {sorted(BLOCKS)}")
-    return MARKER.sub(lambda m: m.group(1) + BLOCKS[m.group("name")](tables) + m.group(4), text)
+    if found != set(blocks):
+        raise ValueError(f"{page} blocks {sorted(found)} do not match the generators {sorted(blocks)}")
+    return MARKER.sub(lambda m: m.group(1) + blocks[m.group("name")](tables) + m.group(4), text)
+
+
+def rewrite_page(path: Path, render) -> bool:
+    """Rewrite a page's generated blocks in place with render(text); returns whether anything changed."""
+    text = path.read_text()
+    new = render(text)
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
+def render_readme(text: str, tables: Path) -> str:
+    """README text with every generated block rewritten from `tables` (render_blocks)."""
+    return render_blocks(text, BLOCKS, tables, "README")
 
 
 def update_readme(readme: Path, tables: Path) -> bool:
     """Rewrite README.md's generated blocks in place; returns whether anything changed."""
-    text = readme.read_text()
-    new = render_readme(text, tables)
-    if new != text:
-        readme.write_text(new)
-    return new != text
+    return rewrite_page(readme, lambda text: render_readme(text, tables))
