@@ -29,14 +29,15 @@ from typing import Annotated, Literal
 
 import yaml
 
+from mrl import reproduce
 from mrl.checkpoint import latest as latest_checkpoint
-from mrl.config import RunConfig
+from mrl.config import BACKENDS, REPORT_TO, RunConfig
 from mrl.experiments import Run, policy_paths, run_one
 from mrl.experiments.runs import trained_folder
-from mrl.mwra import BACKENDS
+from mrl.paths import repo_root
 from mrl.probes import PROBES, as_probe_config
 from mrl.profiles import PROFILES, load_profile
-from mrl.tracking import REPORT_TO
+from mrl.resources import parse_gpus, plan_resources, plan_trl
 from mrl.validation import ConfigError, Count, PositiveInt, StrictLoader, Str, config_dataclass, to_dict
 
 BENCHMARKS = ("grpo_step", "rollout", "thl", "probes", "packing", "warmup", "mwra")
@@ -253,8 +254,6 @@ def _run(args) -> int:
 
 
 def _bench(args) -> int:
-    from mrl.results import repo_root
-
     folder = repo_root() / "benchmarks"
     if not folder.is_dir():
         raise SystemExit(f"mrl bench: no benchmarks/ folder under {repo_root()}: run it from an mrl checkout")
@@ -268,8 +267,6 @@ def _bench(args) -> int:
 
 
 def _plan(args) -> int:
-    from mrl.resources import parse_gpus, plan_resources, plan_trl
-
     config, policies = load_profile(args.profile), args.pairing.split("+") if args.pairing else None
     if args.trainer == "trl":
         plan = plan_trl(config, parse_gpus(args.gpus), use_vllm=args.vllm, vllm_share=args.vllm_share,
@@ -342,8 +339,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     if argv[:1] == ["reproduce"]:
-        from mrl import reproduce
-
         return reproduce.main(argv[1:], prog="mrl reproduce")
     cli = parser()
     args = cli.parse_args(argv)

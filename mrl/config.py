@@ -2,11 +2,12 @@
 RunConfig (a profile, configs/<profile>.yaml).
 
 The validation machinery (strict types, ConfigError, load_config, override, to_dict, config_hash) is
-mrl.validation's; the notebooks' experiment configs live in their modules of mrl.experiments, which register them
-here (`register_experiment`), so RunConfig validates `experiments:` by that registry without importing them.
+mrl.validation's; the notebooks' experiment configs live in their modules of mrl.experiments, named here
+(EXPERIMENT_CLASSES), so RunConfig validates `experiments:` whenever this module is importable.
 """
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import field
 from pathlib import Path
@@ -16,13 +17,15 @@ from pydantic import AfterValidator, Field
 
 from mrl.grpo import LEVELS, LOSS_TYPES
 from mrl.mismatch import SAMPLER_CORRECTIONS
-from mrl.mwra import BACKENDS
-from mrl.tracking import REPORT_TO
 from mrl.validation import (Bool, ConfigError, Count, Float, Fraction, Int, NonEmpty, Positive, PositiveInt, Str,
                             config_dataclass, require)
 from mrl import validation
 
 ENGINES = ("fast", "hf", "generate", "batched", "graphs")
+BACKENDS = ("inline", "process", "ray")
+"""MWRA's backends (mrl.mwra.make_backend): actors in this process, one spawned process each, one Ray actor each"""
+REPORT_TO = ("none", "tensorboard", "trackio", "wandb")
+"""the trackers that can receive a run's live metrics (mrl.tracking.make_reporters)"""
 PRECISIONS = ("fp32", "bf16")
 TASKS = ("arith-ops", "arith-forms", "gsm8k")
 SKILLS = ("S1", "S2", "S3")
@@ -304,9 +307,15 @@ NOTEBOOKS = ("00_zoo", "01_tour", "10_grpo_baseline", "20_thl", "30_mwra", "40_p
 PAIRING_NAME = re.compile(r"^[A-Za-z0-9]+(\+[A-Za-z0-9]+)*$")
 PairingName = Annotated[Str, matching(PAIRING_NAME, "a pairing name like 'A+B'")]
 
+EXPERIMENT_CLASSES = {"bandit": "mrl.experiments.bandit:BanditConfig", "beyond": "mrl.experiments.beyond:BeyondConfig",
+                      "hacpo": "mrl.experiments.hacpo:HacpoGridConfig", "heldout": "mrl.experiments.heldout:HeldoutConfig",
+                      "mwra": "mrl.experiments.mwra:MwraTimingConfig", "probe": "mrl.experiments.probe:ProbeGridConfig"}
+"""{name: "module:class"} of the notebooks' experiments' config classes, complete whenever this module is importable:
+RunConfig validates `experiments:` by it, loading a class the first time a config names its experiment (its module,
+in mrl.experiments, sits above this one and imports it)"""
 EXPERIMENTS: dict[str, type] = {}
-"""{name: config class} of the notebooks' experiments (RunConfig.experiments), filled by the modules of
-mrl.experiments as they are imported (`register_experiment`)"""
+"""{name: config class} of the experiments whose class is loaded (EXPERIMENT_CLASSES) or registered in Python by
+`register_experiment` (a user's own experiment)"""
 
 
 def register_experiment(name: str):
@@ -316,6 +325,15 @@ def register_experiment(name: str):
         EXPERIMENTS[name] = cls
         return cls
     return wrap
+
+
+def experiment_class(name: str) -> type:
+    """The config class of experiment `name`: a registered one, else the one EXPERIMENT_CLASSES names (its module
+    imported by name, which registers it)."""
+    if name not in EXPERIMENTS:
+        module, _, cls = EXPERIMENT_CLASSES[name].partition(":")
+        EXPERIMENTS[name] = getattr(importlib.import_module(module), cls)
+    return EXPERIMENTS[name]
 
 
 @config_dataclass
@@ -363,9 +381,10 @@ class RunConfig:
                         f"policies drawn from {sorted(known)}")
             require(set(self.placement) <= known, c, "placement", sorted(self.placement),
                     f"policy names drawn from {sorted(known)}")
-        unknown = sorted(set(self.experiments) - set(EXPERIMENTS))
+        known = sorted({*EXPERIMENT_CLASSES, *EXPERIMENTS})
+        unknown = sorted(set(self.experiments) - set(known))
         require(not unknown, c, "experiments", unknown,
-                f"experiment names drawn from {sorted(EXPERIMENTS)} (the modules of mrl.experiments register them)")
+                f"experiment names drawn from {known} (mrl.config.EXPERIMENT_CLASSES, or register_experiment)")
         self.experiments = {name: _experiment(name, value) for name, value in self.experiments.items()}
         for experiment in self.experiments.values():
             for name in getattr(experiment, "pairings_used", list)():
@@ -392,7 +411,7 @@ class RunConfig:
 
 def _experiment(name: str, value: Any) -> Any:
     """An experiment's config: kept when already built, else built from its mapping by the registered class."""
-    cls = EXPERIMENTS[name]
+    cls = experiment_class(name)
     if isinstance(value, cls):
         return value
     require(isinstance(value, dict), "RunConfig", f"experiments.{name}", value, "a mapping of its settings")

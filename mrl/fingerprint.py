@@ -20,7 +20,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
 
-ZOO_MODULES = ("zoo.py", "fast.py", "rollout.py", "tasks.py", "seeding.py", "numerics.py")
+ZOO_MODULES = ("zoo.py", "fast.py", "rollout.py", "stop_tokens.py", "tasks.py", "seeding.py", "numerics.py")
 """the modules a zoo member's weights depend on: tokenizer training, the corpus, the model, the warm-up loop, the
 log-probs it trains on and the numerics contract its kernels run under (config.py's values that matter are in the
 key itself)"""

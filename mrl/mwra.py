@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
 from mrl import numerics
+from mrl.config import BACKENDS
+from mrl.placement import cap_gpu_memory, resolve_device
 from mrl.pools import GUARD_HINT, watch_parent
-
-BACKENDS = ("inline", "process", "ray")
 
 
 class WorkerFailed(RuntimeError):
@@ -142,8 +142,6 @@ def _own_process_actor(cls, config):
     their own share, not on a neighbour's."""
     placement = getattr(config, "placement", None)
     if placement is not None:
-        from mrl.placement import cap_gpu_memory, resolve_device
-
         cap_gpu_memory(resolve_device(placement.device), placement.gpus)
     return cls(config)
 

@@ -9,9 +9,8 @@ the grids.
 """
 from __future__ import annotations
 
-import mrl.experiments  # noqa: F401  (registers the experiments' config classes RunConfig.experiments is checked by)
 from mrl.config import RunConfig, load_config
-from mrl.results import repo_root
+from mrl.paths import repo_root
 
 PROFILES = ("smoke", "default", "full", "paper")
 

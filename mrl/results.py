@@ -26,18 +26,14 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from mrl import numerics
+from mrl.paths import repo_root  # noqa: F401  (re-exported: notebooks import mrl.results.repo_root)
+from mrl.probes import as_probe_config, probe_label
+from mrl.see import LOG_MANIFEST
 from mrl.validation import to_dict
 
 if TYPE_CHECKING:
     import pandas as pd
-
-
-def repo_root() -> Path:
-    """The mrl checkout: the nearest ancestor of the working directory holding pyproject.toml and mrl/."""
-    for folder in (Path.cwd(), *Path.cwd().parents):
-        if (folder / "pyproject.toml").exists() and (folder / "mrl").is_dir():
-            return folder
-    return Path(__file__).resolve().parents[1]
 
 
 def git_sha(root: Path | None = None) -> str:
@@ -78,7 +74,6 @@ def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
     other roundings)."""
     import torch
 
-    from mrl import numerics
 
     name, flags = platform.processor() or platform.machine(), set()
     if cpuinfo.exists():
@@ -100,7 +95,6 @@ def start_run(notebook: str, profile: str, config, seed: int, extra: dict | None
     import transformers
     import trl
 
-    from mrl import numerics
 
     numerics.require()
 
@@ -278,8 +272,6 @@ class RunCacheWarning(UserWarning):
 def experience_index_sha256(log: Path) -> str:
     """sha256 over an experience log's manifests (each one's name and bytes, in step order). A manifest holds its step
     files' sha256 and record counts (mrl.see.read_manifest), so this covers the whole log."""
-    from mrl.see import LOG_MANIFEST
-
     digest = hashlib.sha256()
     for path in sorted(p for p in log.iterdir() if LOG_MANIFEST.fullmatch(p.name)):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
@@ -419,8 +411,6 @@ def load_runs(folder: str | Path | None = None, table: str = "evals", as_dataset
     run.json) is skipped, and so is one that fails its checks (read_run), with a RunCacheWarning naming it; no run at
     all gives an empty frame with the identity columns."""
     import pandas as pd
-
-    from mrl.probes import as_probe_config, probe_label
 
     if table not in RUN_TABLES:
         raise ValueError(f"table={table!r}: allowed values are {list(RUN_TABLES)}")

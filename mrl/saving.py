@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from mrl.stop_tokens import stop_ids
+
 CARD_TEMPLATE = """---
 {{ card_data }}
 ---
@@ -112,8 +114,6 @@ def save_policy(weights: dict, source: str | Path, folder: str | Path, policy: s
     weights: the model's state dict after training (tensors on the CPU); source: the checkpoint folder the policy
     started from (its config, tokenizer and generation config); policies: every policy of the run, in order."""
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
-
-    from mrl.rollout import stop_ids
 
     source, folder = Path(source), Path(folder)
     staging = folder.with_name(folder.name + ".tmp")

@@ -33,6 +33,8 @@ from functools import cached_property, lru_cache
 import numpy as np
 from tokenizers import Tokenizer
 
+from mrl.stop_tokens import stop_ids
+
 BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 # tokens the WordPiece decoder's cleanup glues to the previous word (tokenizers' `cleanup` rules)
 WORDPIECE_GLUED = {".", "?", "!", ",", "'", "n't", "'m", "'s", "'ve", "'re"}
@@ -368,8 +370,6 @@ def align_batch(texts: list[str | None], src_tokenizer, dst_tokenizer, src_ids: 
     dst_eos = dst_tokenizer.eos_token_id
     dst_encodings = _encode(dst_tokenizer, [prepared[k][0] for k in valid])
     results: list = list(prepared)
-    from mrl.rollout import stop_ids   # any of the source checkpoint's stop ids ends its sequence
-
     src_stops = set(stop_ids(src_tokenizer))
     for k, dst_ids in zip(valid, dst_encodings):
         text, ids, pieces = prepared[k]

@@ -22,7 +22,9 @@ from typing import Protocol
 
 import yaml
 
-REPORT_TO = ("none", "tensorboard", "trackio", "wandb")
+from mrl.config import REPORT_TO
+from mrl.paths import repo_root
+
 TRAIN = ("reward", "loss", "grad_norm", "active_sequences", "completion_tokens")
 TIMING = ("rollout_seconds", "update_seconds")
 STEP_KEYS = ("policy", "step")
@@ -274,8 +276,6 @@ def make_reporters(report_to: str, run_id: str, logging_dir: str | Path | None, 
     if report_to == "none":
         return []
     if report_to == "tensorboard":
-        from mrl.results import repo_root
-
         return [TensorBoardReporter(run_id, logging_dir or repo_root() / "results" / "tensorboard", config)]
     if report_to == "trackio":
         return [TrackioReporter(run_id, config=config)]

@@ -21,6 +21,14 @@ import sys
 from pathlib import Path
 
 import mrl  # noqa: F401  (first: the numerics contract, before torch)
+from mrl.config import GrpoConfig, PlacementConfig, TaskConfig
+from mrl.experiments import policy_paths
+from mrl.integrations.file_exchange import FileExchange
+from mrl.probes import as_probe_config
+from mrl.profiles import PROFILES, load_profile
+from mrl.rollout import CHAT_DATE
+from mrl.stop_tokens import stop_ids
+from mrl.tasks import make_task
 
 
 def trl_args(output: Path, grpo, placement, report_to: str = "none", use_vllm: bool = False, save_steps: int = 0,
@@ -34,8 +42,7 @@ def trl_args(output: Path, grpo, placement, report_to: str = "none", use_vllm: b
     import torch
     from trl import GRPOConfig
 
-    from mrl.integrations.trl import trl_settings
-    from mrl.rollout import CHAT_DATE
+    from mrl.integrations.trl import trl_settings   # trl: an optional dependency
 
     settings = dict(output_dir=str(output), use_cpu=not torch.cuda.is_available(),
                     bf16=placement.dtype == "bfloat16", gradient_checkpointing=placement.gradient_checkpointing,
@@ -56,11 +63,7 @@ def train(policy: str, paths: dict[str, str], task_config, probe, exchange_root:
     every stop id the rollouts stopped at."""
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    from mrl.config import PlacementConfig
-    from mrl.integrations.file_exchange import FileExchange
-    from mrl.integrations.trl import MRLGRPOTrainer, problem_dataset
-    from mrl.rollout import stop_ids
-    from mrl.tasks import make_task
+    from mrl.integrations.trl import MRLGRPOTrainer, problem_dataset   # trl: an optional dependency
 
     task = make_task(task_config)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(paths[policy], padding_side="left")
@@ -85,10 +88,6 @@ SMALL_RUN = {"steps": 20, "prompts_per_step": 4, "group_size": 8, "max_new_token
 
 def main(argv: list[str] | None = None) -> int:
     import yaml
-
-    from mrl.config import GrpoConfig, TaskConfig
-    from mrl.probes import as_probe_config
-    from mrl.profiles import PROFILES, load_profile
 
     parser = argparse.ArgumentParser(prog="python -m mrl.integrations.trl_train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -122,8 +121,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.policies:
         paths = dict(entry.split("=", 1) for entry in args.policies)
     else:   # the profile's checkpoints, or its zoo (built on first use: build it before starting the trainers)
-        from mrl.experiments import policy_paths
-
         paths = dict(config.policies) if config and config.policies else policy_paths(config, False) if config else {}
     if args.pairing:
         unknown = sorted(set(args.pairing.split("+")) - set(paths))

@@ -18,6 +18,7 @@ import pandas as pd
 from mrl.reports.claims_rule import (ALPHA, MARGIN, MIN_WARMUPS, Claim, claim_hypotheses, fragility, judge, judge_v1,
                                      leave_one_out, t_power, warmups_for_power)
 from mrl.reports.paired import interval_cell, paired_differences, t_interval
+from mrl.reports.palette import policy_colour, probe_colour
 from mrl.reports.probes import rescue_skills, with_overall
 
 __all__ = ["ALPHA", "MARGIN", "MIN_WARMUPS", "Claim"]   # re-exported: the ledger's constants live with its rule
@@ -479,8 +480,6 @@ def base_rate_figure(values: pd.DataFrame, probes: tuple[str, ...] = ("sgt", "pr
     against the weak form's accuracy after the warm-up, one panel per probe: does sharing help most at a low but
     non-zero base rate? values: the per-run endpoint values (endpoint_values, or the committed claims_runs.csv)."""
     import matplotlib.pyplot as plt
-
-    from mrl.reports.palette import policy_colour, probe_colour
 
     probes = [p for p in probes if p in set(values.probe)]
     fig, axes = plt.subplots(1, max(len(probes), 1), figsize=(4.2 * max(len(probes), 1), 3.4), sharey=True,

@@ -12,6 +12,9 @@ import pandas as pd
 import seaborn as sns
 from scipy.stats import t as student_t
 
+from mrl.config import GrpoConfig, TaskConfig, WarmupConfig
+from mrl.probes import get_probe, probe_config
+from mrl.probes.hacpo_primitives import stepwise_lower_bound
 from mrl.reports.palette import (COMPACT, baseline_on_top, figure_title, fit_accuracy_axis, line_style,
                                  probe_colour, probe_palette)
 
@@ -271,9 +274,6 @@ def hyperparameter_table(config, probe_cfgs) -> pd.DataFrame:
     """The settings of every run, read from the configs: GRPO and the task (shared), each experiment's steps, the
     zoo warm-up, and each probe's own knobs; `default` says whether a value is the package's default (else gives
     the default)."""
-    from mrl.config import GrpoConfig, TaskConfig, WarmupConfig
-    from mrl.probes import get_probe, probe_config
-
     grpo, task, warmup = GrpoConfig(), TaskConfig(), WarmupConfig()
     rows = [{"scope": "all runs", "setting": f"grpo.{name}", "value": getattr(config.grpo, name),
              "default": _default_mark(getattr(config.grpo, name), getattr(grpo, name))}
@@ -322,8 +322,6 @@ def stepwise_clipping_figure(steps: pd.DataFrame, delta: float, delta_step: floa
     of peer samples inside it over training (mean over policies and seeds), a line per variant (hacpo's colour,
     a line style each; thin per step, thick its centred `smooth`-step mean). A variant that keeps every sample
     (clipping=none) is named, not drawn: its line at 1 would squash the range where the others differ."""
-    from mrl.probes.hacpo_primitives import stepwise_lower_bound
-
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     m = np.arange(max(minibatches, 10))
     left.step(m, [stepwise_lower_bound(i, delta, delta_step) for i in m], where="post", label="stepwise lower",

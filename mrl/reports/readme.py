@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from mrl.profiles import load_profile
 from mrl.reports.claims import MIN_WARMUPS
 
 NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the results are in the files)
@@ -115,8 +116,6 @@ def notebooks_block(tables: Path) -> str:
 def substrate_block(tables: Path) -> str:
     """The substrate the ledger's evidence comes from, in one sentence: the held-out experiment's policies (size in
     parameters, architecture, tokenizer: heldout_zoo.csv) and task and RL steps (the default profile)."""
-    from mrl.profiles import load_profile
-
     heldout = load_profile("default").experiment("heldout")
     path = tables / "heldout_zoo.csv"
     if not path.exists():

@@ -10,6 +10,7 @@ from mrl.evaluation import skill_accuracy
 from mrl.reports.palette import COMPACT, PHASE_COLOURS, phase_colour, plain_log_axis, policy_colour
 from mrl.reports.probes import accuracy_band, rescue_skills
 from mrl.results import listing
+from mrl.thl import residual
 
 EXAMPLE = "37+48=85"
 
@@ -239,8 +240,6 @@ def thl_residual_table(tokenizers: dict, corpora: dict[str, dict[str, dict]]) ->
     corpus uses the corpus's "*" entry (texts encoded canonically by the source).
     Returns one row per (corpus, source, receiver).
     """
-    from mrl.thl import residual
-
     rows = []
     for corpus, by_source in corpora.items():
         for src_name, src in tokenizers.items():

@@ -13,6 +13,7 @@ from mrl.reports.palette import policy_colour
 from mrl.reports.substrate import token_split
 from mrl.rollout import sample_records
 from mrl.thl import Alignment, token_pieces
+from mrl.see import replay
 
 GROUP_COLOURS = ["#fde0dd", "#d9f0d3", "#deebf7", "#fff2cc", "#e5d8f0", "#d0f0f0", "#fbe3c8", "#e8e8e8"]
 """background colours of consecutive THL groups (cycled); the same group has the same colour on both sides"""
@@ -79,8 +80,6 @@ def alignment_html(alignment: Alignment, src_tokenizer, dst_tokenizer, src_name:
 def logged_records(log_dir: str | Path, step: int) -> pd.DataFrame:
     """The records SEE accepted at one step of an experience log (read back and re-validated by
     mrl.see.replay), one row per record with its kind and fields; token ids and log-probs left out."""
-    from mrl.see import replay
-
     rows = [{"kind": record.kind, **dataclasses.asdict(record)} for logged, record in replay(log_dir)
             if logged == step]
     frame = pd.DataFrame(rows)
