@@ -22,7 +22,7 @@ import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, bef
 from mrl.config import RunnerConfig  # noqa: E402
 from mrl.probes import probe_config  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
-from mrl.runner import run_concurrent  # noqa: E402
+from mrl.runner import RunSpec, run_concurrent  # noqa: E402
 from mrl.zoo import build_zoo  # noqa: E402
 
 
@@ -50,8 +50,8 @@ def main():
     for round_index in range(args.rounds):
         order = args.probes if round_index % 2 == 0 else args.probes[::-1]
         for name in order:
-            record = run_concurrent(paths, config.task, grpo, RunnerConfig(backend="inline"), threads=1,
-                                    progress=False, probe_cfg=probe_config(name))
+            record = run_concurrent(RunSpec(paths, config.task, grpo, RunnerConfig(backend="inline"), threads=1,
+                                            probe=probe_config(name)), progress=False)
             medians[name].append(statistics.median(step_times(record)))
             sequences[name] = statistics.mean(row["active_sequences"] for row in record.steps)
     medians = {name: min(values) for name, values in medians.items()}  # the least disturbed round

@@ -364,7 +364,7 @@ def main() -> None:
     from mrl.probes import probe_config
     from mrl.profiles import load_profile
     from mrl.resources import architecture, policy_memory
-    from mrl.runner import run_concurrent
+    from mrl.runner import RunSpec, run_concurrent
     from mrl.tasks import make_task
 
     out = Path(args.out)
@@ -416,9 +416,9 @@ def main() -> None:
     started = time.perf_counter()
     # reverify off: the peers' coin successes reach SGT as claimed (the driver's math-verify would refuse them)
     runner = RunnerConfig(backend="process", step_timeout=900, reverify=False)
-    record = run_concurrent(paths, task_cfg, grpo, runner, threads=2, progress=False, probe_cfg=probe_config("sgt"),
-                            actor_cls=CoinRewardActor,
-                            placement={name: profile.placement[name] for name in names})
+    record = run_concurrent(RunSpec(paths, task_cfg, grpo, runner, threads=2, actor_cls=CoinRewardActor,
+                                    probe=probe_config("sgt"),
+                                    placement={name: profile.placement[name] for name in names}), progress=False)
     report["run_seconds"] = time.perf_counter() - started
     report["steps"], report["evals"], report["timeline"] = record.steps, record.evals, record.timeline
     report["counters"] = record.counters

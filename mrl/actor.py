@@ -32,6 +32,7 @@ from mrl.see import GroupStats, Rollout, Success
 from mrl.seeding import step_generator
 from mrl.tasks import make_task
 from mrl.teacher import teacher_logprobs
+from mrl.worker import FinishResult, RolloutResult, UpdateResult
 from mrl.zoo import load_policy
 
 
@@ -107,7 +108,7 @@ def batch_records(batch: RolloutBatch, texts: list[tuple[str, bool]], run_id: st
 
 
 class PolicyActor:
-    """One policy in a run of n >= 1 policies."""
+    """One policy in a run of n >= 1 policies: a mrl.worker.Worker, the runner's calls are its methods."""
 
     def __init__(self, config: ActorConfig):
         numerics.require()  # in every worker, whichever backend started it
@@ -191,16 +192,16 @@ class PolicyActor:
                                        engine=self.cfg.engine, temperature=self.cfg.temperature,
                                        chunk=self.config.placement.micro_batch)
 
-    def rollout(self, step: int, problems: list) -> dict:
+    def rollout(self, step: int, problems: list) -> RolloutResult:
         """Sample and score this step's groups; keep them as the pending RolloutBatch; return the records to
         publish and rollout metrics (on a GPU with the phase's measured memory peak, rollout_peak_gb)."""
         peak: dict = {}
         with measured_peak(self.device, "rollout_peak_gb", peak):
             result = self._rollout(step, problems)
-        result["sampler"] = {**result["sampler"], **peak}
+        result.sampler = {**result.sampler, **peak}
         return result
 
-    def _rollout(self, step: int, problems: list) -> dict:
+    def _rollout(self, step: int, problems: list) -> RolloutResult:
         start = time.perf_counter()
         cfg = self.cfg
         # the loops' sampling log-probs come free (the sampler's own, as it drew); in float32 they are the ratio's
@@ -240,9 +241,9 @@ class PolicyActor:
             logprobs=self.logprobs, generator=step_generator(cfg.seed, step, f"{self.name}/probe", self.device),
             state=self.probe_state, ref_logp=ref_logp, teacher_logp=teacher_logp, teacher_failed=teacher_failed,
             render=self.render, sample_weight=sample_weight)
-        return {"records": self.records(self.pending, texts), "reward": rewards.mean().item(),
-                "tokens": int(completion_mask.sum().item()), "seconds": time.perf_counter() - start,
-                "sampler": sampler}
+        return RolloutResult(records=self.records(self.pending, texts), reward=rewards.mean().item(),
+                             tokens=int(completion_mask.sum().item()), seconds=time.perf_counter() - start,
+                             sampler=sampler)
 
     def sampler_mismatch(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
                          completion_mask: Tensor, train_logp: Tensor,
@@ -268,7 +269,7 @@ class PolicyActor:
         return batch_records(batch, texts, self.config.run_id, self.version, self.tokenizer_id,
                              self.task.verifier_id)
 
-    def update(self, step: int, peer_records: dict | None = None) -> dict:
+    def update(self, step: int, peer_records: dict | None = None) -> UpdateResult:
         """The probe's losses on the pending batch and the peers' records, one optimizer step after each.
 
         peer_records: {kind: {prompt_id: [records]}} as the runner collected them for this policy.
@@ -287,10 +288,10 @@ class PolicyActor:
                 norms.append(self.apply(loss))
         self.version = step
         self.pending = None
-        return {"loss": sum(losses) / len(losses) if losses else 0.0,
-                "grad_norm": sum(norms) / len(norms) if norms else 0.0,
-                "active_sequences": output.active_sequences, "probe": {**output.stats, **peak},
-                "seconds": time.perf_counter() - start}
+        return UpdateResult(loss=sum(losses) / len(losses) if losses else 0.0,
+                            grad_norm=sum(norms) / len(norms) if norms else 0.0,
+                            active_sequences=output.active_sequences, probe={**output.stats, **peak},
+                            seconds=time.perf_counter() - start)
 
     def apply(self, loss: Tensor) -> float:
         """Backward, clip the global gradient norm, one Adam step; returns the norm before clipping. The gradients
@@ -315,11 +316,11 @@ class PolicyActor:
             for copy_, master in zip(self.sampler.parameters(), self.model.parameters()):
                 copy_.copy_(master)
 
-    def finish(self, step: int, peer_records: dict | None = None, evaluate: bool = False) -> dict:
+    def finish(self, step: int, peer_records: dict | None = None, evaluate: bool = False) -> FinishResult:
         """The update of the pending rollout with the peers' records, then optionally an evaluation (the async
         clock's second call of a step: the runner collects the records once this worker's rollout is published)."""
         update = self.update(step, peer_records)
-        return {"update": update, "evals": self.evaluate(step) if evaluate else None}
+        return FinishResult(update=update, evals=self.evaluate(step) if evaluate else None)
 
     def evaluate(self, step: int) -> list[dict]:
         """Greedy accuracy rows per split and skill (on a GPU with the evaluation's measured peak, eval_peak_gb)."""

@@ -2,7 +2,7 @@
 
 A checkpoint is a folder `step-NNNNNN/` holding `state.pt` (every policy's weights and optimizer state,
 the exchange, the metrics so far) and `manifest.json`, written last: the run's identity (the settings
-that define the experiment: policies, seed, probe and its knobs, task, GRPO settings, clock) and the
+that define the experiment, mrl.spec.run_identity: policies, seed, probe and its knobs, task, GRPO settings, clock) and the
 sha256 of every file. Both are written into `step-NNNNNN.tmp/`, which is renamed into place, so a
 folder named `step-NNNNNN` with a manifest is complete.
 
@@ -13,7 +13,6 @@ the run being resumed, else `CheckpointMismatch` names the differing setting and
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -33,38 +32,6 @@ FORMAT = 1
 
 class CheckpointMismatch(ConfigError):
     """The checkpoint folder holds a different experiment than the one being resumed."""
-
-
-def run_identity(policy_paths: dict, task_cfg, grpo_cfg, probe_cfg, runner_cfg, run_id: str, offline=None,
-                 placement: dict | None = None) -> dict:
-    """The settings that define a run's metrics, as plain JSON values (what a resume must match).
-
-    Left out: the backend, threads, timeouts, failure policy and checkpoint interval, which change
-    how a run executes, not what it computes. placement ({policy: PlacementConfig}) enters only where it is not
-    the default (a GPU's or bf16's numbers differ from the CPU's; the GPU share does not change them, the micro-batch
-    only the order of the gradient's sums, so a run may resume with another).
-    """
-    grpo = dataclasses.asdict(grpo_cfg)
-    identity = {
-        "policies": {name: str(Path(path).resolve()) for name, path in sorted(policy_paths.items())},
-        "seed": grpo.pop("seed"),
-        "steps": grpo.pop("steps"),
-        "probe": {"name": probe_cfg.name, **probe_cfg.knobs()},
-        "task": dataclasses.asdict(task_cfg),
-        "grpo": grpo,
-        "clock": {"mode": runner_cfg.mode, "staleness": runner_cfg.staleness,
-                  "max_staleness": runner_cfg.max_staleness},
-        "peers": {"poisoned": runner_cfg.poisoned, "attack": runner_cfg.attack if runner_cfg.poisoned else "",
-                  "reverify": runner_cfg.reverify},
-        "run_id": run_id,
-        "offline": None if offline is None else {
-            "log": str(Path(offline.log_dir).resolve()),
-            "policies": {name: str(Path(path).resolve()) for name, path in sorted(offline.paths.items())}},
-    }
-    placed = {name: placement_key(p) for name, p in sorted((placement or {}).items()) if placement_key(p)}
-    if placed:
-        identity["placement"] = placed
-    return json.loads(json.dumps(identity, sort_keys=True, default=str))  # as a manifest will read it back
 
 
 def placement_key(placement) -> dict:

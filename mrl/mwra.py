@@ -5,7 +5,8 @@ API, three backends.
 - `process`: one spawned OS process per actor, commands over a pipe (the fast CPU default).
 - `ray`: one Ray actor per policy with num_cpus / num_gpus (local `ray.init` or a cluster address).
 
-`Backend.call({worker: (method, args)}, timeout)` runs one phase on every worker and returns
+`Backend.call({worker: call}, timeout)` runs one phase (each call a `mrl.worker.WorkerCall`: a typed record of
+one `Worker` method and its arguments, run in the worker as `call(actor)`) on every worker and returns
 ({worker: result}, {worker: failure reason}). It is a barrier with a deadline: a worker that dies
 (its process sentinel fires, or Ray reports the actor lost), raises, or misses the deadline is
 reported by name, so no call can hang. The runner's failure policy decides what follows (`fail`:
@@ -26,6 +27,7 @@ from mrl import numerics
 from mrl.config import BACKENDS
 from mrl.placement import cap_gpu_memory, resolve_device
 from mrl.pools import GUARD_HINT, watch_parent
+from mrl.worker import PingCall, WorkerCall
 
 
 class WorkerFailed(RuntimeError):
@@ -110,21 +112,21 @@ class InlineBackend(Backend):
         self.actors = {s.name: s.cls(s.config) for s in specs}
         self._done = []
 
-    def call(self, calls: dict, timeout: float | None = None) -> tuple[dict, dict]:
+    def call(self, calls: dict[str, WorkerCall], timeout: float | None = None) -> tuple[dict, dict]:
         results, failures = {}, {}
-        for name, (method, args) in calls.items():
+        for name, call in calls.items():
             start = time.perf_counter()
             try:
-                results[name] = getattr(self.actors[name], method)(*args)
+                results[name] = call(self.actors[name])
             except Exception as err:  # noqa: BLE001 - a worker's error becomes a named failure
-                failures[name] = f"{method} raised {type(err).__name__}: {err}"
+                failures[name] = f"{call.phase} raised {type(err).__name__}: {err}"
                 continue
-            self._record(name, method, start, time.perf_counter())
+            self._record(name, call.phase, start, time.perf_counter())
         return results, failures
 
-    def submit(self, worker: str, method: str, args: tuple) -> None:
+    def submit(self, worker: str, call: WorkerCall) -> None:
         """Start one call without waiting (inline: it runs now; `wait_any` hands back its outcome)."""
-        results, failures = self.call({worker: (method, args)})
+        results, failures = self.call({worker: call})
         self._done.append((worker, results.get(worker), failures.get(worker)))
 
     def wait_any(self, timeout: float | None = None) -> tuple[str, object, str | None]:
@@ -147,7 +149,7 @@ def _own_process_actor(cls, config):
 
 
 def _serve(conn, cls, config, parent: int) -> None:
-    """Worker process main loop: build the actor, then answer (method, args) until 'close'; it dies with the
+    """Worker process main loop: build the actor, then answer each WorkerCall until None (close); it dies with the
     process `parent` (mrl.pools.watch_parent), even in the middle of a call."""
     watch_parent(parent)
     try:
@@ -158,14 +160,14 @@ def _serve(conn, cls, config, parent: int) -> None:
         return
     while True:
         try:
-            method, call_args = conn.recv()
+            call = conn.recv()
         except EOFError:
             return
-        if method == "close":
+        if call is None:
             return
         start = time.perf_counter()
         try:
-            conn.send(("ok", (getattr(actor, method)(*call_args), start, time.perf_counter())))
+            conn.send(("ok", (call(actor), start, time.perf_counter())))
         except Exception:  # noqa: BLE001
             conn.send(("error", traceback.format_exc()))
 
@@ -195,24 +197,24 @@ class ProcessBackend(Backend):
     def pid(self, worker: str) -> int:
         return self.processes[worker].pid
 
-    def call(self, calls: dict, timeout: float | None = None) -> tuple[dict, dict]:
+    def call(self, calls: dict[str, WorkerCall], timeout: float | None = None) -> tuple[dict, dict]:
         failures = {}
-        for name, (method, args) in calls.items():
+        for name, call in calls.items():
             try:
-                self.conns[name].send((method, args))
+                self.conns[name].send(call)
             except (BrokenPipeError, OSError) as err:
-                failures[name] = f"cannot send {method}: {err}"
-        pending = {name: method for name, (method, _) in calls.items() if name not in failures}
+                failures[name] = f"cannot send {call.phase}: {err}"
+        pending = {name: call.phase for name, call in calls.items() if name not in failures}
         results, late = self._gather(pending, timeout, None)
         return results, failures | late
 
-    def submit(self, worker: str, method: str, args: tuple) -> None:
+    def submit(self, worker: str, call: WorkerCall) -> None:
         """Send one call without waiting; `wait_any` returns whichever in-flight call ends first."""
         try:
-            self.conns[worker].send((method, args))
-            self._inflight[worker] = method
+            self.conns[worker].send(call)
+            self._inflight[worker] = call.phase
         except (BrokenPipeError, OSError) as err:
-            self._failed_sends.append((worker, None, f"cannot send {method}: {err}"))
+            self._failed_sends.append((worker, None, f"cannot send {call.phase}: {err}"))
 
     def wait_any(self, timeout: float | None = None) -> tuple[str, object, str | None]:
         """(worker, result, failure reason or None) of the first in-flight call to end (or miss the deadline)."""
@@ -279,7 +281,7 @@ class ProcessBackend(Backend):
     def close(self) -> None:
         for name, conn in self.conns.items():
             try:
-                conn.send(("close", ()))
+                conn.send(None)
             except (BrokenPipeError, OSError):
                 pass
         for process in self.processes.values():
@@ -294,9 +296,9 @@ class _RayHost:
     def __init__(self, cls, config):
         self.actor = _own_process_actor(cls, config)
 
-    def run(self, method: str, args: tuple):
+    def run(self, call: WorkerCall):
         start = time.perf_counter()
-        value = getattr(self.actor, method)(*args)
+        value = call(self.actor)
         return value, start, time.perf_counter()
 
 
@@ -338,7 +340,7 @@ class RayBackend(Backend):
                 runtime_env={"env_vars": {**numerics.environment(), "PYTHONPATH": import_path()}},
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=index),
             ).remote(spec.cls, spec.config)
-        _, failures = self.call({s.name: ("ping", ()) for s in specs}, start_timeout)
+        _, failures = self.call({s.name: PingCall() for s in specs}, start_timeout)
         if failures:
             self.close()
             raise_first_failure(failures)
@@ -346,9 +348,9 @@ class RayBackend(Backend):
         self.startup_seconds = time.perf_counter() - begin
         self.started = time.perf_counter()
 
-    def call(self, calls: dict, timeout: float | None = None) -> tuple[dict, dict]:
+    def call(self, calls: dict[str, WorkerCall], timeout: float | None = None) -> tuple[dict, dict]:
         ray = self._ray
-        refs = {self.actors[name].run.remote(method, args): (name, method) for name, (method, args) in calls.items()}
+        refs = {self.actors[name].run.remote(call): (name, call.phase) for name, call in calls.items()}
         ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
         results, failures = {}, {}
         for ref in ready:
@@ -368,9 +370,9 @@ class RayBackend(Backend):
             failures[name] = f"no answer to {method} within {timeout:.1f} s"
         return results, failures
 
-    def submit(self, worker: str, method: str, args: tuple) -> None:
+    def submit(self, worker: str, call: WorkerCall) -> None:
         """Start one call without waiting; `wait_any` returns whichever in-flight call ends first."""
-        self._inflight[self.actors[worker].run.remote(method, args)] = (worker, method)
+        self._inflight[self.actors[worker].run.remote(call)] = (worker, call.phase)
 
     def wait_any(self, timeout: float | None = None) -> tuple[str, object, str | None]:
         """(worker, result, failure reason or None) of the first in-flight call to end (or miss the deadline)."""

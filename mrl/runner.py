@@ -37,15 +37,18 @@ from tqdm.auto import tqdm
 
 from mrl import checkpoint, numerics
 from mrl.actor import ActorConfig, PolicyActor
-from mrl.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConfig, TaskConfig
+from mrl.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConfig
 from mrl.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads
 from mrl.poison import PoisonedActor
-from mrl.probes import Probe, ProbeConfig, get_probe, probe_config, require_importable
+from mrl.probes import Probe, ProbeConfig, get_probe, require_importable
 from mrl.saving import RunCard, save_policy
-from mrl.see import Exchange, PolicySpec, read_log_index, replay
+from mrl.see import Exchange, PolicySpec
 from mrl.seeding import step_prompts
+from mrl.spec import OfflinePeers, RunSpec, run_identity  # noqa: F401  (OfflinePeers: re-exported)
 from mrl.tasks import make_task
 from mrl.tracking import Reporting, make_reporters
+from mrl.worker import (EvaluateCall, FinishCall, FinishResult, LoadStateCall, PolicySpecCall, RolloutCall,
+                        RolloutResult, StateDictCall, UpdateCall, UpdateResult)
 
 
 @dataclass
@@ -64,39 +67,14 @@ class RunRecord:
     workers: list = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class OfflinePeers:
-    """Peers that do not train in this run (GRAFT's offline variant): at each step s, their records of step s in a
-    stored SEE log (`mrl.see.replay`, every record re-validated) enter the exchange as if they had just been
-    published, beside the live policies' own."""
-
-    log_dir: str
-    """the experience log of an earlier run"""
-    paths: dict
-    """{policy id in the log: its checkpoint folder} (THL needs its tokenizer); the log's other policies are left out"""
-
-    def load(self) -> tuple[dict[str, PolicySpec], dict[int, list]]:
-        """({policy: spec} from the log's manifests, {step: [records]}) of the policies in `paths`."""
-        logged = {name: spec for manifest in read_log_index(Path(self.log_dir)).values()
-                  for name, spec in manifest["policies"].items()}
-        missing = sorted(set(self.paths) - set(logged))
-        if missing:
-            raise ConfigError(f"OfflinePeers.paths names {missing}, which the log {self.log_dir} does not hold; it "
-                              f"holds {sorted(logged)}")
-        specs = {name: spec for name, spec in logged.items() if name in self.paths}
-        by_step: dict[int, list] = {}
-        for step, record in replay(self.log_dir):
-            if record.policy_id in self.paths:
-                by_step.setdefault(step, []).append(record)
-        return specs, by_step
-
-
 # --- the plan: every check, once, before any worker starts ----------------------------------------------------
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What plan_run decided from run_concurrent's arguments; nothing in it changes while the run goes on."""
+    """What plan_run decided from a RunSpec; nothing in it changes while the run goes on."""
 
+    spec: RunSpec
+    """the run as it was asked for"""
     task: object
     """the task (mrl.tasks.make_task) whose prompts and verifier every step uses"""
     grpo_cfg: GrpoConfig
@@ -108,7 +86,7 @@ class RunPlan:
     offline_records: dict
     """{step: [records]} the offline peers publish at that step"""
     identity: dict
-    """the settings a resume must match (mrl.checkpoint.run_identity)"""
+    """the settings a resume must match (mrl.spec.run_identity)"""
     experience_dir: Path | str | None
     """where the exchange logs its accepted records (None: no log)"""
     workers: tuple
@@ -126,42 +104,40 @@ class RunPlan:
         return self.saved["step"] + 1 if self.saved is not None else 1
 
 
-def plan_run(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg: GrpoConfig, cfg: RunnerConfig,
-             checkpoint_dir: str | Path | None = None, resume: bool = False, threads: int | None = 1,
-             run_id: str = "run", actor_cls: type = PolicyActor, probe_cfg: ProbeConfig | None = None,
-             experience_dir: str | Path | None = None, offline: OfflinePeers | None = None,
-             placement: dict[str, PlacementConfig] | None = None) -> RunPlan:
-    """Every check of run_concurrent's arguments (ValueError or ConfigError naming what is wrong), in one order,
-    and the RunPlan they leave; the checkpoint to resume is found and matched against the run's identity here,
-    before any worker starts. The arguments are run_concurrent's."""
+def plan_run(spec: RunSpec, checkpoint_dir: str | Path | None = None, resume: bool = False) -> RunPlan:
+    """Every check of a RunSpec (ValueError or ConfigError naming what is wrong), in one order, and the RunPlan they
+    leave; the checkpoint to resume is found in checkpoint_dir and matched against the run's identity here, before
+    any worker starts."""
+    policy_paths, cfg, offline = spec.policies, spec.runner, spec.offline
     if len(policy_paths) < 1:
-        raise ValueError("a run needs at least one policy; policy_paths is empty")
+        raise ValueError("a run needs at least one policy; RunSpec.policies is empty")
     if cfg.checkpoint_every and checkpoint_dir is None:
         raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
-    if probe_cfg is None or probe_cfg == ProbeConfig():   # the default, grpo, in its own config class
-        probe_cfg = probe_config("grpo")
-    probe, grpo_cfg = _resolve_probe(probe_cfg, grpo_cfg)
+    probe_cfg = spec.probe_config()
+    probe, grpo_cfg = _resolve_probe(probe_cfg, spec.grpo)
     require_importable(probe.name, cfg.backend)   # a notebook cell's probe runs inline only
     offline_specs, offline_records = _load_offline(offline, policy_paths, cfg)
-    placement = _placements(placement, policy_paths)
-    identity = checkpoint.run_identity(policy_paths, task_cfg, grpo_cfg, probe_cfg, cfg, run_id, offline, placement)
+    placement = _placements(spec.placement, policy_paths)
+    identity = run_identity(spec)
     found, saved, skipped = None, None, []
     if resume and checkpoint_dir is not None:
         found, saved, skipped = checkpoint.load_latest(checkpoint_dir, identity)
+    experience_dir = spec.experience_dir
     if experience_dir is None and checkpoint_dir is not None:
         experience_dir = Path(checkpoint_dir) / "experience"
-    task = make_task(task_cfg)
-    thread_plan = _plan_threads(threads, policy_paths)
+    task = make_task(spec.task)
+    thread_plan = _plan_threads(spec.threads, policy_paths)
     peer_paths = {peer: str(p) for peer, p in {**policy_paths, **(offline.paths if offline else {})}.items()}
     _check_peers(probe, peer_paths, policy_paths, cfg)
+    actor_cls = spec.actor_cls or PolicyActor
     workers = tuple(
         WorkerSpec(name, PoisonedActor if name == cfg.poisoned else actor_cls,
-                   ActorConfig(name, str(path), task_cfg, grpo_cfg, probe_cfg, thread_plan[name], run_id, peer_paths,
-                               attack=cfg.attack if name == cfg.poisoned else "", reverify=cfg.reverify,
+                   ActorConfig(name, str(path), spec.task, grpo_cfg, probe_cfg, thread_plan[name], spec.run_id,
+                               peer_paths, attack=cfg.attack if name == cfg.poisoned else "", reverify=cfg.reverify,
                                placement=placement[name]),
                    num_cpus=thread_plan[name], num_gpus=placement[name].gpus)
         for name, path in policy_paths.items())
-    return RunPlan(task=task, grpo_cfg=grpo_cfg, probe=probe, offline_specs=offline_specs,
+    return RunPlan(spec=spec, task=task, grpo_cfg=grpo_cfg, probe=probe, offline_specs=offline_specs,
                    offline_records=offline_records, identity=identity, experience_dir=experience_dir,
                    workers=workers, resumed=found, saved=saved, skipped=tuple(skipped))
 
@@ -220,55 +196,37 @@ def _check_peers(probe: Probe, peer_paths: dict, policy_paths: dict, cfg: Runner
 
 # --- the entry point -----------------------------------------------------------------------------------------
 
-def run_concurrent(policy_paths: dict[str, str], task_cfg: TaskConfig, grpo_cfg: GrpoConfig,
-                   cfg: RunnerConfig, checkpoint_dir: str | Path | None = None, resume: bool = False,
-                   threads: int | None = 1, progress: bool = True, run_id: str = "run",
-                   actor_cls: type = PolicyActor, probe_cfg: ProbeConfig | None = None,
-                   experience_dir: str | Path | None = None, reporters: list | None = None,
-                   offline: OfflinePeers | None = None,
-                   placement: dict[str, PlacementConfig] | None = None, output_dir: str | Path | None = None,
-                   card: RunCard | None = None) -> RunRecord:
-    """Train the policies at `policy_paths` ({name: checkpoint folder}, one or more) together for grpo_cfg.steps steps.
+def run_concurrent(spec: RunSpec, *, checkpoint_dir: str | Path | None = None, resume: bool = False,
+                   progress: bool = True, reporters: tuple | list = ()) -> RunRecord:
+    """Train the policies of `spec` (mrl.spec.RunSpec: policies, task, GRPO settings with seed and steps, runner,
+    probe, placement, offline peers, output folders) together for spec.grpo.steps steps.
 
-    probe_cfg: the sharing probe and its knobs (default grpo: independent policies that still publish experience);
-    a GRPO aggregation (grpo_cfg.loss_type) the probe's loss does not implement is refused here.
-    threads: torch threads per worker (1 keeps runs bit-reproducible); None plans them with
-    `mwra.plan_threads` from each policy's declared cost (its parameter count) over this machine's cores.
-    actor_cls: the worker class (a PolicyActor subclass, e.g. one that injects faults in tests).
-    experience_dir: where the exchange's accepted records are logged, one atomic write per step (sync) or per
-    checkpoint (async), readable with `mrl.see.replay`; None: `checkpoint_dir/experience` when checkpointing,
-    else no log.
+    A GRPO aggregation (grpo.loss_type) the probe's loss does not implement is refused before any worker starts.
+    checkpoint_dir: where checkpoints go, every runner.checkpoint_every steps (the experience log too, unless
+    spec.experience_dir names another folder).
     resume: continue from the newest intact checkpoint in checkpoint_dir (damaged ones are skipped and named
-    in the events); a checkpoint of another experiment (seed, probe, policies, steps, ...) is refused.
+    in the events); a checkpoint of another experiment (seed, probe, policies, steps, ...: mrl.spec.run_identity)
+    is refused.
     reporters: objects with log(metrics, step) and close() (mrl.tracking, e.g. NotebookTable) that receive every
-    step's metrics, besides the tracker cfg.report_to names.
-    offline: peers replayed from a stored experience log, step by step (sync mode only; the log of a sync run with
-    the same task, seed and prompts per step, or its records name prompts this run never draws).
-    placement: {policy: PlacementConfig} (device, dtype, checkpointing, micro-batch, GPU share); a policy not
-    named takes the defaults (this CPU).
-    output_dir: save every trained policy at the end as a transformers folder output_dir/<policy>/
-    (mrl.saving.save_policy: safetensors, tokenizer, generation config with every stop id, model card); card: what
-    its model card says of the run (default: the probe, seed and steps); None: nothing is saved.
+    step's metrics, besides the tracker runner.report_to names.
     """
     numerics.require()  # the driver records run.json's numerics and hosts inline workers
-    plan = plan_run(policy_paths, task_cfg, grpo_cfg, cfg, checkpoint_dir=checkpoint_dir, resume=resume,
-                    threads=threads, run_id=run_id, actor_cls=actor_cls, probe_cfg=probe_cfg,
-                    experience_dir=experience_dir, offline=offline, placement=placement)
-    sinks = [*make_reporters(cfg.report_to, run_id, cfg.logging_dir, plan.identity), *(reporters or [])]
+    plan, cfg = plan_run(spec, checkpoint_dir, resume), spec.runner
+    sinks = [*make_reporters(cfg.report_to, spec.run_id, cfg.logging_dir, plan.identity), *reporters]
     begin = time.perf_counter()
     backend = make_backend(cfg.backend, list(plan.workers))  # building the workers has its own deadline (start_timeout)
     startup = time.perf_counter() - begin
     resumed = plan.saved is not None
-    record = RunRecord(**plan.saved["record"]) if resumed else RunRecord(workers=list(policy_paths))
+    record = RunRecord(**plan.saved["record"]) if resumed else RunRecord(workers=list(spec.policies))
     reporting = Reporting(sinks, reported=record if resumed else None)
     try:
         session = Session.open(plan, cfg, backend, record, reporting, checkpoint_dir)
         loop_start = time.perf_counter()
         clock = async_clock if cfg.mode == "async" else sync_clock
         clock(session, plan.first_step, progress)
-        if output_dir is not None:
-            session.save_policies(output_dir, card or RunCard(probe=plan.probe.name, seed=plan.grpo_cfg.seed,
-                                                              steps=plan.grpo_cfg.steps))
+        if spec.output_dir is not None:
+            session.save_policies(spec.output_dir, spec.card or RunCard(probe=plan.probe.name, seed=plan.grpo_cfg.seed,
+                                                                        steps=plan.grpo_cfg.steps))
         reporting.update(record)
         record.counters = dict(session.exchange.counters)
         record.wall_seconds = time.perf_counter() - loop_start
@@ -302,7 +260,7 @@ class Session:
         peers'), a checkpoint restored, skipped and resumed checkpoints named in the events, and the step-0
         evaluation of a fresh run."""
         at = plan.first_step - 1
-        policies = _phase(backend, {w: ("policy_spec", ()) for w in backend.workers}, at, record, cfg, "at start-up: ")
+        policies = _phase(backend, {w: PolicySpecCall() for w in backend.workers}, at, record, cfg, "at start-up: ")
         exchange = Exchange({**plan.offline_specs, **{name: PolicySpec(**spec) for name, spec in policies.items()}},
                             log_dir=plan.experience_dir)
         session = cls(plan, cfg, backend, exchange, record, reporting, checkpoint_dir)
@@ -329,12 +287,12 @@ class Session:
         for worker in list(self.backend.workers):
             if worker not in saved["workers"]:
                 self.backend.drop(worker)
-        self.phase({w: ("load_state_dict", (saved["workers"][w],)) for w in self.backend.workers}, saved["step"],
+        self.phase({w: LoadStateCall(saved["workers"][w]) for w in self.backend.workers}, saved["step"],
                    f"while resuming from {self.plan.resumed.name}: ")
         self.exchange.load_state_dict(saved["exchange"])
 
     def phase(self, calls: dict, step: int, context: str = "") -> dict:
-        """One barrier over `calls` ({worker: (method, args)}) within the step deadline (`_phase`)."""
+        """One barrier over `calls` ({worker: WorkerCall}) within the step deadline (`_phase`)."""
         return _phase(self.backend, calls, step, self.record, self.cfg, context)
 
     def lose(self, name: str, reason: str, step: int, context: str = "") -> None:
@@ -345,14 +303,14 @@ class Session:
         """The RL prompts of `step`, the same for every policy."""
         return step_prompts(self.plan.task, self.plan.grpo_cfg.seed, step, self.plan.grpo_cfg.prompts_per_step)
 
-    def rollout(self, step: int, problems: list) -> dict:
+    def rollout(self, step: int, problems: list) -> dict[str, RolloutResult]:
         """The sync rollout barrier: the exchange clock moves to `step`, every worker samples and scores `problems`;
         their records are published in name order (whatever order they answered in), then the offline peers' of
         this step, and the step is logged. {worker: rollout result}."""
         self.exchange.advance(step)
-        rollouts = self.phase({w: ("rollout", (step, problems)) for w in self.backend.workers}, step)
+        rollouts = self.phase({w: RolloutCall(step, problems) for w in self.backend.workers}, step)
         for name in sorted(rollouts):
-            self.exchange.publish_many(rollouts[name]["records"])
+            self.exchange.publish_many(rollouts[name].records)
         self.exchange.publish_many(self.plan.offline_records.get(step, []))
         self.exchange.flush(step)
         return rollouts
@@ -368,7 +326,7 @@ class Session:
         calls, received = {}, {}
         for name in sorted(rollouts):
             peer_records, received[name] = self.collect(name, step, problems)
-            calls[name] = ("update", (step, peer_records))
+            calls[name] = UpdateCall(step, peer_records)
         updates = self.phase(calls, step)
         for name in sorted(updates):
             self.record.steps.append(step_row(name, step, rollouts[name], updates[name], received[name]))
@@ -383,7 +341,7 @@ class Session:
 
     def evaluate(self, step: int) -> None:
         """The greedy evaluation barrier; every answer's rows are added in name order."""
-        results = self.phase({w: ("evaluate", (step,)) for w in self.backend.workers}, step)
+        results = self.phase({w: EvaluateCall(step) for w in self.backend.workers}, step)
         for name in sorted(results):
             self.add_evals(step, results[name])
 
@@ -419,7 +377,7 @@ class Session:
         """Every live policy's trained weights (its worker's state dict, within the step deadline) saved as a
         transformers folder folder/<policy>/ by mrl.saving.save_policy; an event names each folder."""
         step, sources = self.plan.grpo_cfg.steps, {spec.name: spec.config.policy_path for spec in self.plan.workers}
-        states = self.phase({w: ("state_dict", ()) for w in self.backend.workers}, step, "while saving: ")
+        states = self.phase({w: StateDictCall() for w in self.backend.workers}, step, "while saving: ")
         for name in sorted(states):
             saved = save_policy(states[name]["model"], sources[name], Path(folder) / name, name, list(sources), card)
             self.record.events.append({"step": step, "event": f"saved {name} to {saved}"})
@@ -502,7 +460,7 @@ class _Lanes:
                     or (barrier and s > barrier):
                 continue
             session.exchange.advance(max(session.exchange.clock, s))
-            session.backend.submit(w, "rollout", (s, session.prompts(s)))
+            session.backend.submit(w, RolloutCall(s, session.prompts(s)))
             self.running[w] = "rollout"
             session.record.events.append({"step": s, "event": f"dispatch {w}", "lead": s - slowest})
         return bool(self.running)
@@ -513,25 +471,25 @@ class _Lanes:
         self.next_step.pop(name, None)
         self.rollout_of.pop(name, None)
 
-    def rolled_out(self, name: str, result: dict) -> None:
+    def rolled_out(self, name: str, result: RolloutResult) -> None:
         """`name`'s rollout returned: publish its records, collect its peers' and start its update (with the
         evaluation on the evaluation steps)."""
         session, s = self.session, self.next_step[name]
-        session.exchange.publish_many(result["records"])
+        session.exchange.publish_many(result.records)
         self.rollout_of[name] = result
         peer_records, self.received[(s, name)] = session.collect(name, s, session.prompts(s))
-        session.backend.submit(name, "finish", (s, peer_records, session.is_eval_step(s)))
+        session.backend.submit(name, FinishCall(s, peer_records, session.is_eval_step(s)))
         self.running[name] = "finish"
 
-    def finished(self, name: str, result: dict) -> None:
+    def finished(self, name: str, result: FinishResult) -> None:
         """`name`'s update returned: its row waits for the step's slowest worker, its evaluation rows are added;
         the steps every live worker has finished end (rows appended in order), and a checkpoint step that every
         worker has reached, with nothing in flight, is logged and checkpointed."""
         session, s = self.session, self.next_step[name]
-        self.pending_rows[(s, name)] = step_row(name, s, self.rollout_of.pop(name), result["update"],
+        self.pending_rows[(s, name)] = step_row(name, s, self.rollout_of.pop(name), result.update,
                                                 self.received.pop((s, name)))
-        if result["evals"]:  # None when the step is no evaluation step
-            session.add_evals(s, result["evals"])
+        if result.evals:  # None when the step is no evaluation step
+            session.add_evals(s, result.evals)
         self.next_step[name] = s + 1
         done = min(self.next_step[w] for w in self.next_step) - 1  # every live worker has finished this step
         for key in sorted(k for k in self.pending_rows if k[0] <= done):
@@ -618,23 +576,23 @@ def collect_counted(exchange: Exchange, kinds, receiver: str, problems, task, cf
                      "peer_staleness": json.dumps(staleness_counts(records, step))}
 
 
-def step_row(name: str, step: int, rollout: dict, update: dict, received: dict) -> dict:
+def step_row(name: str, step: int, rollout: RolloutResult, update: UpdateResult, received: dict) -> dict:
     """One policy's row of RunRecord.steps: its rollout's reward, completion tokens (those sampled this step, stop
     ids included), time and, under a bf16 sampler, the sampler/trainer mismatch (mrl.mismatch), its update's loss,
     gradient norm, active sequences, time and probe statistics, and what it received from its peers
     (collect_counted)."""
-    return {"policy": name, "step": step, "reward": rollout["reward"], "loss": update["loss"],
-            "grad_norm": update["grad_norm"], "active_sequences": update["active_sequences"],
-            "completion_tokens": rollout.get("tokens", 0),
-            "rollout_seconds": rollout["seconds"], "update_seconds": update["seconds"], **received,
-            **rollout.get("sampler", {}), **update.get("probe", {})}
+    return {"policy": name, "step": step, "reward": rollout.reward, "loss": update.loss,
+            "grad_norm": update.grad_norm, "active_sequences": update.active_sequences,
+            "completion_tokens": rollout.tokens,
+            "rollout_seconds": rollout.seconds, "update_seconds": update.seconds, **received,
+            **rollout.sampler, **update.probe}
 
 
 def save_checkpoint(folder: str | Path, step: int, backend, exchange: Exchange, record: RunRecord, identity: dict,
                     cfg: RunnerConfig) -> Path:
     """Every live worker's state (within the step deadline, failures handled by the failure policy), the
     exchange and the metrics so far, written atomically with the run's identity."""
-    states = _phase(backend, {w: ("state_dict", ()) for w in backend.workers}, step, record, cfg,
+    states = _phase(backend, {w: StateDictCall() for w in backend.workers}, step, record, cfg,
                     "while checkpointing: ")
     state = {"step": step, "workers": states, "exchange": exchange.state_dict(),
              "record": {k: v for k, v in record.__dict__.items()

@@ -43,7 +43,7 @@ from mrl.notebook import setup_notebook
 from mrl.probes import probe_config
 from mrl.reports.substrate import zoo_table
 from mrl.reports.tour import alignment_html, logged_records, prompt_samples, tokenization_table
-from mrl.runner import run_concurrent
+from mrl.runner import RunSpec, run_concurrent
 from mrl.tasks import make_task
 from mrl.thl import align
 from mrl.tracking import NotebookPlot, NotebookTable
@@ -113,9 +113,9 @@ metrics = ["train/reward", "probe/rescue_candidates", "probe/rescue_size"]
 live_plot = NotebookPlot(metrics, policies=["A", "B"], title="SGT, live: one run, one point per step")
 live = NotebookTable([f"{name}/{key}" for name in ("A", "B") for key in metrics], title="SGT, live")
 grpo = dataclasses.replace(config.grpo, steps=steps, eval_every=steps, seed=seed)
-record = run_concurrent({name: paths[name] for name in ("A", "B")}, config.task, grpo, RunnerConfig(),
-                        progress=False, probe_cfg=probe_config("sgt"), experience_dir=run.folder / "experience",
-                        run_id="tour", reporters=[live_plot, live])
+spec = RunSpec({name: paths[name] for name in ("A", "B")}, config.task, grpo, RunnerConfig(), probe=probe_config("sgt"),
+               run_id="tour", experience_dir=run.folder / "experience")
+record = run_concurrent(spec, progress=False, reporters=[live_plot, live])
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -146,8 +146,7 @@ for kind, rows in records.groupby("kind"):
 from mrl.experiments import save_run
 from mrl.results import load_runs
 
-save_run(run.folder / "runs" / "tour-sgt", record, config.task, grpo, probe_config("sgt"),
-         {name: paths[name] for name in ("A", "B")}, "inline", record.wall_seconds)
+save_run(run.folder / "runs" / "tour-sgt", record, spec, record.wall_seconds)
 evals = load_runs(run.folder / "runs", "evals")
 evals[evals.split == "held-out"].pivot_table(index=["probe", "policy", "step"], columns="skill", values="accuracy")
 

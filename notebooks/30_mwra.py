@@ -46,7 +46,7 @@ from mrl.validation import override
 from mrl.notebook import setup_notebook
 from mrl.reports.substrate import mwra_compute_table, mwra_result, mwra_timeline_figure
 from mrl.results import save_figure, write_table
-from mrl.runner import run_concurrent
+from mrl.runner import RunSpec, run_concurrent
 
 run = setup_notebook("30_mwra", profile, partial=steps is not None or backends is not None)
 config, timing = run.config, run.config.experiment("mwra")
@@ -60,9 +60,9 @@ paths = {name: zoo_paths[name] for name in config.pairing(timing.pairing)}
 # %%
 records = {}
 for backend in backends:
-    records[backend] = run_concurrent(paths, config.task, grpo,
-                                      dataclasses.replace(config.runner, backend=backend),
-                                      threads=config.threads, progress=progress)
+    records[backend] = run_concurrent(RunSpec(paths, config.task, grpo,
+                                              dataclasses.replace(config.runner, backend=backend),
+                                              threads=config.threads), progress=progress)
 runs = {b: {"timeline": r.timeline, "wall": r.wall_seconds, "startup": r.startup_seconds} for b, r in records.items()}
 pd.DataFrame([r for b, rec in records.items() for r in rec.timeline]).to_csv(run.folder / "timeline.csv", index=False)
 

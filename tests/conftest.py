@@ -48,12 +48,12 @@ def pair_run_twice(tiny_zoo_paths, probe: str) -> tuple[list, list]:
     without timings, each run's evals)."""
     from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
     from mrl.probes import probe_config
-    from mrl.runner import run_concurrent
+    from mrl.runner import RunSpec, run_concurrent
 
     paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
     grpo = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
-    runs = [run_concurrent(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(), progress=False,
-                           probe_cfg=probe_config(probe)) for _ in range(2)]
+    runs = [run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(), probe=probe_config(probe)),
+                           progress=False) for _ in range(2)]
     return ([[{k: v for k, v in row.items() if not k.endswith("seconds")} for row in r.steps] for r in runs],
             [r.evals for r in runs])
 

@@ -17,7 +17,7 @@ from mrl.config import RunnerConfig
 from mrl.numerics import state
 from mrl.probes import probe_config
 from mrl.profiles import load_profile
-from mrl.runner import run_concurrent
+from mrl.runner import RunSpec, run_concurrent
 from mrl.zoo import build_zoo
 
 WARMUP_STEPS, RL_STEPS = 40, 4
@@ -36,8 +36,8 @@ def main(out: Path) -> None:
                    for file in sorted(policy.path.iterdir()) if file.suffix in (".safetensors", ".json")
                    and file.name != "zoo.json"}
     grpo = dataclasses.replace(config.grpo, steps=RL_STEPS, eval_every=RL_STEPS)
-    record = run_concurrent({name: str(policy.path) for name, policy in zoo.items()}, config.task, grpo,
-                            RunnerConfig(), progress=False, probe_cfg=probe_config("sgt"))
+    record = run_concurrent(RunSpec({name: str(policy.path) for name, policy in zoo.items()}, config.task, grpo,
+                                    RunnerConfig(), probe=probe_config("sgt")), progress=False)
     steps = [{k: v for k, v in row.items() if not k.endswith("seconds")} for row in record.steps]
     print(json.dumps({"numerics": state(), "checkpoints": checkpoints,
                       "rescues": sum(row.get("rescue_size", 0) for row in steps),

@@ -184,7 +184,7 @@ def test_a_bf16_actor_on_the_graphs_engine_logs_the_mismatch_from_its_sampler(ti
     actor = PolicyActor(ActorConfig("B", tiny_zoo_paths["B"], TaskConfig(**TINY_TASK), grpo,
                                     placement=PlacementConfig(dtype="bfloat16")))
     problems = make_task(TaskConfig(**TINY_TASK)).rl_prompts(__import__("random").Random(0), 4)
-    stats = actor.rollout(1, problems)["sampler"]
+    stats = actor.rollout(1, problems).sampler
     assert set(stats) == {"sampler_logp_diff_mean", "sampler_logp_diff_max"}
     assert 0.0 < stats["sampler_logp_diff_mean"] <= stats["sampler_logp_diff_max"]
     batch = actor.pending   # drawn again from the step's generator: the sampler's own log-probs, as it drew

@@ -76,20 +76,20 @@ def test_a_bf16_actor_logs_the_mismatch_every_step_and_an_fp32_one_has_none(tiny
     problems = make_task(TaskConfig(**TINY_TASK)).rl_prompts(__import__("random").Random(0), 4)
     actor = _bf16_actor(tiny_zoo_paths["A"])
     for step in (1, 2):
-        stats = actor.rollout(step, problems)["sampler"]
+        stats = actor.rollout(step, problems).sampler
         assert set(stats) == {"sampler_logp_diff_mean", "sampler_logp_diff_max"}
         assert 0.0 < stats["sampler_logp_diff_mean"] <= stats["sampler_logp_diff_max"]   # bf16 is not fp32
         assert actor.pending.sample_weight is None                                         # off: no weight
         actor.update(step)
     fp32 = PolicyActor(ActorConfig("A", tiny_zoo_paths["A"], TaskConfig(**TINY_TASK), GrpoConfig(prompts_per_step=4,
                                                                                                   group_size=4)))
-    assert fp32.rollout(1, problems)["sampler"] == {}
+    assert fp32.rollout(1, problems).sampler == {}
 
 
 def test_with_a_correction_the_batch_carries_trls_weight_and_the_loss_uses_it(tiny_zoo_paths):
     problems = make_task(TaskConfig(**TINY_TASK)).rl_prompts(__import__("random").Random(0), 4)
     actor = _bf16_actor(tiny_zoo_paths["A"], "token_truncate")
-    stats = actor.rollout(1, problems)["sampler"]
+    stats = actor.rollout(1, problems).sampler
     batch = actor.pending
     assert batch.sample_weight.shape == batch.completion_ids.shape and batch.sample_weight.max() <= 3.0
     assert stats["sampler_weight_min"] <= stats["sampler_weight_mean"] <= stats["sampler_weight_max"]

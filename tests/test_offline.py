@@ -5,7 +5,7 @@ import pytest
 
 from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.probes import probe_config
-from mrl.runner import OfflinePeers, run_concurrent
+from mrl.runner import OfflinePeers, RunSpec, run_concurrent
 from mrl.see import replay
 
 
@@ -20,10 +20,10 @@ def test_a_learner_with_an_offline_peer_receives_the_logged_records_step_by_step
     task, grpo = TaskConfig(**TINY_TASK), GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4,
                                                       eval_every=3, seed=0)
     both = {name: tiny_zoo_paths[name] for name in ("A", "B")}
-    run_concurrent(both, task, grpo, RunnerConfig(), progress=False, experience_dir=tmp_path / "source")
+    run_concurrent(RunSpec(both, task, grpo, RunnerConfig(), experience_dir=tmp_path / "source"), progress=False)
     offline = OfflinePeers(str(tmp_path / "source"), {"B": tiny_zoo_paths["B"]})
-    runs = [run_concurrent({"A": tiny_zoo_paths["A"]}, task, grpo, RunnerConfig(), progress=False,
-                           probe_cfg=probe_config("graft"), offline=offline, experience_dir=tmp_path / f"run{i}")
+    runs = [run_concurrent(RunSpec({"A": tiny_zoo_paths["A"]}, task, grpo, RunnerConfig(), probe=probe_config("graft"),
+                                   experience_dir=tmp_path / f"run{i}", offline=offline), progress=False)
             for i in range(2)]
     assert records_of(tmp_path / "run0", "B") == records_of(tmp_path / "source", "B")   # every logged record, as is
     assert len(records_of(tmp_path / "run0", "B")) > 0
@@ -33,7 +33,8 @@ def test_a_learner_with_an_offline_peer_receives_the_logged_records_step_by_step
     assert all("graft_candidates" in row for row in strip[0])
 
     with pytest.raises(ConfigError, match="must differ from the live policies"):
-        run_concurrent(both, task, grpo, RunnerConfig(), progress=False, offline=offline)
+        run_concurrent(RunSpec(both, task, grpo, RunnerConfig(), offline=offline), progress=False)
     with pytest.raises(ConfigError, match=r"names \['C'\], which the log .* does not hold; it holds \['A', 'B'\]"):
-        run_concurrent({"A": tiny_zoo_paths["A"]}, task, grpo, RunnerConfig(), progress=False,
-                       offline=OfflinePeers(str(tmp_path / "source"), {"C": tiny_zoo_paths["B"]}))
+        run_concurrent(RunSpec({"A": tiny_zoo_paths["A"]}, task, grpo, RunnerConfig(),
+                               offline=OfflinePeers(str(tmp_path / "source"), {"C": tiny_zoo_paths["B"]})),
+                       progress=False)

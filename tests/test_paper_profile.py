@@ -15,7 +15,7 @@ from mrl.experiments import policy_paths
 from mrl.probes import PROBES, probe_config
 from mrl.profiles import load_profile
 from mrl.rollout import completion_logprobs
-from mrl.runner import run_concurrent
+from mrl.runner import RunSpec, run_concurrent
 from mrl.tasks import Gsm8kTask, make_task
 from mrl.zoo import build_model, load_policy, train_tokenizer
 
@@ -78,8 +78,8 @@ def test_paper_code_path_runs_sgt_on_ray_with_stand_ins(stand_ins):
     assert load_policy(paths["A"]).family is None
     grpo = dataclasses.replace(config.grpo, steps=2, prompts_per_step=2, group_size=2, max_new_tokens=8,
                                eval_max_new_tokens=None, eval_every=2)   # stand-ins: 64 positions
-    record = run_concurrent(paths, task_cfg, grpo, RunnerConfig(backend="ray", step_timeout=300), threads=1,
-                            progress=False, probe_cfg=probe_config("sgt"))
+    record = run_concurrent(RunSpec(paths, task_cfg, grpo, RunnerConfig(backend="ray", step_timeout=300), threads=1,
+                                    probe=probe_config("sgt")), progress=False)
     assert {row["policy"] for row in record.steps} == {"A", "B"} and len(record.steps) == 4
     assert {(row["split"], row["skill"]) for row in record.evals} == {("held-out", "gsm8k"), ("held-out", "math500")}
     assert record.counters["accepted/rollout"] == 2 * 2 * 2 * 2   # policies x steps x prompts x samples
@@ -179,8 +179,8 @@ def test_chat_prompts_and_math_verify_rewards_flow_through_every_probe(stand_ins
     ScoringSpy.prompts, ScoringSpy.verdicts = {}, []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)   # each actor's task drops the same overlapping rows
-        record = run_concurrent(paths, task_cfg, grpo, RunnerConfig(), threads=1, progress=False,
-                                probe_cfg=probe_config(probe), actor_cls=ScoringSpy)
+        record = run_concurrent(RunSpec(paths, task_cfg, grpo, RunnerConfig(), threads=1, actor_cls=ScoringSpy,
+                                        probe=probe_config(probe)), progress=False)
     assert ScoringSpy.prompts["A"].startswith("<|im_start|>user\nSam has")
     assert ScoringSpy.prompts["B"].startswith("<|begin_of_text|><|start_header_id|>user")
     assert ScoringSpy.verdicts.count(1.0) >= 2 * 2   # each group's written answer, verified by math-verify

@@ -110,13 +110,13 @@ def test_lying_group_statistics_move_xgrpo_even_with_reverification(bpe_tokenize
 def test_runner_config_names_the_poisoned_policy_and_the_attack(tiny_zoo_paths):
     from conftest import TINY_TASK
     from mrl.config import GrpoConfig, TaskConfig
-    from mrl.runner import run_concurrent
+    from mrl.runner import RunSpec, run_concurrent
 
     with pytest.raises(ConfigError, match=r"RunnerConfig.attack = 'bogus'.*forged_success"):
         RunnerConfig(poisoned="B", attack="bogus")
     with pytest.raises(ConfigError, match=r"RunnerConfig.poisoned = 'Z' is not a policy of this run"):
-        run_concurrent({"A": tiny_zoo_paths["A"]}, TaskConfig(**TINY_TASK), GrpoConfig(steps=1),
-                       RunnerConfig(poisoned="Z"), progress=False)
+        run_concurrent(RunSpec({"A": tiny_zoo_paths["A"]}, TaskConfig(**TINY_TASK), GrpoConfig(steps=1),
+                               RunnerConfig(poisoned="Z")), progress=False)
     assert set(ATTACKS) == {"forged_success", "lying_stats", "malformed"}
 
 
@@ -128,14 +128,14 @@ def test_beside_a_poisoned_peer_with_reverification_a_run_equals_the_honest_run(
     the forged successes it dropped; without it A's losses differ."""
     from conftest import TINY_TASK
     from mrl.config import GrpoConfig, TaskConfig
-    from mrl.runner import run_concurrent
+    from mrl.runner import RunSpec, run_concurrent
 
     paths = {n: tiny_zoo_paths[n] for n in ("A", "B")}
     grpo = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
 
     def run(**runner):
-        return run_concurrent(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(**runner), progress=False,
-                              probe_cfg=probe_config(name))
+        return run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(**runner),
+                                      probe=probe_config(name)), progress=False)
 
     def metrics(record):
         return [(r["policy"], r["step"], r["loss"], r["grad_norm"], r["reward"]) for r in record.steps]

@@ -27,7 +27,7 @@ class SleepingActor:
     def __init__(self, config):
         (FOLDER / f"worker-{os.getpid()}").write_text("")
 
-    def train(self):
+    def ping(self):
         time.sleep(3600)
 
 
@@ -47,7 +47,8 @@ def grid():
 
 def backend():
     from mrl.mwra import ProcessBackend, WorkerSpec
-    ProcessBackend([WorkerSpec("A", SleepingActor, None)]).call({"A": ("train", ())})
+    from mrl.worker import PingCall
+    ProcessBackend([WorkerSpec("A", SleepingActor, None)]).call({"A": PingCall()})
 
 
 if __name__ == "__main__":

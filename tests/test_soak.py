@@ -20,7 +20,7 @@ import pytest
 from conftest import TINY_TASK
 from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
 from mrl import checkpoint
-from mrl.runner import run_concurrent
+from mrl.runner import RunSpec, run_concurrent
 from mrl.see import replay
 
 pytestmark = pytest.mark.soak
@@ -34,11 +34,12 @@ RUN = """
 import pickle, sys
 from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
 from mrl.probes import probe_config
-from mrl.runner import run_concurrent
+from mrl.runner import RunSpec, run_concurrent
 
 if __name__ == "__main__":
-    record = run_concurrent({paths}, TaskConfig(**{task}), GrpoConfig(**{grpo}), RunnerConfig(**{runner}),
-                            checkpoint_dir=sys.argv[1], resume=True, progress=False, probe_cfg=probe_config("sgt"))
+    record = run_concurrent(RunSpec({paths}, TaskConfig(**{task}), GrpoConfig(**{grpo}), RunnerConfig(**{runner}),
+                                    probe=probe_config("sgt")),
+                            checkpoint_dir=sys.argv[1], resume=True, progress=False)
     with open(sys.argv[2], "wb") as handle:
         pickle.dump(record, handle)
 """
@@ -75,8 +76,8 @@ def paths(tiny_zoo_paths):
 def test_a_run_under_random_kills_and_damage_ends_as_an_uninterrupted_one(paths, tmp_path):
     from mrl.probes import probe_config
 
-    reference = run_concurrent(paths, TASK, GRPO, RunnerConfig(checkpoint_every=0), progress=False,
-                               experience_dir=tmp_path / "reference-log", probe_cfg=probe_config("sgt"))
+    reference = run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(checkpoint_every=0), probe=probe_config("sgt"),
+                                       experience_dir=tmp_path / "reference-log"), progress=False)
     script = tmp_path / "run.py"
     script.write_text(RUN.format(paths=paths, task=TASK.__dict__, grpo=GRPO.__dict__, runner=RUNNER.__dict__))
     ckpt, out = tmp_path / "ckpt", tmp_path / "record.pkl"

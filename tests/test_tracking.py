@@ -14,7 +14,7 @@ from conftest import TINY_TASK
 from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.probes import probe_config
 from mrl import checkpoint
-from mrl.runner import RunRecord, run_concurrent
+from mrl.runner import RunRecord, RunSpec, run_concurrent
 from mrl.tracking import NotebookPlot, NotebookTable, Reporting, eval_metrics, step_metrics
 
 TASK = TaskConfig(**TINY_TASK)
@@ -70,10 +70,10 @@ def test_a_run_reports_its_record_and_computes_the_same(tiny_zoo_paths, tmp_path
     paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
     sink = Collect()
     cfg = RunnerConfig(report_to="tensorboard", logging_dir=str(tmp_path / "tb"))
-    reported = run_concurrent(paths, TASK, GRPO, cfg, progress=False, probe_cfg=probe_config("sgt"),
-                              run_id="tb-run", reporters=[sink])
-    plain = run_concurrent(paths, TASK, GRPO, RunnerConfig(), progress=False, probe_cfg=probe_config("sgt"),
-                           run_id="tb-run")
+    reported = run_concurrent(RunSpec(paths, TASK, GRPO, cfg, run_id="tb-run", probe=probe_config("sgt")),
+                              progress=False, reporters=[sink])
+    plain = run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(), run_id="tb-run", probe=probe_config("sgt")),
+                           progress=False)
     strip = [{k: v for k, v in row.items() if not k.endswith("seconds")} for row in reported.steps]
     assert strip == [{k: v for k, v in row.items() if not k.endswith("seconds")} for row in plain.steps]
     assert reported.evals == plain.evals
@@ -97,10 +97,10 @@ def test_a_resumed_run_reports_only_its_new_steps(tiny_zoo_paths, tmp_path):
     paths = {"A": tiny_zoo_paths["A"]}
     first, second = Collect(), Collect()
     cfg = RunnerConfig(checkpoint_every=2)
-    run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, progress=False, reporters=[first])
+    run_concurrent(RunSpec(paths, TASK, GRPO, cfg), checkpoint_dir=tmp_path, progress=False, reporters=[first])
     assert [step for step, _ in first.logged] == [0, 1, 2, 3, 4]
     shutil.rmtree(checkpoint.latest(tmp_path))  # as if killed before its step-4 checkpoint
-    run_concurrent(paths, TASK, GRPO, cfg, checkpoint_dir=tmp_path, resume=True, progress=False,
+    run_concurrent(RunSpec(paths, TASK, GRPO, cfg), checkpoint_dir=tmp_path, resume=True, progress=False,
                    reporters=[second])
     assert [step for step, _ in second.logged] == [3, 4]
 
@@ -114,10 +114,10 @@ def test_trackio_stores_the_run_locally(tiny_zoo_paths, tmp_path):
         sys.path.insert(0, {str(os.path.dirname(__file__))!r})
         from conftest import TINY_TASK
         from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
-        from mrl.runner import run_concurrent
-        record = run_concurrent({{"A": {tiny_zoo_paths["A"]!r}}}, TaskConfig(**TINY_TASK),
-                                GrpoConfig(steps=2, prompts_per_step=4, group_size=4, eval_every=2, seed=0),
-                                RunnerConfig(report_to="trackio"), progress=False, run_id="trackio-run")
+        from mrl.runner import RunSpec, run_concurrent
+        record = run_concurrent(RunSpec({{"A": {tiny_zoo_paths["A"]!r}}}, TaskConfig(**TINY_TASK),
+                                        GrpoConfig(steps=2, prompts_per_step=4, group_size=4, eval_every=2, seed=0),
+                                        RunnerConfig(report_to="trackio"), run_id="trackio-run"), progress=False)
         from trackio.sqlite_storage import SQLiteStorage
         logs = SQLiteStorage.get_logs(project="mrl", run="trackio-run")
         print("RESULT", json.dumps({{"rewards": [row["reward"] for row in record.steps],
@@ -165,11 +165,11 @@ def test_wandb_stores_the_run_offline(tiny_zoo_paths, tmp_path):
         from conftest import TINY_TASK
         from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
         from mrl.probes import probe_config
-        from mrl.runner import run_concurrent
-        record = run_concurrent({{"A": {tiny_zoo_paths["A"]!r}}}, TaskConfig(**TINY_TASK),
-                                GrpoConfig(steps=2, prompts_per_step=4, group_size=4, eval_every=2, seed=0),
-                                RunnerConfig(report_to="wandb", logging_dir={str(tmp_path / "wandb")!r}),
-                                progress=False, run_id="wandb-run", probe_cfg=probe_config("grpo"))
+        from mrl.runner import RunSpec, run_concurrent
+        record = run_concurrent(RunSpec({{"A": {tiny_zoo_paths["A"]!r}}}, TaskConfig(**TINY_TASK),
+                                        GrpoConfig(steps=2, prompts_per_step=4, group_size=4, eval_every=2, seed=0),
+                                        RunnerConfig(report_to="wandb", logging_dir={str(tmp_path / "wandb")!r}),
+                                        run_id="wandb-run", probe=probe_config("grpo")), progress=False)
         print("RESULT", json.dumps([row["reward"] for row in record.steps]))
     """)
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}

@@ -11,7 +11,7 @@ import pytest
 from conftest import TINY_TASK
 from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.probes import PROBES, get_probe, probe_code, probe_config, require_importable
-from mrl.runner import run_concurrent
+from mrl.runner import RunSpec, run_concurrent
 
 USER_PROBE = '''
 """A user's probe: GRPO's own term, scaled."""
@@ -69,9 +69,9 @@ def test_a_probe_in_a_users_module_runs_on_every_backend(user_module, tiny_zoo_p
     _, module = user_module
     assert get_probe("scaled").module == module
     paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
-    runs = {backend: run_concurrent(paths, TaskConfig(**TINY_TASK), GRPO, RunnerConfig(backend=backend,
-                                                                                        step_timeout=300),
-                                    progress=False, probe_cfg=probe_config("scaled", offset=0.5))
+    runs = {backend: run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), GRPO,
+                                            RunnerConfig(backend=backend, step_timeout=300),
+                                            probe=probe_config("scaled", offset=0.5)), progress=False)
             for backend in ("inline", "process", "ray")}
     assert losses(runs["inline"]) == losses(runs["process"]) == losses(runs["ray"])
     assert any(row["loss"] != 0 for row in runs["inline"].steps)
@@ -94,8 +94,8 @@ def test_packed_runs_import_a_users_probe_module_in_their_processes(user_module,
     runs = [({"seed": seed}, Run(config, paths, probe_config("scaled_plain"), seed, 2)) for seed in (0, 1)]
     packed, _ = run_many(runs, packed_runs=2, progress=False)
     assert all(run.is_cached() for _, run in runs)
-    inline = run_concurrent(paths, TaskConfig(**TINY_TASK), GRPO, RunnerConfig(), progress=False,
-                            probe_cfg=probe_config("scaled_plain"))
+    inline = run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), GRPO, RunnerConfig(),
+                                    probe=probe_config("scaled_plain")), progress=False)
     assert packed[packed.seed == 0].loss.tolist() == [row["loss"] for row in inline.steps]
 
 

@@ -30,15 +30,15 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from mrl import numerics
-from mrl.checkpoint import placement_key
 from mrl.config import ATTACKS, MODES, GrpoConfig, RunConfig, RunnerConfig, TaskConfig
 from mrl.fingerprint import code_fingerprint
 from mrl.pools import GUARD_HINT, spawn_executor
 from mrl.probes import ProbeConfig, as_probe_config, get_probe, probe_code, probe_label
-from mrl.results import (CachedRun, clear_work_folders, git_sha, publish_run, read_run, repo_root, work_folder,
-                         write_run_record)
-from mrl.runner import OfflinePeers, run_concurrent
+from mrl.results import CachedRun, clear_work_folders, git_sha, publish_run, read_run, work_folder, write_run_record
+from mrl.paths import repo_root
+from mrl.runner import run_concurrent
 from mrl.saving import RunCard
+from mrl.spec import OfflinePeers, RunSpec, run_identity
 from mrl.validation import ConfigError, Str, config_hash, require, to_dict
 from mrl.zoo import build_zoo
 
@@ -117,26 +117,15 @@ class Variant:
         require(self.attack in ATTACKS, "Variant", "attack", self.attack, f"one of {list(ATTACKS)}")
         require(self.mode in (None, *MODES), "Variant", "mode", self.mode, f"one of {list(MODES)} or None")
 
-    def resolved(self, runner: RunnerConfig) -> Variant:
-        """The variant with the step clock it leaves to the profile (None) taken from `runner`."""
-        return dataclasses.replace(self, mode=self.mode or runner.mode,
-                                   max_staleness=self.max_staleness or runner.max_staleness)
-
-    def key(self) -> dict:
-        """What the run's numbers depend on, independent of where the repository lies (of a resolved variant)."""
-        key = {"poisoned": self.poisoned, "attack": self.attack if self.poisoned else "", "reverify": self.reverify,
-               "offline": {name: Path(path).name for name, path in self.offline},
-               "offline_log": Path(self.offline_log).parent.name if self.offline_log else ""}
-        if (self.mode, self.max_staleness) != ("sync", 1):
-            key.update(mode=self.mode, max_staleness=self.max_staleness)
-        if self.backend:
-            key["backend"] = self.backend
-        return key
+    def runner(self, base: RunnerConfig, backend: str | None = None) -> RunnerConfig:
+        """The RunnerConfig this run runs with: `base` (the profile's runner) with this variant's peers and clock
+        folded in, the one place they are; its backend: the variant's, else `backend`, else base's."""
+        return dataclasses.replace(base, backend=self.backend or backend or base.backend, poisoned=self.poisoned,
+                                   attack=self.attack, reverify=self.reverify, mode=self.mode or base.mode,
+                                   max_staleness=self.max_staleness or base.max_staleness)
 
 
 HONEST = Variant()
-SHARED = Variant(mode="sync", max_staleness=1)
-"""honest live peers in step, sharing the current step's samples: a run whose key has no peers entry"""
 
 
 @dataclass(frozen=True)
@@ -151,25 +140,28 @@ class Run:
     steps: int
     variant: Variant = field(default=HONEST)
 
+    def spec(self, backend: str | None = None, report_to: str = "none", experience_dir: Path | None = None,
+             output_dir: Path | None = None, card: RunCard | None = None) -> RunSpec:
+        """The run as the runner takes it: the profile's task, GRPO (with this run's seed and steps, an evaluation
+        at least at the end), runner (the variant folded in, `Variant.runner`; its backend the variant's, else
+        `backend`, else the profile's) and placement, the probe, the offline peers. The other arguments say where
+        its outputs go (not part of its identity)."""
+        config, variant = self.config, self.variant
+        runner = dataclasses.replace(variant.runner(config.runner, backend), report_to=report_to)
+        offline = OfflinePeers(variant.offline_log, dict(variant.offline)) if variant.offline else None
+        return RunSpec(policies=dict(self.paths), task=config.task, grpo=self.grpo(), runner=runner, probe=self.probe,
+                       threads=config.threads, run_id=f"{self.probe.name}-seed{self.seed}",
+                       placement={name: config.placement_of(name) for name in self.paths}, offline=offline,
+                       backend_pinned=bool(variant.backend), experience_dir=experience_dir, output_dir=output_dir,
+                       card=card)
+
     def key_content(self) -> dict:
-        """Everything the run's numbers depend on (the one place the key is built)."""
-        grpo = dataclasses.replace(self.config.grpo, seed=self.seed, steps=self.steps)
-        key = {"task": to_dict(self.config.task), "grpo": to_dict(grpo), "probe": to_dict(self.probe),
-               "policies": {name: Path(path).name for name, path in sorted(self.paths.items())},
-               "code": code_fingerprint(), "numerics": numerics.mode()}
+        """Everything the run's numbers depend on: its identity (mrl.spec.run_identity, which a checkpoint of it
+        records too), the mrl package's code and the numerics mode."""
+        key = {**run_identity(self.spec()), "code": code_fingerprint(), "numerics": numerics.mode()}
         user_code = probe_code(self.probe.name)
         if user_code:
             key["probe_code"] = user_code   # a probe written outside the package: its module's or cells' code
-        variant, runner = self.variant.resolved(self.config.runner), self.config.runner
-        if variant.key() != SHARED.key():
-            key["peers"] = variant.key()
-        if variant.mode == "async":
-            key["peers"]["staleness"] = runner.staleness   # how far a worker may run ahead
-        if runner.failure_policy != "fail":
-            key["failure_policy"] = runner.failure_policy   # a dropped worker changes what the others see
-        placed = {name: placement_key(self.config.placement_of(name)) for name in sorted(self.paths)}
-        if any(placed.values()):
-            key["placement"] = placed
         return key
 
     def key(self) -> str:
@@ -220,25 +212,17 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
     folder = run.folder()
     if cache and output_dir is None and (cached := run.cached()) is not None:
         return cached.steps, cached.evals
-    config, variant, grpo = run.config, run.variant.resolved(run.config.runner), run.grpo()
+    config = run.config
     out = Path(output_dir) if output_dir is not None else trained_folder(run) if config.runner.save_policies else None
     checkpoints = Path(output_dir) / "checkpoints" if output_dir is not None and config.runner.checkpoint_every \
         else None
-    backend = variant.backend or backend or config.runner.backend
     clear_work_folders(folder)   # what a killed computation of this run left
-    experience = work_folder(folder) / "experience" if variant.log_experience else None
-    offline = OfflinePeers(variant.offline_log, dict(variant.offline)) if variant.offline else None
-    runner = dataclasses.replace(config.runner, backend=backend, report_to=report_to, poisoned=variant.poisoned,
-                                 attack=variant.attack, reverify=variant.reverify, mode=variant.mode,
-                                 max_staleness=variant.max_staleness)
-    start = time.perf_counter()
+    experience = work_folder(folder) / "experience" if run.variant.log_experience else None
     card = RunCard(run_key=run.key(), profile=profile, probe=probe_label(run.probe), seed=run.seed, steps=run.steps)
-    record = run_concurrent(run.paths, config.task, grpo, runner, threads=config.threads, progress=progress,
-                            probe_cfg=run.probe, run_id=f"{run.probe.name}-seed{run.seed}", experience_dir=experience,
-                            offline=offline, placement={name: config.placement_of(name) for name in run.paths},
-                            checkpoint_dir=checkpoints, resume=resume, output_dir=out, card=card)
-    tables = save_run(folder, record, config.task, grpo, run.probe, run.paths, backend, time.perf_counter() - start,
-                      variant)
+    spec = run.spec(backend, report_to, experience, out, card)
+    start = time.perf_counter()
+    record = run_concurrent(spec, checkpoint_dir=checkpoints, resume=resume, progress=progress)
+    tables = save_run(folder, record, spec, time.perf_counter() - start, run.variant.log_experience)
     if output_dir is not None:
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         for name in ("steps.csv", "evals.csv", "run.json"):
@@ -252,9 +236,10 @@ def trained_folder(run: Run) -> Path:
     return repo_root() / "results" / "trained" / run.key()
 
 
-def save_run(folder: Path, record, task: TaskConfig, grpo: GrpoConfig, probe: ProbeConfig, paths: dict[str, str],
-             backend: str, wall_seconds: float, variant: Variant = SHARED) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """A finished run into its cache folder: steps.csv, evals.csv, then run.json (its settings, peers' variant,
+def save_run(folder: Path, record, spec: RunSpec, wall_seconds: float,
+             experience: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A finished run into its cache folder: steps.csv, evals.csv, then run.json (its settings, its identity's clock
+    and peers,
     counters, events, backend, git SHA, wall time and the files' checksums), which marks it finished, all in this
     process's work folder (beside the experience log run_one had the runner write there), renamed into place as one
     (mrl.results.publish_run). Returns (steps, evals): this run's, or those of the same run that another process
@@ -264,12 +249,14 @@ def save_run(folder: Path, record, task: TaskConfig, grpo: GrpoConfig, probe: Pr
     work.mkdir(parents=True, exist_ok=True)
     steps_df.to_csv(work / "steps.csv", index=False)
     evals_df.to_csv(work / "evals.csv", index=False)
+    identity = run_identity(spec)
     write_run_record(work, {
-        "task": to_dict(task), "grpo": to_dict(grpo), "probe": to_dict(probe), "policies": paths,
-        "peers": variant.key(), "experience": variant.log_experience, "counters": record.counters,
-        "events": record.events, "backend": backend, "git_sha": git_sha(), "numerics": numerics.state(),
+        "task": to_dict(spec.task), "grpo": to_dict(spec.grpo), "probe": to_dict(spec.probe_config()),
+        "policies": spec.policies, "clock": identity["clock"], "peers": identity["peers"],
+        "offline": identity["offline"], "experience": experience, "counters": record.counters,
+        "events": record.events, "backend": spec.runner.backend, "git_sha": git_sha(), "numerics": numerics.state(),
         "wall_seconds": round(wall_seconds, 1)})
-    other = publish_run(work, folder, experience=variant.log_experience)
+    other = publish_run(work, folder, experience=experience)
     return (steps_df, evals_df) if other is None else (other.steps, other.evals)
 
 
