@@ -269,6 +269,7 @@ def test_the_cap_of_a_plain_cuda_device_names_the_current_gpu_and_both_one_polic
     the first GPU run found); a process or Ray worker caps its policy before building it."""
     from types import SimpleNamespace
 
+    import mrl.mwra as mwra
     import mrl.placement as placement
     from mrl.mwra import _own_process_actor
 
@@ -277,7 +278,7 @@ def test_the_cap_of_a_plain_cuda_device_names_the_current_gpu_and_both_one_polic
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     placement.cap_gpu_memory(torch.device("cuda"), 0.5)
     assert calls == [1]
-    monkeypatch.setattr(placement, "resolve_device", lambda spec: torch.device("cuda:0"))
+    monkeypatch.setattr(mwra, "resolve_device", lambda spec: torch.device("cuda:0"))   # as the backends import it
     config = SimpleNamespace(placement=SimpleNamespace(device="auto", gpus=0.25))
     built = _own_process_actor(lambda cfg: ("actor", cfg), config)
     assert built == ("actor", config) and calls == [1, 0]
