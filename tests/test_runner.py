@@ -194,8 +194,8 @@ import sys
 from mrl.runner import RunSpec, run_concurrent
 from mrl.config import RunnerConfig, GrpoConfig, TaskConfig
 paths = {paths!r}
-record = run_concurrent(paths, TaskConfig(**{task!r}), GrpoConfig(**{grpo!r}),
-                        RunnerConfig(checkpoint_every=2), checkpoint_dir=sys.argv[1], resume=True, progress=False)
+spec = RunSpec(paths, TaskConfig(**{task!r}), GrpoConfig(**{grpo!r}), RunnerConfig(checkpoint_every=2))
+record = run_concurrent(spec, checkpoint_dir=sys.argv[1], resume=True, progress=False)
 """
 
 
@@ -526,8 +526,8 @@ def test_a_worker_dropped_while_checkpointing_leaves_the_async_clock(paths, tmp_
     """Async: C is dropped in step 2's checkpoint. A and B go on and the steps after it end: their checkpoints are
     written up to the last step (C's lane, left in the clock's step table, held the count of finished steps at 2)."""
     cfg = RunnerConfig(mode="async", failure_policy="continue", checkpoint_every=2)
-    record = run_concurrent(RunSpec(paths, TASK, GRPO, cfg, actor_cls=RaisingCheckpointActor), checkpoint_dir=tmp_path,
-                            progress=False)
+    record = run_concurrent(RunSpec(paths, TASK, GRPO, cfg, actor_cls=RaisingCheckpointActor),
+                            checkpoint_dir=tmp_path, progress=False)
     assert any(e["event"].startswith("dropped C: while checkpointing: state_dict raised OSError") for e in record.events)
     assert [r["step"] for r in record.steps if r["policy"] == "C"] == [1, 2]
     assert [r["step"] for r in record.steps if r["policy"] == "A"] == list(range(1, GRPO.steps + 1))

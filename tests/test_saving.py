@@ -4,7 +4,7 @@ the trained weights, the tokenizer and its chat template, every stop id and a mo
 after step 3 of 6 and continued with `mrl run --resume` ends with an uninterrupted run's metrics; a saved folder or
 a Hub model in the local cache trains beside a zoo policy (`--policies <folder>+A`); TRL's trainer saves its policy
 as TRL does, with every stop id."""
-import functools
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -115,7 +115,7 @@ def greedy(model, tokenizer, prompts: list[str], max_new_tokens: int, eos: list[
 @pytest.mark.slow
 def test_mrl_run_leaves_folders_whose_greedy_completions_are_the_trained_actors(smoke_run, monkeypatch, capsys):
     monkeypatch.setattr(mrl.experiments.runs, "run_concurrent",
-                        functools.partial(run_concurrent, actor_cls=GreedyAtTheEnd))
+                        lambda spec, **kw: run_concurrent(dataclasses.replace(spec, actor_cls=GreedyAtTheEnd), **kw))
     out = smoke_run / "out"
     assert cli.main(["run", "--policies", "A+B", "--probe", "sgt", "--steps", "4", "--output-dir", str(out)]) == 0
     assert str(out / "A") in capsys.readouterr().out
@@ -135,7 +135,7 @@ def test_mrl_run_leaves_folders_whose_greedy_completions_are_the_trained_actors(
 
 
 KILLED_RUN = """
-import functools, os, signal, sys
+import dataclasses, os, signal, sys
 from pathlib import Path
 
 import mrl
@@ -155,7 +155,8 @@ class KilledInStep4(PolicyActor):
 
 if __name__ == "__main__":
     mrl.experiments.runs.repo_root = lambda: Path({root!r})
-    mrl.experiments.runs.run_concurrent = functools.partial(run_concurrent, actor_cls=KilledInStep4)
+    mrl.experiments.runs.run_concurrent = \
+        lambda spec, **kw: run_concurrent(dataclasses.replace(spec, actor_cls=KilledInStep4), **kw)
     cli.policy_paths = lambda config, progress=True: {paths!r}
     cli.main(sys.argv[1:])
 """
