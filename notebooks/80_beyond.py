@@ -52,10 +52,11 @@ from IPython.display import Markdown
 from mrl.experiments import panel_labels, run_many
 from mrl.experiments.beyond import beyond_runs, poison_runs, run_offline, run_scaling
 from mrl.notebook import setup_notebook
-from mrl.reports.beyond import (beyond_result, poison_figure, poison_table, records_handed_over, scaling_figure,
-                                scaling_table, with_arm_labels)
-from mrl.reports.paired import interval_caption, paired_table, weak_skill_figure
-from mrl.results import listing, save_figure, write_table
+from mrl.figure_inputs import draw_and_save
+from mrl.reports.beyond import (beyond_result, poison_figure, poison_figure_inputs, poison_table, records_handed_over,
+                                scaling_figure, scaling_table, with_arm_labels)
+from mrl.reports.paired import interval_caption, paired_table, weak_skill_figure, weak_skill_inputs
+from mrl.results import listing, write_table
 
 run = setup_notebook("80_beyond", profile)
 config, beyond, heldout = run.config, run.config.experiment("beyond"), run.config.experiment("heldout")
@@ -84,8 +85,9 @@ write_table(table, "beyond_main", run.tables,
 table
 
 # %%
-panels = panel_labels(beyond.panels)   # {title: probe labels}, the profile's (experiments.beyond.panels)
-save_figure(weak_skill_figure(evals, steps_df, panels, setting=heldout.task.name), "beyond_weak_skill", run.figures)
+panels = list(panel_labels(beyond.panels).items())   # [(title, probe labels)], the profile's, in its order
+draw_and_save(weak_skill_figure, "beyond_weak_skill", run.figures,
+              **weak_skill_inputs(evals, steps_df, heldout.zoo_seeds[0]), panels=panels, setting=heldout.task.name)
 
 # %% [markdown]
 # ## A poisoned peer
@@ -113,7 +115,7 @@ write_table(poisoned, "beyond_poison", run.tables,
 poisoned
 
 # %%
-save_figure(poison_figure(poison_numbers), "beyond_poison", run.figures)
+draw_and_save(poison_figure, "beyond_poison", run.figures, **poison_figure_inputs(poison_numbers))
 
 # %% [markdown]
 # ## More than two policies, sync and async
@@ -144,7 +146,8 @@ else:
 scaling
 
 # %%
-save_figure(scaling_figure(scaling), "beyond_scaling", run.figures) if scaling is not None else "no n-policy runs"
+(draw_and_save(scaling_figure, "beyond_scaling", run.figures, table=scaling) if scaling is not None
+ else "no n-policy runs")
 
 # %% [markdown]
 # ## Result

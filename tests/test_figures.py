@@ -402,13 +402,13 @@ def test_a_variant_that_keeps_every_peer_sample_is_named_not_drawn():
 
 
 def test_the_poison_figure_draws_each_seed_and_no_interval_below_three():
-    from mrl.reports.beyond import poison_figure
+    from mrl.reports.beyond import poison_figure, poison_figure_inputs
 
     numbers = pd.DataFrame([
         {"policy": "A", "probe": "sgt", "arm": "honest peer", "runs": 2, "weak Δ": None, "weak units": ()},
         {"policy": "A", "probe": "sgt", "arm": "forged_success, trusting", "runs": 2,
          "weak Δ": (0.01, -0.1, 0.12, False), "weak units": (-0.02, 0.04)}])
-    ax = poison_figure(numbers).axes[0]
+    ax = poison_figure(**poison_figure_inputs(numbers)).axes[0]
     ticks = [line for line in ax.get_lines() if line.get_marker() == "|"]
     assert [list(line.get_xdata()) for line in ticks] == [[-0.02, 0.04]]
     bars = [line for line in ax.get_lines() if line.get_marker() in ("None", "") and len(set(line.get_xdata())) == 2]
