@@ -206,3 +206,23 @@ def test_a_marginal_arm_needs_its_canonical_twin():
     assert marginal_arms(with_twin) == ARMS and marginal_arms(heldout) == []
     with pytest.raises(ConfigError, match="HeldoutConfig.probes"):
         HeldoutConfig(**{**fields, "probes": [*fields["probes"], {"name": "graft", "tokenization": "marginal"}]})
+
+
+def test_the_result_prose_carries_the_tables_numbers():
+    from mrl.reports.marginal import marginal_result
+
+    b_rows = synthetic_rows().assign(learner="B", source="A", tokenizations=1, gap=0.0, **{"canonical share": 1.0})
+    rows = pd.concat([synthetic_rows(), b_rows], ignore_index=True)
+    cost = pd.DataFrame([{"point": "warm-up", "learner": learner, "source": source, "texts": 10,
+                          "rows per text": rows_per_text, "probe canonical s": 0.1, "probe marginal s": 0.1 * ratio,
+                          "probe ratio": ratio, "search canonical s": 0.02, "search marginal s": 0.02,
+                          "search ratio": 1.0} for learner, source, rows_per_text, ratio in
+                         (("A", "B", 2.5, 2.5), ("B", "A", 2.0, 2.0))])
+    text = marginal_result(gap_table(rows), ratio_table(rows, (0.8, 0.875)), cost, (0.8, 0.875))
+    assert "**Warm-up**, on this substrate" in text
+    assert "A scoring B's 4 texts: 50.0% have more than one tokenization and 25.0% a canonical tokenization" in text
+    assert "over failures (3) mean 0.3500 nats, max 1.000" in text
+    assert "HACPO's mean log s is -0.2500 canonical, -0.2350 marginal and -0.2333 exact" in text
+    assert "bind on 66.7%, 33.3% and 33.3% of the samples, and the marginal moves 33.3% of them" in text
+    assert "B scoring A's 4 texts: every text has one tokenization" in text
+    assert "2.00x to 2.50x the canonical's (2.00 to 2.50 rows per text against 1)" in text
