@@ -13,7 +13,7 @@ the exchange passes the peers' successes unverified: the advantages, SGT's rescu
 then what a real step has. The evaluation is scored by the same coin: its accuracies mean nothing.
 
 What runs (configs/paper.yaml otherwise unchanged: bf16 sampler over fp32 masters, gradient checkpointing, micro
-batches of 16, engine generate, 512 new tokens, evaluation at 1,024):
+batches of 16, 512 new tokens, evaluation at 1,024; the sampling engine is the profile's, generate, or `--engine`'s):
 
 1. SGT on A + B + C sharing one GPU, the process backend (one process per policy, each capped to its profile's
    GPU share: shares sized for two 80 GB GPUs, which bind nothing on one larger GPU), `--steps` steps of
@@ -23,10 +23,11 @@ batches of 16, engine generate, 512 new tokens, evaluation at 1,024):
    for that phase (mrl.resources.policy_memory at this run's batch and prompt length), and tokens per second: of
    the completions drawn (rollout), of the batch's planned prompt + completion length (update) and of the answers
    at their full length (evaluation, timed from the driver: its pipe included).
-2. The engines alone on the GPU: B's bf16 sampler draws the same batch with `generate` and with `batched`
-   (transformers' continuous batching), tokens per second of each.
+2. The engines alone on the GPU: B's bf16 sampler draws the same batch with each of `--engines` (by default
+   `generate`, `batched`: transformers' continuous batching, and `graphs`: mrl.graphs_engine's decode step captured
+   in CUDA graphs), tokens per second of each and its ratio to generate's.
 
-    python benchmarks/gpu_first_run.py --out results/gpu_first_run [--steps 2] [--prompts 8]
+    python benchmarks/gpu_first_run.py --out results/gpu_first_run [--steps 2] [--prompts 8] [--engine graphs]
 
 Writes report.json (every row) and report.md (the tables) to --out. Refuses to run without a GPU, but for
 `--cpu-check` (the script itself checked on a CPU at a short length: no memory is measured there).
@@ -48,6 +49,7 @@ import mrl  # noqa: E402, F401  (first: the numerics contract, before torch and 
 import torch  # noqa: E402
 
 from mrl.actor import PolicyActor  # noqa: E402
+from mrl.config import ENGINES  # noqa: E402
 from mrl.resources import phase_peaks  # noqa: E402
 
 NAMES = {"A": "Qwen2.5-0.5B-Instruct", "B": "Llama-3.2-1B-Instruct", "C": "SmolLM2-360M-Instruct"}
@@ -232,9 +234,10 @@ def phase_rows(record, plans: dict, steps: int, eval_tokens: dict) -> list[dict]
     return rows
 
 
-def engine_rows(path: Path, task, grpo, chat_template: bool, group: int, device: torch.device) -> list[dict]:
-    """B's bf16 sampler draws the step's batch with each engine; completion tokens per second of each (the second
-    call of each engine is timed, after one warm-up call)."""
+def engine_rows(path: Path, task, grpo, chat_template: bool, group: int, device: torch.device,
+                engines: tuple[str, ...] = ("generate", "batched", "graphs")) -> list[dict]:
+    """B's bf16 sampler draws the step's batch with each of `engines`; completion tokens per second of each (the
+    second call of each engine is timed, after one warm-up call). An engine that fails is a row with its error."""
     from mrl.placement import cast_parameters
     from mrl.rollout import prompt_renderer, sample_groups
     from mrl.seeding import step_generator
@@ -246,18 +249,22 @@ def engine_rows(path: Path, task, grpo, chat_template: bool, group: int, device:
     render = prompt_renderer(policy.tokenizer, chat_template)
     prompts = [render(p.prompt) for p in task.train["gsm8k"][:grpo.prompts_per_step]]
     rows = []
-    for engine in ("generate", "batched"):
-        for attempt in range(2):
-            if cuda:
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats(device)
-            start = time.perf_counter()
-            _, _, completion_ids, completion_mask, _ = sample_groups(
-                sampler, policy.tokenizer, prompts, group, step_generator(0, attempt, "B", device),
-                grpo.max_new_tokens, grpo.temperature, engine, with_logprobs=False)
-            if cuda:
-                torch.cuda.synchronize()
-            seconds = time.perf_counter() - start
+    for engine in engines:
+        try:
+            for attempt in range(2):
+                if cuda:
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats(device)
+                start = time.perf_counter()
+                _, _, completion_ids, completion_mask, _ = sample_groups(
+                    sampler, policy.tokenizer, prompts, group, step_generator(0, attempt, "B", device),
+                    grpo.max_new_tokens, grpo.temperature, engine, with_logprobs=False)
+                if cuda:
+                    torch.cuda.synchronize()
+                seconds = time.perf_counter() - start
+        except Exception as err:  # noqa: BLE001  (recorded; the other engines still run)
+            rows.append({"engine": engine, "error": f"{type(err).__name__}: {err}"[:500]})
+            continue
         tokens = int(completion_mask.sum().item())
         rows.append({"engine": engine, "sequences": completion_ids.shape[0], "tokens": tokens, "seconds": seconds,
                      "tokens_per_s": tokens / seconds,
@@ -303,9 +310,10 @@ def summary(phases: list[dict], mismatch: list[dict], engines: list[dict] | None
         lines.append(f"- Sampler/trainer mismatch |log pi_train - log pi_sampler|: its mean per token from "
                      f"{min(means):.3g} to {max(means):.3g} over the policies' steps, its largest token {largest:.3g}.")
     rates = {row["engine"]: row.get("tokens_per_s") for row in engines or []}
-    if rates.get("generate") and rates.get("batched"):
-        lines.append(f"- Engines: batched drew {rates['batched'] / rates['generate']:.2f} times generate's tokens "
-                     "per second.")
+    others = [f"{engine} {rate / rates['generate']:.2f}" for engine, rate in rates.items()
+              if rate and engine != "generate" and rates.get("generate")]
+    if others:
+        lines.append(f"- Engines, tokens per second over generate's: {', '.join(others)}.")
     return lines
 
 
@@ -317,7 +325,8 @@ def render(report: dict) -> str:
     text = [f"# The paper profile's first GPU run, reduced ({report['gpu']}, torch {report['torch']}, "
             f"transformers {report['transformers']})", "",
             f"SGT on {'+'.join(names)}, process backend on one GPU, {args['steps']} steps of {args['prompts']} "
-            f"prompts x {setting['group_size']}, {setting['max_new_tokens']} new tokens; evaluation of "
+            f"prompts x {setting['group_size']}, {setting['max_new_tokens']} new tokens, engine "
+            f"{setting.get('engine', 'generate')}; evaluation of "
             f"{args['eval_prompts']} prompts of {', '.join(benchmarks)} at {setting['eval_max_new_tokens']} tokens. "
             f"Phases of step "
             f"{args['steps']}.", "", *summary(phases, mismatch, report.get("engines"), report.get("gpu_memory_gb")),
@@ -341,6 +350,10 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8, help="prompts per step (the paper's: 64)")
     parser.add_argument("--eval-prompts", type=int, default=8, help="prompts per benchmark in each evaluation")
     parser.add_argument("--policies", default="A,B,C")
+    parser.add_argument("--engine", default=None, choices=ENGINES,
+                        help="the sampling engine of the three-policy run (default: the paper profile's)")
+    parser.add_argument("--engines", default="generate,batched,graphs",
+                        help="the engines compared alone on B's sampler, of " + ",".join(ENGINES))
     parser.add_argument("--skip-engines", action="store_true")
     parser.add_argument("--cpu-check", action="store_true",
                         help="run on the CPU with 2-layer stand-ins, 8 new tokens (4 in the evaluation): checks the "
@@ -355,6 +368,9 @@ def main() -> None:
         path = Path(args.render)
         path.with_suffix(".md").write_text(render(json.loads(path.read_text())))
         return
+    unknown = [engine for engine in args.engines.split(",") if engine not in ENGINES]
+    if unknown:
+        sys.exit(f"--engines {unknown} are not allowed; expected some of {list(ENGINES)}")
     if not torch.cuda.is_available() and not args.cpu_check:
         sys.exit("gpu_first_run needs a CUDA GPU (torch.cuda.is_available() is False); --cpu-check checks the "
                  "script on the CPU")
@@ -393,11 +409,12 @@ def main() -> None:
     report["build_seconds"] = time.perf_counter() - began
     print(f"stand-ins built in {report['build_seconds']:.0f} s", flush=True)
 
-    grpo = dataclasses.replace(profile.grpo, steps=args.steps, prompts_per_step=args.prompts, eval_every=args.steps)
+    grpo = dataclasses.replace(profile.grpo, steps=args.steps, prompts_per_step=args.prompts, eval_every=args.steps,
+                               engine=args.engine or profile.grpo.engine)
     if args.cpu_check:
         grpo = dataclasses.replace(grpo, max_new_tokens=8, eval_max_new_tokens=4)
     group = grpo.group_size
-    report["setting"] = {"group_size": group, "max_new_tokens": grpo.max_new_tokens,
+    report["setting"] = {"group_size": group, "max_new_tokens": grpo.max_new_tokens, "engine": grpo.engine,
                          "eval_max_new_tokens": grpo.eval_max_new_tokens or grpo.max_new_tokens}
     plans = {}
     for name in names:
@@ -428,7 +445,7 @@ def main() -> None:
     if not args.skip_engines:
         try:
             report["engines"] = engine_rows(paths[names[min(1, len(names) - 1)]], task, grpo,
-                                            task_cfg.chat_template, group, device)
+                                            task_cfg.chat_template, group, device, tuple(args.engines.split(",")))
         except Exception as err:  # noqa: BLE001  (the run's rows above are kept; the failure is reported)
             report["engines"] = [{"engine": "failed", "error": f"{type(err).__name__}: {err}"[:500]}]
         save()

@@ -20,10 +20,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
 
-ZOO_MODULES = ("zoo.py", "fast.py", "rollout.py", "stop_tokens.py", "tasks.py", "seeding.py", "numerics.py")
+ZOO_MODULES = ("zoo.py", "fast.py", "rollout.py", "token_logprobs.py", "stop_tokens.py", "tasks.py", "seeding.py",
+               "numerics.py")
 """the modules a zoo member's weights depend on: tokenizer training, the corpus, the model, the warm-up loop, the
-log-probs it trains on and the numerics contract its kernels run under (config.py's values that matter are in the
-key itself)"""
+log-probs it trains on (rollout.py's forward, token_logprobs.py's softmax) and the numerics contract its kernels run
+under (config.py's values that matter are in the key itself)"""
 
 
 def code_without_docs(text: str) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mrl.profiles import PROFILES, load_profile
 from mrl.results import git_sha, machine, repo_root
+from mrl.reports.performance import update_performance
 from mrl.reports.readme import RECORD, update_readme
 
 
@@ -118,12 +119,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 def publish_default(record: dict, whole: bool) -> None:
     """After a default-profile run: a whole run's record is committed beside the tables (the README's notebook
-    times come from it), and the README's generated blocks are rewritten from the tables (mrl.reports.readme)."""
+    times come from it), and the generated blocks of the README and docs/performance.md are rewritten from the tables
+    (mrl.reports.readme, mrl.reports.performance)."""
     tables = repo_root() / "paper_tables"
     if whole:
         (tables / RECORD).write_text(json.dumps(record, indent=2) + "\n")
     if update_readme(repo_root() / "README.md", tables):
         print("[mrl.reproduce] README.md: generated blocks rewritten from paper_tables/")
+    if update_performance(repo_root() / "docs" / "performance.md", tables):
+        print("[mrl.reproduce] docs/performance.md: generated blocks rewritten from paper_tables/")
 
 
 if __name__ == "__main__":

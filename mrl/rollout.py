@@ -19,6 +19,7 @@ from mrl.fast import FastForward, fast_forward
 from mrl.graphs_engine import graphs_completions
 from mrl.placement import set_training
 from mrl.stop_tokens import stop_ids
+from mrl.token_logprobs import token_logprobs
 
 _FAST: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -297,10 +298,7 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
     else:
         logits = model(input_ids=torch.cat([prompt_ids, completion_ids], dim=1), attention_mask=attention,
                        position_ids=positions(attention), logits_to_keep=completion_ids.size(1) + 1).logits
-    logits = logits[:, :-1].float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    return torch.log_softmax(logits, dim=-1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
+    return token_logprobs(logits, completion_ids, temperature)   # the last position predicts past the completion
 
 
 def completion_texts(tokenizer, completion_ids: Tensor, completion_mask: Tensor,

@@ -43,9 +43,10 @@ progress = True      # tqdm bars during the warm-up
 import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 from IPython.display import Markdown
 from mrl.notebook import setup_notebook
-from mrl.reports.substrate import (skill_matrix, warmup_accuracy, warmup_caption, warmup_figure, zoo_result,
-                                   zoo_table)
-from mrl.results import save_figure, write_table
+from mrl.figure_inputs import draw_and_save
+from mrl.reports.substrate import (skill_matrix, warmup_accuracy, warmup_caption, warmup_figure, warmup_figure_inputs,
+                                   zoo_result, zoo_table)
+from mrl.results import write_table
 from mrl.tasks import make_task
 from mrl.zoo import build_zoo
 
@@ -73,7 +74,7 @@ held_out, pool = skill_matrix(accuracy, "held-out"), skill_matrix(accuracy, "poo
 write_table(held_out, "warmup", run.tables, caption=warmup_caption(task, "held-out"))
 write_table(pool, "warmup_pool", run.tables, caption=warmup_caption(task, "pool"))
 setting = f"{config.task.name}, zoo seed {config.zoo.warmup.seed}"
-save_figure(warmup_figure(accuracy, zoo, setting), "warmup", run.figures)
+draw_and_save(warmup_figure, "warmup", run.figures, **warmup_figure_inputs(accuracy, zoo), setting=setting)
 
 # %% [markdown]
 # ## Result

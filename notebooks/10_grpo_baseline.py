@@ -43,8 +43,9 @@ from IPython.display import Markdown
 from mrl.experiments import Run, policy_paths, run_one
 from mrl.notebook import setup_notebook
 from mrl.probes import probe_config
+from mrl.figure_inputs import draw_and_save
 from mrl.reports.substrate import baseline_table, grpo_baseline_result, learning_curves_figure
-from mrl.results import save_figure, write_table
+from mrl.results import write_table
 
 run = setup_notebook("10_grpo_baseline", profile, seed=seed)
 config = run.config
@@ -59,8 +60,8 @@ evals.to_csv(run.folder / "evals.csv", index=False)
 # ## Learning curves: per-skill greedy accuracy vs rollouts
 
 # %%
-fig = learning_curves_figure(evals, title=f"Independent GRPO ({config.task.name}, seed {seed})")
-save_figure(fig, "grpo_baseline_curves", run.figures)
+draw_and_save(learning_curves_figure, "grpo_baseline_curves", run.figures, evals=evals,
+              title=f"Independent GRPO ({config.task.name}, seed {seed})")
 
 # %%
 table = baseline_table(evals)

@@ -45,8 +45,9 @@ import torch
 from IPython.display import Markdown
 from mrl.notebook import setup_notebook
 from mrl.real_tokenizers import load_real_tokenizer, mixed_script_texts
-from mrl.reports.substrate import thl_heatmaps, thl_residual_table, thl_result
-from mrl.results import save_figure, write_table
+from mrl.figure_inputs import draw_and_save
+from mrl.reports.substrate import thl_heatmap_inputs, thl_heatmaps, thl_residual_table, thl_result
+from mrl.results import write_table
 from mrl.rollout import sample_records
 from mrl.tasks import make_task
 from mrl.zoo import build_zoo
@@ -79,7 +80,7 @@ table = thl_residual_table(tokenizers, corpora)
 table.to_csv(run.folder / "thl_residuals.csv", index=False)
 write_table(table, "thl_residuals", run.tables,
             caption="THL residual cost per ordered tokenizer pair (source -> receiver) and corpus.")
-save_figure(thl_heatmaps(table), "thl_residuals", run.figures)
+draw_and_save(thl_heatmaps, "thl_residuals", run.figures, table=thl_heatmap_inputs(table))
 
 # %% [markdown]
 # ## Reading the heatmaps

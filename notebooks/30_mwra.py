@@ -44,8 +44,9 @@ from IPython.display import Markdown
 from mrl.experiments import policy_paths
 from mrl.validation import override
 from mrl.notebook import setup_notebook
-from mrl.reports.substrate import mwra_compute_table, mwra_result, mwra_timeline_figure
-from mrl.results import save_figure, write_table
+from mrl.figure_inputs import draw_and_save
+from mrl.reports.substrate import mwra_compute_table, mwra_result, mwra_timeline_figure, mwra_timeline_inputs
+from mrl.results import write_table
 from mrl.runner import RunSpec, run_concurrent
 
 run = setup_notebook("30_mwra", profile, partial=steps is not None or backends is not None)
@@ -77,7 +78,7 @@ write_table(compute, "mwra_compute", run.tables,
 compute.round(3)
 
 # %%
-save_figure(mwra_timeline_figure(runs), "mwra_timeline", run.figures)
+draw_and_save(mwra_timeline_figure, "mwra_timeline", run.figures, **mwra_timeline_inputs(runs))
 
 # %% [markdown]
 # ## Result

@@ -61,7 +61,8 @@ from mrl.experiments.probe import probe_runs
 from mrl.notebook import setup_notebook
 from mrl.reports.paired import interval_caption, paired_table, probe_result
 from mrl.reports.probes import accuracy_figure, main_table, rescue_figure, stability_table
-from mrl.results import listing, save_figure, write_table
+from mrl.figure_inputs import draw_and_save
+from mrl.results import listing, write_table
 from mrl.validation import override
 
 requested = {"pairings": pairings, "probes": probes, "seeds": seeds, "steps": steps}
@@ -138,10 +139,10 @@ stability.round(3)
 
 # %%
 setting = f"{config.task.name}, zoo seed {config.zoo.warmup.seed}"
-save_figure(accuracy_figure(evals, setting), "probe_accuracy", run.figures)
+draw_and_save(accuracy_figure, "probe_accuracy", run.figures, evals=evals, setting=setting)
 
 # %%
-save_figure(rescue_figure(evals, setting), "probe_rescue", run.figures)
+draw_and_save(rescue_figure, "probe_rescue", run.figures, evals=evals, setting=setting)
 
 # %% [markdown]
 # ## Result

@@ -69,8 +69,9 @@ from mrl.notebook import setup_notebook
 from mrl.probes import as_probe_config, probe_config
 from mrl.reports.paired import hacpo_result, interval_caption, paired_table
 from mrl.reports.probes import (hyperparameter_table, peer_clip_table, ratio_statistics_table, stepwise_clipping_figure,
-                                summary_table)
-from mrl.results import listing, save_figure, write_table
+                                stepwise_clipping_inputs, summary_table)
+from mrl.figure_inputs import draw_and_save
+from mrl.results import listing, write_table
 
 run = setup_notebook("50_hacpo", profile)
 config, grid = run.config, run.config.experiment("hacpo")
@@ -153,8 +154,9 @@ ratio_table
 clip_steps = pd.concat(ablation_steps)
 clip_steps = clip_steps[clip_steps.axis == "clipping"]
 default = probe_config("hacpo")
-fig = stepwise_clipping_figure(clip_steps, default.delta, default.delta_step, clip_minibatches)
-save_figure(fig, "hacpo_stepwise_clipping", run.figures)
+draw_and_save(stepwise_clipping_figure, "hacpo_stepwise_clipping", run.figures,
+              steps=stepwise_clipping_inputs(clip_steps), delta=default.delta, delta_step=default.delta_step,
+              minibatches=clip_minibatches)
 
 # %% [markdown]
 # ## Hyperparameters (generated from the configs)

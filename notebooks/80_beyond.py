@@ -52,10 +52,11 @@ from IPython.display import Markdown
 from mrl.experiments import panel_labels, run_many
 from mrl.experiments.beyond import beyond_runs, poison_runs, run_offline, run_scaling
 from mrl.notebook import setup_notebook
-from mrl.reports.beyond import (beyond_result, poison_figure, poison_table, records_handed_over, scaling_figure,
-                                scaling_table, with_arm_labels)
-from mrl.reports.paired import interval_caption, paired_table, weak_skill_figure
-from mrl.results import listing, save_figure, write_table
+from mrl.figure_inputs import draw_and_save
+from mrl.reports.beyond import (beyond_result, poison_figure, poison_figure_inputs, poison_table, records_handed_over,
+                                scaling_figure, scaling_table, with_arm_labels)
+from mrl.reports.paired import interval_caption, paired_table, weak_skill_figure, weak_skill_inputs
+from mrl.results import listing, write_table
 
 run = setup_notebook("80_beyond", profile)
 config, beyond, heldout = run.config, run.config.experiment("beyond"), run.config.experiment("heldout")
@@ -84,8 +85,9 @@ write_table(table, "beyond_main", run.tables,
 table
 
 # %%
-panels = panel_labels(beyond.panels)   # {title: probe labels}, the profile's (experiments.beyond.panels)
-save_figure(weak_skill_figure(evals, steps_df, panels, setting=heldout.task.name), "beyond_weak_skill", run.figures)
+panels = list(panel_labels(beyond.panels).items())   # [(title, probe labels)], the profile's, in its order
+draw_and_save(weak_skill_figure, "beyond_weak_skill", run.figures,
+              **weak_skill_inputs(evals, steps_df, heldout.zoo_seeds[0]), panels=panels, setting=heldout.task.name)
 
 # %% [markdown]
 # ## A poisoned peer
@@ -113,7 +115,7 @@ write_table(poisoned, "beyond_poison", run.tables,
 poisoned
 
 # %%
-save_figure(poison_figure(poison_numbers), "beyond_poison", run.figures)
+draw_and_save(poison_figure, "beyond_poison", run.figures, **poison_figure_inputs(poison_numbers))
 
 # %% [markdown]
 # ## More than two policies, sync and async
@@ -144,7 +146,8 @@ else:
 scaling
 
 # %%
-save_figure(scaling_figure(scaling), "beyond_scaling", run.figures) if scaling is not None else "no n-policy runs"
+(draw_and_save(scaling_figure, "beyond_scaling", run.figures, table=scaling) if scaling is not None
+ else "no n-policy runs")
 
 # %% [markdown]
 # ## Result
@@ -173,6 +176,158 @@ Markdown(beyond_result(numbers, table, poison_numbers, scaling))
 # for more than two policies across architectures and tokenizers, and what a run costs in wall time on this machine, not
 # whether more peers help. Async wall time depends on the machine's timing, so an async row is one draw of its schedule.
 # The substrate is 70_heldout's tiny zoo on `arith-forms`, a CPU stand-in for the papers' models and benchmarks.
+
+# %% [markdown]
+# ## What the canonical tokenization drops: the exact probability of a peer's text
+#
+# **Claim (ours, beyond the papers).** Every method here that weighs a peer's sample by the learner's probability
+# scores one tokenization of the text, the learner's canonical one: HACPO's official code, GRAFT (which calls its
+# ratio "not an exact cross-tokenizer importance ratio") and THL's retokenization. The probability that the learner
+# writes the text is the sum over every tokenization that decodes to it (`mrl.thl.marginal_logprob`,
+# docs/marginal.md), so the canonical one is a lower bound. This section measures how much the shortcut drops, on
+# which samples, what it does to HACPO's ratio and how often its clip bounds bind, and what the exact value costs.
+#
+# **Setup.** The held-out pair (A: GPT-2 + BPE; B: Llama + Unigram) on its first zoo seed, at its warm-up and after
+# training: the policies of the GRPO run whose experience log the offline GRAFT above replays (RL seed
+# `beyond.seeds[0]`, the held-out steps; `mrl.experiments.beyond.marginal_policies` trains it into
+# `results/trained/` when that folder lacks it). Each policy samples G completions of the first
+# `beyond.marginal_prompts` held-out test prompts per skill, as its RL rollouts are drawn; the other policy scores every
+# text that ended with EOS canonically and over every tokenization (exact: the zoo's answers are a few bytes), split
+# by the source's verifier into successes and failures (`mrl.marginal_gap`). HACPO's sequence ratio s (ratio thl:
+# divided by THL's groups) is read under three definitions: canonical (the learner's canonical tokenization over the
+# source's sampled tokens: the probes' default), marginal (the learner's marginal over them: `tokenization:
+# marginal`) and exact (both sides' marginals: the text's own ratio, which a probe cannot form without the source's
+# model). Its clip range is the ledger arm's, 4 updates per step: [0.8, 1] at the first update, rising to [0.875, 1]
+# at the last (stepwise); later updates see a learner that has moved, so the last range is read on the same ratios
+# as a bound on what it could clip. The cost is CPU time on one RL step's peer texts, canonical and marginal measured
+# in the same run.
+
+# %%
+from mrl.experiments.beyond import run_marginal_gap
+from mrl.marginal_gap import stepwise_bounds
+from mrl.probes import probe_config
+from mrl.reports.marginal import (cost_table, gap_figure, gap_figure_inputs, gap_table, marginal_result,
+                                  ratio_table)
+
+marginal_rows, marginal_cost = run_marginal_gap(config, backend, progress=progress)
+marginal_rows.to_csv(run.folder / "marginal_rows.csv", index=False)
+marginal_setting = (f"the held-out pair on zoo seed {heldout.zoo_seeds[0]} at its warm-up and after "
+                    f"{heldout.steps} GRPO steps (RL seed {beyond.seeds[0]}); each policy sampled G = "
+                    f"{config.grpo.group_size} completions of the first {beyond.marginal_prompts} held-out test "
+                    f"prompts per skill, and the other scored the texts that ended with EOS")
+gap = gap_table(marginal_rows)
+write_table(gap, "beyond_marginal_gap", run.tables, float_format="{:.4f}",
+            caption=f"What the learner's canonical tokenization drops from the probability of a peer's text: the gap "
+                    f"log marginal - log canonical (nats; the marginal sums every tokenization, EOS included), on "
+                    f"{marginal_setting}, over the source's successes and failures; the share of texts the learner "
+                    f"can write more than one way, and of those whose canonical tokenization carries under 90% of "
+                    f"the text's probability.")
+gap
+
+# %%
+draw_and_save(gap_figure, "beyond_marginal_gap", run.figures, **gap_figure_inputs(marginal_rows))
+
+# %%
+bounds = stepwise_bounds(probe_config("hacpo", minibatches=4))   # the ledger's HACPO arm (claims.HACPO4)
+ratios = ratio_table(marginal_rows, bounds)
+write_table(ratios, "beyond_marginal_ratio", run.tables, float_format="{:.4f}",
+            caption=f"HACPO's sequence log-ratio log s (ratio thl) of the peer's texts by definition, on "
+                    f"{marginal_setting}: canonical (the learner's canonical tokenization over the source's sampled "
+                    f"tokens), marginal (the learner's marginal over them: tokenization marginal), exact (both "
+                    f"sides' marginals); the share outside the stepwise clip range at the first update "
+                    f"[{bounds[0]:g}, 1] and at the last of 4 [{bounds[1]:g}, 1], and the share the definition moves "
+                    f"to the other side of the first range than the canonical.")
+ratios
+
+# %%
+cost = cost_table(marginal_cost)
+write_table(cost, "beyond_marginal_cost", run.tables, float_format="{:.2f}",
+            caption=f"What the marginal costs, on {marginal_setting}: the learner's CPU milliseconds (median of 3, "
+                    f"{config.threads} thread(s)) to score one RL step's peer texts (the first prompts_per_step x G = "
+                    f"{config.grpo.prompts_per_step * config.grpo.group_size} that ended). Probe: forward and backward "
+                    f"as a probe scores them, canonical encodings against tokenization marginal (the canonical rows "
+                    f"plus one row per tokenization: rows per text); search: the exact value without gradient "
+                    f"(mrl.marginal) against a canonical forward. Ratio: marginal / canonical, measured in one run.")
+cost
+
+# %% [markdown]
+# ### The ledger's HACPO and GRAFT arms with the marginal ratio
+#
+# In the full profile (`configs/full.yaml`), the ledger's HACPO arm (4 updates per step) and GRAFT also run with
+# `tokenization: marginal`, on every warm-up and RL seed their canonical twins run on, fixed in the config before any of
+# their runs. The marginal arm is paired with its twin run by run and read by the ledger's rule (warm-up as the unit, a
+# two-sided t test against 0 in one Holm family per endpoint, sign-flip p, leave one warm-up out); the ledger's claims
+# on HACPO are judged again with the marginal arm in the canonical arm's place. Other profiles do not run these arms.
+
+# %%
+from IPython.display import display
+from mrl.experiments.heldout import heldout_runs, marginal_arms
+from mrl.reports.claims import endpoint_values
+from mrl.reports.marginal import marginal_arms_result, marginal_arms_table, marginal_ledger_verdicts
+
+arm_pairs = marginal_arms(heldout)
+arms = verdicts = None
+if arm_pairs:
+    _, heldout_evals = run_many(heldout_runs(config, progress), config.packed_runs, backend, progress=progress)
+    arm_values = endpoint_values(heldout_evals)
+    arms, verdicts = marginal_arms_table(arm_values, arm_pairs), marginal_ledger_verdicts(arm_values, arm_pairs)
+    write_table(arms, "beyond_marginal_arms", run.tables,
+                caption=f"The ledger's arms with the marginal ratio against their canonical twins on the held-out "
+                        f"experiment ({heldout.steps} steps, zoo seeds {listing(heldout.zoo_seeds)}, RL seeds "
+                        f"{listing(heldout.seeds)}): the paired difference marginal - canonical at the ledger's "
+                        f"endpoint, its 95% t interval over the warm-ups and the hierarchical bootstrap's, the Holm p "
+                        f"of the two-sided test against 0 (one family per endpoint), the sign-flip p, the reading on "
+                        f"this substrate, leave-one-warm-up-out, and whether the interval lies inside the ledger's "
+                        f"margin.")
+    write_table(verdicts, "beyond_marginal_verdicts", run.tables,
+                caption="The ledger's claims that read HACPO's arm, judged with the canonical arm and again with its "
+                        "marginal twin in its place (rule v2, both Holm families).")
+    display(verdicts)
+else:
+    print("no marginal arms in this profile (configs/full.yaml runs the ledger's HACPO and GRAFT with them)")
+arms
+
+# %% [markdown]
+# ### Result
+#
+# Generated from the tables above (`mrl.reports.marginal.marginal_result`, `marginal_arms_result`): every number is
+# read from them.
+
+# %%
+Markdown(marginal_result(gap, ratios, marginal_cost, bounds)
+         + ("\n\n**The ledger's arms with the marginal ratio**, on this substrate:\n\n"
+            + marginal_arms_result(arms, verdicts) if arms is not None else ""))
+
+# %% [markdown]
+# ### Discussion
+#
+# The gap lives where the learner's tokenizer can write one text several ways. The zoo's BPE merges frequent digit
+# pairs, so A can write `12` as one token or two; the zoo's Unigram trains to single characters, so B has one
+# tokenization per text and, as a learner, no gap: the canonical shortcut is exact for it on this substrate, and the
+# marginal and exact definitions of its ratio differ only by the source's side. Where the gap is not 0 the canonical
+# under-states the learner's probability of the peer's text, so HACPO's ratio is biased downward for exactly those
+# samples, toward and past the clip range's lower bound; the ratio table counts how many the marginal moves to the
+# other side of it, which is what the probe's loss sees (a clipped peer sample passes no gradient). Whether the gap
+# differs between the source's successes and failures is read from the gap table: a gap concentrated on one outcome
+# would tilt the ratio, and the weight of peer samples in the loss, by outcome.
+#
+# The two costs differ by construction. The search shares the prompt and every common tokenization prefix on the KV
+# cache and forwards one token per prefix without a graph; the zoo's answers are a few bytes, so a lattice holds a
+# handful of paths. The probe scores every tokenization as a row of a forward with gradient beside the canonical rows,
+# so a text with one tokenization is scored twice, which an implementation could skip. On a real tokenizer and longer
+# answers the lattice grows exponentially and the beam with its bound on the uncovered mass takes over
+# (docs/marginal.md). Whether the marginal changes any
+# HACPO or GRAFT result is the full profile's question; where its arms have not run, this section measures the
+# quantity and its cost, not its effect on training, on this substrate only: 70_heldout's tiny zoo on `arith-forms`.
+
+# %% [markdown]
+# ### Summary of the marginal (rounded; nbval checks this cell on the smoke profile)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(gap.set_index(["point", "learner", "source", "outcome"]).drop(columns="not writable").round(3).to_string())
+print(ratios.set_index(["point", "learner", "source", "definition"])[["mean log s", f"outside [{bounds[0]:g}, 1]",
+                                                                       "changes side"]].round(3).to_string())
 
 # %%
 print(f"80_beyond ran in {time.perf_counter() - start:.0f} s ({profile} profile, backend {backend})")

@@ -188,13 +188,13 @@ def test_the_bandit_figures_use_the_shared_palette_and_the_plane_reads_on_log_ax
 
 
 def test_the_substrate_figures_use_the_policy_and_phase_colours():
-    from mrl.reports.substrate import mwra_timeline_figure, warmup_figure
+    from mrl.reports.substrate import mwra_timeline_figure, mwra_timeline_inputs, warmup_figure, warmup_figure_inputs
 
     zoo = {name: SimpleNamespace(record={"warmup_loss": [3.0, 2.0, 1.5]},
                                  family=SimpleNamespace(arch="gpt2", tokenizer="bpe")) for name in "ABC"}
     accuracy = pd.DataFrame([{"policy": p, "split": "held-out", "skill": s, "accuracy": 0.5}
                              for p in "ABC" for s in ("S1", "S2")])
-    fig = warmup_figure(accuracy, zoo)
+    fig = warmup_figure(**warmup_figure_inputs(accuracy, zoo))
     assert [to_hex(line.get_color()) for line in fig.axes[0].get_lines()] == [policy_colour(p) for p in "ABC"]
     bars = {to_hex(patch.get_facecolor(), keep_alpha=False) for patch in fig.axes[1].patches if patch.get_height() > 0}
     assert bars == {policy_colour(p) for p in "ABC"}
@@ -204,7 +204,7 @@ def test_the_substrate_figures_use_the_policy_and_phase_colours():
         rows += [{"worker": w, "phase": phase, "start": origin + 0.2 + 0.1 * k, "end": origin + 0.25 + 0.1 * k}
                  for w in "AB" for k, phase in enumerate(["rollout", "update"] * 3)]
         return {"timeline": rows, "wall": 1.0, "startup": 0.5}
-    fig = mwra_timeline_figure({"inline": timeline(0.09), "process": timeline(8.4)})
+    fig = mwra_timeline_figure(**mwra_timeline_inputs({"inline": timeline(0.09), "process": timeline(8.4)}))
     for ax in fig.axes:
         starts = [path.vertices[:, 0].min() for c in ax.collections for path in c.get_paths()]
         assert min(starts) == pytest.approx(0.0)  # each backend from its own first step
@@ -402,13 +402,13 @@ def test_a_variant_that_keeps_every_peer_sample_is_named_not_drawn():
 
 
 def test_the_poison_figure_draws_each_seed_and_no_interval_below_three():
-    from mrl.reports.beyond import poison_figure
+    from mrl.reports.beyond import poison_figure, poison_figure_inputs
 
     numbers = pd.DataFrame([
         {"policy": "A", "probe": "sgt", "arm": "honest peer", "runs": 2, "weak Δ": None, "weak units": ()},
         {"policy": "A", "probe": "sgt", "arm": "forged_success, trusting", "runs": 2,
          "weak Δ": (0.01, -0.1, 0.12, False), "weak units": (-0.02, 0.04)}])
-    ax = poison_figure(numbers).axes[0]
+    ax = poison_figure(**poison_figure_inputs(numbers)).axes[0]
     ticks = [line for line in ax.get_lines() if line.get_marker() == "|"]
     assert [list(line.get_xdata()) for line in ticks] == [[-0.02, 0.04]]
     bars = [line for line in ax.get_lines() if line.get_marker() in ("None", "") and len(set(line.get_xdata())) == 2]

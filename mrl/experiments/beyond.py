@@ -1,6 +1,7 @@
 """80_beyond: methods beyond the papers on the held-out experiment (its first zoo seed, pairing, steps and GRPO
 settings), every arm paired with GRPO on the same RL seeds: probes online, probes offline (each policy alone, its
-peers replayed from the grpo run's experience log), a poisoned peer, and n-policy runs sync and async."""
+peers replayed from the grpo run's experience log), a poisoned peer, n-policy runs sync and async, and what the
+canonical tokenization drops from a peer's probability (mrl.marginal_gap) at the warm-up and after training."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,9 +15,12 @@ from tqdm.auto import tqdm
 from mrl.config import ATTACKS, MODES, FamilyConfig, RunConfig, register_experiment
 from mrl.experiments.heldout import heldout_base, heldout_config
 from mrl.experiments.runs import (Labelled, ProbeEntry, Run, Variant, check_panels, check_probes, policy_paths,
-                                  run_many)
+                                  run_many, trained_paths)
+from mrl.marginal_gap import measure_policies
 from mrl.mwra import BACKENDS
 from mrl.probes import as_probe_config, get_probe, probe_config, probe_label
+from mrl.tasks import make_task
+from mrl.zoo import load_policy
 from mrl.validation import Int, NonEmpty, PositiveInt, Seeds, Str, config_dataclass, require
 
 
@@ -62,6 +66,9 @@ class BeyondConfig:
     panels: Annotated[dict[Str, list[ProbeEntry]], NonEmpty]
     """the weak-skill figure's panels: {title: the probes it draws (names, mappings or labels as the tables show
     them, e.g. 'graft (offline)')}"""
+    marginal_prompts: PositiveInt
+    """the marginal measurement (run_marginal_gap): held-out test prompts per skill, the first of each, on which every
+    policy of the pairing samples G completions at each point (its CPU time grows with it)"""
 
     def __post_init__(self):
         c = "BeyondConfig"
@@ -122,6 +129,41 @@ def run_offline(config: RunConfig, backend: str | None = None, cache: bool = Tru
     """(steps, evals) of the offline runs, their sources first (run_many of offline_sources, then offline_runs)."""
     run_many(offline_sources(config), config.packed_runs, backend, cache, progress)
     return run_many(offline_runs(config), config.packed_runs, backend, cache, progress)
+
+
+MARGINAL_POINTS = ("warm-up", "after training")
+"""where the marginal is measured: the pairing's checkpoints, and the same policies trained by GRPO"""
+
+
+def marginal_policies(config: RunConfig, backend: str | None = None, progress: bool = True) -> dict[str, dict]:
+    """{point: {name: checkpoint folder}} of MARGINAL_POINTS: the held-out pairing on its first zoo seed, and the
+    policies the grpo run whose experience log the offline probes replay trained (offline_sources' first, RL seed
+    beyond.seeds[0]; runs.trained_paths computes it into results/trained/<key>/ when that folder lacks them)."""
+    _, paths, _ = heldout_base(config)
+    _, source = offline_sources(config)[0]
+    return dict(zip(MARGINAL_POINTS, (paths, trained_paths(source, backend, progress))))
+
+
+def run_marginal_gap(config: RunConfig, backend: str | None = None,
+                     progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(rows, cost) of mrl.marginal_gap.measure_policies at each point (marginal_policies; column "point"): the
+    pairing samples G completions of the first beyond.marginal_prompts held-out test prompts per skill, at the
+    profile's temperature, length and engine, seeded from the profile's GRPO seed; the cost is measured on one RL
+    step's peer samples (prompts_per_step x G ended texts)."""
+    beyond = config.experiment("beyond")
+    run_config, _, _ = heldout_base(config)
+    task, grpo = make_task(run_config.task), run_config.grpo
+    problems = [p for skill in sorted(task.test) for p in task.test[skill][:beyond.marginal_prompts]]
+    rows, cost = [], []
+    for point, paths in tqdm(marginal_policies(config, backend, progress).items(), desc="marginal",
+                             disable=not progress):
+        policies = {name: load_policy(path) for name, path in paths.items()}
+        measured, timed = measure_policies(policies, problems, grpo.group_size, grpo.max_new_tokens,
+                                           grpo.temperature, task.verify, grpo.seed, grpo.engine,
+                                           grpo.prompts_per_step * grpo.group_size)
+        rows.append(measured.assign(point=point))
+        cost.append(timed.assign(point=point))
+    return pd.concat(rows, ignore_index=True), pd.concat(cost, ignore_index=True)
 
 
 ATTACKED_KINDS = {"forged_success": {"rollout", "success"}, "lying_stats": {"group_stats"},

@@ -68,10 +68,25 @@ class HeldoutConfig:
         if self.knob_probes:
             check_probes(c, "knob_probes", self.knob_probes)
         check_panels(c, self.panels)
+        labels = [probe_label(as_probe_config(entry)) for entry in self.probes]
+        for marginal, canonical in marginal_arms(self):
+            require(canonical in labels, c, "probes", marginal,
+                    f"an arm with tokenization marginal beside its canonical twin {canonical!r} (the comparison)")
 
     @property
     def pairing_name(self) -> str:
         return "+".join(self.pairing)
+
+
+def marginal_arms(heldout: HeldoutConfig) -> list[tuple[str, str]]:
+    """[(label, its canonical twin's label)] of the probes run with tokenization "marginal" (docs/marginal.md): the
+    same probe and knobs with the canonical tokenization is the arm each is paired with."""
+    arms = []
+    for entry in heldout.probes:
+        probe = as_probe_config(entry)
+        if getattr(probe, "tokenization", "canonical") == "marginal":
+            arms.append((probe_label(probe), probe_label(dataclasses.replace(probe, tokenization="canonical"))))
+    return arms
 
 
 def heldout_config(config: RunConfig, zoo_seed: int) -> RunConfig:

@@ -236,6 +236,17 @@ def trained_folder(run: Run) -> Path:
     return repo_root() / "results" / "trained" / run.key()
 
 
+def trained_paths(run: Run, backend: str | None = None, progress: bool = False) -> dict[str, str]:
+    """{policy: folder} of the run's trained policies, trained_folder(run)/<policy>/ (transformers folders,
+    mrl.zoo.load_policy reads them). When the folder does not hold them all, the run is computed into it (run_one
+    with that output folder: the cache holds a run's numbers, not its weights), its cache entry written as well."""
+    folder = trained_folder(run)
+    paths = {name: str(folder / name) for name in run.paths}
+    if not all((Path(path) / "config.json").is_file() for path in paths.values()):
+        run_one(run, backend=backend, output_dir=folder, progress=progress)
+    return paths
+
+
 def save_run(folder: Path, record, spec: RunSpec, wall_seconds: float,
              experience: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A finished run into its cache folder: steps.csv, evals.csv, then run.json (its settings, its identity's clock

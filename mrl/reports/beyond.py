@@ -91,31 +91,46 @@ def poison_table(evals: pd.DataFrame, steps: pd.DataFrame, poisoned: str,
     return numbers, table
 
 
-def poison_figure(numbers: pd.DataFrame, column: str = "weak"):
+def poison_figure_inputs(numbers: pd.DataFrame, column: str = "weak") -> dict[str, pd.DataFrame]:
+    """What poison_figure draws of poison_table's numbers, as frames (the inputs mrl.figure_inputs.draw_and_save
+    commits): `arms`, one row per poisoned arm (probe, arm, policy, runs; paired: whether it shares a seed with the
+    honest peer, and the paired difference of the learner's final `column` accuracy: mean, low, high), and `units`,
+    each shared seed's own difference (row: the arm's row in `arms`; difference)."""
+    arms = numbers[numbers.arm != "honest peer"].reset_index(drop=True)
+    cells = arms[f"{column} Δ"]
+    frame = arms[["probe", "arm", "policy", "runs"]].assign(
+        paired=[cell is not None for cell in cells],
+        **{part: [cell[i] if cell is not None else np.nan for cell in cells]
+           for i, part in enumerate(("mean", "low", "high"))})
+    units = pd.DataFrame([(row, float(d)) for row, seeds in enumerate(arms[f"{column} units"]) for d in seeds],
+                         columns=["row", "difference"])
+    return {"arms": frame, "units": units}
+
+
+def poison_figure(arms: pd.DataFrame, units: pd.DataFrame, column: str = "weak"):
     """The paired difference (poisoned minus honest peer) of the learner's final `column` accuracy per probe and
     arm: a marker at the mean (open: re-verified, filled: the others), each shared seed's own difference as a small
     dot, and the 95% t interval over the shared seeds as a bar where there are MIN_PAIRS seeds or more (at n = 2 a
-    t interval is 12.7 standard errors wide and says nothing)."""
-    arms = numbers[numbers.arm != "honest peer"].reset_index(drop=True)
+    t interval is 12.7 standard errors wide and says nothing). arms, units: poison_figure_inputs'."""
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(arms) + 1.6))
+    seeds = [units.loc[units.row == y, "difference"].tolist() for y in range(len(arms))]
     for y, row in arms.iterrows():
-        diff = row[f"{column} Δ"]
-        if diff is None:
+        if not row.paired:
             continue
-        mean, low, high, _ = diff
+        mean, low, high = row["mean"], row["low"], row["high"]
         colour = probe_colour(row.probe)
         trusting = not row.arm.endswith("re-verified")
-        units = row.get(f"{column} units", ())
-        if len(units) >= MIN_PAIRS and np.isfinite(low):
+        own = seeds[y]
+        if len(own) >= MIN_PAIRS and np.isfinite(low):
             ax.plot([low, high], [y, y], color=colour, lw=1.5)
-        ax.plot(list(units), [y] * len(units), marker="|", ms=9, mew=1.2, color=colour, ls="none", alpha=0.7)
+        ax.plot(own, [y] * len(own), marker="|", ms=9, mew=1.2, color=colour, ls="none", alpha=0.7)
         ax.plot(mean, y, marker=MARKERS["trusting" if trusting else "re-verified"], ms=7, color=colour,
                 mfc=colour if trusting else "white", ls="none")
     ax.axvline(0.0, color="black", lw=0.9)
     ax.set_yticks(range(len(arms)), [f"{r.probe}: {r.arm} ({r.policy}, {r.runs} seed{'s' * (r.runs != 1)})"
                                      for r in arms.itertuples()], fontsize=8)
     ax.invert_yaxis()
-    n_max = max((len(units) for units in arms.get(f"{column} units", [])), default=0)   # what the bars rest on
+    n_max = max((len(own) for own in seeds), default=0)   # what the bars rest on
     spread = ("bar: 95% t interval over the shared seeds" if n_max >= MIN_PAIRS
               else f"fewer than {MIN_PAIRS} seeds: no interval")
     ax.set(xlabel=f"final {column} accuracy: poisoned peer minus honest peer",

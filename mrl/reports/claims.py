@@ -163,13 +163,13 @@ def p_cell(p: float) -> str:
     return "" if p is None or p != p else f"{p:.3g}"
 
 
-def claims_ledger(values: pd.DataFrame, family: str = "primary") -> pd.DataFrame:
+def claims_ledger(values: pd.DataFrame, family: str = "primary", claims: tuple[Claim, ...] = CLAIMS) -> pd.DataFrame:
     """One row per claim in one Holm family ("primary": each claim on its pre-registered endpoint; "secondary": on
     the other one; FAMILIES), from the per-run endpoint values (endpoint_values or the committed claims_runs.csv): the warm-ups, the mean difference with its t interval
     and the hierarchical bootstrap's, the sign counts per (policy, zoo), the paper's effect, every test's raw, Holm
     and sign-flip p (claims_rule.judge), the verdict under rule v2, whether it is near the alpha edge, the
-    leave-one-warm-up-out verdicts and their fragility, and rule v1's verdict. Arms that did not run: "not run"."""
-    claims = CLAIMS
+    leave-one-warm-up-out verdicts and their fragility, and rule v1's verdict. Arms that did not run: "not run".
+    claims: the family's claims (the ledger's CLAIMS; another question judged by the same rule passes its own)."""
     columns = [family_endpoint(claim, family) for claim in claims]
     differences = [warmup_differences(values, claim, column) for claim, column in zip(claims, columns)]
     judged = judge(claims, [d.to_numpy() for d in differences])

@@ -285,9 +285,11 @@ def weak_skill_inputs(evals: pd.DataFrame, steps: pd.DataFrame, zoo_seed: int) -
             "steps": steps.loc[steps.zoo_seed == zoo_seed, keep].reset_index(drop=True)}
 
 
-def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str, list[str]] | None = None,
+def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame,
+                      panels: dict[str, list[str]] | list[tuple[str, list[str]]] | None = None,
                       split: str = "held-out", smooth: int = 25, zoo_seed: int | None = None, setting: str = ""):
-    """Three rows per policy, a column per group of probes (`panels`: {title: probes}; None: one group of all), RL
+    """Three rows per policy, a column per group of probes (`panels`: {title: probes}, or [(title, probes)] pairs,
+    the form whose order survives draw_and_save's recipe, which sorts a mapping's keys; None: one group of all), RL
     step on every x axis. Top: the weak skill's `split` accuracy, one line per probe (mean over its runs). Middle:
     the paired difference to GRPO on the same seeds. Bottom: the training reward (the policy's mean reward per
     step, rolling mean over `smooth` steps, mean over runs). Spread (`draw_spread`): the 95% t interval where a
@@ -301,7 +303,7 @@ def weak_skill_figure(evals: pd.DataFrame, steps: pd.DataFrame, panels: dict[str
     if zoo_seed is not None:
         evals, steps = evals[evals.zoo_seed == zoo_seed], steps[steps.zoo_seed == zoo_seed]
     ran = set(evals.probe)
-    panels = {title: [p for p in probes if p in ran] for title, probes in (panels or {"probes": order}).items()
+    panels = {title: [p for p in probes if p in ran] for title, probes in dict(panels or {"probes": order}).items()
               if len(set(probes) & ran) > 1}
     weak = weak_skill_evals(evals, split)
     colours = probe_palette(order)

@@ -91,22 +91,33 @@ def skill_matrix(accuracy: pd.DataFrame, split: str = "held-out") -> pd.DataFram
     return wide.reset_index().rename_axis(columns=None)
 
 
-def warmup_figure(accuracy: pd.DataFrame, zoo: dict, setting: str = ""):
+def warmup_figure_inputs(accuracy: pd.DataFrame, zoo: dict) -> dict:
+    """What warmup_figure draws, as frames and JSON (the inputs mrl.figure_inputs.draw_and_save commits): `accuracy`,
+    the held-out rows of warmup_accuracy (policy, skill, accuracy); `loss`, each family's warm-up loss per step
+    (policy, step, loss), in the zoo's order; `families`, {name: "arch/tokenizer"}."""
+    held_out = accuracy.loc[accuracy.split == "held-out", ["policy", "skill", "accuracy"]].reset_index(drop=True)
+    loss = pd.DataFrame([(name, step, value) for name, policy in zoo.items()
+                         for step, value in enumerate(policy.record["warmup_loss"])],
+                        columns=["policy", "step", "loss"])
+    families = {name: f"{policy.family.arch}/{policy.family.tokenizer}" for name, policy in zoo.items()}
+    return {"accuracy": held_out, "loss": loss, "families": families}
+
+
+def warmup_figure(accuracy: pd.DataFrame, loss: pd.DataFrame, families: dict[str, str], setting: str = ""):
     """Left: warm-up loss per family (log axis, decimal ticks); right: greedy accuracy per skill and family
-    (held-out), each family in its colour of mrl.reports.palette. setting: the task and zoo seed, named in the
-    title."""
+    (held-out), each family in its colour of mrl.reports.palette. accuracy, loss, families: warmup_figure_inputs'.
+    setting: the task and zoo seed, named in the title."""
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for name, policy in zoo.items():
-        ax_loss.plot(policy.record["warmup_loss"], label=f"{name} ({policy.family.arch}/{policy.family.tokenizer})",
-                     lw=1, color=policy_colour(name))
+    for name, curve in loss.groupby("policy", sort=False):
+        ax_loss.plot(curve.sort_values("step").loss.tolist(), label=f"{name} ({families[name]})", lw=1,
+                     color=policy_colour(name))
     ax_loss.set(yscale="log", xlabel="warm-up step", ylabel="completion cross-entropy (log)",
                 title="Supervised warm-up")
     plain_log_axis(ax_loss.yaxis)
     ax_loss.xaxis.set_major_formatter(COMPACT)
     ax_loss.legend(frameon=False)
-    held_out = accuracy[accuracy.split == "held-out"]
-    sns.barplot(data=held_out, x="skill", y="accuracy", hue="policy", ax=ax_acc, saturation=1.0,
-                palette={name: policy_colour(name) for name in held_out.policy.unique()})
+    sns.barplot(data=accuracy, x="skill", y="accuracy", hue="policy", ax=ax_acc, saturation=1.0,
+                palette={name: policy_colour(name) for name in accuracy.policy.unique()})
     ax_acc.set(ylim=(0, 1), title="Greedy accuracy on held-out prompts", ylabel="accuracy")
     if setting:
         fig.suptitle(f"The zoo's warm-up ({setting})")
@@ -255,7 +266,17 @@ THL_METRIC_NAMES = {"inexact_rate": "inexact alignment rate", "coarseness": "coa
                     "round_trip_failure_rate": "round-trip failure rate"}
 
 
-def thl_heatmaps(table: pd.DataFrame, metrics=("inexact_rate", "coarseness", "round_trip_failure_rate")):
+THL_HEATMAP_METRICS = ("inexact_rate", "coarseness", "round_trip_failure_rate")
+"""the rates thl_heatmaps draws, a column each"""
+
+
+def thl_heatmap_inputs(table: pd.DataFrame, metrics=THL_HEATMAP_METRICS) -> pd.DataFrame:
+    """What thl_heatmaps draws of thl_residual_table (the input mrl.figure_inputs.draw_and_save commits): corpus,
+    source, receiver and the `metrics`."""
+    return table[["corpus", "source", "receiver", *metrics]]
+
+
+def thl_heatmaps(table: pd.DataFrame, metrics=THL_HEATMAP_METRICS):
     """One heatmap (source x receiver) per corpus and metric, every one a rate on the same 0-1 colour scale, read
     off the one colour bar at the right; metric names in words (THL_METRIC_NAMES)."""
     corpora = list(dict.fromkeys(table.corpus))
@@ -357,18 +378,30 @@ def mwra_result(compute: pd.DataFrame) -> str:
     return " ".join(sentences)
 
 
-def mwra_timeline_figure(runs: dict[str, dict], max_seconds: float | None = None):
+def mwra_timeline_inputs(runs: dict[str, dict]) -> dict[str, pd.DataFrame]:
+    """What mwra_timeline_figure draws, as frames (the inputs mrl.figure_inputs.draw_and_save commits): `timeline`,
+    every backend's intervals (backend, worker, phase, start, end: seconds since its runner started), and `runs`,
+    one row per backend in the runs' order (backend, wall, startup: seconds). runs: as mwra_compute_table's."""
+    timeline = pd.DataFrame([{"backend": backend, **interval} for backend, run in runs.items()
+                             for interval in run["timeline"]], columns=["backend", "worker", "phase", "start", "end"])
+    totals = pd.DataFrame([(backend, run["wall"], run["startup"]) for backend, run in runs.items()],
+                          columns=["backend", "wall", "startup"])
+    return {"timeline": timeline, "runs": totals}
+
+
+def mwra_timeline_figure(timeline: pd.DataFrame, runs: pd.DataFrame, max_seconds: float | None = None):
     """Busy intervals (rollout, update, evaluate) per worker, one panel per backend on a shared time axis whose
     origin, 0 s, is each backend's first drawn interval (the step-0 evaluation; start-up excluded), so the
-    backends' runs line up. Phases and workers in their colours of mrl.reports.palette."""
+    backends' runs line up. Phases and workers in their colours of mrl.reports.palette. timeline, runs:
+    mwra_timeline_inputs'."""
     from matplotlib.patches import Patch
 
     fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.2 + 1.8 * len(runs)), squeeze=False, sharex=True)
-    for ax, (backend, run) in zip(axes[:, 0], runs.items()):
-        timeline = pd.DataFrame(run["timeline"])
-        drawn = timeline[timeline.phase.isin(PHASE_COLOURS)]
-        origin = (drawn if len(drawn) else timeline).start.min()
-        workers = sorted(timeline.worker.unique())
+    for ax, run in zip(axes[:, 0], runs.itertuples()):
+        intervals = timeline[timeline.backend == run.backend]
+        drawn = intervals[intervals.phase.isin(PHASE_COLOURS)]
+        origin = (drawn if len(drawn) else intervals).start.min()
+        workers = sorted(intervals.worker.unique())
         for row, worker in enumerate(workers):
             for phase, group in drawn[drawn.worker == worker].groupby("phase"):
                 ax.broken_barh(list(zip(group.start - origin, group.end - group.start)), (row - 0.4, 0.8),
@@ -376,8 +409,8 @@ def mwra_timeline_figure(runs: dict[str, dict], max_seconds: float | None = None
         ax.set_yticks(range(len(workers)), workers)
         for tick, worker in zip(ax.get_yticklabels(), workers):
             tick.set_color(policy_colour(worker))
-        ax.set_title(f"{backend}: training loop {run['wall']:.1f} s after the step-0 evaluation "
-                     f"(start-up {run['startup']:.1f} s before 0, not shown)", fontsize=9)
+        ax.set_title(f"{run.backend}: training loop {run.wall:.1f} s after the step-0 evaluation "
+                     f"(start-up {run.startup:.1f} s before 0, not shown)", fontsize=9)
         if max_seconds:
             ax.set_xlim(0, max_seconds)
     axes[-1, 0].set_xlim(left=0)

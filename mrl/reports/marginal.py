@@ -1,0 +1,272 @@
+"""Tables, figure and prose of what the canonical tokenization drops (80_beyond's section on the marginal;
+docs/marginal.md), from mrl.marginal_gap's rows and cost, and the paired differences of the ledger's arms run with
+the marginal ratio against their canonical twins, read by the claims ledger's rule (mrl.reports.claims).
+
+rows: one per source text a learner scored (point, learner, source, outcome, tokenizations, gap, canonical share,
+log s <definition>, ...); cost: one per (point, learner, source) with the CPU seconds of each scoring.
+"""
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from mrl.reports.claims import Claim, claims_ledger, ledger_table
+from mrl.reports.claims_rule import MARGIN, OPPOSITE, SUPPORTED
+from mrl.reports.palette import policy_colour
+
+PAIR = ["point", "learner", "source"]
+DEFINITIONS = ("canonical", "marginal", "exact")
+"""HACPO's sequence ratio by what each side's probability is (mrl.marginal_gap.DEFINITIONS)"""
+SHARE_LINE = 0.9
+"""the canonical share below which a text counts as one where the canonical tokenization misses much"""
+OUTCOMES = {"success": "successes", "failure": "failures"}
+
+
+def _share(mask) -> float:
+    mask = np.asarray(mask, dtype=bool)
+    return float(mask.mean()) if len(mask) else float("nan")
+
+
+def gap_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per point, learner, source and outcome: the texts, the share with more than one tokenization under the
+    learner, the share whose canonical tokenization carries under SHARE_LINE of the text's probability, the texts
+    the learner cannot write, and the gap log marginal - log canonical (nats): mean, median, 90% quantile, max."""
+    out = []
+    for (point, learner, source), group in rows.groupby(PAIR, sort=False):
+        for outcome, plural in OUTCOMES.items():
+            texts = group[group.outcome == outcome]
+            gaps = texts.gap[np.isfinite(texts.gap)].to_numpy()
+            row = {"point": point, "learner": learner, "source": source, "outcome": plural, "texts": len(texts),
+                   "more than one tokenization": _share(texts.tokenizations > 1),
+                   f"canonical share < {SHARE_LINE:.0%}": _share(texts["canonical share"] < SHARE_LINE),
+                   "not writable": int((texts.tokenizations == 0).sum())}
+            stats = (gaps.mean(), np.median(gaps), np.quantile(gaps, 0.9), gaps.max()) if len(gaps) else [np.nan] * 4
+            row.update(zip(("mean gap", "median gap", "q90 gap", "max gap"), map(float, stats)))
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def outside(log_s, lower: float, upper: float = 1.0) -> np.ndarray:
+    """Whether each ratio s = exp(log s) lies outside HACPO's clip range [lower, upper] (the bound binds)."""
+    s = np.exp(np.asarray(log_s, dtype=float))
+    return (s < lower) | (s > upper)
+
+
+def ratio_table(rows: pd.DataFrame, bounds: tuple[float, ...]) -> pd.DataFrame:
+    """Per point, learner, source and definition of HACPO's ratio (DEFINITIONS): the texts with a THL alignment,
+    the mean and 10/50/90% quantiles of log s, the share outside each clip range [lower, 1] of `bounds` (the
+    stepwise bound of the first and of the last update: mrl.marginal_gap.stepwise_bounds), and the share whose side
+    of the first range differs from the canonical definition's (a sample the definition moves in or out)."""
+    out = []
+    for (point, learner, source), group in rows.groupby(PAIR, sort=False):
+        group = group[np.isfinite(group.groups)]
+        canonical = outside(group["log s canonical"], bounds[0])
+        for definition in DEFINITIONS:
+            log_s = group[f"log s {definition}"].to_numpy()
+            q10, q50, q90 = np.quantile(log_s, [0.1, 0.5, 0.9]) if len(log_s) else [np.nan] * 3
+            row = {"point": point, "learner": learner, "source": source, "definition": definition,
+                   "texts": len(log_s), "mean log s": float(log_s.mean()) if len(log_s) else np.nan,
+                   "q10": q10, "median": q50, "q90": q90}
+            row.update({f"outside [{lower:g}, 1]": _share(outside(log_s, lower)) for lower in bounds})
+            row["changes side"] = _share(outside(log_s, bounds[0]) != canonical)
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def cost_table(cost: pd.DataFrame) -> pd.DataFrame:
+    """Per point, learner and source: the texts scored, the probe's rows per text with the marginal, and the CPU
+    milliseconds (medians) of the probe's scoring (forward and backward) and of the exact search against the
+    canonical, with their ratios (marginal / canonical, both measured in one run)."""
+    table = cost[PAIR + ["texts", "rows per text"]].copy()
+    for kind in ("probe", "search"):
+        for side in ("canonical", "marginal"):
+            table[f"{kind} {side} ms"] = cost[f"{kind} {side} s"] * 1e3
+        table[f"{kind} ratio"] = cost[f"{kind} ratio"]
+    return table
+
+
+def gap_figure_inputs(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """What gap_figure draws: `gaps`, one row per text (point, learner, source, outcome, tokenizations, gap)."""
+    return {"gaps": rows[PAIR + ["outcome", "tokenizations", "gap"]].reset_index(drop=True)}
+
+
+GAP_FLOOR = 1e-6
+"""the figure's smallest gap (nats): a gap below it is drawn at it"""
+
+
+def gap_figure(gaps: pd.DataFrame):
+    """One panel per point: for each learner scoring a source's successes (solid) and failures (dashed), the share
+    of texts whose gap log marginal - log canonical exceeds x, against x on a log axis (a survival curve: its height
+    at the left edge is the share with any gap, at the dotted line the share whose canonical tokenization carries
+    under SHARE_LINE of the text's probability). gaps: gap_figure_inputs'."""
+    points = list(dict.fromkeys(gaps.point))
+    top = max(float(np.nanmax(gaps.gap)) if len(gaps) else 1.0, 1.0) * 2
+    grid = np.geomspace(GAP_FLOOR, top, 400)
+    line = -math.log(SHARE_LINE)
+    fig, axes = plt.subplots(1, len(points), figsize=(5.4 * len(points), 3.9), sharey=True, squeeze=False)
+    highest = 0.0
+    for ax, point in zip(axes[0], points):
+        for (learner, source), pair in gaps[gaps.point == point].groupby(["learner", "source"], sort=True):
+            for outcome, style in (("success", "-"), ("failure", "--")):
+                values = pair[pair.outcome == outcome].gap.dropna().to_numpy()
+                if not len(values):
+                    continue
+                survival = (values[None, :] > grid[:, None]).mean(axis=1)
+                highest = max(highest, float(survival[0]))
+                none = "" if survival[0] > 0 else ": no gap"
+                ax.step(grid, survival, where="post", color=policy_colour(learner), ls=style, lw=1.6,
+                        label=f"{learner} scores {source}'s {OUTCOMES[outcome]} ({len(values)}){none}")
+        ax.axvline(line, color="0.35", lw=0.9, ls=":")
+        ax.annotate(f"canonical share {SHARE_LINE:.0%}", (line, 0.03), xycoords=("data", "axes fraction"),
+                    xytext=(-4, 0), textcoords="offset points", fontsize=7, color="0.35", rotation=90,
+                    ha="right", va="bottom")
+        ax.set_xscale("log")
+        ax.set_xlim(GAP_FLOOR, top)
+        ax.set_title(point, fontsize=10)
+        ax.set_xlabel("x: log marginal - log canonical (nats)")
+        ax.legend(fontsize=7, loc="upper right", framealpha=0.9, edgecolor="none")
+    top_share = max(highest * 1.7, 0.05)   # room above the curves for the legend
+    axes[0][0].set_ylim(-0.015 * top_share, top_share)   # a curve at 0 (no gap) stays visible above the axis
+    axes[0][0].set_ylabel("share of texts with a gap above x")
+    fig.suptitle("What the learner's canonical tokenization drops from the probability of a peer's text",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _percent(value: float) -> str:
+    return "n/a" if value != value else f"{value:.1%}"
+
+
+def _pair_sentence(gap: pd.DataFrame) -> str:
+    """One learner scoring one source's texts at one point, from gap_table's two rows (successes, failures)."""
+    head = gap.iloc[0]
+    texts = int(gap.texts.sum())
+    more = float((gap["more than one tokenization"].fillna(0) * gap.texts).sum() / max(texts, 1))
+    if more == 0:
+        return (f"{head.learner} scoring {head.source}'s {texts} texts: every text has one tokenization, so the "
+                f"canonical is the marginal (gap 0).")
+    under = float((gap[f"canonical share < {SHARE_LINE:.0%}"].fillna(0) * gap.texts).sum() / max(texts, 1))
+    parts = [f"{r['outcome']} ({int(r['texts'])}) mean {r['mean gap']:.4f} nats, max {r['max gap']:.3f}"
+             for r in gap.to_dict("records") if r["texts"]]
+    return (f"{head.learner} scoring {head.source}'s {texts} texts: {_percent(more)} have more than one tokenization "
+            f"and {_percent(under)} a canonical tokenization that carries under {SHARE_LINE:.0%} of the text's "
+            f"probability; the gap over " + "; over ".join(parts) + ".")
+
+
+def _ratio_sentence(ratios: pd.DataFrame, bounds: tuple[float, ...]) -> str:
+    """HACPO's ratio for one (point, learner, source), from ratio_table's three rows."""
+    by = ratios.set_index("definition")
+    first = f"outside [{bounds[0]:g}, 1]"
+    return (f"HACPO's mean log s is {by.loc['canonical', 'mean log s']:+.4f} canonical, "
+            f"{by.loc['marginal', 'mean log s']:+.4f} marginal and {by.loc['exact', 'mean log s']:+.4f} exact; the "
+            f"first update's bounds [{bounds[0]:g}, 1] bind on {_percent(by.loc['canonical', first])}, "
+            f"{_percent(by.loc['marginal', first])} and {_percent(by.loc['exact', first])} of the samples, and the "
+            f"marginal moves {_percent(by.loc['marginal', 'changes side'])} of them to the other side.")
+
+
+def marginal_result(gap: pd.DataFrame, ratios: pd.DataFrame, cost: pd.DataFrame, bounds: tuple[float, ...]) -> str:
+    """The section's result as prose (Markdown), every number read from gap_table, ratio_table and cost_table:
+    per point, what each learner's canonical tokenization drops from its peer's texts and what that does to
+    HACPO's ratio and its clipping, then what the marginal costs."""
+    blocks = []
+    for point in dict.fromkeys(gap.point):
+        lines = []
+        for (learner, source), pair in gap[gap.point == point].groupby(["learner", "source"], sort=False):
+            sentence = _pair_sentence(pair)
+            has_gap = (pair["more than one tokenization"].fillna(0) > 0).any()
+            mine = ratios[(ratios.point == point) & (ratios.learner == learner) & (ratios.source == source)]
+            if has_gap and len(mine):
+                sentence += " " + _ratio_sentence(mine, bounds)
+            lines.append(f"- {sentence}")
+        blocks.append(f"**{point.capitalize()}**, on this substrate:\n\n" + "\n".join(lines))
+    probe, search = cost["probe ratio"], cost["search ratio"]
+    blocks.append(
+        f"**Cost**, on this substrate (CPU time, one RL step's peer texts, canonical and marginal measured in one "
+        f"run): the probe's marginal scoring takes {probe.min():.2f}x to {probe.max():.2f}x the canonical's "
+        f"({cost['rows per text'].min():.2f} to {cost['rows per text'].max():.2f} rows per text against 1), and the "
+        f"exact search without gradient {search.min():.2f}x to {search.max():.2f}x a canonical forward.")
+    return "\n\n".join(blocks)
+
+
+# ---- the ledger's arms with the marginal ratio (configs/full.yaml) ----
+
+READINGS = {SUPPORTED: "higher with the marginal", OPPOSITE: "lower with the marginal",
+            "inconclusive": "no difference detected"}
+"""rule v2's verdicts of a two-sided test against 0 (a "better" claim with no paper effect), read as the marginal
+arm against its canonical twin"""
+
+
+def marginal_claims(pairs: list[tuple[str, str]]) -> tuple[Claim, ...]:
+    """Each (marginal arm, canonical arm) as a claim the ledger's rule tests two-sided against 0 (kind "better"
+    with no paper effect: one sign test per endpoint)."""
+    return tuple(Claim("mrl", f"{marginal} differs from {canonical}", marginal, canonical, "better", None,
+                       "issue 44: the marginal against the canonical tokenization in the peer ratio")
+                 for marginal, canonical in pairs)
+
+
+def marginal_arms_table(values: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """Per endpoint (overall accuracy, then the weak form) and (marginal, canonical) arm pair: the ledger's table
+    (claims.ledger_table: warm-ups x seeds, the mean paired difference with its t interval over the warm-ups and the
+    bootstrap's, the sign counts, the Holm p over this table's tests of that endpoint, the sign-flip p, the
+    leave-one-warm-up-out fragility) with the verdict read as READINGS, and whether the t interval lies inside the
+    ledger's margin +-MARGIN. values: endpoint_values of the held-out runs."""
+    claims = marginal_claims(pairs)
+    tables = []
+    for family in ("primary", "secondary"):
+        ledger = claims_ledger(values, family, claims)
+        table = ledger_table(ledger).drop(columns=["paper", "claim", "paper's effect", "p vs paper's size (Holm)",
+                                                   "rule v1"])
+        table["reading"] = [READINGS.get(v.split(" (")[0], v) for v in ledger.verdict]
+        low, high = (ledger[c] if c in ledger else pd.Series(np.nan, index=ledger.index) for c in ("low", "high"))
+        table[f"inside +-{MARGIN:g}"] = ["" if lo != lo else "yes" if -MARGIN < lo and hi < MARGIN else "no"
+                                         for lo, hi in zip(low, high)]
+        tables.append(table.drop(columns=["verdict"]))
+    return pd.concat(tables, ignore_index=True)
+
+
+def with_arm_replaced(values: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """The endpoint values with each canonical arm's runs replaced by its marginal twin's, under the canonical
+    label (so the ledger's claims read the marginal arm)."""
+    marginal = {m: c for m, c in pairs}
+    kept = values[~values.probe.isin(set(marginal.values()))]
+    return kept.assign(probe=kept.probe.replace(marginal))
+
+
+def marginal_ledger_verdicts(values: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """The ledger's claims that read a canonical arm of `pairs`, in both Holm families, judged with the canonical
+    arm and again with its marginal twin in its place (with_arm_replaced; the other claims of the family unchanged):
+    the difference with its t interval and the verdict of each, and whether the verdict is the same."""
+    arms = {c for _, c in pairs}
+    out = []
+    for family in ("primary", "secondary"):
+        canonical, marginal = (ledger_table(claims_ledger(v, family))
+                               for v in (values, with_arm_replaced(values, pairs)))
+        for a, b in zip(canonical.to_dict("records"), marginal.to_dict("records")):
+            probe, reference = a["comparison"].split(" - ")
+            if not {probe, reference} & arms:
+                continue
+            out.append({"family": family, "claim": a["claim"], "comparison": a["comparison"], "endpoint": a["endpoint"],
+                        "canonical: difference [95% t]": f"{a['difference']} {a['95% t over warm-ups']}".strip(),
+                        "canonical: verdict": a["verdict"],
+                        "marginal: difference [95% t]": f"{b['difference']} {b['95% t over warm-ups']}".strip(),
+                        "marginal: verdict": b["verdict"], "same verdict": "yes" if a["verdict"] == b["verdict"]
+                        else "no"})
+    return pd.DataFrame(out)
+
+
+def marginal_arms_result(arms: pd.DataFrame, verdicts: pd.DataFrame) -> str:
+    """The arms' result in words, on this substrate: each pair's reading per endpoint with its interval, and which
+    ledger verdicts the marginal arm changes."""
+    lines = [f"- `{r['comparison']}` ({r['endpoint']}): {r['difference'] or 'not run'} "
+             f"{r['95% t over warm-ups']} over {r['warm-ups x seeds']} warm-ups x seeds: {r['reading']} on this "
+             f"substrate." for r in arms.to_dict("records")]
+    changed = verdicts[verdicts["same verdict"] == "no"]
+    lines.append(f"- The ledger's claims on these arms: {len(verdicts) - len(changed)} of {len(verdicts)} verdicts "
+                 f"are the same with the marginal arm" + (": " + "; ".join(
+                     f"`{r['comparison']}` ({r['family']}) goes from {r['canonical: verdict']} to "
+                     f"{r['marginal: verdict']}" for r in changed.to_dict("records")) if len(changed) else "") + ".")
+    return "\n".join(lines)
