@@ -13,7 +13,7 @@ architecture (mrl/data/published_configs) with random bf16 weights, so almost no
 Settings (temperature 1, the full softmax, each engine on the same prompts):
     64x8     the paper's batch: 64 prompts of 64-256 tokens x 8 samples, 512 new tokens, the stop ids active
     512x512  the equal work of the first GPU run: 512 prompts of 128 tokens, exactly 512 new tokens each
-Engines: generate (transformers' generate, static cache), graphs (mrl.graphs_engine, the decode step captured in CUDA
+Engines: generate (transformers' generate, static cache), graphs (mrl.runtime.graphs_engine, the decode step captured in CUDA
 graphs), graphs-eager (the same steps without capture: what the graphs alone give), hf (mrl's loop over the
 transformers forward, dynamic cache), batched (transformers' continuous batching). Each engine draws once untimed on
 the same batch at 8 new tokens (kernels and allocator warmed), then once timed.
@@ -39,9 +39,9 @@ os.environ.setdefault("MRL_NUMERICS", "native")   # the CPU contract pins CPU ke
 import mrl  # noqa: E402, F401  (first: the numerics contract, before torch and numpy)
 import torch  # noqa: E402
 
-from mrl.graphs_engine import graphs_completions  # noqa: E402
-from mrl.resources import PUBLISHED, architecture  # noqa: E402
-from mrl.rollout import sample_completions  # noqa: E402
+from mrl.runtime.graphs_engine import graphs_completions  # noqa: E402
+from mrl.runtime.resources import PUBLISHED, architecture  # noqa: E402
+from mrl.runtime.rollout import sample_completions  # noqa: E402
 
 NAMES = {"A": "Qwen2.5-0.5B-Instruct", "B": "Llama-3.2-1B-Instruct", "C": "SmolLM2-360M-Instruct"}
 ENGINES = ("generate", "graphs", "graphs-eager", "hf", "batched")
@@ -86,7 +86,7 @@ def synchronize(device: torch.device) -> None:
 
 def stand_in(name: str, device: torch.device, tiny: bool):
     """NAMES[name]'s published architecture with random bf16 weights on `device` (tiny: 2 layers of width 64 and a
-    vocabulary of 256, the checkpoint's attention grouping kept), and its architecture (mrl.resources)."""
+    vocabulary of 256, the checkpoint's attention grouping kept), and its architecture (mrl.runtime.resources)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     values = json.loads((PUBLISHED / f"{NAMES[name]}.json").read_text())
@@ -104,7 +104,7 @@ def stand_in(name: str, device: torch.device, tiny: bool):
 
 
 def architecture_of(model):
-    """mrl.resources' Architecture of an in-memory model (its config written where architecture() reads it)."""
+    """mrl.runtime.resources' Architecture of an in-memory model (its config written where architecture() reads it)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:

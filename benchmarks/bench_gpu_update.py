@@ -9,17 +9,17 @@ with N the weights that take part in a matmul (every Linear's, the output head i
 the embedding lookup and the norms do none) and the rate a large bf16 matmul's, timed in this process. Attention's
 own T^2 FLOPs are left out (about 2% of 6N a token at these lengths). The paper profile's update does more than 6N
 a token by design: activation checkpointing runs each micro-batch's forward again in the backward (2N) and the
-micro-batched update (mrl.microbatch) first runs every micro-batch without a graph to get dL/dlogp (2N), 10N in all,
+micro-batched update (mrl.core.microbatch) first runs every micro-batch without a graph to get dL/dlogp (2N), 10N in all,
 so 60% of the bound is the most it can reach.
 
-The update is the actor's (mrl.actor.PolicyActor.update and apply) on a batch built here: fp32 master weights under
-bf16 autocast (mrl.placement.precision), activation checkpointing, micro-batches of 16 (configs/paper.yaml's
+The update is the actor's (mrl.runtime.actor.PolicyActor.update and apply) on a batch built here: fp32 master weights under
+bf16 autocast (mrl.runtime.placement.precision), activation checkpointing, micro-batches of 16 (configs/paper.yaml's
 placement of the policy), the grpo probe's loss (group advantages, token-level GRPO loss, its registered function),
 the global gradient norm clipped, one fused Adam step, and the bf16 sampler synced from the masters. The model is a
 stand-in at a paper model's real size (bench_gpu_rollout.stand_in: its published architecture, random weights).
 Each group has two successes in eight, so every sequence is forwarded (no group is skipped for a zero advantage).
 
-Two ways to turn the logits into log-probs are timed on the same batch and weights: `chunked` (mrl.token_logprobs,
+Two ways to turn the logits into log-probs are timed on the same batch and weights: `chunked` (mrl.core.token_logprobs,
 what a GPU runs) and `full` (one float32 copy of the (B, T, V) logits and its log_softmax, as before the chunked
 path existed). Each draws one untimed update of one micro-batch first (kernels, allocator, Adam's states), then the
 weights are reset and one update is timed. Per row: tokens (prompt and completion tokens that are not padding),
@@ -53,21 +53,22 @@ os.environ.setdefault("MRL_NUMERICS", "native")   # the CPU contract pins CPU ke
 import mrl  # noqa: E402, F401  (first: the numerics contract, before torch and numpy)
 import torch  # noqa: E402
 
-import mrl.token_logprobs  # noqa: E402
+import mrl.core.token_logprobs  # noqa: E402
 from bench_gpu_rollout import NAMES, Setting, batch, stand_in, synchronize  # noqa: E402
-from mrl.actor import policy_optimizer  # noqa: E402
-from mrl.microbatch import MicroBatchedLogprobs  # noqa: E402
-from mrl.placement import cast_parameters, measured_peak, precision, set_training  # noqa: E402
-from mrl.probes import PeerView, get_probe, probe_config  # noqa: E402
+from mrl.runtime.actor import policy_optimizer  # noqa: E402
+from mrl.core.microbatch import MicroBatchedLogprobs  # noqa: E402
+from mrl.runtime.placement import cast_parameters, measured_peak, precision, set_training  # noqa: E402
+from mrl.core.probes import PeerView, get_probe, probe_config  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
-from mrl.rollout import RolloutBatch, completion_logprobs  # noqa: E402
+from mrl.core.batch import RolloutBatch
+from mrl.runtime.rollout import completion_logprobs  # noqa: E402
 
 SETTINGS = {"64x8": Setting(64, 8, 64, 256, 512, True), "16x8": Setting(16, 8, 64, 256, 512, True)}
 CPU_SETTINGS = {"64x8": Setting(4, 4, 5, 20, 12, True), "16x8": Setting(2, 4, 5, 20, 12, True)}
 CPU_MICRO_BATCH = 4
 """--cpu-check's micro-batch: its 16 sequences in four, as the paper's 512 are in 32"""
 PATHS = {"chunked": lambda logits: True, "full": lambda logits: False}
-"""mrl.token_logprobs.chunked during a row: chunked on a GPU is the library's own choice for bf16 logits (forced on
+"""mrl.core.token_logprobs.chunked during a row: chunked on a GPU is the library's own choice for bf16 logits (forced on
 the CPU of --cpu-check, which would not chunk); full is the float32 copy of every logit"""
 
 
@@ -180,7 +181,7 @@ def measure(policy: Learner, initial: dict, path: str, setting_name: str, settin
     bound = rate / (6 * weights)
     row = {"setting": setting_name, "path": path, "sequences": len(full.prompt_ids), "micro_batch": micro_batch,
            "tokens": tokens, "padded_tokens": padded, "bound_tokens_per_s": bound}
-    own, mrl.token_logprobs.chunked = mrl.token_logprobs.chunked, PATHS[path]
+    own, mrl.core.token_logprobs.chunked = mrl.core.token_logprobs.chunked, PATHS[path]
     try:
         warm = -(-micro_batch // setting.group) * setting.group   # whole groups, one micro-batch at least
         update(policy, rollout_batch(policy, setting, vocab, slice(0, warm)))
@@ -193,7 +194,7 @@ def measure(policy: Learner, initial: dict, path: str, setting_name: str, settin
     except Exception as err:  # noqa: BLE001  (recorded; the other rows still run)
         return {**row, "error": f"{type(err).__name__}: {err}"[:500]}
     finally:
-        mrl.token_logprobs.chunked = own
+        mrl.core.token_logprobs.chunked = own
         policy.model.load_state_dict(initial)
         if policy.device.type == "cuda":
             torch.cuda.empty_cache()

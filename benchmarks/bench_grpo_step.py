@@ -27,11 +27,11 @@ from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from numerics_cost import add_numerics_flag, compare, hand_back  # noqa: E402
-from mrl.actor import ActorConfig, PolicyActor  # noqa: E402
-from mrl.config import FamilyConfig, GrpoConfig, TaskConfig  # noqa: E402
+from mrl.runtime.actor import ActorConfig, PolicyActor  # noqa: E402
+from mrl.core.config import FamilyConfig, GrpoConfig, TaskConfig  # noqa: E402
 from mrl.numerics import state  # noqa: E402
-from mrl.tasks import ArithTask  # noqa: E402
-from mrl.zoo import build_model, train_tokenizer  # noqa: E402
+from mrl.core.tasks import ArithTask  # noqa: E402
+from mrl.runtime.zoo import build_model, train_tokenizer  # noqa: E402
 
 PROMPTS, G, LENGTH = 4, 8, 16
 

@@ -11,10 +11,10 @@ import dataclasses
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-from mrl.runner import RunSpec, run_concurrent  # noqa: E402
-from mrl.config import RunnerConfig  # noqa: E402
+from mrl.runtime.runner import RunSpec, run_concurrent  # noqa: E402
+from mrl.core.config import RunnerConfig  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
-from mrl.zoo import build_zoo  # noqa: E402
+from mrl.runtime.zoo import build_zoo  # noqa: E402
 
 
 def main():

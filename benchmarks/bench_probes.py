@@ -19,11 +19,11 @@ import statistics
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, before torch and numpy)
-from mrl.config import RunnerConfig  # noqa: E402
-from mrl.probes import probe_config  # noqa: E402
+from mrl.core.config import RunnerConfig  # noqa: E402
+from mrl.core.probes import probe_config  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
-from mrl.runner import RunSpec, run_concurrent  # noqa: E402
-from mrl.zoo import build_zoo  # noqa: E402
+from mrl.runtime.runner import RunSpec, run_concurrent  # noqa: E402
+from mrl.runtime.zoo import build_zoo  # noqa: E402
 
 
 def step_times(record, skip: int = 2) -> list[float]:

@@ -24,9 +24,10 @@ import torch  # noqa: E402
 from numerics_cost import add_numerics_flag, compare, hand_back  # noqa: E402
 from mrl.numerics import state  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
-from mrl.rollout import completion_logprobs, encode_prompts, sample_completions  # noqa: E402
-from mrl.tasks import make_task  # noqa: E402
-from mrl.zoo import build_model, train_tokenizer  # noqa: E402
+from mrl.core.batch import encode_prompts
+from mrl.runtime.rollout import completion_logprobs, sample_completions  # noqa: E402
+from mrl.core.tasks import make_task  # noqa: E402
+from mrl.runtime.zoo import build_model, train_tokenizer  # noqa: E402
 
 
 def matmul_peak(seconds: float = 1.0) -> float:

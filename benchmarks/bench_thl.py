@@ -21,16 +21,17 @@ import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, bef
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from mrl.actor import policy_optimizer  # noqa: E402
-from mrl.config import GrpoConfig  # noqa: E402
-from mrl.probes.terms import own_grpo_loss  # noqa: E402
-from mrl.rollout import RolloutBatch, completion_logprobs, sample_groups  # noqa: E402
+from mrl.runtime.actor import policy_optimizer  # noqa: E402
+from mrl.core.config import GrpoConfig  # noqa: E402
+from mrl.core.probes.terms import own_grpo_loss  # noqa: E402
+from mrl.core.batch import RolloutBatch
+from mrl.runtime.rollout import completion_logprobs, sample_groups  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
-from mrl.real_tokenizers import load_real_tokenizer, mixed_script_texts  # noqa: E402
-from mrl.results import repo_root  # noqa: E402
-from mrl.tasks import make_task  # noqa: E402
-from mrl.thl import align_batch  # noqa: E402
-from mrl.zoo import build_model, family_dir, load_policy, train_tokenizer  # noqa: E402
+from mrl.runtime.real_tokenizers import load_real_tokenizer, mixed_script_texts  # noqa: E402
+from mrl.runtime.results import repo_root  # noqa: E402
+from mrl.core.tasks import make_task  # noqa: E402
+from mrl.core.thl import align_batch  # noqa: E402
+from mrl.runtime.zoo import build_model, family_dir, load_policy, train_tokenizer  # noqa: E402
 
 
 def texts_of_tokens(pieces: list[str], tokenizer, target: int, n: int, seed: int = 0) -> list[str]:

@@ -1,6 +1,6 @@
 """The zoo warm-up's step: milliseconds per supervised step of each default family (forward, backward, clip, AdamW)
 on the `transformers` forward in fp32 with a per-tensor AdamW (the reference, the warm-up before the fast path), the
-package's step (mrl.zoo.warmup_step: fast forward, fused AdamW) in fp32 (`warmup.precision: fp32`, the default) and
+package's step (mrl.runtime.zoo.warmup_step: fast forward, fused AdamW) in fp32 (`warmup.precision: fp32`, the default) and
 under bf16 autocast (`warmup.precision: bf16`), on the same batches, one torch thread, back to back in one run.
 Prints ms/step and the ratio to the reference, and whether this CPU computes bf16 natively (AVX512-BF16 or AMX):
 without it bf16 autocast is emulated and slower than fp32.
@@ -18,10 +18,10 @@ import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, bef
 import torch  # noqa: E402
 
 from mrl.profiles import load_profile  # noqa: E402
-from mrl.results import machine  # noqa: E402
-from mrl.tasks import ArithTask  # noqa: E402
+from mrl.runtime.results import machine  # noqa: E402
+from mrl.core.tasks import ArithTask  # noqa: E402
 from numerics_cost import add_numerics_flag, compare, hand_back  # noqa: E402
-from mrl.zoo import _collate, _encode_sources, build_model, train_tokenizer, warmup_step  # noqa: E402
+from mrl.runtime.zoo import _collate, _encode_sources, build_model, train_tokenizer, warmup_step  # noqa: E402
 
 VARIANTS = (("transformers, fp32, AdamW per tensor", "hf", "fp32", False), ("fast, fp32", "fast", "fp32", True),
             ("fast, bf16 autocast", "fast", "bf16", True))
@@ -29,7 +29,7 @@ VARIANTS = (("transformers, fp32, AdamW per tensor", "hf", "fp32", False), ("fas
 
 
 def step_ms(family, tokenizer, batches, max_positions: int, engine: str, precision: str, fused: bool) -> float:
-    """Mean wall milliseconds of one warm-up step (mrl.zoo.warmup_step) over `batches`, from a fresh model."""
+    """Mean wall milliseconds of one warm-up step (mrl.runtime.zoo.warmup_step) over `batches`, from a fresh model."""
     model = build_model(family, len(tokenizer), max_positions, seed=0)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0, fused=fused)

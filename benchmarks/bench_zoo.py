@@ -1,4 +1,4 @@
-"""The whole zoo warm-up as `make reproduce` runs it: mrl.zoo.build_zoo of a profile's zoo (tokenizers, warm-ups in
+"""The whole zoo warm-up as `make reproduce` runs it: mrl.runtime.zoo.build_zoo of a profile's zoo (tokenizers, warm-ups in
 the profile's worker processes, greedy checks) into an empty temporary folder, wall seconds, with the machine.
 
 It uses only `load_config` and `build_zoo`, which every version of the package has, so the same file times an
@@ -16,9 +16,9 @@ import time
 
 
 def machine_name() -> str:
-    """mrl.results.machine()'s CPU and whether it computes bf16 natively; an older checkout without it: unknown."""
+    """mrl.runtime.results.machine()'s CPU and whether it computes bf16 natively; an older checkout without it: unknown."""
     try:
-        from mrl.results import machine
+        from mrl.runtime.results import machine
     except ImportError:
         return "a machine the checkout cannot describe"
     info = machine()
@@ -30,8 +30,8 @@ def main():
     parser.add_argument("--config", default="configs/default.yaml", help="a profile's config, relative to the cwd")
     parser.add_argument("--label", default="", help="a name for this run in the printed line")
     args = parser.parse_args()
-    from mrl.config import load_config
-    from mrl.zoo import build_zoo
+    from mrl.core.config import load_config
+    from mrl.runtime.zoo import build_zoo
 
     config = load_config(args.config)
     with tempfile.TemporaryDirectory() as root:

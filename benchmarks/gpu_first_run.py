@@ -20,11 +20,11 @@ batches of 16, 512 new tokens, evaluation at 1,024; the sampling engine is the p
    `--prompts` prompts x 8 samples, greedy evaluation of `--eval-prompts` prompts of each of `--benchmarks`
    (MATH-500's schema by default) at step 0 and at the last step. Per policy and phase of the last step: the
    measured peak (torch.cuda's max_memory_allocated in the policy's own process) beside the plan's prediction
-   for that phase (mrl.resources.policy_memory at this run's batch and prompt length), and tokens per second: of
+   for that phase (mrl.runtime.resources.policy_memory at this run's batch and prompt length), and tokens per second: of
    the completions drawn (rollout), of the batch's planned prompt + completion length (update) and of the answers
    at their full length (evaluation, timed from the driver: its pipe included).
 2. The engines alone on the GPU: B's bf16 sampler draws the same batch with each of `--engines` (by default
-   `generate`, `batched`: transformers' continuous batching, and `graphs`: mrl.graphs_engine's decode step captured
+   `generate`, `batched`: transformers' continuous batching, and `graphs`: mrl.runtime.graphs_engine's decode step captured
    in CUDA graphs), tokens per second of each and its ratio to generate's.
 
     python benchmarks/gpu_first_run.py --out results/gpu_first_run [--steps 2] [--prompts 8] [--engine graphs]
@@ -48,9 +48,9 @@ os.environ.setdefault("MRL_NUMERICS", "native")   # the CPU contract pins CPU ke
 import mrl  # noqa: E402, F401  (first: the numerics contract, before torch and numpy)
 import torch  # noqa: E402
 
-from mrl.actor import PolicyActor  # noqa: E402
-from mrl.config import ENGINES  # noqa: E402
-from mrl.resources import phase_peaks  # noqa: E402
+from mrl.runtime.actor import PolicyActor  # noqa: E402
+from mrl.core.config import ENGINES  # noqa: E402
+from mrl.runtime.resources import phase_peaks  # noqa: E402
 
 NAMES = {"A": "Qwen2.5-0.5B-Instruct", "B": "Llama-3.2-1B-Instruct", "C": "SmolLM2-360M-Instruct"}
 CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -88,7 +88,7 @@ class CoinRewardActor(PolicyActor):
     holds one actor per process)."""
 
     def __init__(self, config):
-        import mrl.actor as actor_module
+        import mrl.runtime.actor as actor_module
 
         super().__init__(config)
         self.task.verify = coin_reward
@@ -158,7 +158,7 @@ def build_stand_in(policy: str, folder: Path, corpus: list[str], seed: int, devi
     (layers: fewer layers than published, for --cpu-check)."""
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
-    from mrl.resources import PUBLISHED
+    from mrl.runtime.resources import PUBLISHED
 
     values = json.loads((PUBLISHED / f"{NAMES[policy]}.json").read_text())
     values.pop("architectures", None)
@@ -188,7 +188,7 @@ def prompt_tokens(path: Path, task, chat_template: bool) -> int:
     length; the plan's prompt_tokens)."""
     from transformers import PreTrainedTokenizerFast
 
-    from mrl.rollout import prompt_renderer
+    from mrl.core.batch import prompt_renderer
 
     tokenizer = PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
     render = prompt_renderer(tokenizer, chat_template)
@@ -238,10 +238,11 @@ def engine_rows(path: Path, task, grpo, chat_template: bool, group: int, device:
                 engines: tuple[str, ...] = ("generate", "batched", "graphs")) -> list[dict]:
     """B's bf16 sampler draws the step's batch with each of `engines`; completion tokens per second of each (the
     second call of each engine is timed, after one warm-up call). An engine that fails is a row with its error."""
-    from mrl.placement import cast_parameters
-    from mrl.rollout import prompt_renderer, sample_groups
-    from mrl.seeding import step_generator
-    from mrl.zoo import load_policy
+    from mrl.runtime.placement import cast_parameters
+    from mrl.core.batch import prompt_renderer
+    from mrl.runtime.rollout import sample_groups
+    from mrl.core.seeding import step_generator
+    from mrl.runtime.zoo import load_policy
 
     policy = load_policy(path)
     cuda = device.type == "cuda"
@@ -376,12 +377,12 @@ def main() -> None:
                  "script on the CPU")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
-    from mrl.config import RunnerConfig
-    from mrl.probes import probe_config
+    from mrl.core.config import RunnerConfig
+    from mrl.core.probes import probe_config
     from mrl.profiles import load_profile
-    from mrl.resources import architecture, policy_memory
-    from mrl.runner import RunSpec, run_concurrent
-    from mrl.tasks import make_task
+    from mrl.runtime.resources import architecture, policy_memory
+    from mrl.runtime.runner import RunSpec, run_concurrent
+    from mrl.core.tasks import make_task
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

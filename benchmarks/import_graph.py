@@ -5,11 +5,9 @@
 
 Nothing of mrl is imported or run; every number comes from `ast` over mrl/**/*.py. An import counts as an edge
 from the importing module to the module it names (`from mrl.x import y` is an edge to mrl.x.y when mrl/x/y.py is a
-module, else to mrl.x; a package's __init__ is the package). "Runs up" compares layers, lowest first:
-    0 ground (numerics, paths, seeding, validation's types, fingerprints), 1 algorithm and its settings (config,
-    grpo, thl, see, tasks, the samplers, bandit, probes), 2 runtime (actor, runner, mwra, placement, checkpoint,
-    resources, zoo, tracking, results), 3 experiments, integrations and profiles, 4 reports, notebooks' helpers
-    and the command line.
+module, else to mrl.x; a package's __init__ is the package). "Runs up" compares layers, lowest first, and a module's layer is its
+folder's: 0 the ground (mrl/paths.py, mrl/numerics.py, mrl/aliases.py), 1 mrl/core/, 2 mrl/runtime/, 3 mrl/experiments/,
+mrl/integrations/ and profiles, 4 mrl/reports/, the notebooks' helper and the command line.
 Parameter counts include self/cls, *args and **kwargs, and keyword-only parameters, as the issue counted them.
 """
 from __future__ import annotations
@@ -22,15 +20,13 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "mrl"
 
 LAYERS = {
-    0: {"mrl", "mrl.paths", "mrl.numerics", "mrl.seeding", "mrl.fingerprint", "mrl.validation"},
-    1: {"mrl.config", "mrl.grpo", "mrl.thl", "mrl.see", "mrl.tasks", "mrl.rollout", "mrl.fast", "mrl.graphs_engine",
-        "mrl.marginal", "mrl.microbatch", "mrl.mismatch", "mrl.real_tokenizers", "mrl.teacher",
-        "mrl.pools", "mrl.bandit", "mrl.probes"},
-    2: {"mrl.actor", "mrl.runner", "mrl.mwra", "mrl.placement", "mrl.checkpoint", "mrl.resources", "mrl.zoo", "mrl.poison",
-        "mrl.tracking", "mrl.results", "mrl.saving", "mrl.evaluation", "mrl.spec"},
+    0: {"mrl", "mrl.paths", "mrl.aliases", "mrl.numerics", "mrl.fingerprint"},
+    1: {"mrl.core"},
+    2: {"mrl.runtime"},
     3: {"mrl.experiments", "mrl.integrations", "mrl.profiles"},
-    4: {"mrl.reports", "mrl.notebook", "mrl.figure_inputs", "mrl.cli", "mrl.reproduce"},
+    4: {"mrl.reports", "mrl.notebook", "mrl.cli", "mrl.reproduce"},
 }
+"""the layers, lowest first: a module's folder says its layer"""
 
 
 def layer(module: str) -> int:

@@ -1,7 +1,7 @@
 """What the canonical tokenization drops from a peer's probability, and what the marginal costs, on the held-out
 pair at its warm-up and after training: 80_beyond's marginal section without the notebook (docs/marginal.md).
 
-A thin caller of mrl.experiments.beyond.run_marginal_gap (the measurement, mrl.marginal_gap) and
+A thin caller of mrl.experiments.beyond.run_marginal_gap (the measurement, mrl.experiments.marginal_gap) and
 mrl.reports.marginal's tables: prints the gap, ratio and cost tables as markdown; writes nothing but the trained
 policies run_marginal_gap needs (results/trained/<key>/, when missing).
 
@@ -14,11 +14,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, before torch and numpy)
 
 from mrl.experiments.beyond import run_marginal_gap  # noqa: E402
-from mrl.marginal_gap import stepwise_bounds  # noqa: E402
-from mrl.probes import probe_config  # noqa: E402
+from mrl.experiments.marginal_gap import stepwise_bounds  # noqa: E402
+from mrl.core.probes import probe_config  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
 from mrl.reports.marginal import cost_table, gap_table, ratio_table  # noqa: E402
-from mrl.seeding import torch_threads  # noqa: E402
+from mrl.core.seeding import torch_threads  # noqa: E402
 
 
 def main() -> None:

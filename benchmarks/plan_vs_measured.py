@@ -1,4 +1,4 @@
-"""The resource plan's phase terms (mrl/resources.py) against the memory each phase allocates, measured on this CPU.
+"""The resource plan's phase terms (mrl/runtime/resources.py) against the memory each phase allocates, measured on this CPU.
 
 For two Llama-style model sizes in float32, each phase of a step runs once under torch's memory profiler
 (`torch.profiler` with profile_memory, its memory timeline on the CPU), and the phase's peak of memory allocated
@@ -27,8 +27,8 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from mrl.resources import GB, Architecture, policy_memory  # noqa: E402
-from mrl.rollout import completion_logprobs, sample_completions  # noqa: E402
+from mrl.runtime.resources import GB, Architecture, policy_memory  # noqa: E402
+from mrl.runtime.rollout import completion_logprobs, sample_completions  # noqa: E402
 
 SIZES = {"small": dict(hidden_size=256, num_hidden_layers=4, intermediate_size=1024, num_attention_heads=4,
                        num_key_value_heads=2, vocab_size=4096),

@@ -1,4 +1,4 @@
-"""The sampler/trainer mismatch of a bf16 run on this CPU (mrl/mismatch.py, docs/paper_profile.md).
+"""The sampler/trainer mismatch of a bf16 run on this CPU (mrl/core/mismatch.py, docs/paper_profile.md).
 
 Two policies of a profile's zoo (A gpt2 + BPE, B llama + Unigram) train under `PlacementConfig(dtype="bfloat16")`:
 fp32 master weights, a bf16 sampler synced after every update, the training forward under bf16 autocast. Every
@@ -16,12 +16,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, before torch and numpy)
 import pandas as pd  # noqa: E402
 
-from mrl.config import PlacementConfig, RunnerConfig  # noqa: E402
-from mrl.mismatch import SAMPLER_CORRECTIONS  # noqa: E402
-from mrl.probes import probe_config  # noqa: E402
+from mrl.core.config import PlacementConfig, RunnerConfig  # noqa: E402
+from mrl.core.mismatch import SAMPLER_CORRECTIONS  # noqa: E402
+from mrl.core.probes import probe_config  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
-from mrl.runner import RunSpec, run_concurrent  # noqa: E402
-from mrl.zoo import build_zoo  # noqa: E402
+from mrl.runtime.runner import RunSpec, run_concurrent  # noqa: E402
+from mrl.runtime.zoo import build_zoo  # noqa: E402
 
 
 def main():

@@ -1,13 +1,20 @@
 """mrl: Mutual Reinforcement Learning for heterogeneous language models (a reproduction package).
 
-From the bottom up: grpo (the GRPO loss, equal to TRL), thl (tokenizer heterogeneity layer), see (shared
-experience exchange), mwra (workers on inline / process / ray backends), config (typed configs), tasks,
-rollout (sampling and the RolloutBatch), zoo, probes (the sharing probes and their contract), actor (one policy),
-runner (n >= 1 policies together), experiment (cached grids), bandit (the bandit analysis), reports, notebook,
-reproduce. docs/architecture.md has the picture.
+The folders are the layers, each importing only those below it (docs/architecture.md has the picture):
+    mrl/core/         the algorithm: settings, GRPO, THL, SEE, tasks, the rollout's record, the probes, the bandit
+    mrl/runtime/      running it: sampling, the actor, the runner and its backends, placement, checkpoints, the zoo
+    mrl/experiments/  the claims as data: cached grids of runs, one module per experiment
+    mrl/integrations/ TRL's GRPOTrainer and the file exchange between separate trainers
+    mrl/reports/      tables, figures and the sentences that quote them
+and beside them the ground every layer may import (paths, numerics: the fp32 contract, applied first; aliases: the
+module paths of before the folders) and the front door (profiles, notebook: a notebook's first cell, cli, reproduce).
 """
 __version__ = "0.1.0"
 
 from mrl import numerics as _numerics
 
 _numerics.apply()  # before any mrl module imports torch: the same fp32 bits on every x86-64 CPU (mrl.numerics)
+
+from mrl import aliases as _aliases  # noqa: E402
+
+_aliases.install()  # the module paths of before the folders (mrl.rollout, mrl.probes, ...) keep working

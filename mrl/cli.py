@@ -6,11 +6,11 @@
     mrl run --policies out/A+B --set grpo.lr=3e-5 --output-dir out2   # a trained folder, a setting, the models kept
     mrl run --resume out2                          # a killed run continues from its newest intact checkpoint
     mrl bench rollout thl                          # benchmarks/bench_<name>.py; no name: all of them
-    mrl plan --profile paper --gpus 2x80           # each policy's GPU memory and GPU (mrl.resources)
+    mrl plan --profile paper --gpus 2x80           # each policy's GPU memory and GPU (mrl.runtime.resources)
 
 `mrl <command> --help` lists each command's options and their allowed values. A run's steps, evaluations and
-events are read back with `mrl.results.load_runs()`; its trained policies are transformers folders
-(`AutoModelForCausalLM.from_pretrained(out/A)`, mrl.saving).
+events are read back with `mrl.runtime.results.load_runs()`; its trained policies are transformers folders
+(`AutoModelForCausalLM.from_pretrained(out/A)`, mrl.runtime.saving).
 """
 from __future__ import annotations
 
@@ -30,15 +30,15 @@ from typing import Annotated, Literal
 import yaml
 
 from mrl import reproduce
-from mrl.checkpoint import latest as latest_checkpoint
-from mrl.config import BACKENDS, REPORT_TO, RunConfig
+from mrl.core.config import BACKENDS, REPORT_TO, RunConfig
+from mrl.core.probes import PROBES, as_probe_config
+from mrl.core.validation import ConfigError, Count, PositiveInt, StrictLoader, Str, config_dataclass, to_dict
 from mrl.experiments import Run, policy_paths, run_one
 from mrl.experiments.runs import trained_folder
 from mrl.paths import repo_root
-from mrl.probes import PROBES, as_probe_config
 from mrl.profiles import PROFILES, load_profile
-from mrl.resources import parse_gpus, plan_resources, plan_trl
-from mrl.validation import ConfigError, Count, PositiveInt, StrictLoader, Str, config_dataclass, to_dict
+from mrl.runtime.checkpoint import latest as latest_checkpoint
+from mrl.runtime.resources import parse_gpus, plan_resources, plan_trl
 
 BENCHMARKS = ("grpo_step", "rollout", "thl", "probes", "packing", "warmup", "mwra")
 """benchmarks/bench_<name>.py, in the order `make bench` runs them"""
@@ -249,7 +249,7 @@ def _run(args) -> int:
     names = sorted(set(evals.policy))
     print(f"[mrl run] trained policies in {', '.join(str(folder / name) for name in names)} "
           f"(AutoModelForCausalLM.from_pretrained loads each); steps.csv, evals.csv and run.json beside them "
-          f"(mrl.results.load_runs() reads every run)")
+          f"(mrl.runtime.results.load_runs() reads every run)")
     return 0
 
 
@@ -275,7 +275,7 @@ def _plan(args) -> int:
         plan = plan_resources(config, parse_gpus(args.gpus), prompt_tokens=args.prompt_tokens,
                               teachers=args.teachers, policies=policies)
     print(plan.round(2).to_string(index=False))
-    print(f"[mrl plan] GB per policy on {args.gpus} GB GPUs (10% of each reserved); estimates, see mrl/resources.py")
+    print(f"[mrl plan] GB per policy on {args.gpus} GB GPUs (10% of each reserved); estimates, see mrl/runtime/resources.py")
     return 0
 
 

@@ -18,10 +18,11 @@ import textwrap
 import types
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
+from mrl.paths import PACKAGE
 
-ZOO_MODULES = ("zoo.py", "fast.py", "rollout.py", "token_logprobs.py", "stop_tokens.py", "tasks.py", "seeding.py",
-               "numerics.py")
+
+ZOO_MODULES = ("runtime/zoo.py", "runtime/fast.py", "runtime/rollout.py", "core/batch.py", "core/token_logprobs.py",
+               "core/stop_tokens.py", "core/tasks.py", "core/seeding.py", "numerics.py")
 """the modules a zoo member's weights depend on: tokenizer training, the corpus, the model, the warm-up loop, the
 log-probs it trains on (rollout.py's forward, token_logprobs.py's softmax) and the numerics contract its kernels run
 under (config.py's values that matter are in the key itself)"""

@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mrl.config import RunConfig
+from mrl.core.config import RunConfig
 from mrl.profiles import load_profile
-from mrl.results import output_dirs, start_run
+from mrl.runtime.results import output_dirs, start_run
 
 
 @dataclass

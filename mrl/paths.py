@@ -1,7 +1,10 @@
-"""Where the checkout is: the one place the package finds its repository (configs/, data/, results/, paper_tables/)."""
+"""Where things are: the package's own folder (its data/) and the checkout (configs/, data/, results/, paper_tables/)."""
 from __future__ import annotations
 
 from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+"""mrl/: the package's sources and the data shipped with it (mrl/data/)"""
 
 
 def repo_root() -> Path:
@@ -9,4 +12,4 @@ def repo_root() -> Path:
     for folder in (Path.cwd(), *Path.cwd().parents):
         if (folder / "pyproject.toml").exists() and (folder / "mrl").is_dir():
             return folder
-    return Path(__file__).resolve().parents[1]
+    return PACKAGE.parent

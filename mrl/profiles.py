@@ -4,12 +4,12 @@ real models).
 A profile is one YAML file, configs/<profile>.yaml, and holds everything its runs need: the task, the zoo
 (or pretrained checkpoints), GRPO, the pairings, the runner (backend, timeouts), the notebooks to run and each
 experiment's grid (every grid field is required there: no experiment has code defaults). `load_profile` returns it
-validated (mrl.config, and each experiment's config class in mrl.experiments): every field and every probe entry of
+validated (mrl.core.config, and each experiment's config class in mrl.experiments): every field and every probe entry of
 the grids.
 """
 from __future__ import annotations
 
-from mrl.config import RunConfig, load_config
+from mrl.core.config import RunConfig, load_config
 from mrl.paths import repo_root
 
 PROFILES = ("smoke", "default", "full", "paper")

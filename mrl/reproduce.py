@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from mrl.profiles import PROFILES, load_profile
-from mrl.results import git_sha, machine, repo_root
 from mrl.reports.performance import update_performance
 from mrl.reports.readme import RECORD, update_readme
+from mrl.runtime.results import git_sha, machine, repo_root
 
 
 def executed_dir(profile: str) -> Path:

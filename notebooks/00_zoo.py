@@ -42,13 +42,13 @@ progress = True      # tqdm bars during the warm-up
 # %%
 import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 from IPython.display import Markdown
+from mrl.core.tasks import make_task
 from mrl.notebook import setup_notebook
-from mrl.figure_inputs import draw_and_save
+from mrl.reports.figure_inputs import draw_and_save
 from mrl.reports.substrate import (skill_matrix, warmup_accuracy, warmup_caption, warmup_figure, warmup_figure_inputs,
                                    zoo_result, zoo_table)
-from mrl.results import write_table
-from mrl.tasks import make_task
-from mrl.zoo import build_zoo
+from mrl.runtime.results import write_table
+from mrl.runtime.zoo import build_zoo
 
 run = setup_notebook("00_zoo", profile)
 config = run.config

@@ -37,17 +37,18 @@ import dataclasses
 
 from IPython.display import HTML, display
 
-from mrl.config import RunnerConfig
+from mrl.core.config import RunnerConfig
+from mrl.core.probes import probe_config
+from mrl.core.tasks import make_task
+from mrl.core.thl import align
 from mrl.experiments import policy_paths
 from mrl.notebook import setup_notebook
-from mrl.probes import probe_config
+from mrl.reports.palette import policy_colour
 from mrl.reports.substrate import zoo_table
 from mrl.reports.tour import alignment_html, logged_records, prompt_samples, tokenization_table
-from mrl.runner import RunSpec, run_concurrent
-from mrl.tasks import make_task
-from mrl.thl import align
-from mrl.tracking import NotebookPlot, NotebookTable
-from mrl.zoo import load_policy
+from mrl.runtime.runner import RunSpec, run_concurrent
+from mrl.runtime.tracking import NotebookPlot, NotebookTable
+from mrl.runtime.zoo import load_policy
 
 run = setup_notebook("01_tour", profile, seed=seed)
 config = run.config
@@ -89,7 +90,7 @@ samples
 #
 # To learn from B's sample, A needs B's text in A's tokens. THL splits the text's UTF-8 bytes into the
 # smallest groups on which both tokenizations agree; every group has one colour on both rows. Per-token
-# values (log-probs, advantages, masks) move through these groups (`mrl/thl.py`). Hover over a token to see
+# values (log-probs, advantages, masks) move through these groups (`mrl/core/thl.py`). Hover over a token to see
 # its group.
 
 # %%
@@ -110,7 +111,8 @@ for text in (problem.prompt + peer.completion, peer.completion):
 
 # %%
 metrics = ["train/reward", "probe/rescue_candidates", "probe/rescue_size"]
-live_plot = NotebookPlot(metrics, policies=["A", "B"], title="SGT, live: one run, one point per step")
+live_plot = NotebookPlot(metrics, policies=["A", "B"], title="SGT, live: one run, one point per step",
+                         colour=policy_colour)
 live = NotebookTable([f"{name}/{key}" for name in ("A", "B") for key in metrics], title="SGT, live")
 grpo = dataclasses.replace(config.grpo, steps=steps, eval_every=steps, seed=seed)
 spec = RunSpec({name: paths[name] for name in ("A", "B")}, config.task, grpo, RunnerConfig(), probe=probe_config("sgt"),
@@ -125,7 +127,7 @@ print(live.frame().round(3).to_string())
 # ## What SEE exchanged in step 1
 #
 # Every accepted record was written to an experience log (one Parquet file per kind and step, with a
-# checksummed manifest); `mrl.see.replay` reads it back and validates it again. Rollouts carry the text and
+# checksummed manifest); `mrl.core.see.replay` reads it back and validates it again. Rollouts carry the text and
 # the source's token ids and log-probs (left out here), group statistics carry reward sums, successes only
 # the verified text.
 
@@ -139,12 +141,12 @@ for kind, rows in records.groupby("kind"):
 # ## The run as data: held-out accuracy before and after
 #
 # `save_run` writes the run as the notebooks' grids and `mrl run` write theirs (steps, evaluations, settings);
-# `mrl.results.load_runs` reads every run of a folder into one DataFrame (or a `datasets.Dataset`), each row with
+# `mrl.runtime.results.load_runs` reads every run of a folder into one DataFrame (or a `datasets.Dataset`), each row with
 # its run's identity. Called without a folder it reads the cache of every notebook's runs, `results/runs/`.
 
 # %%
 from mrl.experiments import save_run
-from mrl.results import load_runs
+from mrl.runtime.results import load_runs
 
 save_run(run.folder / "runs" / "tour-sgt", record, spec, record.wall_seconds)
 evals = load_runs(run.folder / "runs", "evals")

@@ -26,10 +26,10 @@
 #
 # **Setup.** The zoo's policies train side by side on prompts drawn from the fixed RL pool (docs/architecture.md, The
 # task and the zoo; `task.pool_per_skill` prompts per skill) and share nothing. The GRPO loss is
-# `mrl.grpo.policy_loss`, proven equal to TRL's `GRPOTrainer._compute_loss` in `tests/test_grpo_trl_equality.py`.
+# `mrl.core.grpo.policy_loss`, proven equal to TRL's `GRPOTrainer._compute_loss` in `tests/test_grpo_trl_equality.py`.
 # Sampling: full softmax at temperature 1, `grpo.group_size` completions per prompt, KV-cached; one on-policy Adam
 # step per batch (`grpo.lr`). It runs on the same runner, with the same `grpo` probe, as the probe experiments' GRPO
-# rows (`mrl.runner.run_concurrent`). Measured: greedy accuracy per skill on held-out prompts and on the pool, at step
+# rows (`mrl.runtime.runner.run_concurrent`). Measured: greedy accuracy per skill on held-out prompts and on the pool, at step
 # 0 and every `grpo.eval_every` steps.
 
 # %% tags=["parameters"]
@@ -40,12 +40,12 @@ progress = True
 # %%
 import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 from IPython.display import Markdown
+from mrl.core.probes import probe_config
 from mrl.experiments import Run, policy_paths, run_one
 from mrl.notebook import setup_notebook
-from mrl.probes import probe_config
-from mrl.figure_inputs import draw_and_save
+from mrl.reports.figure_inputs import draw_and_save
 from mrl.reports.substrate import baseline_table, grpo_baseline_result, learning_curves_figure
-from mrl.results import write_table
+from mrl.runtime.results import write_table
 
 run = setup_notebook("10_grpo_baseline", profile, seed=seed)
 config = run.config

@@ -43,14 +43,14 @@ progress = True
 import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 import torch
 from IPython.display import Markdown
+from mrl.core.tasks import make_task
 from mrl.notebook import setup_notebook
-from mrl.real_tokenizers import load_real_tokenizer, mixed_script_texts
-from mrl.figure_inputs import draw_and_save
+from mrl.reports.figure_inputs import draw_and_save
 from mrl.reports.substrate import thl_heatmap_inputs, thl_heatmaps, thl_residual_table, thl_result
-from mrl.results import write_table
-from mrl.rollout import sample_records
-from mrl.tasks import make_task
-from mrl.zoo import build_zoo
+from mrl.runtime.real_tokenizers import load_real_tokenizer, mixed_script_texts
+from mrl.runtime.results import write_table
+from mrl.runtime.rollout import sample_records
+from mrl.runtime.zoo import build_zoo
 
 run = setup_notebook("20_thl", profile, seed=seed)
 config = run.config

@@ -41,13 +41,13 @@ import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before to
 import dataclasses
 import pandas as pd
 from IPython.display import Markdown
+from mrl.core.validation import override
 from mrl.experiments import policy_paths
-from mrl.validation import override
 from mrl.notebook import setup_notebook
-from mrl.figure_inputs import draw_and_save
+from mrl.reports.figure_inputs import draw_and_save
 from mrl.reports.substrate import mwra_compute_table, mwra_result, mwra_timeline_figure, mwra_timeline_inputs
-from mrl.results import write_table
-from mrl.runner import RunSpec, run_concurrent
+from mrl.runtime.results import write_table
+from mrl.runtime.runner import RunSpec, run_concurrent
 
 run = setup_notebook("30_mwra", profile, partial=steps is not None or backends is not None)
 config, timing = run.config, run.config.experiment("mwra")

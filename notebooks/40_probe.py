@@ -56,14 +56,14 @@ import time
 start = time.perf_counter()
 import pandas as pd
 from IPython.display import Markdown
+from mrl.core.validation import override
 from mrl.experiments import policy_paths, run_many
 from mrl.experiments.probe import probe_runs
 from mrl.notebook import setup_notebook
+from mrl.reports.figure_inputs import draw_and_save
 from mrl.reports.paired import interval_caption, paired_table, probe_result
 from mrl.reports.probes import accuracy_figure, main_table, rescue_figure, stability_table
-from mrl.figure_inputs import draw_and_save
-from mrl.results import listing, write_table
-from mrl.validation import override
+from mrl.runtime.results import listing, write_table
 
 requested = {"pairings": pairings, "probes": probes, "seeds": seeds, "steps": steps}
 run = setup_notebook("40_probe", profile, partial=any(v is not None for v in requested.values()))

@@ -63,15 +63,15 @@ import time
 start = time.perf_counter()
 import pandas as pd
 from IPython.display import Markdown
+from mrl.core.probes import as_probe_config, probe_config
 from mrl.experiments import policy_paths, run_many
 from mrl.experiments.hacpo import ablation_probes, ablation_runs, hacpo_runs
 from mrl.notebook import setup_notebook
-from mrl.probes import as_probe_config, probe_config
+from mrl.reports.figure_inputs import draw_and_save
 from mrl.reports.paired import hacpo_result, interval_caption, paired_table
 from mrl.reports.probes import (hyperparameter_table, peer_clip_table, ratio_statistics_table, stepwise_clipping_figure,
                                 stepwise_clipping_inputs, summary_table)
-from mrl.figure_inputs import draw_and_save
-from mrl.results import listing, write_table
+from mrl.runtime.results import listing, write_table
 
 run = setup_notebook("50_hacpo", profile)
 config, grid = run.config, run.config.experiment("hacpo")

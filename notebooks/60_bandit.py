@@ -30,7 +30,7 @@
 #
 # **Setup.** Two softmax policies, A and B, over prompts of four types (solved by both, by B only: A's rescue set, by
 # A only, by neither); the support overlap kappa sets how much of B's support lies inside A's. Every method's
-# expected update except HACPO's is a closed form (`mrl.bandit.closed_form`, checked against Monte Carlo in
+# expected update except HACPO's is a closed form (`mrl.core.bandit.closed_form`, checked against Monte Carlo in
 # `tests/test_bandit.py` and in the first table); variances come from vectorised Monte Carlo. Three measurements:
 # the closed-form check, the stability-support plane (learner A at the static policies, each method over its knob,
 # per kappa), and the dynamics (both policies trained together; log-linear policies whose skill directions
@@ -45,12 +45,12 @@ import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before to
 import time
 start = time.perf_counter()
 from IPython.display import Markdown
-from mrl.bandit import (DynamicsConfig, EnvConfig, closed_form_check, dynamics_methods, run_dynamics, summarise,
+from mrl.core.bandit import (DynamicsConfig, EnvConfig, closed_form_check, dynamics_methods, run_dynamics, summarise,
                         trade_off)
 from mrl.notebook import setup_notebook
 from mrl.reports.bandit import bandit_result, dynamics_figure, dynamics_figure_inputs, plane_figure
-from mrl.figure_inputs import draw_and_save
-from mrl.results import listing, write_table
+from mrl.reports.figure_inputs import draw_and_save
+from mrl.runtime.results import listing, write_table
 
 env_config = EnvConfig()
 run = setup_notebook("60_bandit", profile, extra={"env": repr(env_config), "env_seed": env_config.seed})
@@ -110,7 +110,7 @@ draw_and_save(dynamics_figure, "bandit_dynamics", run.figures, runs=dynamics_fig
 # ## Result
 #
 # Generated from the plane and the dynamics table (`mrl.reports.bandit.bandit_result`): every number is read from
-# them. Support gain S and instability as defined above the plane; a method's default knob is `mrl.bandit`'s.
+# them. Support gain S and instability as defined above the plane; a method's default knob is `mrl.core.bandit`'s.
 
 # %%
 Markdown(bandit_result(plane, dynamics))

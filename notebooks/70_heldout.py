@@ -60,6 +60,7 @@ import time
 start = time.perf_counter()
 import pandas as pd
 from IPython.display import Markdown
+from mrl.core.tasks import make_task
 from mrl.experiments import panel_labels, run_many
 from mrl.experiments.heldout import heldout_runs, heldout_zoos, knob_runs
 from mrl.notebook import setup_notebook
@@ -68,12 +69,11 @@ from mrl.reports.claims import (ENDPOINT_EVALS, FAMILIES, MARGIN, MIN_WARMUPS, P
                                 evidence_table, ledger_discussion, ledger_interval_count, ledger_result,
                                 ledger_sentence, ledger_table, like_for_like_table, power_table, replication_column,
                                 verdict_counts)
+from mrl.reports.figure_inputs import draw_and_save
 from mrl.reports.paired import chance_note, interval_caption, knob_table, weak_skill_figure, weak_skill_inputs
 from mrl.reports.substrate import zoo_table
-from mrl.figure_inputs import draw_and_save
-from mrl.results import listing, write_table
-from mrl.tasks import make_task
-from mrl.zoo import load_policy
+from mrl.runtime.results import listing, write_table
+from mrl.runtime.zoo import load_policy
 
 run = setup_notebook("70_heldout", profile)
 config, heldout = run.config, run.config.experiment("heldout")

@@ -21,13 +21,13 @@
 #
 # **What this adds.** MRL, GRAFT and RLAD have no public code, and HACPO's stops at two synchronous policies. On
 # one substrate and at equal budgets, this notebook runs what none of them compares:
-# - **TRRD** (RLAD's Trust Region Ratio Distillation, a reconstruction, `mrl/probes/trrd.py`): GRPO on the own
+# - **TRRD** (RLAD's Trust Region Ratio Distillation, a reconstruction, `mrl/core/probes/trrd.py`): GRPO on the own
 #   samples with the token ratio anchored to pi_old^alpha pi_T^(1-alpha); the teacher is the peer's fixed starting
 #   checkpoint, scored on the learner's tokens through THL.
-# - **GRAFT offline** (a reconstruction, `mrl/probes/graft.py`, with `runner.OfflinePeers`): each policy learns alone
+# - **GRAFT offline** (a reconstruction, `mrl/core/probes/graft.py`, with `runner.OfflinePeers`): each policy learns alone
 #   while its peer's records are replayed, step by step, from the SEE log of the GRPO run of the same seed; no
 #   co-training.
-# - **A poisoned peer** (`mrl/poison.py`): B learns honestly but publishes lies; A learns beside it. Forged
+# - **A poisoned peer** (`mrl/runtime/poison.py`): B learns honestly but publishes lies; A learns beside it. Forged
 #   successes (every sample claimed correct) with the learner's re-verification off ("trusting") and on
 #   ("re-verified"), and lying group statistics (k = G on every prompt), which nothing can re-verify.
 # - **n = 2 to 5 policies**, sync and async (bounded staleness), with families of five architectures and four
@@ -52,11 +52,11 @@ from IPython.display import Markdown
 from mrl.experiments import panel_labels, run_many
 from mrl.experiments.beyond import beyond_runs, poison_runs, run_offline, run_scaling
 from mrl.notebook import setup_notebook
-from mrl.figure_inputs import draw_and_save
 from mrl.reports.beyond import (beyond_result, poison_figure, poison_figure_inputs, poison_table, records_handed_over,
                                 scaling_figure, scaling_table, with_arm_labels)
+from mrl.reports.figure_inputs import draw_and_save
 from mrl.reports.paired import interval_caption, paired_table, weak_skill_figure, weak_skill_inputs
-from mrl.results import listing, write_table
+from mrl.runtime.results import listing, write_table
 
 run = setup_notebook("80_beyond", profile)
 config, beyond, heldout = run.config, run.config.experiment("beyond"), run.config.experiment("heldout")
@@ -183,7 +183,7 @@ Markdown(beyond_result(numbers, table, poison_numbers, scaling))
 # **Claim (ours, beyond the papers).** Every method here that weighs a peer's sample by the learner's probability
 # scores one tokenization of the text, the learner's canonical one: HACPO's official code, GRAFT (which calls its
 # ratio "not an exact cross-tokenizer importance ratio") and THL's retokenization. The probability that the learner
-# writes the text is the sum over every tokenization that decodes to it (`mrl.thl.marginal_logprob`,
+# writes the text is the sum over every tokenization that decodes to it (`mrl.core.thl.marginal_logprob`,
 # docs/marginal.md), so the canonical one is a lower bound. This section measures how much the shortcut drops, on
 # which samples, what it does to HACPO's ratio and how often its clip bounds bind, and what the exact value costs.
 #
@@ -193,7 +193,7 @@ Markdown(beyond_result(numbers, table, poison_numbers, scaling))
 # `results/trained/` when that folder lacks it). Each policy samples G completions of the first
 # `beyond.marginal_prompts` held-out test prompts per skill, as its RL rollouts are drawn; the other policy scores every
 # text that ended with EOS canonically and over every tokenization (exact: the zoo's answers are a few bytes), split
-# by the source's verifier into successes and failures (`mrl.marginal_gap`). HACPO's sequence ratio s (ratio thl:
+# by the source's verifier into successes and failures (`mrl.experiments.marginal_gap`). HACPO's sequence ratio s (ratio thl:
 # divided by THL's groups) is read under three definitions: canonical (the learner's canonical tokenization over the
 # source's sampled tokens: the probes' default), marginal (the learner's marginal over them: `tokenization:
 # marginal`) and exact (both sides' marginals: the text's own ratio, which a probe cannot form without the source's
@@ -203,9 +203,9 @@ Markdown(beyond_result(numbers, table, poison_numbers, scaling))
 # in the same run.
 
 # %%
+from mrl.core.probes import probe_config
 from mrl.experiments.beyond import run_marginal_gap
-from mrl.marginal_gap import stepwise_bounds
-from mrl.probes import probe_config
+from mrl.experiments.marginal_gap import stepwise_bounds
 from mrl.reports.marginal import (cost_table, gap_figure, gap_figure_inputs, gap_table, marginal_result,
                                   ratio_table)
 
@@ -247,7 +247,7 @@ write_table(cost, "beyond_marginal_cost", run.tables, float_format="{:.2f}",
                     f"{config.grpo.prompts_per_step * config.grpo.group_size} that ended). Probe: forward and backward "
                     f"as a probe scores them, canonical encodings against tokenization marginal (the canonical rows "
                     f"plus one row per tokenization: rows per text); search: the exact value without gradient "
-                    f"(mrl.marginal) against a canonical forward. Ratio: marginal / canonical, measured in one run.")
+                    f"(mrl.core.marginal) against a canonical forward. Ratio: marginal / canonical, measured in one run.")
 cost
 
 # %% [markdown]

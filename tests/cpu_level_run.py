@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 
 import mrl  # noqa: F401  (the numerics contract first, as every mrl process)
-from mrl.config import RunnerConfig
+from mrl.core.config import RunnerConfig
+from mrl.core.probes import probe_config
 from mrl.numerics import state
-from mrl.probes import probe_config
 from mrl.profiles import load_profile
-from mrl.runner import RunSpec, run_concurrent
-from mrl.zoo import build_zoo
+from mrl.runtime.runner import RunSpec, run_concurrent
+from mrl.runtime.zoo import build_zoo
 
 WARMUP_STEPS, RL_STEPS = 40, 4
 

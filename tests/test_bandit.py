@@ -9,13 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from mrl.bandit import (DynamicsConfig, EnvConfig, Method, PROMPT_TYPES, chi2, closed_form_mean, expected_grpo,
+from mrl.core.bandit import (DynamicsConfig, EnvConfig, Method, PROMPT_TYPES, chi2, closed_form_mean, expected_grpo,
                         expected_prp, expected_sgt, expected_xgrpo, gate_probability, make_env, monte_carlo,
                         prp_peer_second_moment, ratio_second_moment, sample_responses, sgt_rescue_second_moment,
                         simulate, summarise, support_gain, true_gradient, truncated_lognormal_mean,
                         truncated_lognormal_second_moment, update)
-from mrl.bandit.closed_form import ess_fraction, score_norm2
-from mrl.bandit.estimators import weighted_scores
+from mrl.core.bandit.closed_form import ess_fraction, score_norm2
+from mrl.core.bandit.estimators import weighted_scores
 
 Z = 5.0
 G = 8

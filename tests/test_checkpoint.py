@@ -3,8 +3,8 @@ skipped for the newest intact one, and a checkpoint of another experiment is ref
 import pytest
 import torch
 
-from mrl import checkpoint
-from mrl.checkpoint import CheckpointMismatch
+from mrl.runtime import checkpoint
+from mrl.runtime.checkpoint import CheckpointMismatch
 
 IDENTITY = {"policies": {"A": "/zoo/A", "B": "/zoo/B"}, "seed": 0, "steps": 6, "probe": {"name": "grpo"}}
 

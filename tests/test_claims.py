@@ -13,10 +13,10 @@ from mrl.reports.claims import (CLAIMS, claims_ledger, claims_power, endpoint_va
                                 hierarchical_bootstrap, ledger_interval_count, ledger_sentence, ledger_table,
                                 like_for_like_table, read_endpoint_values, replication_column, unit_differences,
                                 variance_split)
-from mrl.results import repo_root
 from mrl.reports.claims_rule import (MARGIN, Claim, claim_hypotheses, holm, sign_flip_p, t_p_value, t_power,
                                      v1_tests, verdict_v2, warmups_for_power)
 from mrl.reports.paired import chance_note
+from mrl.runtime.results import repo_root
 
 FORMS = {"A": ("S1", "S3", "S2"), "B": ("S1", "S2", "S3")}
 """policy: (shared form, own form, weak form)"""

@@ -9,11 +9,11 @@ import sys
 import pandas as pd
 import pytest
 
-import mrl.experiments.runs
 from mrl import cli
-from mrl.config import ConfigError
+from mrl.core.config import ConfigError
+import mrl.experiments.runs
 from mrl.profiles import load_profile
-from mrl.results import RunCacheWarning, load_runs, write_run_record
+from mrl.runtime.results import RunCacheWarning, load_runs, write_run_record
 
 
 def help_text(*args) -> str:

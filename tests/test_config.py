@@ -2,8 +2,8 @@ import dataclasses
 
 import pytest
 
-from mrl.config import FamilyConfig, GrpoConfig, RunConfig, load_config
-from mrl.validation import ConfigError, config_hash, override
+from mrl.core.config import FamilyConfig, GrpoConfig, RunConfig, load_config
+from mrl.core.validation import ConfigError, config_hash, override
 from mrl.profiles import load_profile
 
 
@@ -121,7 +121,7 @@ def test_an_empty_file_is_an_error_not_every_default(tmp_path):
 
 
 def test_configs_built_in_python_are_checked_like_yaml():
-    from mrl.probes import probe_config
+    from mrl.core.probes import probe_config
 
     with pytest.raises(ConfigError, match=r"GrpoConfig.steps = 2.5 is not allowed; expected an integer"):
         GrpoConfig(steps=2.5)

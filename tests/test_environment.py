@@ -3,7 +3,7 @@ import tomllib
 
 import yaml
 
-from mrl.results import machine, repo_root
+from mrl.runtime.results import machine, repo_root
 
 
 def test_environment_yml_matches_pyproject():

@@ -1,4 +1,4 @@
-"""The fast path (mrl.fast) against the transformers forward of the same checkpoint: log-probs within 1e-5 and the
+"""The fast path (mrl.runtime.fast) against the transformers forward of the same checkpoint: log-probs within 1e-5 and the
 same gradients for each architecture and other sizes (GQA ratios, widths, depths, q/k/v biases), sampling from
 the same distribution (a chi-square test on a fixed context), and a fallback for checkpoints it does not know."""
 import math
@@ -7,10 +7,10 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from mrl.config import FamilyConfig
-from mrl.fast import SHORT_ROW, fast_forward, softmax
-from mrl.rollout import completion_logprobs, sample_completions
-from mrl.zoo import build_model
+from mrl.core.config import FamilyConfig
+from mrl.runtime.fast import SHORT_ROW, fast_forward, softmax
+from mrl.runtime.rollout import completion_logprobs, sample_completions
+from mrl.runtime.zoo import build_model
 
 SHAPES = [dict(arch="gpt2", d_model=128, n_layers=4, n_heads=4, d_ff=512),
           dict(arch="gpt2", d_model=48, n_layers=1, n_heads=3, n_kv_heads=3, d_ff=64),

@@ -4,8 +4,8 @@ import matplotlib
 import pandas as pd
 import pytest
 
-from mrl.figure_inputs import committed_figures, draw_and_save, redraw
-from mrl.results import repo_root, save_figure
+from mrl.reports.figure_inputs import committed_figures, draw_and_save, redraw
+from mrl.runtime.results import repo_root, save_figure
 
 FIGURES = repo_root() / "figures"
 
@@ -27,7 +27,7 @@ def test_every_committed_figure_has_its_data():
     with_data = set(committed_figures(FIGURES))
     assert with_data <= pictures, f"inputs without a figure: {sorted(with_data - pictures)}"
     assert pictures == with_data, (f"figures without committed data: {sorted(pictures - with_data)}; a figure is "
-                                   "saved with mrl.figure_inputs.draw_and_save")
+                                   "saved with mrl.reports.figure_inputs.draw_and_save")
 
 
 def line_figure(points: pd.DataFrame, title: str):

@@ -103,7 +103,7 @@ def assert_palette(fig, labels):
 
 
 def test_every_registered_probe_has_its_own_colour_and_grpo_is_black():
-    from mrl.probes import PROBES as REGISTERED
+    from mrl.core.probes import PROBES as REGISTERED
 
     assert set(REGISTERED) <= set(PROBE_COLOURS)
     colours = [PROBE_COLOURS[name] for name in REGISTERED]
@@ -300,7 +300,7 @@ def test_below_three_runs_the_weak_skill_figure_draws_each_run_not_a_t_band():
 
 
 def test_the_dynamics_band_is_the_t_interval_over_seeds_of_the_policies_mean():
-    from mrl.bandit.dynamics import rescue_type
+    from mrl.core.bandit.dynamics import rescue_type
     from mrl.reports.bandit import dynamics_figure
 
     runs = synthetic_dynamics(["grpo"])

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from mrl.rollout import completion_logprobs, sample_completions
+from mrl.runtime.rollout import completion_logprobs, sample_completions
 from test_fast import SHAPES, model_of
 
 CONTEXT = torch.tensor([[0, 0, 5, 7, 3, 9], [2, 8, 4, 4, 6, 3]])
@@ -102,7 +102,7 @@ def test_chunked_scoring_equals_the_whole_batch():
 def test_every_stop_id_of_a_checkpoint_ends_a_completion(engine):
     """Llama 3's generation config lists three ids that end a turn: each engine stops at any of them, the mask ends
     there, and completion_texts calls the completion well-formed."""
-    from mrl.rollout import completion_texts
+    from mrl.core.batch import completion_texts
 
     model = model_of(next(s for s in SHAPES if s["arch"] == "llama")).eval()
     kwargs = dict(max_new_tokens=8, pad_id=0, greedy=True, engine=engine)
@@ -128,7 +128,7 @@ def test_every_stop_id_of_a_checkpoint_ends_a_completion(engine):
 def test_stop_ids_are_the_tokenizers_eos_then_the_generation_configs(tmp_path):
     from transformers import GenerationConfig
 
-    from mrl.rollout import stop_ids
+    from mrl.core.stop_tokens import stop_ids
 
     class Tokenizer:
         eos_token_id = 7
@@ -156,7 +156,7 @@ def test_a_long_generate_call_does_not_grow_the_next_calls_cache():
 def test_generate_prefills_in_chunks_and_draws_what_a_one_pass_prefill_draws(monkeypatch):
     """GENERATE_PREFILL_CHUNK bounds the prefill's temporaries; greedy completions of left-padded prompts longer than
     a chunk are those of the whole-prompt prefill."""
-    import mrl.rollout as rollout
+    import mrl.runtime.rollout as rollout
 
     model = model_of(next(s for s in SHAPES if s["arch"] == "llama")).eval()
     prompts = torch.randint(3, 50, (3, 20), generator=torch.Generator().manual_seed(1))

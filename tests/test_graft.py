@@ -1,4 +1,4 @@
-"""GRAFT (a reconstruction, mrl/probes/graft.py) by hand: the compatibility weight floored at delta and capped at
+"""GRAFT (a reconstruction, mrl/core/probes/graft.py) by hand: the compatibility weight floored at delta and capped at
 1, the token clip, the all-fail gate, a forged success never entering, no peer success = grpo exactly, and the
 loss equal to its equation written out with the model's own log-probs."""
 import math
@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from mrl.grpo import group_advantages
-from mrl.probes import PeerView, get_probe, probe_config
-from mrl.probes.graft import compatibility, token_weights
-from mrl.probes.terms import rescue_set
-from mrl.probes.advantages import pooled_advantages
-from mrl.probes.terms import own_grpo_loss, weighted_sequence_loss
-from mrl.rollout import completion_logprobs
-from mrl.see import Rollout
+from mrl.core.grpo import group_advantages
+from mrl.core.probes import PeerView, get_probe, probe_config
+from mrl.core.probes.advantages import pooled_advantages
+from mrl.core.probes.graft import compatibility, token_weights
+from mrl.core.probes.terms import rescue_set
+from mrl.core.probes.terms import own_grpo_loss, weighted_sequence_loss
+from mrl.core.see import Rollout
+from mrl.runtime.rollout import completion_logprobs
 from test_probes import G, answers, loss_and_grads, make_batch, make_model, peer_rollouts, the_loss
 
 

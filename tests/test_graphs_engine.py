@@ -1,4 +1,4 @@
-"""The graphs engine (mrl/graphs_engine.py) against transformers: greedy completions equal generate's on the three
+"""The graphs engine (mrl/runtime/graphs_engine.py) against transformers: greedy completions equal generate's on the three
 paper architectures (Qwen2.5, Llama 3.2, SmolLM2 at tiny sizes, bf16 where this CPU has it), whatever the bucket and
 prefill sizes; seeded draws follow the model's softmax at the first and at a later token (chi-square); its log-probs
 are the sampler's own, so the sampler/trainer mismatch is measured as under the loops. On a CPU the decode step runs
@@ -10,11 +10,11 @@ import pytest
 import torch
 from test_generate import assert_draws_follow
 
-import mrl.graphs_engine as graphs
-from mrl.mismatch import mismatch_stats
-from mrl.placement import cast_parameters
-from mrl.resources import PUBLISHED
-from mrl.rollout import completion_logprobs, first_eos_mask, sample_completions
+from mrl.core.mismatch import mismatch_stats
+import mrl.runtime.graphs_engine as graphs
+from mrl.runtime.placement import cast_parameters
+from mrl.runtime.resources import PUBLISHED
+from mrl.runtime.rollout import completion_logprobs, first_eos_mask, sample_completions
 
 PAPER = {"qwen2.5": ("Qwen2.5-0.5B-Instruct", 7), "llama3.2": ("Llama-3.2-1B-Instruct", 4),
          "smollm2": ("SmolLM2-360M-Instruct", 3)}
@@ -174,11 +174,11 @@ def test_the_sampler_log_probs_are_its_own_so_the_mismatch_is_measured_as_under_
 def test_a_bf16_actor_on_the_graphs_engine_logs_the_mismatch_from_its_sampler(tiny_zoo_paths):
     from conftest import TINY_TASK
 
-    from mrl.actor import ActorConfig, PolicyActor
-    from mrl.config import GrpoConfig, PlacementConfig, TaskConfig
-    from mrl.rollout import sample_groups
-    from mrl.seeding import step_generator
-    from mrl.tasks import make_task
+    from mrl.runtime.actor import ActorConfig, PolicyActor
+    from mrl.core.config import GrpoConfig, PlacementConfig, TaskConfig
+    from mrl.runtime.rollout import sample_groups
+    from mrl.core.seeding import step_generator
+    from mrl.core.tasks import make_task
 
     grpo = GrpoConfig(prompts_per_step=4, group_size=4, max_new_tokens=6, lr=1e-4, engine="graphs")
     actor = PolicyActor(ActorConfig("B", tiny_zoo_paths["B"], TaskConfig(**TINY_TASK), grpo,

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from mrl.grpo import aggregate, group_advantages, k3_kl, log_importance_weights, policy_loss
+from mrl.core.grpo import aggregate, group_advantages, k3_kl, log_importance_weights, policy_loss
 
 
 def test_group_advantages_by_hand():

@@ -1,4 +1,4 @@
-"""mrl.grpo.policy_loss equals TRL's GRPOTrainer._compute_loss on the same inputs (docs/architecture.md, GRPO core).
+"""mrl.core.grpo.policy_loss equals TRL's GRPOTrainer._compute_loss on the same inputs (docs/architecture.md, GRPO core).
 
 A real `trl.GRPOTrainer` is built on a tiny local model; both sides get the same prompt and
 completion ids, advantages, old and reference log-probs. TRL computes the current log-probs with
@@ -13,10 +13,10 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 
-from mrl.config import FamilyConfig
-from mrl.grpo import group_advantages, policy_loss
-from mrl.rollout import completion_logprobs
-from mrl.zoo import build_model
+from mrl.core.config import FamilyConfig
+from mrl.core.grpo import group_advantages, policy_loss
+from mrl.runtime.rollout import completion_logprobs
+from mrl.runtime.zoo import build_model
 
 B, G, P, T = 8, 4, 5, 7
 

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from mrl.probes.hacpo_primitives import (CapabilityTracker, capability_advantages, mixed_baseline, peer_objective,
+from mrl.core.probes.hacpo_primitives import (CapabilityTracker, capability_advantages, mixed_baseline, peer_objective,
                        stepwise_lower_bound)
 
 

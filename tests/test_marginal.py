@@ -1,8 +1,8 @@
-"""The marginal probability of a text (mrl.marginal) against brute force, for each tokenizer kind of the zoo.
+"""The marginal probability of a text (mrl.core.marginal) against brute force, for each tokenizer kind of the zoo.
 
 Brute force is independent of the lattice and of the KV-cache search: the tokenizations are found by extending token
 prefixes with every non-special token through the tokenizer's own `decode`, and each is scored by one full forward
-(mrl.rollout.completion_logprobs) of a float64 copy of the model. The search runs in float32, so it is compared with
+(mrl.runtime.rollout.completion_logprobs) of a float64 copy of the model. The search runs in float32, so it is compared with
 a tolerance measured from float32 rounding on the same paths (`fp32_tolerance`), not a hand-picked one.
 """
 import copy
@@ -15,12 +15,13 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from mrl.config import FamilyConfig, TaskConfig
-from mrl.marginal import lattice, marginal_logprobs, tokenizations
-from mrl.rollout import completion_logprobs, encode_prompts, pad_completions
-from mrl.tasks import ArithTask
-from mrl.thl import ThlError, marginal_logprob
-from mrl.zoo import SPECIAL_TOKENS, build_model, train_tokenizer
+from mrl.core.batch import encode_prompts, pad_completions
+from mrl.core.config import FamilyConfig, TaskConfig
+from mrl.core.marginal import lattice, marginal_logprobs, tokenizations
+from mrl.core.tasks import ArithTask
+from mrl.core.thl import ThlError, marginal_logprob
+from mrl.runtime.rollout import completion_logprobs
+from mrl.runtime.zoo import SPECIAL_TOKENS, build_model, train_tokenizer
 
 TINY = dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=64, warmup_mix={"S1": 1.0})
 KINDS = {  # the issue's zoo tokenizers (BPE 64, 48; Unigram 24; WordPiece 40; characters 48), each on an architecture
@@ -228,8 +229,8 @@ def forms():
 
 def make_batch(model, tok, problems, texts_per_prompt, verify):
     """The learner's RolloutBatch whose completions are the given texts (canonical ids, EOS appended)."""
-    from mrl.config import GrpoConfig
-    from mrl.rollout import RolloutBatch
+    from mrl.core.config import GrpoConfig
+    from mrl.core.batch import RolloutBatch
 
     texts = [t for row in texts_per_prompt for t in row]
     expanded = [p for p in problems for _ in range(G)]
@@ -244,8 +245,8 @@ def make_batch(model, tok, problems, texts_per_prompt, verify):
 
 def peer_view(tok, problems, texts_per_prompt, verify):
     """A peer P (tokenizer `tok`) whose samples are the given texts with drawn log-probs."""
-    from mrl.probes import PeerView
-    from mrl.see import Rollout
+    from mrl.core.probes import PeerView
+    from mrl.core.see import Rollout
 
     gen = torch.Generator().manual_seed(1)
     rollout = {}
@@ -285,7 +286,7 @@ def expected_marginals(tok, model, problems, peer):
 
 
 def test_the_probes_marginal_log_probs_equal_the_search(peer_case, zoo):
-    from mrl.probes.terms import marginal_text_logprobs
+    from mrl.core.probes.terms import marginal_text_logprobs
 
     tok, model, batch, _, problems, peer = peer_case
     prompts = [p.prompt for p, texts in zip(problems, peer) for _ in texts] + [problems[0].prompt]
@@ -306,7 +307,7 @@ def test_the_probes_marginal_log_probs_equal_the_search(peer_case, zoo):
 def peer_log_s(tok, model, problems, peer, zoo_char, normaliser: str):
     """log s of each peer text by hand: (log marginal - sum of the peer's log-probs) over the THL groups (thl) or
     log marginal / n_learner - mean peer log-prob (mean), clamped to +-10."""
-    from mrl.thl import align
+    from mrl.core.thl import align
 
     out = []
     records = [r for p in problems for r in zoo_char.rollout[p.pid]]   # in the order of `peer`
@@ -323,7 +324,7 @@ def peer_log_s(tok, model, problems, peer, zoo_char, normaliser: str):
 def test_hacpo_with_the_marginal_takes_the_texts_probability_in_its_ratio(peer_case, zoo, ratio):
     import numpy as np
 
-    from mrl.probes import get_probe, probe_config
+    from mrl.core.probes import get_probe, probe_config
 
     tok, model, batch, peers, problems, peer = peer_case
     hacpo = get_probe("hacpo").loss
@@ -347,14 +348,14 @@ def test_hacpo_with_the_marginal_takes_the_texts_probability_in_its_ratio(peer_c
 def test_graft_compatibility_with_the_marginal(peer_case, zoo):
     import numpy as np
 
-    from mrl.probes import get_probe, probe_config
+    from mrl.core.probes import get_probe, probe_config
 
     tok, model, batch, peers, problems, peer = peer_case
     graft = get_probe("graft").loss
     canonical = graft(batch, peers, probe_config("graft", delta=0.0))
     marginal = graft(batch, peers, probe_config("graft", delta=0.0, tokenization="marginal"))
     assert marginal.stats["graft_samples"] == canonical.stats["graft_samples"] == 4   # both prompts' two successes
-    from mrl.thl import align
+    from mrl.core.thl import align
 
     expected = []
     for p, texts in zip(problems, peer):
@@ -372,8 +373,8 @@ def test_graft_compatibility_with_the_marginal(peer_case, zoo):
 def test_prp_takes_the_marginal_at_the_sequence_level_only(peer_case, zoo):
     import numpy as np
 
-    from mrl.config import ConfigError
-    from mrl.probes import get_probe, probe_config
+    from mrl.core.config import ConfigError
+    from mrl.core.probes import get_probe, probe_config
 
     tok, model, batch, peers, problems, peer = peer_case
     with pytest.raises(ConfigError, match="tokenization"):

@@ -1,4 +1,4 @@
-"""The measurement of what the canonical tokenization drops (mrl.marginal_gap) and its report (mrl.reports.marginal):
+"""The measurement of what the canonical tokenization drops (mrl.experiments.marginal_gap) and its report (mrl.reports.marginal):
 the gap is never negative and is zero for a tokenizer with one tokenization per text, HACPO's ratio definitions
 differ by exactly the gap over the THL groups, the cost is both sides of one call, and the tables count what they say
 on small hand-made inputs; the marginal arms of the ledger are read by the ledger's rule."""
@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 import torch
 
-from mrl.config import ConfigError, FamilyConfig, TaskConfig
-from mrl.marginal_gap import (draw_samples, measure_policies, score_samples, scoring_cost, stepwise_bounds)
-from mrl.probes import probe_config
+from mrl.core.config import ConfigError, FamilyConfig, TaskConfig
+from mrl.core.probes import probe_config
+from mrl.core.tasks import ArithTask
+from mrl.experiments.marginal_gap import (draw_samples, measure_policies, score_samples, scoring_cost, stepwise_bounds)
 from mrl.reports.claims import CLAIMS
 from mrl.reports.marginal import (cost_table, gap_figure, gap_figure_inputs, gap_table, marginal_arms_table,
                                   marginal_ledger_verdicts, ratio_table, with_arm_replaced)
-from mrl.tasks import ArithTask
-from mrl.zoo import Policy, build_model, train_tokenizer
+from mrl.runtime.zoo import Policy, build_model, train_tokenizer
 
 TINY = dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=64, warmup_mix={"S1": 1.0})
 KINDS = {"A": ("bpe", 64, "gpt2"), "B": ("unigram", 24, "llama"), "C": ("char", 48, "mistral")}

@@ -1,4 +1,4 @@
-"""The sampler/trainer mismatch (mrl/mismatch.py): TRL's statistics and importance weights on hand-made log-probs,
+"""The sampler/trainer mismatch (mrl/core/mismatch.py): TRL's statistics and importance weights on hand-made log-probs,
 the weight's place in the loss (the surrogate, not the KL), and a bf16 actor that measures it every step."""
 import dataclasses
 import math
@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from conftest import TINY_TASK
-from mrl.actor import ActorConfig, PolicyActor
-from mrl.config import ConfigError, GrpoConfig, PlacementConfig, TaskConfig
-from mrl.grpo import policy_loss
-from mrl.mismatch import SAMPLER_CORRECTIONS, mismatch_stats, sampler_weights, weight_stats
-from mrl.probes import PeerView
-from mrl.tasks import make_task
+from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, TaskConfig
+from mrl.core.grpo import policy_loss
+from mrl.core.mismatch import SAMPLER_CORRECTIONS, mismatch_stats, sampler_weights, weight_stats
+from mrl.core.probes import PeerView
+from mrl.core.tasks import make_task
+from mrl.runtime.actor import ActorConfig, PolicyActor
 
 TRAIN = torch.tensor([[-1.0, -2.0, -0.5], [-0.2, -3.0, 0.0]])
 SAMPLER = torch.tensor([[-1.5, -1.0, -0.5], [-0.2, float("nan"), 0.0]])

@@ -7,8 +7,8 @@ import jupytext
 import nbformat
 import pytest
 
-from mrl.config import NOTEBOOKS
-from mrl.results import repo_root
+from mrl.core.config import NOTEBOOKS
+from mrl.runtime.results import repo_root
 
 FOLDER = repo_root() / "notebooks"
 

@@ -3,10 +3,10 @@ supplies a peer's records step by step; what it received is exactly what the log
 deterministic."""
 import pytest
 
-from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
-from mrl.probes import probe_config
-from mrl.runner import OfflinePeers, RunSpec, run_concurrent
-from mrl.see import replay
+from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
+from mrl.core.probes import probe_config
+from mrl.core.see import replay
+from mrl.runtime.runner import OfflinePeers, RunSpec, run_concurrent
 
 
 def records_of(log_dir, policy):

@@ -3,14 +3,14 @@ every other profile (smoke, full, paper) writes under results/<profile>/, so a G
 overwrites the CPU results a reader opens."""
 import pytest
 
-import mrl.results
 from mrl.notebook import setup_notebook
 from mrl.profiles import PROFILES
+import mrl.runtime.results
 
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_only_the_default_profile_writes_the_committed_tables_and_figures(profile, tmp_path, monkeypatch):
-    monkeypatch.setattr(mrl.results, "repo_root", lambda: tmp_path)
+    monkeypatch.setattr(mrl.runtime.results, "repo_root", lambda: tmp_path)
     run = setup_notebook("40_probe", profile)
     committed = {tmp_path / "paper_tables", tmp_path / "figures"}
     if profile == "default":

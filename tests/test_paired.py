@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 from scipy.stats import t as student_t
 
-from mrl.config import SKILLS
+from mrl.core.config import SKILLS
+from mrl.core.tasks import ArithTask
 from mrl.experiments.heldout import heldout_config
 from mrl.profiles import load_profile
 from mrl.reports.paired import (final_values, paired_differences, paired_table, reach_table, rollouts_to_reach,
                                 t_interval)
-from mrl.tasks import ArithTask
 
 
 def test_t_interval_by_hand():
@@ -118,7 +118,7 @@ def test_heldout_split_never_meets_training_or_leak_prompts(profile):
 
 def test_heldout_runs_have_their_own_cache_keys():
     from mrl.experiments import Run
-    from mrl.probes import probe_config
+    from mrl.core.probes import probe_config
 
     profile = load_profile("smoke")
     grpo = probe_config("grpo")
@@ -134,7 +134,7 @@ def test_heldout_runs_have_their_own_cache_keys():
 def test_heldout_config_names_the_bad_field(knobs, field):
     import dataclasses
 
-    from mrl.config import ConfigError
+    from mrl.core.config import ConfigError
     from mrl.experiments.heldout import HeldoutConfig
 
     profile = dataclasses.asdict(load_profile("smoke").experiment("heldout"))

@@ -8,16 +8,16 @@ import warnings
 import pytest
 import torch
 
-import mrl.actor as actor_module
-from mrl.actor import PolicyActor
-from mrl.config import ConfigError, FamilyConfig, RunnerConfig, TaskConfig
+from mrl.core.config import ConfigError, FamilyConfig, RunnerConfig, TaskConfig
+from mrl.core.probes import PROBES, probe_config
+from mrl.core.tasks import Gsm8kTask, make_task
 from mrl.experiments import policy_paths
-from mrl.probes import PROBES, probe_config
 from mrl.profiles import load_profile
-from mrl.rollout import completion_logprobs
-from mrl.runner import RunSpec, run_concurrent
-from mrl.tasks import Gsm8kTask, make_task
-from mrl.zoo import build_model, load_policy, train_tokenizer
+import mrl.runtime.actor as actor_module
+from mrl.runtime.actor import PolicyActor
+from mrl.runtime.rollout import completion_logprobs
+from mrl.runtime.runner import RunSpec, run_concurrent
+from mrl.runtime.zoo import build_model, load_policy, train_tokenizer
 
 QUESTIONS = [(f"Sam has {a} apples and buys {b} more. How many apples does he have?", a + b)
              for a, b in [(3, 4), (10, 5), (7, 8), (2, 9), (12, 30), (6, 6), (15, 1), (4, 20)]]
@@ -107,7 +107,7 @@ def test_the_benchmarks_test_splits_are_evaluated_and_disjoint_from_training(sta
 
 
 def test_a_policy_reads_each_prompt_through_its_own_chat_template(stand_ins):
-    from mrl.rollout import prompt_renderer
+    from mrl.core.batch import prompt_renderer
 
     _, paths = stand_ins
     a, b = (load_policy(paths[name]).tokenizer for name in ("A", "B"))

@@ -8,12 +8,12 @@ import torch
 
 import mrl
 from conftest import TINY_TASK
-from mrl.actor import ActorConfig, PolicyActor
-from mrl.config import ConfigError, GrpoConfig, PlacementConfig, RunConfig, RunnerConfig, TaskConfig
-from mrl.placement import DeviceGuard, PlacementError, precision, resolve_device
-from mrl.probes import PROBES, PeerView, probe_config
-from mrl.runner import RunSpec, run_concurrent
-from mrl.tasks import make_task
+from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, RunConfig, RunnerConfig, TaskConfig
+from mrl.core.probes import PROBES, PeerView, probe_config
+from mrl.core.tasks import make_task
+from mrl.runtime.actor import ActorConfig, PolicyActor
+from mrl.runtime.placement import DeviceGuard, PlacementError, precision, resolve_device
+from mrl.runtime.runner import RunSpec, run_concurrent
 
 GRPO = GrpoConfig(steps=2, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=0, beta=0.04)
 
@@ -94,7 +94,7 @@ def _actor(path, **placement) -> PolicyActor:
 
 
 def test_bf16_keeps_fp32_master_weights_and_its_loss_is_within_tolerance_of_fp32(tiny_zoo_paths, tmp_path):
-    from mrl.zoo import load_policy
+    from mrl.runtime.zoo import load_policy
 
     saved_in_bf16 = tmp_path / "bf16"  # as the paper profile's checkpoints are published
     policy = load_policy(tiny_zoo_paths["A"])
@@ -135,7 +135,7 @@ def test_bf16_runs_every_architecture_with_each_engine(five_zoo_paths, engine):
 
 
 def test_micro_batching_a_model_with_dropout_is_refused(tiny_zoo_paths, tmp_path):
-    from mrl.zoo import load_policy
+    from mrl.runtime.zoo import load_policy
 
     policy = load_policy(tiny_zoo_paths["B"])
     policy.model.config.attention_dropout = 0.1
@@ -188,7 +188,7 @@ def test_gradient_checkpointing_recomputes_the_same_update(tiny_zoo_paths):
 
 
 def test_a_bf16_copy_casts_parameters_only_so_it_stays_the_model_it_copies_over_a_long_sequence():
-    """RoPE's inv_freq stays fp32 in the bf16 sampler, reference and teacher (mrl.placement.cast_parameters): cast to
+    """RoPE's inv_freq stays fp32 in the bf16 sampler, reference and teacher (mrl.runtime.placement.cast_parameters): cast to
     bf16 it makes an angle error that grows with the position. On a 1,000-token sequence of a Qwen2-style model
     (rope base 1e6), the bf16 copy's log-probs stay as close to the fp32 model's late in the sequence as early; a copy
     made with `.to(bfloat16)` drifts."""
@@ -196,7 +196,7 @@ def test_a_bf16_copy_casts_parameters_only_so_it_stays_the_model_it_copies_over_
 
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from mrl.placement import cast_parameters
+    from mrl.runtime.placement import cast_parameters
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(Qwen2Config(
@@ -220,7 +220,7 @@ def test_a_bf16_copy_casts_parameters_only_so_it_stays_the_model_it_copies_over_
 
 
 def test_the_evaluation_has_its_own_length_and_batch(tiny_zoo_paths, monkeypatch):
-    import mrl.evaluation as evaluation
+    import mrl.runtime.evaluation as evaluation
 
     calls, real = [], evaluation.greedy_accuracy
 
@@ -237,7 +237,7 @@ def test_the_evaluation_has_its_own_length_and_batch(tiny_zoo_paths, monkeypatch
 
 
 def test_each_phase_s_gpu_memory_peak_is_measured_there_and_nothing_on_a_cpu(monkeypatch):
-    from mrl.placement import measured_peak
+    from mrl.runtime.placement import measured_peak
 
     into = {}
     with measured_peak(torch.device("cpu"), "rollout_peak_gb", into):
@@ -252,7 +252,7 @@ def test_each_phase_s_gpu_memory_peak_is_measured_there_and_nothing_on_a_cpu(mon
 
 
 def test_a_policy_sharing_a_gpu_is_capped_to_its_share_with_expandable_segments(monkeypatch):
-    from mrl.placement import cap_gpu_memory
+    from mrl.runtime.placement import cap_gpu_memory
 
     calls = []
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda share, device: calls.append(share))
@@ -269,9 +269,9 @@ def test_the_cap_of_a_plain_cuda_device_names_the_current_gpu_and_both_one_polic
     the first GPU run found); a process or Ray worker caps its policy before building it."""
     from types import SimpleNamespace
 
-    import mrl.mwra as mwra
-    import mrl.placement as placement
-    from mrl.mwra import _own_process_actor
+    import mrl.runtime.mwra as mwra
+    import mrl.runtime.placement as placement
+    from mrl.runtime.mwra import _own_process_actor
 
     calls = []
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda share, device: calls.append(device))

@@ -1,13 +1,13 @@
-"""A poisoned peer (mrl/poison.py): what each attack publishes, that SEE rejects the malformed one, that a forged
+"""A poisoned peer (mrl/runtime/poison.py): what each attack publishes, that SEE rejects the malformed one, that a forged
 success never enters any probe's loss while re-verification is on (by hand for every sharing probe, and through
 the runner: the learner's metrics equal those beside an honest peer), and that without re-verification it does."""
 import pytest
 import torch
 
-from mrl.config import ATTACKS, ConfigError, RunnerConfig
-from mrl.poison import forge
-from mrl.probes import PROBES, PeerView, get_probe, probe_config
-from mrl.see import Exchange, GroupStats, InvalidExperience, PolicySpec, Rollout, Success
+from mrl.core.config import ATTACKS, ConfigError, RunnerConfig
+from mrl.core.probes import PROBES, PeerView, get_probe, probe_config
+from mrl.core.see import Exchange, GroupStats, InvalidExperience, PolicySpec, Rollout, Success
+from mrl.runtime.poison import forge
 from test_probes import G, answers, loss_and_grads, make_batch, make_model, peer_rollouts
 
 SHARING = sorted(name for name, probe in PROBES.items() if probe.kinds)
@@ -109,8 +109,8 @@ def test_lying_group_statistics_move_xgrpo_even_with_reverification(bpe_tokenize
 
 def test_runner_config_names_the_poisoned_policy_and_the_attack(tiny_zoo_paths):
     from conftest import TINY_TASK
-    from mrl.config import GrpoConfig, TaskConfig
-    from mrl.runner import RunSpec, run_concurrent
+    from mrl.core.config import GrpoConfig, TaskConfig
+    from mrl.runtime.runner import RunSpec, run_concurrent
 
     with pytest.raises(ConfigError, match=r"RunnerConfig.attack = 'bogus'.*forged_success"):
         RunnerConfig(poisoned="B", attack="bogus")
@@ -127,8 +127,8 @@ def test_beside_a_poisoned_peer_with_reverification_a_run_equals_the_honest_run(
     every policy's losses, gradient norms, rewards and evaluations equal those beside an honest B, and SEE counts
     the forged successes it dropped; without it A's losses differ."""
     from conftest import TINY_TASK
-    from mrl.config import GrpoConfig, TaskConfig
-    from mrl.runner import RunSpec, run_concurrent
+    from mrl.core.config import GrpoConfig, TaskConfig
+    from mrl.runtime.runner import RunSpec, run_concurrent
 
     paths = {n: tiny_zoo_paths[n] for n in ("A", "B")}
     grpo = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
@@ -151,7 +151,7 @@ def test_beside_a_poisoned_peer_with_reverification_a_run_equals_the_honest_run(
 def test_a_peer_sample_that_is_not_well_formed_scores_zero_whatever_its_text(bpe_tokenizer, arith_task, problems):
     """The learner's own rule (EOS last, no other special token before it) applies to a peer's ids: a forged
     rollout with an unknown token inside a correct-looking text is re-scored 0; trusting takes the claim."""
-    from mrl.probes.terms import rescored_reward
+    from mrl.core.probes.terms import rescored_reward
 
     problem = problems[0]
     ids = bpe_tokenizer(problem.answer, add_special_tokens=False)["input_ids"]

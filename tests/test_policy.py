@@ -1,10 +1,11 @@
 """Sampling, rewards and the own-sample GRPO loss on a tiny untrained model."""
 import torch
 
-from mrl.config import FamilyConfig, GrpoConfig
-from mrl.probes.terms import own_grpo_loss
-from mrl.rollout import RolloutBatch, completion_logprobs, completion_texts, encode_prompts, sample_completions
-from mrl.zoo import build_model
+from mrl.core.batch import RolloutBatch, completion_texts, encode_prompts
+from mrl.core.config import FamilyConfig, GrpoConfig
+from mrl.core.probes.terms import own_grpo_loss
+from mrl.runtime.rollout import completion_logprobs, sample_completions
+from mrl.runtime.zoo import build_model
 
 
 def tiny(tokenizer, arch="llama", seed=0):

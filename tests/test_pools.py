@@ -32,22 +32,22 @@ class SleepingActor:
 
 
 def warmup():
-    from mrl.pools import map_in_processes
+    from mrl.runtime.pools import map_in_processes
     map_in_processes(sleeper, range(2), 2, "the zoo's warm-up")
 
 
 def grid():
-    from mrl.config import RunConfig, RunnerConfig
+    from mrl.core.config import RunConfig, RunnerConfig
     from mrl.experiments.runs import Run, run_packed
-    from mrl.probes import probe_config
+    from mrl.core.probes import probe_config
     config = RunConfig(runner=RunnerConfig(step_timeout=3600))
     runs = [Run(config, {"A": "a"}, probe_config("grpo"), seed, 1) for seed in (0, 1)]
     run_packed(runs, 2, progress=False, job=sleeper)
 
 
 def backend():
-    from mrl.mwra import ProcessBackend, WorkerSpec
-    from mrl.worker import PingCall
+    from mrl.runtime.mwra import ProcessBackend, WorkerSpec
+    from mrl.runtime.worker import PingCall
     ProcessBackend([WorkerSpec("A", SleepingActor, None)]).call({"A": PingCall()})
 
 

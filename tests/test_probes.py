@@ -5,17 +5,18 @@ import math
 import pytest
 import torch
 
-from mrl.actor import policy_optimizer
-from mrl.config import ConfigError, FamilyConfig, GrpoConfig
-from mrl.grpo import group_advantages, policy_loss
-from mrl.probes import PeerView, get_probe, probe_config
-from mrl.probes.advantages import pooled_advantages, xgrpo_advantages
-from mrl.probes.terms import rescue_set
-from mrl.probes.terms import own_grpo_loss
-from mrl.rollout import RolloutBatch, completion_logprobs, encode_prompts
-from mrl.runner import collect_for
-from mrl.see import Exchange, GroupStats, PolicySpec, Rollout, Success
-from mrl.zoo import build_model
+from mrl.core.batch import RolloutBatch, encode_prompts
+from mrl.core.config import ConfigError, FamilyConfig, GrpoConfig
+from mrl.core.grpo import group_advantages, policy_loss
+from mrl.core.probes import PeerView, get_probe, probe_config
+from mrl.core.probes.advantages import pooled_advantages, xgrpo_advantages
+from mrl.core.probes.terms import rescue_set
+from mrl.core.probes.terms import own_grpo_loss
+from mrl.core.see import Exchange, GroupStats, PolicySpec, Rollout, Success
+from mrl.runtime.actor import policy_optimizer
+from mrl.runtime.rollout import completion_logprobs
+from mrl.runtime.runner import collect_for
+from mrl.runtime.zoo import build_model
 
 G = 4
 
@@ -359,7 +360,7 @@ def test_hacpo_reports_its_ratio_statistics_and_no_clip_keeps_every_peer(bpe_tok
 def test_hacpo_thl_and_mean_ratios_differ_across_tokenizers(bpe_tokenizer, arith_task, problems):
     """A char-level peer (Unigram) spends more tokens on the same text: the official mean-based ratio normalises
     each side by its own length, THL's by the shared groups."""
-    from mrl.zoo import train_tokenizer
+    from mrl.runtime.zoo import train_tokenizer
     unigram = train_tokenizer("unigram", arith_task.corpus, 40, 48)
     model = make_model(bpe_tokenizer)
     verify = arith_task.verify

@@ -3,7 +3,7 @@ import pytest
 
 from mrl.profiles import load_profile
 from mrl.reports.readme import NOTEBOOKS, RECORD, render_readme
-from mrl.results import repo_root
+from mrl.runtime.results import repo_root
 
 ROOT = repo_root()
 

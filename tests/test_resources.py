@@ -5,9 +5,9 @@ import dataclasses
 import pytest
 
 from mrl.cli import main
-from mrl.config import ConfigError, PlacementConfig
+from mrl.core.config import ConfigError, PlacementConfig
 from mrl.profiles import load_profile
-from mrl.resources import (Architecture, ResourceError, architecture, group_multiplier, parse_gpus, plan_resources,
+from mrl.runtime.resources import (Architecture, ResourceError, architecture, group_multiplier, parse_gpus, plan_resources,
                            policy_memory)
 
 PUBLISHED_PARAMS = {"Qwen2.5-0.5B-Instruct": 494_032_768, "Llama-3.2-1B-Instruct": 1_235_814_400,
@@ -23,7 +23,7 @@ def test_the_paper_models_have_their_published_parameter_counts(name):
 
 
 def test_a_local_checkpoint_is_read_from_its_own_config(tiny_zoo_paths):
-    from mrl.zoo import load_policy
+    from mrl.runtime.zoo import load_policy
 
     arch = architecture(tiny_zoo_paths["B"])
     assert arch.source == f"{tiny_zoo_paths['B']}/config.json"
@@ -42,7 +42,7 @@ def _memory(**changes):
 
 
 def test_the_peak_is_the_largest_phase_and_adam_is_held_only_after_the_first_step():
-    from mrl.resources import phase_peaks
+    from mrl.runtime.resources import phase_peaks
 
     memory = _memory(dtype="bfloat16", micro_batch=16, gradient_checkpointing=True, eval_sequences=64,
                      eval_new_tokens=1024)
@@ -116,7 +116,7 @@ def test_mrl_plan_prints_the_plan_and_refuses_one_that_does_not_fit(capsys):
 
 
 def test_the_trl_path_plans_one_gpu_per_trainer_and_counts_vllm_s_share():
-    from mrl.resources import plan_trl
+    from mrl.runtime.resources import plan_trl
 
     config = load_profile("paper")
     generate = plan_trl(config, parse_gpus("2x80"), policies=["A", "B"])

@@ -13,9 +13,9 @@ from concurrent.futures import ProcessPoolExecutor
 import pandas as pd
 import pytest
 
-from mrl.results import (RUN_FORMAT, RunCacheWarning, clear_work_folders, publish_run, read_run, work_folder,
+from mrl.core.see import PolicySpec, write_log_step
+from mrl.runtime.results import (RUN_FORMAT, RunCacheWarning, clear_work_folders, publish_run, read_run, work_folder,
                          write_run_record)
-from mrl.see import PolicySpec, write_log_step
 
 STEPS = pd.DataFrame({"policy": ["A", "A"], "step": [1, 2], "reward": [0.25, 0.5]})
 EVALS = pd.DataFrame({"policy": ["A"] * 24, "step": [0] * 12 + [2] * 12, "split": ["test"] * 24,
@@ -157,9 +157,9 @@ def test_a_torn_cached_run_is_recomputed_not_returned(tiny_zoo_paths, tmp_path, 
     """The fault as a user met it: a cached run's evals.csv cut to its header and one row; asked for again, the run
     is computed afresh (a warning names its folder) and the whole table comes back, and goes back into the cache."""
     from conftest import TINY_TASK
-    from mrl.config import GrpoConfig, RunConfig, TaskConfig
+    from mrl.core.config import GrpoConfig, RunConfig, TaskConfig
     from mrl.experiments import Run, run_one
-    from mrl.probes import probe_config
+    from mrl.core.probes import probe_config
 
     monkeypatch.chdir(tmp_path)            # the run cache goes under this folder's results/
     (tmp_path / "pyproject.toml").write_text("")

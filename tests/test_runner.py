@@ -13,19 +13,20 @@ import time
 import pytest
 import torch
 
-from mrl.actor import PolicyActor, policy_optimizer
+from mrl.runtime.actor import PolicyActor, policy_optimizer
 from conftest import TINY_TASK
-from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
-from mrl.evaluation import skill_accuracy
-from mrl.grpo import group_advantages, policy_loss
-from mrl.mwra import WorkerFailed
-from mrl.probes import probe_config
-from mrl.rollout import completion_logprobs, completion_texts, encode_prompts, sample_completions, score
-from mrl import checkpoint
-from mrl.runner import RunSpec, run_concurrent
-from mrl.seeding import step_generator, step_prompts
-from mrl.tasks import make_task
-from mrl.zoo import load_policy
+from mrl.core.batch import completion_texts, encode_prompts, score
+from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
+from mrl.core.grpo import group_advantages, policy_loss
+from mrl.core.probes import probe_config
+from mrl.core.seeding import step_generator, step_prompts
+from mrl.core.tasks import make_task
+from mrl.runtime import checkpoint
+from mrl.runtime.evaluation import skill_accuracy
+from mrl.runtime.mwra import WorkerFailed
+from mrl.runtime.rollout import completion_logprobs, sample_completions
+from mrl.runtime.runner import RunSpec, run_concurrent
+from mrl.runtime.zoo import load_policy
 
 TASK = TaskConfig(**TINY_TASK)
 GRPO = GrpoConfig(steps=6, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
@@ -131,9 +132,9 @@ def test_beta_runs_on_the_runner_with_the_actors_reference_model(paths):
 def test_a_probe_added_in_one_file_runs(paths):
     """A toy probe registered with its own config (here, in this test file) runs through the runner: it reads the
     peers' GroupStats and its knob, and the actor steps the optimizer on its loss."""
-    from mrl.probes import PeerView, ProbeConfig, ProbeOutput, register_probe
-    from mrl.probes.terms import own_grpo_loss
-    from mrl.rollout import RolloutBatch
+    from mrl.core.probes import PeerView, ProbeConfig, ProbeOutput, register_probe
+    from mrl.core.probes.terms import own_grpo_loss
+    from mrl.core.batch import RolloutBatch
 
     @dataclasses.dataclass(frozen=True)
     class ToyConfig(ProbeConfig):
@@ -156,7 +157,7 @@ def test_a_probe_added_in_one_file_runs(paths):
 
 
 def test_a_probe_config_of_the_wrong_class_is_refused_before_the_run(paths):
-    from mrl.probes import ProbeConfig
+    from mrl.core.probes import ProbeConfig
 
     with pytest.raises(ConfigError, match=r"probe 'prp' takes a PrpConfig, got ProbeConfig.*probe_config\('prp'"):
         run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(), probe=ProbeConfig(name="prp")), progress=False)
@@ -191,8 +192,8 @@ def test_process_backend_equals_inline(paths, inline_run):
 
 RUN = """
 import sys
-from mrl.runner import RunSpec, run_concurrent
-from mrl.config import RunnerConfig, GrpoConfig, TaskConfig
+from mrl.core.config import RunnerConfig, GrpoConfig, TaskConfig
+from mrl.runtime.runner import RunSpec, run_concurrent
 paths = {paths!r}
 spec = RunSpec(paths, TaskConfig(**{task!r}), GrpoConfig(**{grpo!r}), RunnerConfig(checkpoint_every=2))
 record = run_concurrent(spec, checkpoint_dir=sys.argv[1], resume=True, progress=False)
@@ -302,7 +303,7 @@ class BadPeerActor(PolicyActor):
     def rollout(self, step, problems):
         out = super().rollout(step, problems)
         if self.name == "C":
-            from mrl.see import Rollout, Success
+            from mrl.core.see import Rollout, Success
 
             good = next(r for r in out.records if isinstance(r, Rollout))
             out.records += [
@@ -395,7 +396,7 @@ def test_gspo_x2_samples_twice_the_rollouts(paths):
 def test_packed_runs_give_the_one_at_a_time_results(paths, tmp_path, monkeypatch):
     """A grid run two at a time, each inline in its own process, caches exactly what one run at a time on the
     process backend gives."""
-    from mrl.config import RunConfig
+    from mrl.core.config import RunConfig
     from mrl.experiments import grid_runs, run_many
 
     monkeypatch.chdir(tmp_path)            # the run cache goes under this folder's results/
@@ -429,7 +430,7 @@ def stuck_job(job):
 @pytest.mark.parametrize("job, error, timeout", [(dying_job, "process died .* seed 1", 60.0),
                                                  (stuck_job, "no packed run finished", 2.0)])
 def test_a_packed_run_that_dies_or_hangs_never_hangs_the_grid(job, error, timeout):
-    from mrl.config import RunConfig
+    from mrl.core.config import RunConfig
     from mrl.experiments.runs import Run, run_packed
 
     config = RunConfig(task=TASK, grpo=dataclasses.replace(GRPO, steps=1, eval_every=1),
@@ -580,7 +581,7 @@ def test_a_damaged_newest_checkpoint_is_skipped_and_the_run_still_ends_as_uninte
 
 @pytest.mark.slow
 def test_a_checkpointed_run_logs_every_accepted_record_once_per_step(paths, tmp_path):
-    from mrl.see import replay
+    from mrl.core.see import replay
 
     two = {k: paths[k] for k in "AB"}
     record = run_concurrent(RunSpec(two, TASK, GRPO, RunnerConfig(checkpoint_every=3), probe=probe_config("sgt")),

@@ -17,15 +17,17 @@ import torch
 from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+from mrl import cli
+from mrl.core.batch import encode_prompts
+from mrl.core.stop_tokens import stop_ids
+from mrl.core.tasks import make_task
 import mrl.experiments.runs
-from mrl import checkpoint, cli
-from mrl.actor import PolicyActor
 from mrl.profiles import load_profile
-from mrl.rollout import encode_prompts, stop_ids
-from mrl.runner import run_concurrent
-from mrl.saving import RunCard, save_policy
-from mrl.tasks import make_task
-from mrl.zoo import load_policy
+from mrl.runtime import checkpoint
+from mrl.runtime.actor import PolicyActor
+from mrl.runtime.runner import run_concurrent
+from mrl.runtime.saving import RunCard, save_policy
+from mrl.runtime.zoo import load_policy
 
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}={% endif %}"
 
@@ -139,11 +141,11 @@ import dataclasses, os, signal, sys
 from pathlib import Path
 
 import mrl
-import mrl.experiments.runs
 from mrl import cli
-from mrl.actor import PolicyActor
+import mrl.experiments.runs
 from mrl.profiles import load_profile
-from mrl.runner import run_concurrent
+from mrl.runtime.actor import PolicyActor
+from mrl.runtime.runner import run_concurrent
 
 
 class KilledInStep4(PolicyActor):
@@ -250,9 +252,9 @@ def test_a_transformers_folder_and_a_cached_hub_model_train_beside_a_zoo_policy(
 @pytest.mark.slow
 def test_the_trl_trainer_saves_its_trained_policy(tiny_zoo_paths, tmp_path):
     from conftest import TINY_TASK
-    from mrl.config import GrpoConfig, TaskConfig
+    from mrl.core.config import GrpoConfig, TaskConfig
     from mrl.integrations.trl_train import train
-    from mrl.probes import probe_config
+    from mrl.core.probes import probe_config
 
     grpo = GrpoConfig(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=6, lr=1e-3, seed=0)
     out = tmp_path / "A"

@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrl.see import (ExperienceLogError, Exchange, GroupStats, InvalidExperience, Limits, PolicySpec, Rollout, Success,
+from mrl.core.see import (ExperienceLogError, Exchange, GroupStats, InvalidExperience, Limits, PolicySpec, Rollout, Success,
                      frozen, replay)
 
 POLICIES = {"A": PolicySpec(vocab_size=48, tokenizer_id="A:bpe"),
@@ -148,7 +148,7 @@ def test_group_stats_of_equal_fractional_rewards_are_accepted(value):
 def test_group_stats_bounds_hold_for_every_group_on_a_grid():
     """An independent check of [S^2 / n, (a + b) S - n a b]: every triple of rewards in {0, 0.1, ..., 1} lies
     inside, and the upper end is reached where every reward is 0 or 1."""
-    from mrl.see import group_stats_bounds
+    from mrl.core.see import group_stats_bounds
 
     grid = [k / 10 for k in range(11)]
     reached = set()
@@ -297,7 +297,7 @@ def test_replay_ignores_files_that_are_not_part_of_the_log(tmp_path):
 
 def test_replay_re_validates_what_it_reads(tmp_path):
     """A log written with a record that would not pass validation today (a manifest whose checksum matches it)."""
-    from mrl.see import write_log_step
+    from mrl.core.see import write_log_step
 
     bad = dataclasses.replace(frozen(rollout(version=0)), token_ids=(12, 99, 1))  # outside A's vocabulary of 48
     write_log_step(tmp_path, 0, [bad], POLICIES)
@@ -379,7 +379,7 @@ def test_records_published_without_a_log_are_not_kept_for_one(tmp_path):
 
 
 def test_a_write_cut_before_the_manifest_is_a_torn_step_and_the_records_stay_pending(tmp_path, monkeypatch):
-    import mrl.see
+    import mrl.core.see
 
     ex = logged_exchange(tmp_path)
     ex.advance(2)
@@ -392,7 +392,7 @@ def test_a_write_cut_before_the_manifest_is_a_torn_step_and_the_records_stay_pen
             raise OSError("disk full")
         rename(source, target)
 
-    monkeypatch.setattr(mrl.see.os, "replace", crash_on_manifest)
+    monkeypatch.setattr(mrl.core.see.os, "replace", crash_on_manifest)
     with pytest.raises(OSError, match="disk full"):
         ex.flush(2)
     monkeypatch.undo()

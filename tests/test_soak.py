@@ -18,10 +18,10 @@ import psutil
 import pytest
 
 from conftest import TINY_TASK
-from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
-from mrl import checkpoint
-from mrl.runner import RunSpec, run_concurrent
-from mrl.see import replay
+from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
+from mrl.core.see import replay
+from mrl.runtime import checkpoint
+from mrl.runtime.runner import RunSpec, run_concurrent
 
 pytestmark = pytest.mark.soak
 
@@ -32,9 +32,9 @@ FAULTS = 10  # kills (a worker's or the whole run's), each once the run has writ
 
 RUN = """
 import pickle, sys
-from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
-from mrl.probes import probe_config
-from mrl.runner import RunSpec, run_concurrent
+from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
+from mrl.core.probes import probe_config
+from mrl.runtime.runner import RunSpec, run_concurrent
 
 if __name__ == "__main__":
     record = run_concurrent(RunSpec({paths}, TaskConfig(**{task}), GrpoConfig(**{grpo}), RunnerConfig(**{runner}),
@@ -74,7 +74,7 @@ def paths(tiny_zoo_paths):
 
 
 def test_a_run_under_random_kills_and_damage_ends_as_an_uninterrupted_one(paths, tmp_path):
-    from mrl.probes import probe_config
+    from mrl.core.probes import probe_config
 
     reference = run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(checkpoint_every=0), probe=probe_config("sgt"),
                                        experience_dir=tmp_path / "reference-log"), progress=False)

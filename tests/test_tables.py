@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mrl.results import latex_text, write_table
+from mrl.runtime.results import latex_text, write_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = sorted((ROOT / "paper_tables").glob("*.tex"))

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mrl.config import SKILLS, TaskConfig
-from mrl.tasks import ArithTask, load_gsm8k, math_verify_reward, parse_integer, verify_integer
+from mrl.core.config import SKILLS, TaskConfig
+from mrl.core.tasks import ArithTask, load_gsm8k, math_verify_reward, parse_integer, verify_integer
 
 
 @pytest.mark.parametrize("name", ["arith-ops", "arith-forms"])
@@ -119,8 +119,8 @@ def test_a_correct_answer_as_the_zoos_tokenizers_decode_it_is_the_canonical_stri
     import torch
 
     from mrl.profiles import load_profile
-    from mrl.rollout import completion_texts
-    from mrl.zoo import train_tokenizer
+    from mrl.core.batch import completion_texts
+    from mrl.runtime.zoo import train_tokenizer
 
     profile = load_profile("default")
     task_cfg, zoo = (profile.task, profile.zoo) if experiment == "main" else \

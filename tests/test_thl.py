@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrl.real_tokenizers import load_real_tokenizer
-from mrl.thl import ThlError, align, align_batch, decode_text, residual, token_pieces
-from mrl.zoo import train_tokenizer
+from mrl.core.thl import ThlError, align, align_batch, decode_text, residual, token_pieces
+from mrl.runtime.real_tokenizers import load_real_tokenizer
+from mrl.runtime.zoo import train_tokenizer
 
 NAMES = ["bpe", "unigram", "wordpiece", "char", "mistral-sp", "cl100k", "bert-wordpiece"]
 PAIRS = list(itertools.product(NAMES, NAMES))
@@ -248,7 +248,7 @@ def test_a_peer_sequence_ended_by_any_of_its_checkpoints_stop_ids_carries_the_re
 
 def test_a_padded_call_after_thl_first_saw_a_tokenizer_does_not_pad_its_encodings(arith_task):
     """transformers turns padding on in a tokenizer's backend at a padded call (tokenizer(..., padding=True), as
-    mrl.rollout.encode_prompts makes) and leaves it on: THL encodes with its own copy, never with pad tokens."""
+    mrl.runtime.rollout.encode_prompts makes) and leaves it on: THL encodes with its own copy, never with pad tokens."""
     src, dst = (train_tokenizer(kind, arith_task.corpus, 48, 48) for kind in ("char", "bpe"))
     before = [a.dst_ids for a in align_batch(["1", "12 + 34"], src, dst)]
     dst(["1+1=", "12 + 34 ="], add_special_tokens=False, padding=True)

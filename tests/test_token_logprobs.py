@@ -1,18 +1,18 @@
-"""Per-token log-probs (mrl/token_logprobs.py): on a CPU the expression every committed result was computed with, bit
+"""Per-token log-probs (mrl/core/token_logprobs.py): on a CPU the expression every committed result was computed with, bit
 for bit, values and gradients; the chunked path (bf16/fp16 logits on a GPU) equals it up to float32 rounding, does
 not depend on its chunk size, and never holds a float32 tensor of the whole (B, T, V) logits."""
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mrl.token_logprobs import ChunkedTokenLogprobs, chunked, positions_per_chunk, token_logprobs
+from mrl.core.token_logprobs import ChunkedTokenLogprobs, chunked, positions_per_chunk, token_logprobs
 
 SHAPES = [(1, 2, 5), (2, 5, 7), (3, 9, 96), (4, 17, 1000), (2, 33, 4099)]
 """(B, L, V): rows, positions (the last one predicts past the completion), vocabulary"""
 
 
 def committed(logits: torch.Tensor, ids: torch.Tensor, temperature: float) -> torch.Tensor:
-    """completion_logprobs' expression before mrl.token_logprobs (the committed results'), verbatim."""
+    """completion_logprobs' expression before mrl.core.token_logprobs (the committed results'), verbatim."""
     logits = logits[:, :-1].float()
     if temperature != 1.0:
         logits = logits / temperature

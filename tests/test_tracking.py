@@ -1,4 +1,4 @@
-"""Live metrics (mrl.tracking): metric names by hand, a run reported to TensorBoard, to Trackio and to W&B (offline)
+"""Live metrics (mrl.runtime.tracking): metric names by hand, a run reported to TensorBoard, to Trackio and to W&B (offline)
 read back from their own stores equal to the run's record, reporting changes nothing a run computes, a resumed run
 reports only its new steps, a notebook table, and a bad report_to refused by name."""
 import json
@@ -11,11 +11,11 @@ import textwrap
 import pytest
 
 from conftest import TINY_TASK
-from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
-from mrl.probes import probe_config
-from mrl import checkpoint
-from mrl.runner import RunRecord, RunSpec, run_concurrent
-from mrl.tracking import NotebookPlot, NotebookTable, Reporting, eval_metrics, step_metrics
+from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
+from mrl.core.probes import probe_config
+from mrl.runtime import checkpoint
+from mrl.runtime.runner import RunRecord, RunSpec, run_concurrent
+from mrl.runtime.tracking import NotebookPlot, NotebookTable, Reporting, eval_metrics, step_metrics
 
 TASK = TaskConfig(**TINY_TASK)
 GRPO = GrpoConfig(steps=4, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=0)
@@ -113,8 +113,8 @@ def test_trackio_stores_the_run_locally(tiny_zoo_paths, tmp_path):
         import json, sys
         sys.path.insert(0, {str(os.path.dirname(__file__))!r})
         from conftest import TINY_TASK
-        from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
-        from mrl.runner import RunSpec, run_concurrent
+        from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
+        from mrl.runtime.runner import RunSpec, run_concurrent
         record = run_concurrent(RunSpec({{"A": {tiny_zoo_paths["A"]!r}}}, TaskConfig(**TINY_TASK),
                                         GrpoConfig(steps=2, prompts_per_step=4, group_size=4, eval_every=2, seed=0),
                                         RunnerConfig(report_to="trackio"), run_id="trackio-run"), progress=False)
@@ -163,9 +163,9 @@ def test_wandb_stores_the_run_offline(tiny_zoo_paths, tmp_path):
         import json, sys
         sys.path.insert(0, {str(os.path.dirname(__file__))!r})
         from conftest import TINY_TASK
-        from mrl.config import GrpoConfig, RunnerConfig, TaskConfig
-        from mrl.probes import probe_config
-        from mrl.runner import RunSpec, run_concurrent
+        from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
+        from mrl.core.probes import probe_config
+        from mrl.runtime.runner import RunSpec, run_concurrent
         record = run_concurrent(RunSpec({{"A": {tiny_zoo_paths["A"]!r}}}, TaskConfig(**TINY_TASK),
                                         GrpoConfig(steps=2, prompts_per_step=4, group_size=4, eval_every=2, seed=0),
                                         RunnerConfig(report_to="wandb", logging_dir={str(tmp_path / "wandb")!r}),

@@ -10,18 +10,18 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig
 
 from conftest import TINY_TASK
-from mrl.actor import ActorConfig, PolicyActor
-from mrl.config import GrpoConfig, TaskConfig
+from mrl.core.batch import completion_texts, score
+from mrl.core.config import GrpoConfig, TaskConfig
+from mrl.core.probes import PeerView, probe_config
+from mrl.core.see import Exchange, PolicySpec
+from mrl.core.seeding import step_prompts
+from mrl.core.tasks import make_task
+from mrl.core.validation import ConfigError
 from mrl.integrations.file_exchange import FileExchange
 from mrl.integrations.trl import MRLGRPOTrainer, PromptOrderMismatch, check_trl_args, problem_dataset
-from mrl.mwra import WorkerFailed
-from mrl.probes import PeerView, probe_config
-from mrl.rollout import completion_texts, score
-from mrl.runner import collect_for
-from mrl.see import Exchange, PolicySpec
-from mrl.seeding import step_prompts
-from mrl.tasks import make_task
-from mrl.validation import ConfigError
+from mrl.runtime.actor import ActorConfig, PolicyActor
+from mrl.runtime.mwra import WorkerFailed
+from mrl.runtime.runner import collect_for
 
 PROBES = ["grpo", "sgt", "prp", "xgrpo", "hacpo"]
 P, G, T = 4, 4, 6
@@ -160,8 +160,8 @@ def test_an_exchange_folder_of_an_earlier_run_is_refused(tmp_path):
 
 def test_a_peer_on_other_prompts_is_refused():
     from mrl.integrations.trl import check_same_prompts
-    from mrl.see import GroupStats
-    from mrl.tasks import Problem
+    from mrl.core.see import GroupStats
+    from mrl.core.tasks import Problem
 
     exchange = Exchange(policies={"A": PolicySpec(40, "A:x"), "B": PolicySpec(40, "B:y")})
     exchange.advance(1)
@@ -209,7 +209,7 @@ def test_a_killed_trainer_is_named_by_its_peer_within_the_deadline(tiny_zoo_path
 def test_the_dataset_is_the_task_s_prompts_as_text_or_one_user_message():
     from types import SimpleNamespace
 
-    from mrl.tasks import Problem
+    from mrl.core.tasks import Problem
 
     problem = Problem("What is 2+2?\nPut the answer in \\boxed{}.", "4", "gsm8k", "train/0")
     for chat, prompt in ((False, problem.prompt), (True, [{"role": "user", "content": problem.prompt}])):

@@ -1,4 +1,4 @@
-"""TRRD (a reconstruction of RLAD's ratio, mrl/probes/trrd.py) by hand: the anchored ratio and its clamp, alpha = 1
+"""TRRD (a reconstruction of RLAD's ratio, mrl/core/probes/trrd.py) by hand: the anchored ratio and its clamp, alpha = 1
 is GRPO exactly, the loss equal to its equation written out, and the teacher's log-probs projected across
 tokenizers by THL (group totals kept; one tokenizer: the teacher's own per-token log-probs)."""
 import math
@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from mrl.grpo import group_advantages
-from mrl.probes import PeerView, get_probe, probe_config
-from mrl.probes.trrd import trrd_anchor
-from mrl.rollout import completion_logprobs, completion_texts
-from mrl.teacher import spread_over_learner_tokens, teacher_logprobs
-from mrl.thl import align
-from mrl.zoo import train_tokenizer
+from mrl.core.batch import completion_texts
+from mrl.core.grpo import group_advantages
+from mrl.core.probes import PeerView, get_probe, probe_config
+from mrl.core.probes.trrd import trrd_anchor
+from mrl.core.thl import align
+from mrl.runtime.rollout import completion_logprobs
+from mrl.runtime.teacher import spread_over_learner_tokens, teacher_logprobs
+from mrl.runtime.zoo import train_tokenizer
 from test_probes import G, answers, loss_and_grads, make_batch, make_model
 
 
@@ -115,8 +116,8 @@ def test_a_teacher_equal_to_the_learner_scores_its_tokens_as_the_learner(bpe_tok
 
 def test_trrd_config_and_a_run_without_a_teacher_are_refused(tiny_zoo_paths):
     from conftest import TINY_TASK
-    from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
-    from mrl.runner import RunSpec, run_concurrent
+    from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
+    from mrl.runtime.runner import RunSpec, run_concurrent
 
     with pytest.raises(ConfigError, match="TrrdConfig.alpha"):
         probe_config("trrd", alpha=1.5)

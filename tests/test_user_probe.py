@@ -9,15 +9,15 @@ import textwrap
 import pytest
 
 from conftest import TINY_TASK
-from mrl.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
-from mrl.probes import PROBES, get_probe, probe_code, probe_config, require_importable
-from mrl.runner import RunSpec, run_concurrent
+from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
+from mrl.core.probes import PROBES, get_probe, probe_code, probe_config, require_importable
+from mrl.runtime.runner import RunSpec, run_concurrent
 
 USER_PROBE = '''
 """A user's probe: GRPO's own term, scaled."""
-from mrl.validation import Float, config_dataclass
-from mrl.probes import PeerView, ProbeConfig, ProbeOutput, register_probe
-from mrl.probes.terms import own_term
+from mrl.core.probes import PeerView, ProbeConfig, ProbeOutput, register_probe
+from mrl.core.probes.terms import own_term
+from mrl.core.validation import Float, config_dataclass
 
 SCALE = {scale}
 
@@ -87,7 +87,7 @@ def test_packed_runs_import_a_users_probe_module_in_their_processes(user_module,
     monkeypatch.chdir(tmp_path)   # the run cache goes under this folder's results/
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "mrl").mkdir()
-    from mrl.config import RunConfig
+    from mrl.core.config import RunConfig
 
     config = RunConfig(task=TaskConfig(**TINY_TASK), grpo=GRPO, runner=RunnerConfig(step_timeout=300), packed_runs=2)
     paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
@@ -166,10 +166,10 @@ def test_a_notebook_cell_probe_is_refused_on_worker_backends_with_the_fix(monkey
 CELLS = [
     '''import json
 import mrl
-from mrl.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+from mrl.core.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+from mrl.core.probes import PeerView, ProbeConfig, ProbeOutput, probe_config, register_probe
+from mrl.core.probes.terms import own_term
 from mrl.experiments.runs import Run, run_one
-from mrl.probes import PeerView, ProbeConfig, ProbeOutput, probe_config, register_probe
-from mrl.probes.terms import own_term
 paths = json.loads({paths!r})
 config = RunConfig(task=TaskConfig(**json.loads({task!r})), grpo=GrpoConfig(steps=2, prompts_per_step=4, group_size=4,
                    lr=3e-4, eval_every=2), runner=RunnerConfig(backend="inline"))
@@ -177,7 +177,7 @@ seen = {{}}''',
     '''SCALE = 1.0''',
     '''def scaled(loss):
     return None if loss is None else loss * SCALE''',
-    '''from mrl.validation import Float, config_dataclass
+    '''from mrl.core.validation import Float, config_dataclass
 
 @config_dataclass(frozen=True)
 class CellConfig(ProbeConfig):

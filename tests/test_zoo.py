@@ -4,9 +4,9 @@ import json
 import pytest
 import torch
 
-from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig
-from mrl.tasks import ArithTask
-from mrl.zoo import _build_family_with_threads, build_zoo, check_composition, family_dir, train_tokenizer
+from mrl.core.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig
+from mrl.core.tasks import ArithTask
+from mrl.runtime.zoo import _build_family_with_threads, build_zoo, check_composition, family_dir, train_tokenizer
 
 SMALL = dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=64)
 
@@ -102,8 +102,8 @@ def test_unigram_ids_are_canonical_where_scores_tie():
 UNGUARDED_SCRIPT = """
 import sys
 import mrl
-from mrl.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig
-from mrl.zoo import build_zoo
+from mrl.core.config import FamilyConfig, TaskConfig, WarmupConfig, ZooConfig
+from mrl.runtime.zoo import build_zoo
 
 small = dict(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=64, warmup_mix={"S1": 1.0})
 build_zoo(TaskConfig(max_operand=9, test_per_skill=10, pool_per_skill=5, leak_n=10),

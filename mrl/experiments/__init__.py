@@ -1,5 +1,5 @@
 """The notebooks' experiments as data: each module holds one experiment's config class (registered with
-mrl.config.register_experiment, so a profile's `experiments:` is validated by it) and the functions that expand it
+mrl.core.config.register_experiment, so a profile's `experiments:` is validated by it) and the functions that expand it
 into runs, [(label, Run)]; `run_many` (mrl.experiments.runs) runs, caches and labels them.
 
     runs.py     Run (config, policies, probe, seed, steps, variant; .key(), .folder(), .label()), Variant,

@@ -1,12 +1,12 @@
-"""60_bandit: the contextual-bandit analysis (a reconstruction, mrl.bandit), its budgets."""
+"""60_bandit: the contextual-bandit analysis (a reconstruction, mrl.core.bandit), its budgets."""
 from __future__ import annotations
 
 from typing import Annotated
 
 from pydantic import Field
 
-from mrl.config import register_experiment
-from mrl.validation import Float, NonEmpty, PositiveInt, Seeds, config_dataclass
+from mrl.core.config import register_experiment
+from mrl.core.validation import Float, NonEmpty, PositiveInt, Seeds, config_dataclass
 
 Kappa = Annotated[Float, Field(gt=0, le=1)]
 

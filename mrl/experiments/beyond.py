@@ -1,7 +1,7 @@
 """80_beyond: methods beyond the papers on the held-out experiment (its first zoo seed, pairing, steps and GRPO
 settings), every arm paired with GRPO on the same RL seeds: probes online, probes offline (each policy alone, its
 peers replayed from the grpo run's experience log), a poisoned peer, n-policy runs sync and async, and what the
-canonical tokenization drops from a peer's probability (mrl.marginal_gap) at the warm-up and after training."""
+canonical tokenization drops from a peer's probability (mrl.experiments.marginal_gap) at the warm-up and after training."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,16 +12,16 @@ import pandas as pd
 from pydantic import Field
 from tqdm.auto import tqdm
 
-from mrl.config import ATTACKS, MODES, FamilyConfig, RunConfig, register_experiment
+from mrl.core.config import ATTACKS, MODES, FamilyConfig, RunConfig, register_experiment
+from mrl.core.probes import as_probe_config, get_probe, probe_config, probe_label
+from mrl.core.tasks import make_task
+from mrl.core.validation import Int, NonEmpty, PositiveInt, Seeds, Str, config_dataclass, require
 from mrl.experiments.heldout import heldout_base, heldout_config
+from mrl.experiments.marginal_gap import measure_policies
 from mrl.experiments.runs import (Labelled, ProbeEntry, Run, Variant, check_panels, check_probes, policy_paths,
                                   run_many, trained_paths)
-from mrl.marginal_gap import measure_policies
-from mrl.mwra import BACKENDS
-from mrl.probes import as_probe_config, get_probe, probe_config, probe_label
-from mrl.tasks import make_task
-from mrl.zoo import load_policy
-from mrl.validation import Int, NonEmpty, PositiveInt, Seeds, Str, config_dataclass, require
+from mrl.runtime.mwra import BACKENDS
+from mrl.runtime.zoo import load_policy
 
 
 @register_experiment("beyond")
@@ -37,7 +37,7 @@ class BeyondConfig:
     poison_probes: list[ProbeEntry]
     """probes run beside a poisoned peer; each meets the attacks on the record kinds it reads"""
     attacks: Annotated[list[Literal[ATTACKS]], NonEmpty]
-    """what the poisoned peer publishes (mrl.poison)"""
+    """what the poisoned peer publishes (mrl.runtime.poison)"""
     poisoned: Str
     """the policy that lies; the other learns beside it"""
     seeds: Seeds
@@ -146,7 +146,7 @@ def marginal_policies(config: RunConfig, backend: str | None = None, progress: b
 
 def run_marginal_gap(config: RunConfig, backend: str | None = None,
                      progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(rows, cost) of mrl.marginal_gap.measure_policies at each point (marginal_policies; column "point"): the
+    """(rows, cost) of mrl.experiments.marginal_gap.measure_policies at each point (marginal_policies; column "point"): the
     pairing samples G completions of the first beyond.marginal_prompts held-out test prompts per skill, at the
     profile's temperature, length and engine, seeded from the profile's GRPO seed; the cost is measured on one RL
     step's peer samples (prompts_per_step x G ended texts)."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from mrl.config import PairingName, RunConfig, register_experiment
+from mrl.core.config import PairingName, RunConfig, register_experiment
+from mrl.core.probes import ProbeConfig, as_probe_config
+from mrl.core.validation import NonEmpty, PositiveInt, Seeds, Str, config_dataclass
 from mrl.experiments.runs import Labelled, ProbeEntry, check_probes, grid_runs
-from mrl.probes import ProbeConfig, as_probe_config
-from mrl.validation import NonEmpty, PositiveInt, Seeds, Str, config_dataclass
 
 
 @register_experiment("hacpo")

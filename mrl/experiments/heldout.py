@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-from mrl.config import RunConfig, TaskConfig, ZooConfig, register_experiment
+from mrl.core.config import RunConfig, TaskConfig, ZooConfig, register_experiment
+from mrl.core.probes import as_probe_config, probe_config, probe_label
+from mrl.core.validation import Count, NonEmpty, PositiveInt, Seeds, Str, config_dataclass, require
 from mrl.experiments.runs import Labelled, ProbeEntry, Run, check_panels, check_probes, policy_paths
-from mrl.probes import as_probe_config, probe_config, probe_label
-from mrl.validation import Count, NonEmpty, PositiveInt, Seeds, Str, config_dataclass, require
 
 
 @register_experiment("heldout")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from mrl.config import PairingName, register_experiment
-from mrl.mwra import BACKENDS
-from mrl.validation import NonEmpty, PositiveInt, config_dataclass
+from mrl.core.config import PairingName, register_experiment
+from mrl.core.validation import NonEmpty, PositiveInt, config_dataclass
+from mrl.runtime.mwra import BACKENDS
 
 
 @register_experiment("mwra")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from mrl.config import PairingName, RunConfig, register_experiment
+from mrl.core.config import PairingName, RunConfig, register_experiment
+from mrl.core.validation import NonEmpty, PositiveInt, Seeds, config_dataclass, require
 from mrl.experiments.runs import Labelled, ProbeEntry, check_probes, grid_runs
-from mrl.validation import NonEmpty, PositiveInt, Seeds, config_dataclass, require
 
 
 @register_experiment("probe")
@@ -16,7 +16,7 @@ class ProbeGridConfig:
     pairings: Annotated[list[PairingName], NonEmpty]
     """the policy groups trained together, by their names in RunConfig.pairings"""
     probes: list[ProbeEntry]
-    """the probes, each a registered name or a mapping {name: ..., knob: value} (mrl.probes)"""
+    """the probes, each a registered name or a mapping {name: ..., knob: value} (mrl.core.probes)"""
     seeds: Seeds
     """RL seeds of every (pairing, probe)"""
     steps: dict[PairingName, PositiveInt]

@@ -6,7 +6,7 @@ probe). `Run.key()` hashes what the numbers depend on (task, GRPO settings with 
 the source code of the mrl package, the numerics mode, the peers' variant, the placement); the run's steps and evals
 are cached under results/runs/<key>/ and read back when the same run is asked for again (a notebook re-run, or
 HACPO's notebook reusing the MRL probes' runs). An entry is published whole by one rename and read only where its
-checksums match (mrl.results.read_run); one that does not is recomputed. Any edit of mrl/'s code (not its docstrings, comments or
+checksums match (mrl.runtime.results.read_run); one that does not is recomputed. Any edit of mrl/'s code (not its docstrings, comments or
 mrl/reports/) makes new keys, so a cached run never outlives the code that produced it. The backend is not part of
 the key: inline, process and ray give the same metrics.
 
@@ -30,24 +30,24 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from mrl import numerics
-from mrl.config import ATTACKS, MODES, GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+from mrl.core.config import ATTACKS, MODES, GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+from mrl.core.probes import ProbeConfig, as_probe_config, get_probe, probe_code, probe_label
+from mrl.core.validation import ConfigError, Str, config_hash, require, to_dict
 from mrl.fingerprint import code_fingerprint
-from mrl.pools import GUARD_HINT, spawn_executor
-from mrl.probes import ProbeConfig, as_probe_config, get_probe, probe_code, probe_label
-from mrl.results import CachedRun, clear_work_folders, git_sha, publish_run, read_run, work_folder, write_run_record
 from mrl.paths import repo_root
-from mrl.runner import run_concurrent
-from mrl.saving import RunCard
-from mrl.spec import OfflinePeers, RunSpec, run_identity
-from mrl.validation import ConfigError, Str, config_hash, require, to_dict
-from mrl.zoo import build_zoo
+from mrl.runtime.pools import GUARD_HINT, spawn_executor
+from mrl.runtime.results import CachedRun, clear_work_folders, git_sha, publish_run, read_run, work_folder, write_run_record
+from mrl.runtime.runner import run_concurrent
+from mrl.runtime.saving import RunCard
+from mrl.runtime.spec import OfflinePeers, RunSpec, run_identity
+from mrl.runtime.zoo import build_zoo
 
 ProbeEntry = Union[Str, dict[Str, Any]]
-"""a probe of a grid: a registered name, or a mapping {name: ..., knob: value} (mrl.probes.as_probe_config)"""
+"""a probe of a grid: a registered name, or a mapping {name: ..., knob: value} (mrl.core.probes.as_probe_config)"""
 
 
 def check_probes(cls: str, name: str, values: list) -> None:
-    """Every entry a registered probe with valid knobs (checked against mrl.probes' registry)."""
+    """Every entry a registered probe with valid knobs (checked against mrl.core.probes' registry)."""
     require(len(values) > 0, cls, name, values, "a non-empty list of probe names or mappings {name: ..., knob: value}")
     for entry in values:
         require(isinstance(entry, str) or isinstance(entry.get("name"), str), cls, name, entry,
@@ -87,14 +87,14 @@ def policy_paths(config: RunConfig, progress: bool = True) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Variant:
-    """What a run's peers do besides its probe: one poisoned policy (mrl.poison) with or without re-verification,
+    """What a run's peers do besides its probe: one poisoned policy (mrl.runtime.poison) with or without re-verification,
     or peers replayed from another run's experience log (runner.OfflinePeers), and its step clock. The default:
     honest live peers, in step."""
 
     poisoned: str = ""
     """the policy that publishes lies, '' for none"""
     attack: str = "forged_success"
-    """what it publishes (mrl.config.ATTACKS)"""
+    """what it publishes (mrl.core.config.ATTACKS)"""
     reverify: bool = True
     """learners re-score their peers' claims with their own verifier"""
     offline: tuple = ()
@@ -156,7 +156,7 @@ class Run:
                        card=card)
 
     def key_content(self) -> dict:
-        """Everything the run's numbers depend on: its identity (mrl.spec.run_identity, which a checkpoint of it
+        """Everything the run's numbers depend on: its identity (mrl.runtime.spec.run_identity, which a checkpoint of it
         records too), the mrl package's code and the numerics mode."""
         key = {**run_identity(self.spec()), "code": code_fingerprint(), "numerics": numerics.mode()}
         user_code = probe_code(self.probe.name)
@@ -186,7 +186,7 @@ class Run:
                                    eval_every=min(self.config.grpo.eval_every, self.steps))
 
     def cached(self) -> CachedRun | None:
-        """The run as its folder holds it, every file checked (mrl.results.read_run: a torn or edited one is named in
+        """The run as its folder holds it, every file checked (mrl.runtime.results.read_run: a torn or edited one is named in
         a warning), with its experience log when its variant asks for one; None: it must be computed."""
         cached = read_run(self.folder())
         if cached is None or (self.variant.log_experience and not cached.record.get("experience", False)):
@@ -202,9 +202,9 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
             report_to: str = "none", output_dir: str | Path | None = None, resume: bool = False,
             profile: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(steps, evals) of one run; from the cache when it holds the run. backend: the variant's, else this one,
-    else the profile's (config.runner.backend). report_to: live metrics (mrl.tracking).
+    else the profile's (config.runner.backend). report_to: live metrics (mrl.runtime.tracking).
 
-    output_dir: where the run leaves its trained policies (<output_dir>/<policy>/, transformers folders, mrl.saving),
+    output_dir: where the run leaves its trained policies (<output_dir>/<policy>/, transformers folders, mrl.runtime.saving),
     its checkpoints (<output_dir>/checkpoints/, every runner.checkpoint_every steps) and a copy of its tables; the
     run is then computed (the cache holds no weights). Without one, a profile with runner.save_policies saves the
     policies into trained_folder(run). resume: continue from the newest intact checkpoint in
@@ -238,7 +238,7 @@ def trained_folder(run: Run) -> Path:
 
 def trained_paths(run: Run, backend: str | None = None, progress: bool = False) -> dict[str, str]:
     """{policy: folder} of the run's trained policies, trained_folder(run)/<policy>/ (transformers folders,
-    mrl.zoo.load_policy reads them). When the folder does not hold them all, the run is computed into it (run_one
+    mrl.runtime.zoo.load_policy reads them). When the folder does not hold them all, the run is computed into it (run_one
     with that output folder: the cache holds a run's numbers, not its weights), its cache entry written as well."""
     folder = trained_folder(run)
     paths = {name: str(folder / name) for name in run.paths}
@@ -253,7 +253,7 @@ def save_run(folder: Path, record, spec: RunSpec, wall_seconds: float,
     and peers,
     counters, events, backend, git SHA, wall time and the files' checksums), which marks it finished, all in this
     process's work folder (beside the experience log run_one had the runner write there), renamed into place as one
-    (mrl.results.publish_run). Returns (steps, evals): this run's, or those of the same run that another process
+    (mrl.runtime.results.publish_run). Returns (steps, evals): this run's, or those of the same run that another process
     published first."""
     steps_df, evals_df = pd.DataFrame(record.steps), pd.DataFrame(record.evals)
     work = work_folder(folder)

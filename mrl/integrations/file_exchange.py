@@ -1,14 +1,14 @@
 """The exchange between trainers that run as separate processes (docs/trl.md, The exchange between trainers).
 
 Each policy writes the records of a step into its own folder, `root/<policy>/`, as one step of SEE's experience log
-(mrl.see.write_log_step: atomic Parquet files and a checksummed manifest written last), and reads its peers' folders
+(mrl.core.see.write_log_step: atomic Parquet files and a checksummed manifest written last), and reads its peers' folders
 for the same step, waiting for each up to a deadline. Every record read is validated again as it is published into a
 fresh SEE Exchange at the step's clock, so malformed experience is rejected and counted exactly as in the runner.
 
 Why the filesystem and not a Ray actor: every trainer already runs under its own launcher (`accelerate launch`, a
 Ray task, a Slurm job), and a folder is the one thing they all share without another service to start, keep alive
 and reconnect to; the log is SEE's own format, written atomically and checksummed, so a torn or altered step is
-refused, and it is also the experience log that `mrl.see.replay` and offline GRAFT read back. A Ray actor would hold
+refused, and it is also the experience log that `mrl.core.see.replay` and offline GRAFT read back. A Ray actor would hold
 records in memory only, and would need every trainer to join one Ray cluster.
 
 Faults between trainers end the same way as a silent peer, by name: a peer killed while writing a step never publishes
@@ -25,11 +25,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mrl.config import FAILURE_POLICIES
-from mrl.validation import ConfigError
-from mrl.mwra import WorkerFailed
-from mrl.see import (LOG_FILE, Exchange, ExperienceLogError, Limits, PolicySpec, last_logged_step, manifest_name,
+from mrl.core.config import FAILURE_POLICIES
+from mrl.core.see import (LOG_FILE, Exchange, ExperienceLogError, Limits, PolicySpec, last_logged_step, manifest_name,
                      read_log_step, read_manifest, write_log_step)
+from mrl.core.validation import ConfigError
+from mrl.runtime.mwra import WorkerFailed
 
 
 @dataclass

@@ -6,7 +6,7 @@
 - the generate-and-score step turns TRL's batch into the policy's `RolloutBatch` (left-padded prompts, completions up
   to and including EOS, the learner's verifier under mrl's EOS rule, the sampling log-probs) and into its SEE records
   (Rollout, GroupStats, Success), publishes them through a `FileExchange` shared by all the trainers, and collects
-  its peers' records for the same prompts with a deadline and the runner's failure policy (`mrl.runner.collect_for`:
+  its peers' records for the same prompts with a deadline and the runner's failure policy (`mrl.runtime.runner.collect_for`:
   successes re-verified, stale records dropped);
 - the loss is the probe's loss on that `RolloutBatch` and a `PeerView`, so a probe is written once for both paths;
   THL re-tokenizes peer text inside the probe, exactly as under the runner.
@@ -23,19 +23,20 @@ import functools
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from mrl.actor import batch_records
-from mrl.config import GrpoConfig
-from mrl.grpo import LEVELS, LOSS_TYPES
+from mrl.core.batch import RolloutBatch, completion_texts, score
+from mrl.core.config import GrpoConfig
+from mrl.core.grpo import LEVELS, LOSS_TYPES
+from mrl.core.microbatch import MicroBatchedLogprobs
+from mrl.core.probes import PeerView, ProbeConfig, get_probe
+from mrl.core.see import PolicySpec
+from mrl.core.seeding import step_generator
+from mrl.core.tasks import Problem
+from mrl.core.validation import ConfigError
 from mrl.integrations.file_exchange import FileExchange
-from mrl.microbatch import MicroBatchedLogprobs
-from mrl.placement import set_training
-from mrl.probes import PeerView, ProbeConfig, get_probe
-from mrl.rollout import RolloutBatch, completion_logprobs, completion_texts, score, stop_ids
-from mrl.runner import collect_for
-from mrl.see import PolicySpec
-from mrl.seeding import step_generator
-from mrl.tasks import Problem
-from mrl.validation import ConfigError
+from mrl.runtime.actor import batch_records
+from mrl.runtime.placement import set_training
+from mrl.runtime.rollout import completion_logprobs, stop_ids
+from mrl.runtime.runner import collect_for
 
 PROBLEM_COLUMNS = ("text", "answer", "skill", "pid")
 """the dataset columns a trainer reads its problems from (`problem_dataset`); TRL reads `prompt`"""
@@ -49,7 +50,7 @@ def problem_dataset(task):
     """A task's RL prompts (its fixed pool, or its whole training split when it has none) as the `datasets.Dataset`
     every trainer of a run reads: the same rows in the same order, so the same sampler seed gives every trainer the
     same prompts at every step. `prompt` is what TRL samples from: the task's text, or, for a task with chat
-    templates, one user message that TRL puts through each policy's own template (as mrl.rollout.chat_prompt does);
+    templates, one user message that TRL puts through each policy's own template (as mrl.runtime.rollout.chat_prompt does);
     `text`, `answer`, `skill` and `pid` are the mrl Problem."""
     from datasets import Dataset
 
@@ -145,12 +146,12 @@ def padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tens
 class MRLGRPOTrainer(GRPOTrainer):
     """A GRPOTrainer whose loss is an mrl probe's, sharing experience with the trainers of the other policies.
 
-    policy: this policy's id; task: its task (prompts and verifier; mrl.tasks); probe: the probe and its knobs
-    (mrl.probes.probe_config); exchange: this policy's FileExchange; peer_paths: {peer id: checkpoint folder}, whose
+    policy: this policy's id; task: its task (prompts and verifier; mrl.core.tasks); probe: the probe and its knobs
+    (mrl.core.probes.probe_config); exchange: this policy's FileExchange; peer_paths: {peer id: checkpoint folder}, whose
     tokenizers THL needs when the probe reads peer rollouts; reverify: re-score the peers' claims with this policy's
     verifier; max_staleness: as RunnerConfig.max_staleness (1: the records of this step, sampled by peers one
     update behind); micro_batch: as PlacementConfig.micro_batch (0: the whole step's batch in one forward; n: n
-    sequences at a time with the whole batch's gradient, mrl.microbatch). Every other argument is
+    sequences at a time with the whole batch's gradient, mrl.core.microbatch). Every other argument is
     GRPOTrainer's; `reward_funcs` is mrl's verifier (`verifier_reward`) and may not be given."""
 
     def __init__(self, model, args: GRPOConfig, train_dataset, processing_class, *, policy: str, task,
@@ -240,7 +241,7 @@ class MRLGRPOTrainer(GRPOTrainer):
         return PeerView(**records, tokenizers=self.mrl_peer_tokenizers, reverify=self.mrl_reverify)
 
     def logprobs(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
-        """log pi of every completion token with gradient (mrl.rollout.completion_logprobs, the runner's own
+        """log pi of every completion token with gradient (mrl.runtime.rollout.completion_logprobs, the runner's own
         forward), the model in training mode, at TRL's sampling temperature. (N, P), (N, T) -> (N, T)."""
         set_training(model, True)
         return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, engine="hf",

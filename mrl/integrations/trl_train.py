@@ -21,14 +21,14 @@ import sys
 from pathlib import Path
 
 import mrl  # noqa: F401  (first: the numerics contract, before torch)
-from mrl.config import GrpoConfig, PlacementConfig, TaskConfig
+from mrl.core.batch import CHAT_DATE
+from mrl.core.config import GrpoConfig, PlacementConfig, TaskConfig
+from mrl.core.probes import as_probe_config
+from mrl.core.stop_tokens import stop_ids
+from mrl.core.tasks import make_task
 from mrl.experiments import policy_paths
 from mrl.integrations.file_exchange import FileExchange
-from mrl.probes import as_probe_config
 from mrl.profiles import PROFILES, load_profile
-from mrl.rollout import CHAT_DATE
-from mrl.stop_tokens import stop_ids
-from mrl.tasks import make_task
 
 
 def trl_args(output: Path, grpo, placement, report_to: str = "none", use_vllm: bool = False, save_steps: int = 0,

@@ -8,8 +8,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.textpath import TextPath
 
-from mrl.bandit.dynamics import rescue_type
-from mrl.bandit.estimators import METHODS, Method
+from mrl.core.bandit.dynamics import rescue_type
+from mrl.core.bandit.estimators import METHODS, Method
 from mrl.reports.paired import curve_band
 from mrl.reports.palette import DECIMAL, base_probe, fit_accuracy_axis, line_style, plain_log_axis, probe_colour
 
@@ -290,7 +290,7 @@ def name_flat_lines(ax, band: pd.DataFrame, methods: list[str]) -> None:
 
 
 def dynamics_figure_inputs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The columns of run_dynamics' rows that dynamics_figure draws (what mrl.figure_inputs.draw_and_save commits)."""
+    """The columns of run_dynamics' rows that dynamics_figure draws (what mrl.reports.figure_inputs.draw_and_save commits)."""
     accuracies = [f"acc {rescue_type(p)}" for p in ("A", "B")] + ["acc shared-easy"]
     return runs[["method", "kappa", "seed", "step", "policy", "entropy", *accuracies]]
 
@@ -361,7 +361,7 @@ def _times(value: float) -> str:
 
 
 def default_labels() -> dict[str, str]:
-    """{method: its plane label at the default knobs} ('sgt' -> 'sgt (lambda=0.1, eta=0)'): mrl.bandit's Method
+    """{method: its plane label at the default knobs} ('sgt' -> 'sgt (lambda=0.1, eta=0)'): mrl.core.bandit's Method
     defaults, so the prose names the point the library calls the default."""
     return {name: Method(name).label for name in METHODS}
 

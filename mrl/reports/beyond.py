@@ -92,7 +92,7 @@ def poison_table(evals: pd.DataFrame, steps: pd.DataFrame, poisoned: str,
 
 
 def poison_figure_inputs(numbers: pd.DataFrame, column: str = "weak") -> dict[str, pd.DataFrame]:
-    """What poison_figure draws of poison_table's numbers, as frames (the inputs mrl.figure_inputs.draw_and_save
+    """What poison_figure draws of poison_table's numbers, as frames (the inputs mrl.reports.figure_inputs.draw_and_save
     commits): `arms`, one row per poisoned arm (probe, arm, policy, runs; paired: whether it shares a seed with the
     honest peer, and the paired difference of the learner's final `column` accuracy: mean, low, high), and `units`,
     each shared seed's own difference (row: the arm's row in `arms`; difference)."""

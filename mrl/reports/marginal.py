@@ -1,5 +1,5 @@
 """Tables, figure and prose of what the canonical tokenization drops (80_beyond's section on the marginal;
-docs/marginal.md), from mrl.marginal_gap's rows and cost, and the paired differences of the ledger's arms run with
+docs/marginal.md), from mrl.experiments.marginal_gap's rows and cost, and the paired differences of the ledger's arms run with
 the marginal ratio against their canonical twins, read by the claims ledger's rule (mrl.reports.claims).
 
 rows: one per source text a learner scored (point, learner, source, outcome, tokenizations, gap, canonical share,
@@ -19,7 +19,7 @@ from mrl.reports.palette import policy_colour
 
 PAIR = ["point", "learner", "source"]
 DEFINITIONS = ("canonical", "marginal", "exact")
-"""HACPO's sequence ratio by what each side's probability is (mrl.marginal_gap.DEFINITIONS)"""
+"""HACPO's sequence ratio by what each side's probability is (mrl.experiments.marginal_gap.DEFINITIONS)"""
 SHARE_LINE = 0.9
 """the canonical share below which a text counts as one where the canonical tokenization misses much"""
 OUTCOMES = {"success": "successes", "failure": "failures"}
@@ -58,7 +58,7 @@ def outside(log_s, lower: float, upper: float = 1.0) -> np.ndarray:
 def ratio_table(rows: pd.DataFrame, bounds: tuple[float, ...]) -> pd.DataFrame:
     """Per point, learner, source and definition of HACPO's ratio (DEFINITIONS): the texts with a THL alignment,
     the mean and 10/50/90% quantiles of log s, the share outside each clip range [lower, 1] of `bounds` (the
-    stepwise bound of the first and of the last update: mrl.marginal_gap.stepwise_bounds), and the share whose side
+    stepwise bound of the first and of the last update: mrl.experiments.marginal_gap.stepwise_bounds), and the share whose side
     of the first range differs from the canonical definition's (a sample the definition moves in or out)."""
     out = []
     for (point, learner, source), group in rows.groupby(PAIR, sort=False):

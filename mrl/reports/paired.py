@@ -278,7 +278,7 @@ def rollouts_per_step(weak: pd.DataFrame) -> pd.Series:
 
 
 def weak_skill_inputs(evals: pd.DataFrame, steps: pd.DataFrame, zoo_seed: int) -> dict[str, pd.DataFrame]:
-    """What weak_skill_figure draws for one zoo seed, and no more (the inputs mrl.figure_inputs.draw_and_save
+    """What weak_skill_figure draws for one zoo seed, and no more (the inputs mrl.reports.figure_inputs.draw_and_save
     commits): that seed's evaluations, and of its step rows the keys, seeds, step and reward."""
     keep = [c for c in [*KEYS, *pair_columns(steps), "step", "reward"] if c in steps.columns]
     return {"evals": evals[evals.zoo_seed == zoo_seed].reset_index(drop=True),

@@ -1,6 +1,6 @@
 """One colour per probe, the same in every figure; policies and MWRA phases too; readable tick labels.
 
-A probe label is a registered name, possibly with knobs (`mrl.probes.probe_label`: "prp (clip=4.0)",
+A probe label is a registered name, possibly with knobs (`mrl.core.probes.probe_label`: "prp (clip=4.0)",
 "hacpo (clipping=fixed, minibatches=4)"), a bandit method or curve ("prp (c=2, sigma_T=0)", "sgt (lambda)") or
 the bandit analysis's prose name ("IS-PRP"): it takes the colour of its base probe, and `line_style` tells
 variants of one base apart. grpo, the baseline every figure compares to, is black and drawn on top.

@@ -12,9 +12,9 @@ import pandas as pd
 import seaborn as sns
 from scipy.stats import t as student_t
 
-from mrl.config import GrpoConfig, TaskConfig, WarmupConfig
-from mrl.probes import get_probe, probe_config
-from mrl.probes.hacpo_primitives import stepwise_lower_bound
+from mrl.core.config import GrpoConfig, TaskConfig, WarmupConfig
+from mrl.core.probes import get_probe, probe_config
+from mrl.core.probes.hacpo_primitives import stepwise_lower_bound
 from mrl.reports.palette import (COMPACT, baseline_on_top, figure_title, fit_accuracy_axis, line_style,
                                  probe_colour, probe_palette)
 
@@ -317,7 +317,7 @@ def hyperparameter_table(config, probe_cfgs) -> pd.DataFrame:
 
 
 def stepwise_clipping_inputs(steps: pd.DataFrame) -> pd.DataFrame:
-    """What stepwise_clipping_figure draws of the clipping runs' step rows (the input mrl.figure_inputs.draw_and_save
+    """What stepwise_clipping_figure draws of the clipping runs' step rows (the input mrl.reports.figure_inputs.draw_and_save
     commits): the rows where peer samples arrived (peer_samples > 0, peer_kept recorded), with the probe, the run's
     seeds, the step and the two counts."""
     keep = [c for c in ("probe", "seed", "zoo_seed", "step", "peer_samples", "peer_kept") if c in steps.columns]

@@ -1,0 +1,418 @@
+"""MWRA, Multi-Worker Resource Allocation (docs/architecture.md, MWRA and the runner): one worker per policy, one
+API, three backends.
+
+- `inline`: actors in this process, called one after another (deterministic: tests, nbval).
+- `process`: one spawned OS process per actor, commands over a pipe (the fast CPU default).
+- `ray`: one Ray actor per policy with num_cpus / num_gpus (local `ray.init` or a cluster address).
+
+`Backend.call({worker: call}, timeout)` runs one phase (each call a `mrl.runtime.worker.WorkerCall`: a typed record of
+one `Worker` method and its arguments, run in the worker as `call(actor)`) on every worker and returns
+({worker: result}, {worker: failure reason}). It is a barrier with a deadline: a worker that dies
+(its process sentinel fires, or Ray reports the actor lost), raises, or misses the deadline is
+reported by name, so no call can hang. The runner's failure policy decides what follows (`fail`:
+raise `WorkerFailed`, the last complete checkpoint stays on disk; `continue`: `drop` the worker). Every call records (worker, phase, start, end) in
+`timeline` for the utilisation report.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+
+from mrl import numerics
+from mrl.core.config import BACKENDS
+from mrl.runtime.placement import cap_gpu_memory, resolve_device
+from mrl.runtime.pools import GUARD_HINT, watch_parent
+from mrl.runtime.worker import PingCall, WorkerCall
+
+
+class WorkerFailed(RuntimeError):
+    """A worker died, raised, or missed a barrier deadline."""
+
+    def __init__(self, worker: str, reason: str):
+        super().__init__(f"worker {worker!r} failed: {reason}")
+        self.worker, self.reason = worker, reason
+
+
+def raise_first_failure(failures: dict, context: str = "") -> None:
+    """Raise WorkerFailed for the first entry of a {worker: reason} map (nothing if it is empty)."""
+    if failures:
+        name, reason = next(iter(failures.items()))
+        raise WorkerFailed(name, f"{context}{reason}")
+
+
+def plan_threads(costs: dict[str, float], total_threads: int) -> dict[str, int]:
+    """Threads per worker in proportion to its per-step cost (declared or measured), at least one each.
+
+    With fewer threads than workers every worker gets one (the OS time-shares them).
+    """
+    if not costs:
+        return {}
+    if total_threads <= len(costs):
+        return {name: 1 for name in costs}
+    spare = total_threads - len(costs)
+    total_cost = sum(costs.values()) or 1.0
+    shares = {name: 1 + int(spare * cost / total_cost) for name, cost in costs.items()}
+    leftover = total_threads - sum(shares.values())
+    for name in sorted(costs, key=costs.get, reverse=True)[:leftover]:
+        shares[name] += 1
+    return shares
+
+
+def import_path() -> str:
+    """This process's sys.path as a PYTHONPATH, so a Ray worker imports what this process can (a user's probe module,
+    a test's actor class)."""
+    return os.pathsep.join(p or os.getcwd() for p in sys.path)   # '' (python -c, a REPL): the current folder
+
+
+@dataclass
+class WorkerSpec:
+    """How to build one worker: `cls(config)`, plus its resources."""
+
+    name: str
+    cls: type
+    config: object
+    """the worker's one constructor argument (the runner's ActorConfig), picklable"""
+    num_cpus: float = 1
+    num_gpus: float = 0
+
+
+@dataclass
+class Backend:
+    """Common bookkeeping of the backends: the live workers and the timeline of calls."""
+
+    specs: list
+    timeline: list = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def workers(self) -> list[str]:
+        return [s.name for s in self.specs]
+
+    def _record(self, worker: str, phase: str, start: float, end: float) -> None:
+        self.timeline.append({"worker": worker, "phase": phase, "start": start - self.started,
+                              "end": end - self.started})
+
+    def drop(self, worker: str) -> None:
+        self.specs = [s for s in self.specs if s.name != worker]
+
+    def close(self) -> None:
+        pass
+
+
+class InlineBackend(Backend):
+    """Actors in this process; calls run one after another (a timeout cannot pre-empt them)."""
+
+    def __init__(self, specs: list[WorkerSpec]):
+        super().__init__(specs)
+        self.actors = {s.name: s.cls(s.config) for s in specs}
+        self._done = []
+
+    def call(self, calls: dict[str, WorkerCall], timeout: float | None = None) -> tuple[dict, dict]:
+        results, failures = {}, {}
+        for name, call in calls.items():
+            start = time.perf_counter()
+            try:
+                results[name] = call(self.actors[name])
+            except Exception as err:  # noqa: BLE001 - a worker's error becomes a named failure
+                failures[name] = f"{call.phase} raised {type(err).__name__}: {err}"
+                continue
+            self._record(name, call.phase, start, time.perf_counter())
+        return results, failures
+
+    def submit(self, worker: str, call: WorkerCall) -> None:
+        """Start one call without waiting (inline: it runs now; `wait_any` hands back its outcome)."""
+        results, failures = self.call({worker: call})
+        self._done.append((worker, results.get(worker), failures.get(worker)))
+
+    def wait_any(self, timeout: float | None = None) -> tuple[str, object, str | None]:
+        """(worker, result, failure reason or None) of the oldest finished call."""
+        return self._done.pop(0)
+
+    def drop(self, worker: str) -> None:
+        super().drop(worker)
+        self.actors.pop(worker, None)
+
+
+def _own_process_actor(cls, config):
+    """The actor of a process that holds one policy (a process or Ray worker), capped first to its placement's
+    share of the GPU (PlacementConfig.gpus, mrl.runtime.placement.cap_gpu_memory): policies sharing a GPU each fail on
+    their own share, not on a neighbour's."""
+    placement = getattr(config, "placement", None)
+    if placement is not None:
+        cap_gpu_memory(resolve_device(placement.device), placement.gpus)
+    return cls(config)
+
+
+def _serve(conn, cls, config, parent: int) -> None:
+    """Worker process main loop: build the actor, then answer each WorkerCall until None (close); it dies with the
+    process `parent` (mrl.runtime.pools.watch_parent), even in the middle of a call."""
+    watch_parent(parent)
+    try:
+        actor = _own_process_actor(cls, config)
+        conn.send(("ok", None))
+    except Exception:  # noqa: BLE001
+        conn.send(("error", traceback.format_exc()))
+        return
+    while True:
+        try:
+            call = conn.recv()
+        except EOFError:
+            return
+        if call is None:
+            return
+        start = time.perf_counter()
+        try:
+            conn.send(("ok", (call(actor), start, time.perf_counter())))
+        except Exception:  # noqa: BLE001
+            conn.send(("error", traceback.format_exc()))
+
+
+class ProcessBackend(Backend):
+    """One spawned process per actor; a dead process is seen at once through its sentinel."""
+
+    def __init__(self, specs: list[WorkerSpec], start_timeout: float = 300.0):
+        super().__init__(specs)
+        context = multiprocessing.get_context("spawn")
+        self.conns, self.processes = {}, {}
+        self._inflight, self._failed_sends = {}, []
+        for spec in specs:
+            parent, child = context.Pipe()
+            process = context.Process(target=_serve, args=(child, spec.cls, spec.config, os.getpid()),
+                                      name=f"mrl-{spec.name}", daemon=True)
+            process.start()
+            child.close()
+            self.conns[spec.name], self.processes[spec.name] = parent, process
+        _, failures = self._gather({s.name: None for s in specs}, start_timeout, "start")
+        if failures:
+            self.close()
+            dead = {name: f"{reason}. {GUARD_HINT}" if reason.startswith("its process died") else reason
+                    for name, reason in failures.items()}
+            raise_first_failure(dead, "at start-up: ")
+
+    def pid(self, worker: str) -> int:
+        return self.processes[worker].pid
+
+    def call(self, calls: dict[str, WorkerCall], timeout: float | None = None) -> tuple[dict, dict]:
+        failures = {}
+        for name, call in calls.items():
+            try:
+                self.conns[name].send(call)
+            except (BrokenPipeError, OSError) as err:
+                failures[name] = f"cannot send {call.phase}: {err}"
+        pending = {name: call.phase for name, call in calls.items() if name not in failures}
+        results, late = self._gather(pending, timeout, None)
+        return results, failures | late
+
+    def submit(self, worker: str, call: WorkerCall) -> None:
+        """Send one call without waiting; `wait_any` returns whichever in-flight call ends first."""
+        try:
+            self.conns[worker].send(call)
+            self._inflight[worker] = call.phase
+        except (BrokenPipeError, OSError) as err:
+            self._failed_sends.append((worker, None, f"cannot send {call.phase}: {err}"))
+
+    def wait_any(self, timeout: float | None = None) -> tuple[str, object, str | None]:
+        """(worker, result, failure reason or None) of the first in-flight call to end (or miss the deadline)."""
+        if self._failed_sends:
+            return self._failed_sends.pop(0)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            waitables = {self.conns[n]: n for n in self._inflight} | \
+                {self.processes[n].sentinel: n for n in self._inflight}
+            ready = wait(list(waitables), timeout=remaining)
+            if not ready:
+                name = sorted(self._inflight)[0]
+                return name, None, f"no answer to {self._inflight.pop(name)} within {timeout:.1f} s"
+            name = waitables[ready[0]]
+            one = {name: self._inflight.pop(name)}
+            results, failures = self._answers(one)
+            return name, results.get(name), failures.get(name)
+
+    def _answers(self, ready: dict) -> tuple[dict, dict]:
+        """Read the answer (or notice the death) of workers whose pipe or sentinel is ready."""
+        results, failures = {}, {}
+        for name, method in ready.items():
+            conn = self.conns[name]
+            try:
+                status, payload = conn.recv() if conn.poll() else ("dead", None)
+            except (EOFError, OSError):
+                status, payload = "dead", None
+            if status == "dead":
+                failures[name] = f"its process died (exit code {self.processes[name].exitcode})"
+            elif status == "error":
+                failures[name] = f"{method} raised:\n{payload}"
+            elif payload is not None:
+                value, start, end = payload
+                self.timeline.append({"worker": name, "phase": method, "start": start - self.started,
+                                      "end": end - self.started})
+                results[name] = value
+        return results, failures
+
+    def _gather(self, pending: dict, timeout: float | None, phase: str | None) -> tuple[dict, dict]:
+        """Wait for every pending worker's answer, its death, or the deadline: (results, failures)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        results, failures = {}, {}
+        while pending:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            waitables = {self.conns[n]: n for n in pending} | {self.processes[n].sentinel: n for n in pending}
+            ready = wait(list(waitables), timeout=remaining)
+            if not ready:
+                failures |= {n: f"no answer to {m or phase} within {timeout:.1f} s" for n, m in pending.items()}
+                break
+            names = {waitables[handle] for handle in ready}
+            answered, failed = self._answers({n: pending.pop(n) or phase for n in names if n in pending})
+            results |= answered
+            failures |= failed
+        return results, failures
+
+    def drop(self, worker: str) -> None:
+        super().drop(worker)
+        process = self.processes.pop(worker, None)
+        if process is not None and process.is_alive():
+            process.kill()
+        self.conns.pop(worker, None)
+
+    def close(self) -> None:
+        for name, conn in self.conns.items():
+            try:
+                conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for process in self.processes.values():
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+
+
+class _RayHost:
+    """Holds one actor inside a Ray worker process and times its calls."""
+
+    def __init__(self, cls, config):
+        self.actor = _own_process_actor(cls, config)
+
+    def run(self, call: WorkerCall):
+        start = time.perf_counter()
+        value = call(self.actor)
+        return value, start, time.perf_counter()
+
+
+class RayBackend(Backend):
+    """One Ray actor per policy, with num_cpus / num_gpus from its spec, gang-scheduled in a placement group.
+
+    address: None starts a local Ray (all cores of this machine); "auto" or "ray://host:10001"
+    joins a cluster. `startup_seconds` (ray.init plus actor creation) is kept apart from step costs.
+    """
+
+    def __init__(self, specs: list[WorkerSpec], address: str | None = None, start_timeout: float = 300.0):
+        import ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        super().__init__(specs)
+        begin = time.perf_counter()
+        self._ray, self._owns = ray, not ray.is_initialized()
+        if self._owns:
+            local = {} if address else {
+                "num_cpus": max(os.cpu_count() or 1, int(sum(s.num_cpus for s in specs))),
+                # workers import what this process can (as spawned processes do), e.g. test-defined actors
+                "runtime_env": {"env_vars": {"PYTHONPATH": import_path()}}}
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, **local)
+        bundles = [{"CPU": s.num_cpus, **({"GPU": s.num_gpus} if s.num_gpus else {})} for s in specs]
+        self._group = placement_group(bundles, strategy="PACK")
+        self._remove_group = remove_placement_group
+        ready, _ = ray.wait([self._group.ready()], timeout=start_timeout)
+        if not ready:
+            self.close()
+            raise WorkerFailed(specs[0].name, f"Ray could not place {bundles} within {start_timeout:.0f} s")
+        host = ray.remote(_RayHost)
+        self.actors, self._inflight = {}, {}
+        for index, spec in enumerate(specs):
+            self.actors[spec.name] = host.options(
+                num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_restarts=0, name=None,
+                # a cluster's workers did not inherit this process's environment: the numerics go with the actor, and
+                # so does this process's import path as it is now (a user's probe module imported after ray.init)
+                runtime_env={"env_vars": {**numerics.environment(), "PYTHONPATH": import_path()}},
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=index),
+            ).remote(spec.cls, spec.config)
+        _, failures = self.call({s.name: PingCall() for s in specs}, start_timeout)
+        if failures:
+            self.close()
+            raise_first_failure(failures)
+        self.timeline.clear()
+        self.startup_seconds = time.perf_counter() - begin
+        self.started = time.perf_counter()
+
+    def call(self, calls: dict[str, WorkerCall], timeout: float | None = None) -> tuple[dict, dict]:
+        ray = self._ray
+        refs = {self.actors[name].run.remote(call): (name, call.phase) for name, call in calls.items()}
+        ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        results, failures = {}, {}
+        for ref in ready:
+            name, method = refs[ref]
+            try:
+                value, start, end = ray.get(ref)
+            except ray.exceptions.RayActorError:
+                failures[name] = "its actor died"
+                continue
+            except ray.exceptions.RayTaskError as err:
+                failures[name] = f"{method} raised:\n{err}"
+                continue
+            self._record(name, method, start, end)
+            results[name] = value
+        for ref in late:
+            name, method = refs[ref]
+            failures[name] = f"no answer to {method} within {timeout:.1f} s"
+        return results, failures
+
+    def submit(self, worker: str, call: WorkerCall) -> None:
+        """Start one call without waiting; `wait_any` returns whichever in-flight call ends first."""
+        self._inflight[self.actors[worker].run.remote(call)] = (worker, call.phase)
+
+    def wait_any(self, timeout: float | None = None) -> tuple[str, object, str | None]:
+        """(worker, result, failure reason or None) of the first in-flight call to end (or miss the deadline)."""
+        ray = self._ray
+        ready, _ = ray.wait(list(self._inflight), num_returns=1, timeout=timeout)
+        if not ready:
+            ref = next(iter(self._inflight))
+            name, method = self._inflight.pop(ref)
+            return name, None, f"no answer to {method} within {timeout:.1f} s"
+        name, method = self._inflight.pop(ready[0])
+        try:
+            value, start, end = ray.get(ready[0])
+        except ray.exceptions.RayActorError:
+            return name, None, "its actor died"
+        except ray.exceptions.RayTaskError as err:
+            return name, None, f"{method} raised:\n{err}"
+        self._record(name, method, start, end)
+        return name, value, None
+
+    def drop(self, worker: str) -> None:
+        super().drop(worker)
+        actor = self.actors.pop(worker, None)
+        if actor is not None:
+            self._ray.kill(actor, no_restart=True)
+
+    def close(self) -> None:
+        for actor in self.actors.values() if hasattr(self, "actors") else ():
+            self._ray.kill(actor, no_restart=True)
+        if getattr(self, "_group", None) is not None:
+            self._remove_group(self._group)
+        if self._owns:
+            self._ray.shutdown()
+
+
+def make_backend(kind: str, specs: list[WorkerSpec], **kwargs) -> Backend:
+    """A backend by name: inline, process or ray (kwargs go to the backend, e.g. address= for ray)."""
+    if kind == "inline":
+        return InlineBackend(specs)
+    if kind == "process":
+        return ProcessBackend(specs, **kwargs)
+    if kind == "ray":
+        return RayBackend(specs, **kwargs)
+    raise ValueError(f"backend={kind!r} is not allowed; expected one of {list(BACKENDS)}")

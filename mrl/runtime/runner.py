@@ -1,0 +1,602 @@
+"""The runner: n >= 1 policies trained together on one MWRA backend, sharing experience through SEE.
+
+One path for every experiment: independent GRPO is this runner with the `grpo` probe (n = 1, or n > 1
+policies that publish but read nothing), the probes and HACPO are the same loop with another probe.
+
+The shape: `plan_run` makes every check once, before any worker starts, into a frozen `RunPlan` (the probe
+and its GRPO config, each policy's placement and threads, the peers, the offline records, the run's identity,
+the checkpoint to resume). A `Session` holds what the run changes (backend, exchange, record, reporting)
+and its phases, each written once: rollout, collect, update, evaluate, end of step, checkpoint. A clock
+drives the session:
+
+- `sync_clock`, step by step: the exchange clock advances; every worker samples and scores the step's
+  prompts (`rollout`, a barrier); their records are published (malformed ones are rejected and counted) and
+  logged; for each learner the session collects the peers' records of the kinds its probe declares
+  (successes re-verified with the learner's verifier, stale records dropped); every worker updates with its
+  probe's loss (`update`, a barrier).
+- `async_clock`: each worker runs up to `staleness` steps ahead of the slowest; its update takes the peers'
+  records published by then (the schedule: `async_clock`'s docstring).
+
+Greedy evaluation every `eval_every` steps and at the last. Checkpoints every `checkpoint_every` steps hold
+every policy's weights and optimizer state, the exchange (clock, counters, records) and all metrics so far,
+written atomically (a temporary folder renamed into place); `resume=True` continues from the latest
+complete one and ends with the metrics of an uninterrupted run. With an `output_dir`, the run ends by saving every
+trained policy as a transformers folder `output_dir/<policy>/` (mrl.runtime.saving).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from mrl.runtime import checkpoint
+
+from mrl import numerics
+from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConfig
+from mrl.core.probes import Probe, ProbeConfig, get_probe, require_importable
+from mrl.core.see import Exchange, PolicySpec
+from mrl.core.seeding import step_prompts
+from mrl.core.tasks import make_task
+from mrl.runtime.actor import ActorConfig, PolicyActor
+from mrl.runtime.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads
+from mrl.runtime.poison import PoisonedActor
+from mrl.runtime.saving import RunCard, save_policy
+from mrl.runtime.spec import OfflinePeers, RunSpec, run_identity  # noqa: F401  (OfflinePeers: re-exported)
+from mrl.runtime.tracking import Reporting, make_reporters
+from mrl.runtime.worker import (EvaluateCall, FinishCall, FinishResult, LoadStateCall, PolicySpecCall, RolloutCall,
+                        RolloutResult, StateDictCall, UpdateCall, UpdateResult)
+
+
+@dataclass
+class RunRecord:
+    """Everything a run produced."""
+
+    steps: list = field(default_factory=list)
+    evals: list = field(default_factory=list)
+    events: list = field(default_factory=list)
+    timeline: list = field(default_factory=list)
+    startup_seconds: float = 0.0
+    """backend start-up (processes spawned, Ray initialised, actors built) before the first step"""
+    wall_seconds: float = 0.0
+    """the training loop, from the first step to the last"""
+    counters: dict = field(default_factory=dict)
+    workers: list = field(default_factory=list)
+
+
+# --- the plan: every check, once, before any worker starts ----------------------------------------------------
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What plan_run decided from a RunSpec; nothing in it changes while the run goes on."""
+
+    spec: RunSpec
+    """the run as it was asked for"""
+    task: object
+    """the task (mrl.core.tasks.make_task) whose prompts and verifier every step uses"""
+    grpo_cfg: GrpoConfig
+    """the GRPO config, its group size multiplied by the probe's group_multiplier"""
+    probe: Probe
+    """the resolved probe (its kinds, teacher, group multiplier)"""
+    offline_specs: dict
+    """{offline policy: its spec from the stored log}"""
+    offline_records: dict
+    """{step: [records]} the offline peers publish at that step"""
+    identity: dict
+    """the settings a resume must match (mrl.runtime.spec.run_identity)"""
+    experience_dir: Path | str | None
+    """where the exchange logs its accepted records (None: no log)"""
+    workers: tuple
+    """one WorkerSpec per live policy, the poisoned one's class PoisonedActor"""
+    resumed: Path | None = None
+    """the checkpoint folder the run continues from (its identity matched), None for a fresh run"""
+    saved: dict | None = None
+    """that checkpoint's state (step, workers, exchange, record)"""
+    skipped: tuple = ()
+    """(folder name, reason) of every damaged checkpoint passed over to find it"""
+
+    @property
+    def first_step(self) -> int:
+        """The first step this run trains: 1, or the one after the resumed checkpoint's."""
+        return self.saved["step"] + 1 if self.saved is not None else 1
+
+
+def plan_run(spec: RunSpec, checkpoint_dir: str | Path | None = None, resume: bool = False) -> RunPlan:
+    """Every check of a RunSpec (ValueError or ConfigError naming what is wrong), in one order, and the RunPlan they
+    leave; the checkpoint to resume is found in checkpoint_dir and matched against the run's identity here, before
+    any worker starts."""
+    policy_paths, cfg, offline = spec.policies, spec.runner, spec.offline
+    if len(policy_paths) < 1:
+        raise ValueError("a run needs at least one policy; RunSpec.policies is empty")
+    if cfg.checkpoint_every and checkpoint_dir is None:
+        raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
+    probe_cfg = spec.probe_config()
+    probe, grpo_cfg = _resolve_probe(probe_cfg, spec.grpo)
+    require_importable(probe.name, cfg.backend)   # a notebook cell's probe runs inline only
+    offline_specs, offline_records = _load_offline(offline, policy_paths, cfg)
+    placement = _placements(spec.placement, policy_paths)
+    identity = run_identity(spec)
+    found, saved, skipped = None, None, []
+    if resume and checkpoint_dir is not None:
+        found, saved, skipped = checkpoint.load_latest(checkpoint_dir, identity)
+    experience_dir = spec.experience_dir
+    if experience_dir is None and checkpoint_dir is not None:
+        experience_dir = Path(checkpoint_dir) / "experience"
+    task = make_task(spec.task)
+    thread_plan = _plan_threads(spec.threads, policy_paths)
+    peer_paths = {peer: str(p) for peer, p in {**policy_paths, **(offline.paths if offline else {})}.items()}
+    _check_peers(probe, peer_paths, policy_paths, cfg)
+    actor_cls = spec.actor_cls or PolicyActor
+    workers = tuple(
+        WorkerSpec(name, PoisonedActor if name == cfg.poisoned else actor_cls,
+                   ActorConfig(name, str(path), spec.task, grpo_cfg, probe_cfg, thread_plan[name], spec.run_id,
+                               peer_paths, attack=cfg.attack if name == cfg.poisoned else "", reverify=cfg.reverify,
+                               placement=placement[name]),
+                   num_cpus=thread_plan[name], num_gpus=placement[name].gpus)
+        for name, path in policy_paths.items())
+    return RunPlan(spec=spec, task=task, grpo_cfg=grpo_cfg, probe=probe, offline_specs=offline_specs,
+                   offline_records=offline_records, identity=identity, experience_dir=experience_dir,
+                   workers=workers, resumed=found, saved=saved, skipped=tuple(skipped))
+
+
+def _resolve_probe(probe_cfg: ProbeConfig, grpo_cfg: GrpoConfig) -> tuple[Probe, GrpoConfig]:
+    """(the registered probe of probe_cfg, grpo_cfg with the probe's group multiplier); a config of another class
+    than the probe's, or an aggregation its loss does not implement, is refused."""
+    probe = get_probe(probe_cfg.name)
+    if type(probe_cfg) is not probe.config:
+        raise ConfigError(f"probe {probe.name!r} takes a {probe.config.__name__}, got {type(probe_cfg).__name__}; "
+                          f"build it with mrl.core.probes.probe_config({probe.name!r}, ...)")
+    probe.check(grpo_cfg)
+    if probe.group_multiplier != 1:
+        grpo_cfg = dataclasses.replace(grpo_cfg, group_size=grpo_cfg.group_size * probe.group_multiplier)
+    return probe, grpo_cfg
+
+
+def _load_offline(offline: OfflinePeers | None, policy_paths: dict, cfg: RunnerConfig) -> tuple[dict, dict]:
+    """OfflinePeers.load() of peers that are not live policies, in a sync run; ({}, {}) without offline peers."""
+    if offline is None:
+        return {}, {}
+    clash = sorted(set(offline.paths) & set(policy_paths))
+    if clash or cfg.mode != "sync":
+        raise ConfigError(f"offline peers {sorted(offline.paths)} must differ from the live policies "
+                          f"{sorted(policy_paths)} and need mode='sync'"
+                          + (f"; both hold {clash}" if clash else ""))
+    return offline.load()
+
+
+def _placements(placement: dict | None, policy_paths: dict) -> dict[str, PlacementConfig]:
+    """{policy: PlacementConfig} for every policy (the defaults where none is given); naming another is refused."""
+    unknown = sorted(set(placement or {}) - set(policy_paths))
+    if unknown:
+        raise ConfigError(f"placement names {unknown}, which are not policies of this run {sorted(policy_paths)}")
+    return {name: (placement or {}).get(name, PlacementConfig()) for name in policy_paths}
+
+
+def _plan_threads(threads: int | None, policy_paths: dict) -> dict[str, int]:
+    """{policy: torch threads}: `threads` each, or (None) this machine's cores shared by the policies' declared
+    cost (their parameter counts, mwra.plan_threads)."""
+    if threads is not None:
+        return {name: threads for name in policy_paths}
+    costs = {name: json.loads((Path(path) / "zoo.json").read_text())["n_params"] for name, path in policy_paths.items()}
+    return plan_threads(costs, os.cpu_count() or 1)
+
+
+def _check_peers(probe: Probe, peer_paths: dict, policy_paths: dict, cfg: RunnerConfig) -> None:
+    """A teacher probe needs a second policy (live or offline); the poisoned policy must be one of the run's."""
+    if probe.teacher and len(peer_paths) < 2:
+        raise ConfigError(f"probe {probe.name!r} takes its teacher from another policy of the run; got one policy "
+                          f"({sorted(peer_paths)}): pass at least two, live or offline")
+    if cfg.poisoned and cfg.poisoned not in policy_paths:
+        raise ConfigError(f"RunnerConfig.poisoned = {cfg.poisoned!r} is not a policy of this run; expected '' (none) "
+                          f"or one of {sorted(policy_paths)}")
+
+
+# --- the entry point -----------------------------------------------------------------------------------------
+
+def run_concurrent(spec: RunSpec, *, checkpoint_dir: str | Path | None = None, resume: bool = False,
+                   progress: bool = True, reporters: tuple | list = ()) -> RunRecord:
+    """Train the policies of `spec` (mrl.runtime.spec.RunSpec: policies, task, GRPO settings with seed and steps, runner,
+    probe, placement, offline peers, output folders) together for spec.grpo.steps steps.
+
+    A GRPO aggregation (grpo.loss_type) the probe's loss does not implement is refused before any worker starts.
+    checkpoint_dir: where checkpoints go, every runner.checkpoint_every steps (the experience log too, unless
+    spec.experience_dir names another folder).
+    resume: continue from the newest intact checkpoint in checkpoint_dir (damaged ones are skipped and named
+    in the events); a checkpoint of another experiment (seed, probe, policies, steps, ...: mrl.runtime.spec.run_identity)
+    is refused.
+    reporters: objects with log(metrics, step) and close() (mrl.runtime.tracking, e.g. NotebookTable) that receive every
+    step's metrics, besides the tracker runner.report_to names.
+    """
+    numerics.require()  # the driver records run.json's numerics and hosts inline workers
+    plan, cfg = plan_run(spec, checkpoint_dir, resume), spec.runner
+    sinks = [*make_reporters(cfg.report_to, spec.run_id, cfg.logging_dir, plan.identity), *reporters]
+    begin = time.perf_counter()
+    backend = make_backend(cfg.backend, list(plan.workers))  # building the workers has its own deadline (start_timeout)
+    startup = time.perf_counter() - begin
+    resumed = plan.saved is not None
+    record = RunRecord(**plan.saved["record"]) if resumed else RunRecord(workers=list(spec.policies))
+    reporting = Reporting(sinks, reported=record if resumed else None)
+    try:
+        session = Session.open(plan, cfg, backend, record, reporting, checkpoint_dir)
+        loop_start = time.perf_counter()
+        clock = async_clock if cfg.mode == "async" else sync_clock
+        clock(session, plan.first_step, progress)
+        if spec.output_dir is not None:
+            session.save_policies(spec.output_dir, spec.card or RunCard(probe=plan.probe.name, seed=plan.grpo_cfg.seed,
+                                                                        steps=plan.grpo_cfg.steps))
+        reporting.update(record)
+        record.counters = dict(session.exchange.counters)
+        record.wall_seconds = time.perf_counter() - loop_start
+        record.startup_seconds = startup
+        return record
+    finally:
+        record.timeline = list(backend.timeline)
+        backend.close()
+        reporting.close()
+
+
+# --- the session: what a run changes, and its phases ----------------------------------------------------------
+
+@dataclass
+class Session:
+    """A run under way: its plan and runner config, the backend's workers, the exchange, the record so far and
+    the reporting of it. Each phase of a step is one method, shared by both clocks."""
+
+    plan: RunPlan
+    cfg: RunnerConfig
+    backend: object
+    exchange: Exchange
+    record: RunRecord
+    reporting: Reporting
+    checkpoint_dir: str | Path | None = None
+
+    @classmethod
+    def open(cls, plan: RunPlan, cfg: RunnerConfig, backend, record: RunRecord, reporting: Reporting,
+             checkpoint_dir: str | Path | None) -> Session:
+        """The session of freshly started workers: the exchange built from their policy specs (and the offline
+        peers'), a checkpoint restored, skipped and resumed checkpoints named in the events, and the step-0
+        evaluation of a fresh run."""
+        at = plan.first_step - 1
+        policies = _phase(backend, {w: PolicySpecCall() for w in backend.workers}, at, record, cfg, "at start-up: ")
+        exchange = Exchange({**plan.offline_specs, **{name: PolicySpec(**spec) for name, spec in policies.items()}},
+                            log_dir=plan.experience_dir)
+        session = cls(plan, cfg, backend, exchange, record, reporting, checkpoint_dir)
+        if plan.saved is not None:
+            session.restore()
+        for name, reason in plan.skipped:
+            warnings.warn(f"skipped damaged checkpoint {name}: {reason}", stacklevel=3)  # run_concurrent's caller
+            record.events.append({"step": at, "event": f"skipped damaged checkpoint {name}: {reason}"})
+        if plan.resumed is not None:
+            record.events.append({"step": at, "event": f"resumed from {plan.resumed.name}"})
+        if plan.first_step == 1:
+            session.evaluate(0)
+        return session
+
+    @property
+    def identity(self) -> dict:
+        """The run's identity, written with every checkpoint."""
+        return self.plan.identity
+
+    def restore(self) -> None:
+        """Load the plan's checkpoint into the workers (within the step deadline; a worker it does not hold had been
+        dropped before it, and is dropped again) and into the exchange."""
+        saved = self.plan.saved
+        for worker in list(self.backend.workers):
+            if worker not in saved["workers"]:
+                self.backend.drop(worker)
+        self.phase({w: LoadStateCall(saved["workers"][w]) for w in self.backend.workers}, saved["step"],
+                   f"while resuming from {self.plan.resumed.name}: ")
+        self.exchange.load_state_dict(saved["exchange"])
+
+    def phase(self, calls: dict, step: int, context: str = "") -> dict:
+        """One barrier over `calls` ({worker: WorkerCall}) within the step deadline (`_phase`)."""
+        return _phase(self.backend, calls, step, self.record, self.cfg, context)
+
+    def lose(self, name: str, reason: str, step: int, context: str = "") -> None:
+        """A worker failed (`_lose`): raise under failure_policy fail, else drop it and name it in the events."""
+        _lose(self.backend, self.record, self.cfg, name, reason, step, context)
+
+    def prompts(self, step: int) -> list:
+        """The RL prompts of `step`, the same for every policy."""
+        return step_prompts(self.plan.task, self.plan.grpo_cfg.seed, step, self.plan.grpo_cfg.prompts_per_step)
+
+    def rollout(self, step: int, problems: list) -> dict[str, RolloutResult]:
+        """The sync rollout barrier: the exchange clock moves to `step`, every worker samples and scores `problems`;
+        their records are published in name order (whatever order they answered in), then the offline peers' of
+        this step, and the step is logged. {worker: rollout result}."""
+        self.exchange.advance(step)
+        rollouts = self.phase({w: RolloutCall(step, problems) for w in self.backend.workers}, step)
+        for name in sorted(rollouts):
+            self.exchange.publish_many(rollouts[name].records)
+        self.exchange.publish_many(self.plan.offline_records.get(step, []))
+        self.exchange.flush(step)
+        return rollouts
+
+    def collect(self, name: str, step: int, problems: list) -> tuple[dict, dict]:
+        """(the peers' records of the probe's kinds for learner `name` at `step`, what its step row says of them):
+        `collect_counted`."""
+        return collect_counted(self.exchange, self.plan.probe.kinds, name, problems, self.plan.task, self.cfg, step)
+
+    def update(self, step: int, problems: list, rollouts: dict) -> None:
+        """The sync update barrier: every worker that rolled out updates with the records collected for it (in name
+        order); each one that answered appends its step row."""
+        calls, received = {}, {}
+        for name in sorted(rollouts):
+            peer_records, received[name] = self.collect(name, step, problems)
+            calls[name] = UpdateCall(step, peer_records)
+        updates = self.phase(calls, step)
+        for name in sorted(updates):
+            self.record.steps.append(step_row(name, step, rollouts[name], updates[name], received[name]))
+
+    def is_eval_step(self, step: int) -> bool:
+        """Whether `step` ends with a greedy evaluation: every eval_every steps and the last."""
+        return step % self.plan.grpo_cfg.eval_every == 0 or step == self.plan.grpo_cfg.steps
+
+    def rollouts_at(self, step: int) -> int:
+        """Rollouts each policy has sampled by the end of `step` (the x axis of the evaluations)."""
+        return step * self.plan.grpo_cfg.prompts_per_step * self.plan.grpo_cfg.group_size
+
+    def evaluate(self, step: int) -> None:
+        """The greedy evaluation barrier; every answer's rows are added in name order."""
+        results = self.phase({w: EvaluateCall(step) for w in self.backend.workers}, step)
+        for name in sorted(results):
+            self.add_evals(step, results[name])
+
+    def add_evals(self, step: int, rows: list) -> None:
+        """One policy's evaluation rows of `step`, each with the rollouts sampled by then."""
+        rollouts = self.rollouts_at(step)
+        self.record.evals += [{**row, "rollouts": rollouts} for row in rows]
+
+    def end_of_step(self, done: int, evaluate: bool = False) -> None:
+        """Every live worker has finished step `done` and its rows are in: records that the next step would find
+        stale are dropped, the sync clock's evaluation runs, counters and reporting are brought up to date."""
+        self.exchange.drop_older_than(done + 1 - self.cfg.max_staleness)
+        if evaluate:
+            self.evaluate(done)
+        self.record.counters = dict(self.exchange.counters)
+        self.reporting.update(self.record)
+
+    def checkpoint_due(self, step: int) -> bool:
+        """Whether a checkpoint is written after `step` (every checkpoint_every steps; never without)."""
+        return bool(self.cfg.checkpoint_every) and step > 0 and step % self.cfg.checkpoint_every == 0
+
+    def next_checkpoint(self, step: int) -> int | None:
+        """The first checkpoint step >= step (a barrier for the async clock), or None without checkpoints."""
+        every = self.cfg.checkpoint_every
+        return None if not every else ((step + every - 1) // every) * every
+
+    def checkpoint(self, step: int) -> Path:
+        """`save_checkpoint` of the run at `step` into the checkpoint folder."""
+        return save_checkpoint(self.checkpoint_dir, step, self.backend, self.exchange, self.record, self.identity,
+                               self.cfg)
+
+    def save_policies(self, folder: str | Path, card: RunCard) -> None:
+        """Every live policy's trained weights (its worker's state dict, within the step deadline) saved as a
+        transformers folder folder/<policy>/ by mrl.runtime.saving.save_policy; an event names each folder."""
+        step, sources = self.plan.grpo_cfg.steps, {spec.name: spec.config.policy_path for spec in self.plan.workers}
+        states = self.phase({w: StateDictCall() for w in self.backend.workers}, step, "while saving: ")
+        for name in sorted(states):
+            saved = save_policy(states[name]["model"], sources[name], Path(folder) / name, name, list(sources), card)
+            self.record.events.append({"step": step, "event": f"saved {name} to {saved}"})
+
+
+# --- the clocks -----------------------------------------------------------------------------------------------
+
+def sync_clock(session: Session, first_step: int, progress: bool) -> None:
+    """Two barriers per step (rollout, update), the peers' records collected in between; then the end of step
+    and, on its cadence, a checkpoint."""
+    plan = session.plan
+    desc = f"{session.cfg.backend} x{len(session.backend.workers)} {plan.probe.name}"
+    for step in tqdm(range(first_step, plan.grpo_cfg.steps + 1), desc=desc, disable=not progress, mininterval=5):
+        problems = session.prompts(step)
+        session.update(step, problems, session.rollout(step, problems))
+        session.end_of_step(step, evaluate=session.is_eval_step(step))
+        if session.checkpoint_due(step):
+            session.checkpoint(step)
+
+
+def async_clock(session: Session, first_step: int, progress: bool) -> None:
+    """Bounded-staleness clock: a worker starts step s once s <= (slowest worker's next step) + staleness.
+
+    A step is two calls: the rollout, whose records are published as soon as it returns, then the update with the
+    peers' records of step s's prompts published by then (peers at the same step that finished sampling first, or
+    running ahead), within max_staleness of s; the staleness of every record handed over is in the step row. The
+    schedule is the order in which calls finish: fixed for the inline backend (one call after another, in dispatch
+    order: with fresh prompts every step the first worker of a step never sees a later one's samples of it), so its
+    runs are deterministic; with processes it follows the machine's timing, and the dispatch events record it.
+    Checkpoint steps are barriers (every worker finishes them before anyone goes on), so a
+    checkpoint is a consistent cut; the experience log is written at each of them and at the end.
+    `record.events` logs each dispatch's lead over the slowest.
+    """
+    lanes = _Lanes(session, {w: first_step for w in session.backend.workers})
+    bar = tqdm(total=(session.plan.grpo_cfg.steps - first_step + 1) * len(lanes.next_step),
+               desc=f"{session.cfg.backend} async", disable=not progress, mininterval=5)
+    while lanes.dispatch():
+        name, result, failure = session.backend.wait_any(timeout=session.cfg.step_timeout)
+        call = lanes.running.pop(name)
+        if failure is not None:
+            lanes.drop(name, failure)
+        elif call == "rollout":
+            lanes.rolled_out(name, result)
+        else:
+            lanes.finished(name, result)
+            bar.update(1)
+    lanes.close()
+    bar.close()
+
+
+@dataclass
+class _Lanes:
+    """The async clock's state, one lane per worker: its next step, its call in flight, its current step's
+    rollout and what it received, and the step rows waiting for the slowest worker to finish their step."""
+
+    session: Session
+    next_step: dict
+    """worker -> the step it works on next (a dropped worker leaves)"""
+    running: dict = field(default_factory=dict)
+    """worker -> its call in flight, rollout or finish"""
+    rollout_of: dict = field(default_factory=dict)
+    """worker -> its current step's rollout result"""
+    received: dict = field(default_factory=dict)
+    """(step, worker) -> what its step row records of the peers' records (collect_counted)"""
+    pending_rows: dict = field(default_factory=dict)
+    """(step, worker) -> its step row, appended to the record once every live worker has finished the step"""
+
+    def dispatch(self) -> bool:
+        """Start the rollout of every idle worker within the staleness bound (and not past the next checkpoint
+        barrier); False when no call is left in flight (every live worker is done)."""
+        session = self.session
+        live = [w for w in session.backend.workers if w in self.next_step]
+        if not live:
+            return False
+        slowest = min(self.next_step[w] for w in live)
+        barrier = session.next_checkpoint(slowest)
+        for w in live:
+            s = self.next_step[w]
+            if w in self.running or s > session.plan.grpo_cfg.steps or s > slowest + session.cfg.staleness \
+                    or (barrier and s > barrier):
+                continue
+            session.exchange.advance(max(session.exchange.clock, s))
+            session.backend.submit(w, RolloutCall(s, session.prompts(s)))
+            self.running[w] = "rollout"
+            session.record.events.append({"step": s, "event": f"dispatch {w}", "lead": s - slowest})
+        return bool(self.running)
+
+    def drop(self, name: str, failure: str) -> None:
+        """A call of `name` failed: the failure policy raises, or the worker and its lane are dropped."""
+        self.session.lose(name, failure, self.session.exchange.clock)
+        self.next_step.pop(name, None)
+        self.rollout_of.pop(name, None)
+
+    def rolled_out(self, name: str, result: RolloutResult) -> None:
+        """`name`'s rollout returned: publish its records, collect its peers' and start its update (with the
+        evaluation on the evaluation steps)."""
+        session, s = self.session, self.next_step[name]
+        session.exchange.publish_many(result.records)
+        self.rollout_of[name] = result
+        peer_records, self.received[(s, name)] = session.collect(name, s, session.prompts(s))
+        session.backend.submit(name, FinishCall(s, peer_records, session.is_eval_step(s)))
+        self.running[name] = "finish"
+
+    def finished(self, name: str, result: FinishResult) -> None:
+        """`name`'s update returned: its row waits for the step's slowest worker, its evaluation rows are added;
+        the steps every live worker has finished end (rows appended in order), and a checkpoint step that every
+        worker has reached, with nothing in flight, is logged and checkpointed."""
+        session, s = self.session, self.next_step[name]
+        self.pending_rows[(s, name)] = step_row(name, s, self.rollout_of.pop(name), result.update,
+                                                self.received.pop((s, name)))
+        if result.evals:  # None when the step is no evaluation step
+            session.add_evals(s, result.evals)
+        self.next_step[name] = s + 1
+        done = min(self.next_step[w] for w in self.next_step) - 1  # every live worker has finished this step
+        for key in sorted(k for k in self.pending_rows if k[0] <= done):
+            session.record.steps.append(self.pending_rows.pop(key))
+        session.end_of_step(done)
+        at_barrier = not self.running and all(self.next_step[w] == done + 1 for w in self.next_step)
+        if session.checkpoint_due(done) and at_barrier:
+            session.exchange.flush(done)
+            session.checkpoint(done)
+            self.leave_dropped()
+
+    def leave_dropped(self) -> None:
+        """The lanes of workers the backend dropped outside this clock's calls (in a checkpoint's barrier, under
+        failure_policy continue) leave, as `drop` does: a lane left behind would hold the count of finished steps,
+        and so every later checkpoint, at its step."""
+        for name in [w for w in self.next_step if w not in self.session.backend.workers]:
+            self.next_step.pop(name)
+            self.rollout_of.pop(name, None)
+
+    def close(self) -> None:
+        """The run is over: the last records are logged, the rows still waiting appended, evaluations sorted."""
+        self.session.exchange.flush(self.session.exchange.clock)
+        for key in sorted(self.pending_rows):
+            self.session.record.steps.append(self.pending_rows.pop(key))
+        self.session.record.evals.sort(key=lambda row: (row["step"], row["policy"]))
+
+
+# --- barriers, collection, rows and checkpoints -------------------------------------------------------------
+
+def _phase(backend, calls: dict, step: int, record: RunRecord, cfg: RunnerConfig, context: str = "") -> dict:
+    """One barrier with the step deadline: results of the workers that answered; failures handled by the
+    failure policy (fail: raise WorkerFailed; continue: drop the worker, an event names it)."""
+    results, failures = backend.call(calls, timeout=cfg.step_timeout)
+    for name, reason in failures.items():
+        _lose(backend, record, cfg, name, reason, step, context)
+    if failures and not backend.workers:
+        raise WorkerFailed(next(iter(failures)), "no worker is left")
+    return results
+
+
+def _lose(backend, record: RunRecord, cfg: RunnerConfig, name: str, reason: str, step: int, context: str) -> None:
+    """A failed worker under the failure policy: fail raises WorkerFailed naming it; continue drops it and adds
+    an event with the first line of the reason."""
+    if cfg.failure_policy == "fail":
+        raise WorkerFailed(name, f"{context}{reason}")
+    backend.drop(name)
+    record.events.append({"step": step, "event": f"dropped {name}: {context}{reason.splitlines()[0]}"})
+
+
+def collect_for(exchange: Exchange, kinds, receiver: str, problems, task, max_staleness: int | None,
+                reverify: bool = True, at: int | None = None) -> dict:
+    """{kind: {prompt_id: [peer records]}} for one learner at step `at` (default: the exchange clock); successes must
+    pass the learner's verifier (every claimed one passes when reverify is off: the poisoned-peer ablation)."""
+    by_pid = {p.pid: p for p in problems}
+
+    def verify(success) -> bool:
+        return success.prompt_id in by_pid and (not reverify
+                                                or task.verify(success.completion, by_pid[success.prompt_id]) > 0)
+
+    pids = list(by_pid)
+    return {kind: exchange.collect(receiver, kind, pids, max_staleness, verify if kind == "success" else None, at)
+            for kind in kinds}
+
+
+def staleness_counts(peer_records: dict, step: int) -> dict[int, int]:
+    """{staleness: records} over every record handed to a learner at `step`; staleness = step - the record's policy
+    version (1: a peer's sample of this same step; 2 or more: older; 0 or less: from a peer running ahead)."""
+    counts: dict[int, int] = {}
+    for by_prompt in peer_records.values():
+        for records in by_prompt.values():
+            for r in records:
+                counts[step - r.version] = counts.get(step - r.version, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def collect_counted(exchange: Exchange, kinds, receiver: str, problems, task, cfg: RunnerConfig,
+                    step: int) -> tuple[dict, dict]:
+    """(collect_for's records for `receiver` at `step`, what its step row records of them): the peer successes SEE
+    dropped because this learner's verifier rejected them (forged_dropped) and the staleness of every record handed
+    over (peer_staleness, JSON {staleness: records})."""
+    before = exchange.counters["forged"]
+    records = collect_for(exchange, kinds, receiver, problems, task, cfg.max_staleness, cfg.reverify, step)
+    return records, {"forged_dropped": exchange.counters["forged"] - before,
+                     "peer_staleness": json.dumps(staleness_counts(records, step))}
+
+
+def step_row(name: str, step: int, rollout: RolloutResult, update: UpdateResult, received: dict) -> dict:
+    """One policy's row of RunRecord.steps: its rollout's reward, completion tokens (those sampled this step, stop
+    ids included), time and, under a bf16 sampler, the sampler/trainer mismatch (mrl.core.mismatch), its update's loss,
+    gradient norm, active sequences, time and probe statistics, and what it received from its peers
+    (collect_counted)."""
+    return {"policy": name, "step": step, "reward": rollout.reward, "loss": update.loss,
+            "grad_norm": update.grad_norm, "active_sequences": update.active_sequences,
+            "completion_tokens": rollout.tokens,
+            "rollout_seconds": rollout.seconds, "update_seconds": update.seconds, **received,
+            **rollout.sampler, **update.probe}
+
+
+def save_checkpoint(folder: str | Path, step: int, backend, exchange: Exchange, record: RunRecord, identity: dict,
+                    cfg: RunnerConfig) -> Path:
+    """Every live worker's state (within the step deadline, failures handled by the failure policy), the
+    exchange and the metrics so far, written atomically with the run's identity."""
+    states = _phase(backend, {w: StateDictCall() for w in backend.workers}, step, record, cfg,
+                    "while checkpointing: ")
+    state = {"step": step, "workers": states, "exchange": exchange.state_dict(),
+             "record": {k: v for k, v in record.__dict__.items()
+                        if k not in ("timeline", "startup_seconds", "wall_seconds")}}
+    return checkpoint.save(folder, step, state, identity)
