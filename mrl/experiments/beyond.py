@@ -192,7 +192,7 @@ def poison_runs(config: RunConfig) -> Labelled:
             arms = ((False, beyond.seeds), (True, beyond.reverified_seeds)) if attack == "forged_success" \
                 else ((True, beyond.seeds),)   # nothing re-verifies group statistics; SEE rejects malformed ones
             for reverify, seeds in arms:
-                variant = Variant(poisoned=beyond.poisoned, attack=attack, reverify=reverify)
+                variant = Variant(runner={"poisoned": beyond.poisoned, "attack": attack, "reverify": reverify})
                 labelled += [({**label, "seed": seed, "attack": attack, "reverify": reverify},
                               Run(run_config, paths, probe, seed, heldout.steps, variant)) for seed in seeds]
     return labelled
@@ -217,7 +217,7 @@ def scaling_runs(config: RunConfig, progress: bool = True) -> Labelled:
             for seed in beyond.scaling_seeds:
                 paths = {name: zoo[name] for name in order[:n]}
                 staleness = beyond.scaling_async_staleness if mode == "async" else config.runner.max_staleness
-                variant = Variant(mode=mode, max_staleness=staleness, backend=beyond.scaling_backend)
+                variant = Variant(runner={"mode": mode, "max_staleness": staleness, "backend": beyond.scaling_backend})
                 label = {"pairing": "+".join(paths), "probe": probe_label(probe), "seed": seed, "zoo_seed": zoo_seed,
                          "n": n, "mode": mode}
                 labelled.append((label, Run(base, paths, probe, seed, beyond.scaling_steps, variant)))

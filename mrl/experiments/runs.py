@@ -30,7 +30,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from mrl import numerics
-from mrl.core.config import ATTACKS, MODES, GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+from mrl.core.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import ProbeConfig, as_probe_config, get_probe, probe_code, probe_label
 from mrl.core.validation import ConfigError, Str, config_hash, require, to_dict
 from mrl.fingerprint import code_fingerprint
@@ -87,42 +87,37 @@ def policy_paths(config: RunConfig, progress: bool = True) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Variant:
-    """What a run's peers do besides its probe: one poisoned policy (mrl.runtime.poison) with or without re-verification,
-    or peers replayed from another run's experience log (runner.OfflinePeers), and its step clock. The default:
-    honest live peers, in step."""
+    """What a run does besides its probe and the profile's settings: the RunnerConfig fields it sets over the
+    profile's runner (a poisoned peer, mrl.runtime.poison, with or without re-verification; the step clock; a backend
+    it must use), peers replayed from another run's experience log (OfflinePeers), and whether it logs its own
+    experience. The default: the profile's runner, honest live peers."""
 
-    poisoned: str = ""
-    """the policy that publishes lies, '' for none"""
-    attack: str = "forged_success"
-    """what it publishes (mrl.core.config.ATTACKS)"""
-    reverify: bool = True
-    """learners re-score their peers' claims with their own verifier"""
+    runner: dict = field(default_factory=dict)
+    """RunnerConfig fields set over the profile's runner, e.g. {"poisoned": "B", "attack": "forged_success",
+    "reverify": False} or {"mode": "async", "max_staleness": 2, "backend": "process"}; a backend named here is the
+    one the run must use (an async run's metrics depend on its backend's timing), else the caller's"""
     offline: tuple = ()
     """((peer, checkpoint folder), ...): peers replayed from offline_log instead of co-trained"""
     offline_log: str = ""
     """the experience log of a cached run (its folder/experience)"""
     log_experience: bool = False
     """write this run's experience log into its cache folder (it computes the same metrics: not in the key)"""
-    mode: str | None = None
-    """the step clock (RunnerConfig.mode); async lets each worker run ahead, sharing within max_staleness; None:
-    the profile's runner.mode"""
-    max_staleness: int | None = None
-    """SEE drops peer records older than this many steps (RunnerConfig.max_staleness); None: the profile's"""
-    backend: str = ""
-    """the backend this run must use, part of its key ('' : the caller's, for runs whose metrics every backend
-    gives alike); an async run on processes depends on the machine's timing, and a run timed for its wall time is a
-    measurement of its backend"""
 
     def __post_init__(self):
-        require(self.attack in ATTACKS, "Variant", "attack", self.attack, f"one of {list(ATTACKS)}")
-        require(self.mode in (None, *MODES), "Variant", "mode", self.mode, f"one of {list(MODES)} or None")
+        fields = [f.name for f in dataclasses.fields(RunnerConfig)]
+        unknown = sorted(set(self.runner) - set(fields))
+        require(not unknown, "Variant", "runner", unknown, f"RunnerConfig fields: {fields}")
 
-    def runner(self, base: RunnerConfig, backend: str | None = None) -> RunnerConfig:
-        """The RunnerConfig this run runs with: `base` (the profile's runner) with this variant's peers and clock
-        folded in, the one place they are; its backend: the variant's, else `backend`, else base's."""
-        return dataclasses.replace(base, backend=self.backend or backend or base.backend, poisoned=self.poisoned,
-                                   attack=self.attack, reverify=self.reverify, mode=self.mode or base.mode,
-                                   max_staleness=self.max_staleness or base.max_staleness)
+    def runner_config(self, base: RunnerConfig, backend: str | None = None) -> RunnerConfig:
+        """The RunnerConfig this run runs with: `base` (the profile's runner) with this variant's fields over it, the
+        one place they meet; its backend: the variant's, else `backend`, else base's. Values are checked as
+        RunnerConfig checks them."""
+        return dataclasses.replace(base, **{"backend": backend or base.backend, **self.runner})
+
+    @property
+    def backend_pinned(self) -> bool:
+        """The run must use the variant's backend (it is part of the run's identity)."""
+        return "backend" in self.runner
 
 
 HONEST = Variant()
@@ -143,16 +138,16 @@ class Run:
     def spec(self, backend: str | None = None, report_to: str = "none", experience_dir: Path | None = None,
              output_dir: Path | None = None, card: RunCard | None = None) -> RunSpec:
         """The run as the runner takes it: the profile's task, GRPO (with this run's seed and steps, an evaluation
-        at least at the end), runner (the variant folded in, `Variant.runner`; its backend the variant's, else
+        at least at the end), runner (the variant folded in, `Variant.runner_config`; its backend the variant's, else
         `backend`, else the profile's) and placement, the probe, the offline peers. The other arguments say where
         its outputs go (not part of its identity)."""
         config, variant = self.config, self.variant
-        runner = dataclasses.replace(variant.runner(config.runner, backend), report_to=report_to)
+        runner = dataclasses.replace(variant.runner_config(config.runner, backend), report_to=report_to)
         offline = OfflinePeers(variant.offline_log, dict(variant.offline)) if variant.offline else None
         return RunSpec(policies=dict(self.paths), task=config.task, grpo=self.grpo(), runner=runner, probe=self.probe,
                        threads=config.threads, run_id=f"{self.probe.name}-seed{self.seed}",
                        placement={name: config.placement_of(name) for name in self.paths}, offline=offline,
-                       backend_pinned=bool(variant.backend), experience_dir=experience_dir, output_dir=output_dir,
+                       backend_pinned=variant.backend_pinned, experience_dir=experience_dir, output_dir=output_dir,
                        card=card)
 
     def key_content(self) -> dict:
