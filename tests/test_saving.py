@@ -252,14 +252,18 @@ def test_a_transformers_folder_and_a_cached_hub_model_train_beside_a_zoo_policy(
 @pytest.mark.slow
 def test_the_trl_trainer_saves_its_trained_policy(tiny_zoo_paths, tmp_path):
     from conftest import TINY_TASK
-    from mrl.core.config import GrpoConfig, TaskConfig
-    from mrl.integrations.trl_train import train
+    from mrl.core.config import GrpoConfig, PlacementConfig, TaskConfig
+    from mrl.integrations.file_exchange import FileExchange
+    from mrl.integrations.trl import MrlSharing
+    from mrl.integrations.trl_train import train, trl_args
     from mrl.core.probes import probe_config
 
     grpo = GrpoConfig(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=6, lr=1e-3, seed=0)
     out = tmp_path / "A"
-    trainer = train("A", {"A": tiny_zoo_paths["A"]}, TaskConfig(**TINY_TASK), probe_config("grpo"),
-                    tmp_path / "exchange", out, grpo, deadline=60, save_steps=1)
+    sharing = MrlSharing(policy="A", task=make_task(TaskConfig(**TINY_TASK)), probe=probe_config("grpo"),
+                         exchange=FileExchange(tmp_path / "exchange", "A", (), deadline=60),
+                         peer_paths={"A": tiny_zoo_paths["A"]})
+    trainer = train(sharing, trl_args(out, grpo, PlacementConfig(), save_steps=1))
     trained = {key: value.detach().cpu() for key, value in trainer.model.state_dict().items()}
     saved = AutoModelForCausalLM.from_pretrained(out).state_dict()
     source = AutoModelForCausalLM.from_pretrained(tiny_zoo_paths["A"]).state_dict()

@@ -18,7 +18,7 @@ from mrl.core.seeding import step_prompts
 from mrl.core.tasks import make_task
 from mrl.core.validation import ConfigError
 from mrl.integrations.file_exchange import FileExchange
-from mrl.integrations.trl import MRLGRPOTrainer, PromptOrderMismatch, check_trl_args, problem_dataset
+from mrl.integrations.trl import MRLGRPOTrainer, MrlSharing, PromptOrderMismatch, check_trl_args, problem_dataset
 from mrl.runtime.actor import ActorConfig, PolicyActor
 from mrl.runtime.mwra import WorkerFailed
 from mrl.runtime.runner import collect_for
@@ -38,9 +38,10 @@ def trl_args(tmp_path, **overrides) -> GRPOConfig:
 
 def trainer_for(paths, probe, tmp_path, exchange, micro_batch=0, **args) -> MRLGRPOTrainer:
     tokenizer = PreTrainedTokenizerFast.from_pretrained(paths["A"], padding_side="left")
+    sharing = MrlSharing(policy="A", task=make_task(TASK), probe=probe_config(probe), exchange=exchange,
+                         peer_paths=paths, micro_batch=micro_batch)
     return MRLGRPOTrainer(AutoModelForCausalLM.from_pretrained(paths["A"]), trl_args(tmp_path, **args),
-                          problem_dataset(make_task(TASK)), tokenizer, policy="A", task=make_task(TASK),
-                          probe=probe_config(probe), exchange=exchange, peer_paths=paths, micro_batch=micro_batch)
+                          problem_dataset(make_task(TASK)), tokenizer, sharing=sharing)
 
 
 def texts_of(batch):

@@ -1,19 +1,11 @@
 """Every probe inside TRL's GRPOTrainer: one trainer per policy, sharing through SEE (docs/trl.md).
 
 `MRLGRPOTrainer` is a `trl.GRPOTrainer` (TRL pinned in pyproject.toml) that carries any registered probe unchanged:
-
-- TRL samples, as it always does (transformers' `generate`, or vLLM through its own `use_vllm` switch);
-- the generate-and-score step turns TRL's batch into the policy's `RolloutBatch` (left-padded prompts, completions up
-  to and including EOS, the learner's verifier under mrl's EOS rule, the sampling log-probs) and into its SEE records
-  (Rollout, GroupStats, Success), publishes them through a `FileExchange` shared by all the trainers, and collects
-  its peers' records for the same prompts with a deadline and the runner's failure policy (`mrl.runtime.runner.collect_for`:
-  successes re-verified, stale records dropped);
-- the loss is the probe's loss on that `RolloutBatch` and a `PeerView`, so a probe is written once for both paths;
-  THL re-tokenizes peer text inside the probe, exactly as under the runner.
-
-What the adapter does not carry is refused when the trainer is built, naming the setting: several processes per
-trainer, gradient accumulation, several generation steps or iterations per batch, a probe that takes several
-optimizer steps per batch (HACPO's `minibatches` > 1) and a probe that needs a teacher (`trrd`).
+TRL samples as it always does; the generate-and-score step turns TRL's batch into the policy's `RolloutBatch` and
+its SEE records, publishes them through a `FileExchange` shared by all the trainers and collects its peers'
+(`mrl.runtime.runner.collect_for`); the loss is the probe's loss on that batch and a `PeerView`, so a probe is
+written once for both paths. One step in full: docs/trl.md, What happens in one step; what is refused when the
+trainer is built: its What is refused.
 """
 from __future__ import annotations
 
@@ -143,47 +135,64 @@ def padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tens
     return ids, mask
 
 
+@dataclasses.dataclass(frozen=True)
+class MrlSharing:
+    """What MRLGRPOTrainer adds to GRPOTrainer's arguments: the policy it trains, its task and probe, and how it
+    shares experience with the trainers of the other policies."""
+
+    policy: str
+    """this policy's id"""
+    task: object
+    """its task: the prompts and the verifier (mrl.core.tasks.make_task)"""
+    probe: ProbeConfig
+    """the probe whose loss the trainer minimises, with its knobs (mrl.core.probes.probe_config)"""
+    exchange: FileExchange
+    """this policy's end of the folder every trainer of the run shares"""
+    peer_paths: dict = dataclasses.field(default_factory=dict)
+    """{peer id: checkpoint folder}, whose tokenizers THL needs when the probe reads peer rollouts"""
+    reverify: bool = True
+    """re-score the peers' claimed successes with this policy's verifier (as RunnerConfig.reverify)"""
+    max_staleness: int = 1
+    """as RunnerConfig.max_staleness (1: the records of this step, sampled by peers one update behind)"""
+    run_id: str = "trl"
+    """written into every Rollout record this trainer publishes"""
+    micro_batch: int = 0
+    """as PlacementConfig.micro_batch: 0, the whole step's batch in one forward; n, n sequences at a time with the
+    whole batch's gradient (mrl.core.microbatch)"""
+
+
 class MRLGRPOTrainer(GRPOTrainer):
     """A GRPOTrainer whose loss is an mrl probe's, sharing experience with the trainers of the other policies.
 
-    policy: this policy's id; task: its task (prompts and verifier; mrl.core.tasks); probe: the probe and its knobs
-    (mrl.core.probes.probe_config); exchange: this policy's FileExchange; peer_paths: {peer id: checkpoint folder}, whose
-    tokenizers THL needs when the probe reads peer rollouts; reverify: re-score the peers' claims with this policy's
-    verifier; max_staleness: as RunnerConfig.max_staleness (1: the records of this step, sampled by peers one
-    update behind); micro_batch: as PlacementConfig.micro_batch (0: the whole step's batch in one forward; n: n
-    sequences at a time with the whole batch's gradient, mrl.core.microbatch). Every other argument is
-    GRPOTrainer's; `reward_funcs` is mrl's verifier (`verifier_reward`) and may not be given."""
+    sharing: mrl's part (MrlSharing: the policy, its task, the probe, the exchange and the peers). Every other
+    argument is GRPOTrainer's, as TRL names it; `reward_funcs` is mrl's verifier (`verifier_reward`) and may not be
+    given."""
 
-    def __init__(self, model, args: GRPOConfig, train_dataset, processing_class, *, policy: str, task,
-                 probe: ProbeConfig, exchange: FileExchange, peer_paths: dict[str, str] | None = None,
-                 reverify: bool = True, max_staleness: int = 1, run_id: str = "trl", micro_batch: int = 0,
-                 **kwargs):
+    def __init__(self, model, args: GRPOConfig, train_dataset, processing_class, *, sharing: MrlSharing, **kwargs):
         from transformers import PreTrainedTokenizerFast
 
         if "reward_funcs" in kwargs:
             raise ConfigError("MRLGRPOTrainer(reward_funcs=...) is not allowed: the reward is the task's verifier")
-        check_trl_args(args, probe)
-        self.mrl_probe, self.mrl_probe_cfg, self.mrl_task = get_probe(probe.name), probe, task
+        check_trl_args(args, sharing.probe)
+        self.mrl_sharing, self.mrl_probe = sharing, get_probe(sharing.probe.name)
         self.mrl_grpo = grpo_config(args)
         self.mrl_probe.check(self.mrl_grpo)
-        self.mrl_policy, self.mrl_exchange, self.mrl_run_id = policy, exchange, run_id
-        self.mrl_reverify, self.mrl_max_staleness = reverify, max_staleness
         self.mrl_peer_tokenizers = {peer: PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
-                                    for peer, path in (peer_paths or {}).items()
-                                    if peer != policy and "rollout" in self.mrl_probe.kinds}
+                                    for peer, path in sharing.peer_paths.items()
+                                    if peer != sharing.policy and "rollout" in self.mrl_probe.kinds}
         self.mrl_state: dict = {}
-        self.mrl_micro_batch, self.mrl_micro = micro_batch, None
+        self.mrl_micro = None
         self.mrl_pending: tuple[RolloutBatch, PeerView] | None = None
-        super().__init__(model=model, reward_funcs=[verifier_reward(task, processing_class)], args=args,
+        super().__init__(model=model, reward_funcs=[verifier_reward(sharing.task, processing_class)], args=args,
                          train_dataset=train_dataset, processing_class=processing_class, **kwargs)
-        exchange.spec = self.policy_spec()
+        sharing.exchange.spec = self.policy_spec()
         if self.accelerator.num_processes != 1:
             raise ConfigError(f"MRLGRPOTrainer runs one process per policy; this launch has "
                               f"{self.accelerator.num_processes} (launch each policy's trainer on its own)")
 
     @property
     def tokenizer_id(self) -> str:
-        return f"{self.mrl_policy}:{type(self.processing_class).__name__}"
+        return f"{self.mrl_sharing.policy}:{type(self.processing_class).__name__}"
 
     def policy_spec(self) -> PolicySpec:
         """What the peers validate this trainer's records against."""
@@ -213,32 +222,34 @@ class MRLGRPOTrainer(GRPOTrainer):
         if sampler_logp is not None:   # the behaviour policy is vLLM's: the probes' ratios are to its log-probs
             sample_logp = torch.where(sampler_logp.isnan(), sample_logp, sampler_logp)
         ref_logp = self.scored_logprobs(self.ref_model, **ids) if self.mrl_grpo.beta else None
+        policy, task = self.mrl_sharing.policy, self.mrl_sharing.task
         return RolloutBatch(
-            policy=self.mrl_policy, step=step, problems=list(problems), group_size=self.num_generations,
+            policy=policy, step=step, problems=list(problems), group_size=self.num_generations,
             **ids,
             sample_logp=sample_logp * ids["completion_mask"],
-            rewards=score(texts, expanded, self.mrl_task.verify, device),
-            grpo=self.mrl_grpo, tokenizer=tokenizer, verify=self.mrl_task.verify,
+            rewards=score(texts, expanded, task.verify, device),
+            grpo=self.mrl_grpo, tokenizer=tokenizer, verify=task.verify,
             logprobs=functools.partial(self.logprobs, self.model),
-            generator=step_generator(self.mrl_grpo.seed, step, f"{self.mrl_policy}/probe", device),
+            generator=step_generator(self.mrl_grpo.seed, step, f"{policy}/probe", device),
             state=self.mrl_state, ref_logp=ref_logp)
 
     def share(self, batch: RolloutBatch, step: int) -> PeerView:
         """Publish this step's records and collect the peers' for the same prompts (the PeerView of the probe);
         the exchange's counters go to TRL's metrics as exchange/<counter>."""
+        sharing = self.mrl_sharing
         texts = completion_texts(batch.tokenizer, batch.completion_ids, batch.completion_mask, batch.stop_ids)
-        own = batch_records(batch, texts, self.mrl_run_id, self.state.global_step, self.tokenizer_id,
-                            self.mrl_task.verifier_id)
-        self.mrl_exchange.publish(step, own)
-        exchange, missing = self.mrl_exchange.gather(step, own)
-        check_same_prompts(exchange, batch.problems, self.mrl_policy)
-        records = collect_for(exchange, self.mrl_probe.kinds, self.mrl_policy, batch.problems, self.mrl_task,
-                              self.mrl_max_staleness, self.mrl_reverify, at=step)
+        own = batch_records(batch, texts, sharing.run_id, self.state.global_step, self.tokenizer_id,
+                            sharing.task.verifier_id)
+        sharing.exchange.publish(step, own)
+        exchange, missing = sharing.exchange.gather(step, own)
+        check_same_prompts(exchange, batch.problems, sharing.policy)
+        records = collect_for(exchange, self.mrl_probe.kinds, sharing.policy, batch.problems, sharing.task,
+                              sharing.max_staleness, sharing.reverify, at=step)
         metrics = self._metrics["train"]
         metrics["exchange/missing_peers"].append(float(len(missing)))
         for name, count in exchange.counters.items():
             metrics[f"exchange/{name}"].append(float(count))
-        return PeerView(**records, tokenizers=self.mrl_peer_tokenizers, reverify=self.mrl_reverify)
+        return PeerView(**records, tokenizers=self.mrl_peer_tokenizers, reverify=sharing.reverify)
 
     def logprobs(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
         """log pi of every completion token with gradient (mrl.runtime.rollout.completion_logprobs, the runner's own
@@ -258,7 +269,7 @@ class MRLGRPOTrainer(GRPOTrainer):
     def training_step(self, model, inputs, num_items_in_batch=None):
         """TRL's training step; with micro-batches, its backward is MicroBatchedLogprobs.backward (dL/dlogp, then
         each micro-batch's forward again under the same autocast), so the gradient is the whole batch's."""
-        if not self.mrl_micro_batch:
+        if not self.mrl_sharing.micro_batch:
             return super().training_step(model, inputs, num_items_in_batch)
         backward = self.accelerator.backward
 
@@ -284,10 +295,10 @@ class MRLGRPOTrainer(GRPOTrainer):
             raise RuntimeError(f"TRL handed compute_loss {len(inputs['completion_ids'])} rows of a "
                                f"{len(batch.completion_ids)}-row generation batch (steps_per_generation must be 1)")
         logprobs = functools.partial(self.logprobs, model)
-        if self.mrl_micro_batch:   # training_step backpropagates it (MicroBatchedLogprobs.backward)
-            logprobs = self.mrl_micro = MicroBatchedLogprobs(logprobs, self.mrl_micro_batch)
+        if self.mrl_sharing.micro_batch:   # training_step backpropagates it (MicroBatchedLogprobs.backward)
+            logprobs = self.mrl_micro = MicroBatchedLogprobs(logprobs, self.mrl_sharing.micro_batch)
         batch = dataclasses.replace(batch, logprobs=logprobs)
-        output = self.mrl_probe.loss(batch, peers, self.mrl_probe_cfg)
+        output = self.mrl_probe.loss(batch, peers, self.mrl_sharing.probe)
         losses = list(output.losses)
         if len(losses) > 1:
             raise ConfigError(f"probe {self.mrl_probe.name!r} returned {len(losses)} updates for one batch; "

@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import mrl  # noqa: F401  (first: the numerics contract, before torch)
 from mrl.core.batch import CHAT_DATE
@@ -29,6 +30,11 @@ from mrl.core.tasks import make_task
 from mrl.experiments import policy_paths
 from mrl.integrations.file_exchange import FileExchange
 from mrl.profiles import PROFILES, load_profile
+
+if TYPE_CHECKING:   # trl: an optional dependency
+    from trl import GRPOConfig
+
+    from mrl.integrations.trl import MrlSharing
 
 
 def trl_args(output: Path, grpo, placement, report_to: str = "none", use_vllm: bool = False, save_steps: int = 0,
@@ -54,31 +60,25 @@ def trl_args(output: Path, grpo, placement, report_to: str = "none", use_vllm: b
     return GRPOConfig(**{**settings, **overrides})
 
 
-def train(policy: str, paths: dict[str, str], task_config, probe, exchange_root: Path, output: Path, grpo,
-          placement=None, deadline: float = 60.0, failure_policy: str = "fail", report_to: str = "none",
-          use_vllm: bool = False, save_steps: int = 0):
-    """Train `policy` (its checkpoint in `paths`) with `probe` and mrl's GrpoConfig `grpo` beside the other policies
-    of `paths`, each in its own process; returns the trainer after grpo.steps steps, its state (log_history), the
-    trained model, its tokenizer and TRL's model card saved in `output` (save_model), the generation config listing
-    every stop id the rollouts stopped at."""
+def train(sharing: MrlSharing, args: GRPOConfig):
+    """Train sharing.policy (its checkpoint folder sharing.peer_paths[sharing.policy]) with sharing.probe beside the
+    other policies of sharing.peer_paths, each in its own process, under TRL's GRPOConfig `args` (trl_args); returns
+    the trainer after args.max_steps steps, its state (log_history), the trained model, its tokenizer and TRL's
+    model card saved in args.output_dir (save_model), the generation config listing every stop id the rollouts
+    stopped at."""
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     from mrl.integrations.trl import MRLGRPOTrainer, problem_dataset   # trl: an optional dependency
 
-    task = make_task(task_config)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(paths[policy], padding_side="left")
-    args = trl_args(output, grpo, placement or PlacementConfig(), report_to, use_vllm, save_steps)
-    exchange = FileExchange(exchange_root, policy, tuple(sorted(set(paths) - {policy})), deadline=deadline,
-                            failure_policy=failure_policy)
-    placement = placement or PlacementConfig()
-    trainer = MRLGRPOTrainer(AutoModelForCausalLM.from_pretrained(paths[policy]), args, problem_dataset(task),
-                             tokenizer, policy=policy, task=task, probe=probe, exchange=exchange, peer_paths=paths,
-                             micro_batch=placement.micro_batch)
+    path = sharing.peer_paths[sharing.policy]
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
+    trainer = MRLGRPOTrainer(AutoModelForCausalLM.from_pretrained(path), args, problem_dataset(sharing.task),
+                             tokenizer, sharing=sharing)
     trainer.train()
     trainer.save_state()
     trainer.model.generation_config.eos_token_id = list(stop_ids(tokenizer))
-    trainer.save_model(str(output))
-    trainer.create_model_card(model_name=policy, tags=["mrl", probe.name])
+    trainer.save_model(args.output_dir)
+    trainer.create_model_card(model_name=sharing.policy, tags=["mrl", sharing.probe.name])
     return trainer
 
 
@@ -129,10 +129,15 @@ def main(argv: list[str] | None = None) -> int:
         paths = {name: paths[name] for name in args.pairing.split("+")}
     if args.policy not in paths:
         parser.error(f"--policy {args.policy!r} is not among the policies {sorted(paths)} (--policies or --profile)")
-    train(args.policy, paths, task, as_probe_config(yaml.safe_load(args.probe)), args.exchange, args.output, grpo,
-          config.placement_of(args.policy) if config else None, deadline=args.deadline,
-          failure_policy=args.failure_policy, report_to=args.report_to, use_vllm=args.use_vllm,
-          save_steps=args.save_steps)
+    from mrl.integrations.trl import MrlSharing   # trl: an optional dependency
+
+    probe = as_probe_config(yaml.safe_load(args.probe))
+    placement = config.placement_of(args.policy) if config else PlacementConfig()
+    trainer_args = trl_args(args.output, grpo, placement, args.report_to, args.use_vllm, args.save_steps)
+    exchange = FileExchange(args.exchange, args.policy, tuple(sorted(set(paths) - {args.policy})),
+                            deadline=args.deadline, failure_policy=args.failure_policy)
+    train(MrlSharing(policy=args.policy, task=make_task(task), probe=probe, exchange=exchange, peer_paths=paths,
+                     micro_batch=placement.micro_batch), trainer_args)
     return 0
 
 
