@@ -19,9 +19,13 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import mrl  # noqa: F401  (first: the numerics contract, before torch)
+import torch  # noqa: E402
+import yaml  # noqa: E402
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+from trl import GRPOConfig  # noqa: E402
+
 from mrl.core.batch import CHAT_DATE
 from mrl.core.config import GrpoConfig, PlacementConfig, TaskConfig
 from mrl.core.probes import as_probe_config
@@ -29,12 +33,8 @@ from mrl.core.stop_tokens import stop_ids
 from mrl.core.tasks import make_task
 from mrl.experiments import policy_paths
 from mrl.integrations.file_exchange import FileExchange
+from mrl.integrations.trl import MRLGRPOTrainer, MrlSharing, problem_dataset, trl_settings
 from mrl.profiles import PROFILES, load_profile
-
-if TYPE_CHECKING:   # trl: an optional dependency
-    from trl import GRPOConfig
-
-    from mrl.integrations.trl import MrlSharing
 
 
 def trl_args(output: Path, grpo, placement, report_to: str = "none", use_vllm: bool = False, save_steps: int = 0,
@@ -45,11 +45,6 @@ def trl_args(output: Path, grpo, placement, report_to: str = "none", use_vllm: b
     given mrl's fixed date, TRL's logging every step, dropout off. save_steps: TRL's own checkpoints every this many
     steps (save_strategy steps), 0 for none. use_vllm: TRL's own switch, vLLM colocated with the trainer
     (`pip install -e ".[vllm]"`); the probes' ratios are then to vLLM's sampling log-probs."""
-    import torch
-    from trl import GRPOConfig
-
-    from mrl.integrations.trl import trl_settings   # trl: an optional dependency
-
     settings = dict(output_dir=str(output), use_cpu=not torch.cuda.is_available(),
                     bf16=placement.dtype == "bfloat16", gradient_checkpointing=placement.gradient_checkpointing,
                     report_to=report_to, logging_steps=1, disable_tqdm=True,
@@ -66,10 +61,6 @@ def train(sharing: MrlSharing, args: GRPOConfig):
     the trainer after args.max_steps steps, its state (log_history), the trained model, its tokenizer and TRL's
     model card saved in args.output_dir (save_model), the generation config listing every stop id the rollouts
     stopped at."""
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-
-    from mrl.integrations.trl import MRLGRPOTrainer, problem_dataset   # trl: an optional dependency
-
     path = sharing.peer_paths[sharing.policy]
     tokenizer = PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
     trainer = MRLGRPOTrainer(AutoModelForCausalLM.from_pretrained(path), args, problem_dataset(sharing.task),
@@ -87,8 +78,6 @@ SMALL_RUN = {"steps": 20, "prompts_per_step": 4, "group_size": 8, "max_new_token
 
 
 def main(argv: list[str] | None = None) -> int:
-    import yaml
-
     parser = argparse.ArgumentParser(prog="python -m mrl.integrations.trl_train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--policy", required=True, help="this trainer's policy id (one of --policies)")
@@ -129,8 +118,6 @@ def main(argv: list[str] | None = None) -> int:
         paths = {name: paths[name] for name in args.pairing.split("+")}
     if args.policy not in paths:
         parser.error(f"--policy {args.policy!r} is not among the policies {sorted(paths)} (--policies or --profile)")
-    from mrl.integrations.trl import MrlSharing   # trl: an optional dependency
-
     probe = as_probe_config(yaml.safe_load(args.probe))
     placement = config.placement_of(args.policy) if config else PlacementConfig()
     trainer_args = trl_args(args.output, grpo, placement, args.report_to, args.use_vllm, args.save_steps)
