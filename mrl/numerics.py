@@ -1,41 +1,11 @@
 """The numerics contract: the same fp32 bits from a fixed seed on every x86-64 CPU with AVX2 (Intel and AMD).
 
-torch's own kernels (ATen), MKL (torch's BLAS on x86) and oneDNN each pick a code path by the instruction set the
-CPU reports, and each path rounds in its own order: an fp32 trajectory then differs in its last bits from one kind
-of CPU to another, and RL amplifies the difference into other samples, other accuracies, other tables. The
-`portable` contract (the default on x86-64) pins every one of them to a path that every x86-64 CPU with AVX2 has
-(Intel Core since 2013, AMD since 2015; some Pentium, Celeron and Atom parts lack it), and that computes the same
-bits on all of them:
-
-- ATen: `ATEN_CPU_CAPABILITY=avx2` (torch's vectorized kernels, Sleef's transcendentals included, are the same
-  AVX2 + FMA code on an Intel and an AMD CPU; read lazily, at torch's first kernel dispatch).
-- MKL: `MKL_CBWR=COMPATIBLE` (conditional numerical reproducibility, SSE2 without rcpps/rsqrtps: the one branch
-  oneMKL guarantees on Intel *and* non-Intel CPUs; its AVX2 branch is Intel-only, and on an AMD EPYC
-  `mkl_cbwr_set(AVX2)` returns MKL_CBWR_ERR_UNSUPPORTED_BRANCH and MKL falls back to its CPU-specific AUTO path).
-  MKL reads it at its first call; with `MKL_DYNAMIC=FALSE` the thread count is the one asked for.
-- oneDNN: `ONEDNN_MAX_CPU_ISA=AVX2` (torch's fp32 matmuls do not reach oneDNN; bf16 autocast does, and is not
-  covered: see below).
-- numpy: `NPY_DISABLE_CPU_FEATURES` lists every AVX-512 feature (numpy's exp and log, used by PRP's importance
-  weights and the bandit analysis, take other algorithms with AVX-512 and round otherwise; read when numpy is
-  imported), and `OPENBLAS_CORETYPE=Haswell` with `OPENBLAS_NUM_THREADS=1` pins the AVX2 kernels of the
-  OpenBLAS inside numpy and scipy and its partition of the work.
-- fp32 matmuls at torch's "highest" precision (the default; "high" or "medium" sends them to reduced-precision
-  kernels where the CPU has AMX or AVX512-BF16).
-- threads: every run sets its own torch thread count (`threads` of the profile, one per warm-up), and the count
-  is recorded with the result; the bits are the same only for the same count.
-
-What it does not cover: bf16 autocast on the CPU (oneDNN computes bf16 natively with AVX512-BF16 or AMX and
-emulates it otherwise, with other roundings), GPUs (CUDA kernels are another world), other torch, MKL or glibc
-builds, other thread counts, and other processors: on ARM (or any CPU that is not x86-64) the default is native,
-and recorded so. `MRL_NUMERICS=native` switches the contract off: each library then takes its
-fastest path on this CPU, runs are still bit-reproducible on one kind of CPU, and the committed tables and nbval's
-smoke copies are no longer reproduced byte for byte.
-
-`apply()` runs when `mrl` is imported, before any of its modules imports torch; every process mrl starts (the
-zoo's warm-up pool, the process backend's workers, Ray actors, the notebook kernel under papermill, `mrl run`,
-the benchmarks) imports mrl and inherits the environment. A process that ran a torch kernel or imported numpy
-(torch, pandas and transformers import it) before importing mrl cannot be pinned any more: `require()` then names
-the fix, `import mrl` first.
+`apply()` runs when `mrl` is imported, before any of its modules imports torch: under `portable` (the default on
+x86-64) it pins torch's ATen kernels, MKL, oneDNN, numpy and its OpenBLAS to code paths every such CPU has and
+computes the same bits on, and every process mrl starts inherits the pins; `MRL_NUMERICS=native` switches them off.
+`state()` reads back what the libraries do, and `require()` stops a process that ran torch or imported numpy before
+mrl, naming the fix (`import mrl` first). Each variable and why its value, what is not covered, how it is tested
+and what it costs: docs/reproducibility.md.
 """
 from __future__ import annotations
 

@@ -1,25 +1,11 @@
 """The exact cross-tokenizer probability of a text: log P(text | prompt) over every tokenization (docs/marginal.md).
 
-A policy that samples tokens produces a text through many token sequences: `12` as one token or as `1`, `2`. The
-probability that it writes a text is the sum over every sequence of its non-special tokens whose decoded bytes are
-exactly the text's; THL and the ratios of HACPO, GRAFT and PRP use one term of that sum, the canonical encoding's.
-
-1. `lattice`: the text's tokenization lattice, every (token, end byte) that can follow each byte offset, read off
-   the tokenizer's pieces (THL's byte rules: byte-level BPE, SentencePiece/Unigram pieces, WordPiece's `##` and its
-   space before a word start, characters), with the number of tokenizations it holds (a count over byte offsets).
-2. `tokenizations`: the lattice's paths, token id lists, in a fixed order.
-3. `marginal_logprobs`: the sum itself under a causal LM, as a search over tokenization prefixes by token count:
-   the prompt is read once, and every prefix is one forward of its last token on its parent's KV cache, so
-   tokenizations that share a prefix share its computation. Exact while the lattice holds at most `exact_limit`
-   tokenizations; beyond, a beam of `beam` prefixes per text and depth (the canonical prefix always kept), which
-   returns the found mass F (a lower bound) and the pruned prefixes' mass R: the marginal lies in [F, F + R], and
-   F / (F + R) is a lower bound on the share it covers.
-
-Special tokens contribute no text and are never part of a tokenization (else any text had infinitely many). The
-lattice needs a decoder that writes a text piece by piece (byte-level, plain pieces, WordPiece without its cleanup:
-every tokenizer of the zoo); a Metaspace decoder, which strips the text's first space, or WordPiece's cleanup, which
-rewrites spaces around punctuation, is refused with ThlError. This module imports nothing of mrl but
-mrl.core.token_bytes, whose byte rules it shares with THL; `mrl.core.thl.marginal_logprob` is this one.
+A policy writes a text through every token sequence that decodes to it; THL and the ratios of HACPO, GRAFT and PRP
+use one term of that sum, the canonical encoding's. `lattice` lists the tokens that can follow each byte offset of
+a text (THL's byte rules, from mrl.core.token_bytes, the one module of mrl this one imports), `tokenizations` its
+paths, and `marginal_logprobs` the sum under a causal LM, a search over tokenization prefixes on the KV cache: exact
+up to `exact_limit` tokenizations, a beam with bounds beyond. The lattice, the search, the beam's bounds and the
+decoders refused: docs/marginal.md. `mrl.core.thl.marginal_logprob` is this module's.
 """
 from __future__ import annotations
 

@@ -1,23 +1,11 @@
 """THL, the Tokenizer Heterogeneity Layer (docs/architecture.md, THL): text is the unit of exchange.
 
-1. Retokenize: decode the source ids (`skip_special_tokens=True, clean_up_tokenization_spaces=False`)
-   and encode the text with the receiver (`add_special_tokens=False`).
-2. Align by bytes: every token is given the UTF-8 bytes it contributes to the text (byte-level BPE
-   through GPT-2's byte alphabet, SentencePiece/Metaspace with byte fallback, WordPiece with `##`,
-   plain pieces); both sides are cut wherever both have a token boundary at the same byte. Each
-   cut-to-cut segment is a *group*: a source token range and a receiver token range.
-3. Project per-token values: `sum` (each group's total is placed on its last receiver token, so
-   every group total and the sequence total are preserved), `broadcast` (the group mean of the
-   source values, a scalar to every token), `any` / `all` for masks.
-4. Residual cost: `residual` returns a ThlReport (round-trip failures, non-canonical samples,
-   coarseness, truncation loss, the length-normalisation gap of a mean-based sequence ratio).
-5. The exact probability of a text: `marginal_logprob` (mrl.core.marginal, imported here) sums the receiver's
-   probability over every tokenization of the text, where step 1 scores one, the canonical (docs/marginal.md).
-
-When a side's pieces do not reproduce the text byte for byte (WordPiece lower-casing, `<unk>`,
-normalisers), no byte-exact alignment exists: `align` then returns one coarse group holding
-everything, flagged `exact=False` (totals are still preserved), or raises ThlError with
-`strict=True`. Nothing is aligned silently wrong. A token's bytes come from mrl.core.token_bytes.
+A peer's sampled ids are decoded and the text encoded with the receiver's tokenizer; `align` cuts both
+tokenizations wherever both have a token boundary at the same byte (a token's bytes from mrl.core.token_bytes)
+into groups, and `Alignment.project` moves per-token values onto the receiver's tokens (`sum` preserves every
+group total). `residual` reports the exchange's cost per tokenizer pair, and `marginal_logprob` (mrl.core.marginal)
+a text's probability over every tokenization. A text a side cannot reproduce byte for byte becomes one coarse group
+flagged `exact=False` (or a ThlError with `strict=True`): nothing is aligned silently wrong.
 """
 from __future__ import annotations
 

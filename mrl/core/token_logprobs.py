@@ -2,21 +2,11 @@
 
     log pi(y_t) = z_t[y_t] - logsumexp_v z_t[v],    z_t = logits_t / temperature in float32
 
-The update scores every completion token: logits (B, T, V) with V up to 152k words. Their float32 copy, log_softmax's
-float32 output (kept for the backward) and the backward's two float32 gradients are each 2x the bf16 logits: at the
-paper's micro-batch (16 sequences of about 640 tokens, Llama's 128,256 words) some 5 GB apiece. On a GPU, bf16 or
-fp16 logits are instead read a few positions at a time (`ChunkedTokenLogprobs`): the forward keeps the logits it was
-given and the (B, T) log-normalizer, the backward recomputes the softmax chunk by chunk and writes the gradient in
-the logits' dtype, so no float32 tensor larger than one chunk exists.
-
-On a CPU, and for float32 logits anywhere, the log-probs are the expression every committed result was computed with
-(log_softmax of the whole tensor, then gather), bit for bit. The chunked path is not used there because it is not
-bitwise equal: it computes z - (max + log sum) where log_softmax computes (z - max) - log sum, and its backward
-onehot - exp(z - lse) where log_softmax's is onehot - exp(log_softmax); on every float32 shape tried the values and
-the gradients differed in their last bits, which the numerics contract (mrl/numerics.py) would carry into other
-samples and other committed tables. tests/test_token_logprobs.py holds the CPU to the committed expression with
-torch.equal and the chunked path to it at float32's tolerance. A float32 model holds its logits in float32 already,
-so the chunked path would save only log_softmax's output there.
+On a GPU, bf16 or fp16 logits are read a few positions at a time (`ChunkedTokenLogprobs`, whose backward recomputes
+the softmax chunk by chunk), so no float32 tensor larger than one chunk exists. On a CPU, and for float32 logits
+anywhere, the log-probs are log_softmax of the whole tensor then gather, bit for bit the expression every committed
+result was computed with (the chunked path rounds otherwise). What it saves, and why the CPU keeps the committed
+expression: docs/performance.md, The chunked log-probs.
 """
 from __future__ import annotations
 

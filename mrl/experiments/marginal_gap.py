@@ -1,20 +1,11 @@
 """What the canonical tokenization drops from a peer's probability, and what summing every tokenization costs
-(docs/marginal.md; 80_beyond's section on the marginal).
+(docs/marginal.md, What it costs, and what it changes; 80_beyond's section on the marginal).
 
-A source policy samples its completions as its RL rollouts are drawn; a learner scores each text that ended with
-EOS canonically (its own encoding, THL's retokenization) and over every tokenization (mrl.core.marginal, exact for the
-zoo's short answers). From one pair of policies:
-
-1. `draw_samples`: the source's samples: prompt, text, sampled ids, their summed log-prob, EOS, reward.
-2. `score_samples`: one row per ended sample: the gap log marginal - log canonical under the learner, the share of
-   the text's probability its canonical tokenization carries, and HACPO's sequence log-ratio (ratio thl: divided
-   by the THL groups) under three definitions: canonical (the learner's canonical tokenization over the source's
-   sampled tokens: the probes' default), marginal (the learner's marginal over them: `tokenization: marginal`) and
-   exact (both sides' marginals: the text's own ratio, which the probes cannot form without the source's model).
-3. `scoring_cost`: the learner's CPU time for the marginal against the canonical, both measured in one call
-   (interleaved repeats, medians): the probes' scoring (terms.sequence_logprobs: every tokenization one row of a
-   forward and backward) and the search's (mrl.core.marginal, no gradient) against a canonical forward.
-4. `measure_policies`: 1-3 for every ordered pair of a set of policies.
+A source policy samples completions as its RL rollouts are drawn (`draw_samples`); a learner scores each text that
+ended with EOS canonically and over every tokenization (`score_samples`: the gap, the canonical share and HACPO's
+log-ratio under three definitions); `scoring_cost` times the marginal against the canonical in one call, and
+`measure_policies` does all of it for every ordered pair of a set of policies. The definitions and what each step
+records: docs/marginal.md.
 """
 from __future__ import annotations
 

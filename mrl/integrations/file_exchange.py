@@ -1,21 +1,10 @@
 """The exchange between trainers that run as separate processes (docs/trl.md, The exchange between trainers).
 
 Each policy writes the records of a step into its own folder, `root/<policy>/`, as one step of SEE's experience log
-(mrl.core.see.write_log_step: atomic Parquet files and a checksummed manifest written last), and reads its peers' folders
-for the same step, waiting for each up to a deadline. Every record read is validated again as it is published into a
-fresh SEE Exchange at the step's clock, so malformed experience is rejected and counted exactly as in the runner.
-
-Why the filesystem and not a Ray actor: every trainer already runs under its own launcher (`accelerate launch`, a
-Ray task, a Slurm job), and a folder is the one thing they all share without another service to start, keep alive
-and reconnect to; the log is SEE's own format, written atomically and checksummed, so a torn or altered step is
-refused, and it is also the experience log that `mrl.core.see.replay` and offline GRAFT read back. A Ray actor would hold
-records in memory only, and would need every trainer to join one Ray cluster.
-
-Faults between trainers end the same way as a silent peer, by name: a peer killed while writing a step never publishes
-its manifest, so the step is never read (its earlier steps stay whole), and at the deadline the peer is named with the
-files it left; a peer's step that fails its checksums (torn or altered), or whose folder another run wrote
-(`run_id`), is refused naming the peer. Under failure_policy "fail" each raises WorkerFailed; under "continue" the
-peer is dropped.
+(atomic Parquet files and a checksummed manifest written last), and reads its peers' folders for the same step,
+waiting for each up to a deadline; every record read is validated again by a fresh SEE Exchange, as in the runner.
+A peer that is silent, killed mid-step, torn, altered or another run's is named, and the failure policy raises
+WorkerFailed or drops it. Why a folder and not a Ray actor, and each fault: docs/trl.md.
 """
 from __future__ import annotations
 
@@ -26,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mrl.core.config import FAILURE_POLICIES
-from mrl.core.see import (LOG_FILE, Exchange, ExperienceLogError, Limits, PolicySpec, last_logged_step, manifest_name,
-                     read_log_step, read_manifest, write_log_step)
+from mrl.core.see import Exchange, Limits, PolicySpec
 from mrl.core.validation import ConfigError
+from mrl.runtime.experience_log import (LOG_FILE, ExperienceLogError, last_logged_step, manifest_name, read_log_step,
+                                        read_manifest, write_log_step)
 from mrl.runtime.mwra import WorkerFailed
 
 

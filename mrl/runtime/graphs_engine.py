@@ -1,25 +1,11 @@
 """The graphs engine: sampling whose decode step is captured in CUDA graphs over a static KV cache.
 
-A call pads its batch to a bucket (batch_bucket) and sizes its cache to the prompt and completion tokens rounded up
-to BUCKET. The prompts are prefilled as the reference prefills them (their own left-padded length), whole prompts
-GRAPHS_PREFILL_TOKENS tokens a forward; then each decode step, the `transformers` forward over the last token, the
-full-softmax draw at the temperature, the stop ids and the sampler's log-probs of the same logits, reads and writes
-only tensors of fixed address: the cache index it writes and the column it fills live on the device, so the prompt
-length is no shape of the step. A step attends keys [0, L), L the context rounded up to BUCKET (the cache is read up
-to the context, not to its end). On a GPU the step is captured once per (batch, L) bucket a call reaches and
-replayed; on a CPU the same step runs eagerly, which is how CI tests it. No host sync per token: finished rows are
-tracked on the device, and the host asks whether any is alive every EXIT_EVERY steps.
-
-Why torch.cuda.CUDAGraph and not torch.compile(mode="reduce-overhead"): the captured step is the eager step, kernel
-for kernel, so the CPU tests test the code the GPU replays and a test on the GPU can compare replay with eager
-exactly; a capture costs about one forward, with no compilation per shape (transformers' generate with a static
-cache and torch.compile, as it ships, drew 13.0k tokens/s where its uncompiled generate drew 22.8k on the first GPU
-run); and the draws come from a seeded torch.Generator registered with each graph (random ops given a generator
-have been a fallback or a graph break under torch.compile, pytorch/pytorch#92633). What is given up is fusion: the
-layers' elementwise kernels and the sampler's passes over the (batch, vocabulary) logits stay separate kernels.
-
-The graphs and the cache live for one call: between calls the KV cache is freed, as the resource plan has it
-(mrl.runtime.resources), and a call captures only the buckets it reaches.
+A call pads its batch to a bucket (batch_bucket), sizes its cache in multiples of BUCKET and prefills the prompts;
+each decode step (the forward over the last token, the full-softmax draw, the stop ids, the sampler's log-probs)
+then reads and writes only tensors of fixed address, so on a GPU it is captured once per (batch, attended length)
+bucket a call reaches and replayed, and on a CPU the same step runs eagerly, which is how CI tests it. The graphs
+and the KV cache live for one call. How a call runs, and why CUDA graphs and not torch.compile: docs/performance.md,
+The graphs engine on a GPU.
 """
 from __future__ import annotations
 
@@ -29,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 from transformers.cache_utils import Cache, CacheLayerMixin
+
+from mrl.core.batch import Decoding
 
 BUCKET = 64
 """prompt lengths, cache lengths and attended lengths are multiples of this many tokens"""
@@ -149,27 +137,19 @@ class DecodeState:
         return [self.token, self.position, self.column, self.alive, self.length]
 
 
-@dataclass(frozen=True)
-class DrawSettings:
-    temperature: float
-    greedy: bool
-    min_new_tokens: int
-    pad_id: int
-
-
-def draw(logits: Tensor, state: DecodeState, settings: DrawSettings, noise: torch.Generator | None) -> None:
+def draw(logits: Tensor, state: DecodeState, decoding: Decoding, noise: torch.Generator | None) -> None:
     """One token per row from logits (B, V): z = logits / T in float32, the stop ids' logits -inf while fewer than
     min_new_tokens are drawn; greedy argmax z, else the Gumbel-max draw argmax_v z_v - log E_v with E_v ~ Exp(1)
     i.i.d. from `noise` (categorical_draw's algorithm, in log form); log p = z_token - logsumexp z. Writes the
     column of ids and logps, and advances the row's length, alive and token, all on the device."""
     z = logits.float()
-    if settings.temperature != 1.0:
-        z = z / settings.temperature
-    if settings.min_new_tokens:
-        early = state.column < settings.min_new_tokens
+    if decoding.temperature != 1.0:
+        z = z / decoding.temperature
+    if decoding.min_new_tokens:
+        early = state.column < decoding.min_new_tokens
         z.index_copy_(1, state.stops, z.index_select(1, state.stops).masked_fill(early, float("-inf")))
     normalizer = torch.logsumexp(z, -1)   # before the noise: the two (B, V) temporaries never coexist
-    if settings.greedy:
+    if decoding.greedy:
         token = z.argmax(-1)
     else:
         exponentials = torch.empty_like(z).exponential_(generator=noise)
@@ -177,7 +157,7 @@ def draw(logits: Tensor, state: DecodeState, settings: DrawSettings, noise: torc
         del exponentials
     logp = z.gather(1, token.unsqueeze(1)).squeeze(1) - normalizer
     alive = state.alive
-    token = torch.where(alive, token, settings.pad_id)
+    token = torch.where(alive, token, decoding.pad_id)
     state.ids.index_copy_(1, state.column, token.unsqueeze(1))
     state.logps.index_copy_(1, state.column, torch.where(alive, logp, 0.0).unsqueeze(1))
     state.length.add_(alive.long())
@@ -186,7 +166,7 @@ def draw(logits: Tensor, state: DecodeState, settings: DrawSettings, noise: torc
     state.column.add_(1)
 
 
-def decode_step(model, cache, window: CacheWindow, state: DecodeState, settings: DrawSettings,
+def decode_step(model, cache, window: CacheWindow, state: DecodeState, decoding: Decoding,
                 noise: torch.Generator | None, view: int) -> None:
     """The step a graph captures: the forward over each row's last token at cache index `window.write`, attending
     keys [0, view) of its prompt and completion so far, then draw."""
@@ -197,7 +177,7 @@ def decode_step(model, cache, window: CacheWindow, state: DecodeState, settings:
                    position_ids=state.position, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
     window.write.add_(1)
     state.position.add_(1)
-    draw(logits[:, -1], state, settings, noise)
+    draw(logits[:, -1], state, decoding, noise)
 
 
 def prefill(model, cache, window: CacheWindow, prompt_ids: Tensor, prompt_mask: Tensor) -> Tensor:
@@ -220,15 +200,15 @@ def prefill(model, cache, window: CacheWindow, prompt_ids: Tensor, prompt_mask: 
 
 
 @torch.no_grad()
-def graphs_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int,
-                       eos_id: int | tuple[int, ...], pad_id: int, generator: torch.Generator | None = None,
-                       temperature: float = 1.0, greedy: bool = False, min_new_tokens: int = 0,
+def graphs_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, decoding: Decoding,
+                       generator: torch.Generator | None = None, *,
                        capture: bool | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Completions drawn with the decode step captured in CUDA graphs (capture None: on a CUDA device; False runs
     the same steps eagerly). prompt_ids, prompt_mask: (B, P) left-padded. The draws come from a generator of the
     model's device seeded from `generator` (torch's global generator is not touched), so a seed gives the same
     draws. -> completion_ids (B, T) with pad after the first stop id, completion_mask (B, T) 1 up to and including
-    it, and the sampler's log-probs (B, T) at `temperature`, 0 where masked; T the longest completion."""
+    it, and the sampler's log-probs (B, T) at decoding's temperature, 0 where masked; T the longest completion."""
+    max_new_tokens, eos_id, pad_id = decoding.max_new_tokens, decoding.eos_id, decoding.pad_id
     device = prompt_ids.device
     rows, prompt_len = prompt_ids.shape
     batch, length = cache_shape(rows, prompt_len, max_new_tokens)
@@ -248,25 +228,24 @@ def graphs_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_ne
                         ids=torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device),
                         logps=torch.zeros(batch, max_new_tokens, device=device), keys_valid=keys_valid,
                         key_index=torch.arange(length, device=device), stops=stops)
-    settings = DrawSettings(temperature, greedy, min_new_tokens, pad_id)
     noise = None
-    if not greedy:
+    if not decoding.greedy:
         seed = 0 if generator is None else int(torch.randint(2 ** 62, (1,), generator=generator,
                                                              device=generator.device))
         noise = torch.Generator(device).manual_seed(seed)
 
     window = CacheWindow(rows=None, write=torch.full((1,), prompt_len, dtype=torch.long, device=device))
     cache = bucket_cache(model, window, batch, length)
-    draw(prefill(model, cache, window, ids, mask), state, settings, noise)
+    draw(prefill(model, cache, window, ids, mask), state, decoding, noise)
 
-    step = CapturedSteps(model, cache, window, state, settings, noise) if capture else None
+    step = CapturedSteps(model, cache, window, state, decoding, noise) if capture else None
     check = EXIT_EVERY if capture else 1
     for t in range(1, max_new_tokens):
         if t % check == 0 and not bool(state.alive.any()):
             break
         view = min(length, length_bucket(prompt_len + t))   # the token fed at step t sits at cache index P + t - 1
         if step is None:
-            decode_step(model, cache, window, state, settings, noise, view)
+            decode_step(model, cache, window, state, decoding, noise, view)
         else:
             step.replay(view)
     longest = int(state.length[:rows].max()) if rows else 0
@@ -280,9 +259,9 @@ class CapturedSteps:
     WARMUP_STEPS times eagerly on a side stream, its counters and the generator restored after (the cache slots and
     columns it wrote are written again by the real steps before they are read)."""
 
-    def __init__(self, model, cache, window: CacheWindow, state: DecodeState, settings: DrawSettings,
+    def __init__(self, model, cache, window: CacheWindow, state: DecodeState, decoding: Decoding,
                  noise: torch.Generator | None):
-        self.step = lambda view: decode_step(model, cache, window, state, settings, noise, view)
+        self.step = lambda view: decode_step(model, cache, window, state, decoding, noise, view)
         self.window, self.state, self.noise = window, state, noise
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.pool = None

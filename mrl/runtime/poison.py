@@ -1,20 +1,9 @@
 """A poisoned peer: a policy that trains honestly on its own rewards but publishes lies to the exchange.
 
-HACPO's paper names a malicious peer as an open security question; this is the package's answer to how far
-each probe is exposed. The poisoned policy's own samples, rewards and updates are those of an honest one; only
-what it publishes changes (`forge`):
-
-    forged_success  every sample it drew is claimed correct: each Rollout's reward is 1 and each sample gets a
-                    Success record (wrong answers marked as successes; text and token ids are the sample's own)
-    lying_stats     only its group statistics lie: every prompt reports k = G successes (sum = sum of squares
-                    = G, a group that rewards in [0, 1] can produce, so SEE's range checks accept it)
-    malformed       records that break SEE's schema: token ids outside its vocabulary, a group sum above n,
-                    a success text over the length cap (SEE rejects and counts every one)
-
-With re-verification on (RunnerConfig.reverify, the default) a learner re-scores every peer claim with its own
-verifier before it enters a loss: SEE drops a Success its verifier rejects, and PRP, HACPO and GRAFT score a
-peer rollout min(claimed, verified). Group statistics carry no text, so nothing can re-verify them: XGRPO's
-baseline is as exposed to `lying_stats` with re-verification as without.
+HACPO's paper names a malicious peer as an open security question; this is the package's answer to how far each
+probe is exposed. Only what the poisoned policy publishes changes (`forge`): forged successes, lying group
+statistics or malformed records. Each forgery, and what re-verification stops and what it cannot:
+docs/architecture.md, SEE (A poisoned peer).
 """
 from __future__ import annotations
 

@@ -1,59 +1,22 @@
 """A resource plan: the GPU memory each policy of a profile needs, and which GPU holds it (or why none can).
 
-Per policy, from its architecture (the checkpoint's config.json; the published one in mrl/data/published_configs
-when the weights are not on this machine), the profile's batch (prompts_per_step x group_size sequences, times
-the largest group multiplier of its grids' probes: gspo_x2 samples twice, of prompt_tokens + max_new_tokens
-tokens) and each policy's placement (dtype, gradient checkpointing, micro-batch), in bytes:
-
-    weights      4 P: fp32 master weights (mrl.runtime.actor loads every checkpoint in fp32)
-    bf16 sampler 2 P under bfloat16: the copy that samples and evaluates, synced after every optimizer step
-    gradients    4 P
-    Adam         8 P: exp_avg and exp_avg_sq in fp32
-    frozen       the reference (beta > 0) and a teacher model, e bytes per parameter
-    KV cache     2 L B S kv e: the rollout of the whole batch (B sequences of S tokens) at once (engine graphs: B
-                 and S rounded up to its buckets, mrl.runtime.graphs_engine.cache_shape)
-    prefill      the rollout's first forwards over the prompts (engine generate: GENERATE_PREFILL_CHUNK tokens of
-                 every prompt a forward; batched: at most BATCHED_STEP_TOKENS tokens; graphs: whole prompts of at
-                 most GRAPHS_PREFILL_TOKENS tokens, or its decode step's B V (e + 8), the logits and the two fp32
-                 (B, V) tensors the draw holds at once, when larger; the CPU loops: every prompt token at once), one layer's
-                 temporaries per token in a forward:
-                 (3 I + 2 h + 2 kv) e (gate, up and activation, attention input and output, k and v) + 8 h (the
-                 residual stream in and out, fp32 under autocast); it lives beside the full KV cache
-    scoring      the no-grad log-prob passes of the rollout (the sampling log-probs under bf16 or the generate
-                 engine, the reference, a teacher), b = micro_batch sequences at a time (all B without one): the
-                 larger of b T V (e + 8), the vocabulary's logits in e bytes, their fp32 copy and the fp32
-                 log-softmax, and the forward's layer temporaries over b S tokens (as the prefill's)
-    evaluation   the greedy evaluation's own KV cache and prefill: eval_batch prompts of prompt_tokens +
-                 eval_max_new_tokens, the same terms as the rollout's (step 0 evaluates before any update)
-    activations  the update's forward kept for its backward, per micro-batch b of S tokens: L b S (8 h + (5 h +
-                 3 kv + 4 I) e) without checkpointing (a Llama-style layer with SDPA attention: two norms' inputs,
-                 the fp32 residual stream under autocast, their outputs, q, k, v after RoPE, the attention output,
-                 SwiGLU's gate, up, activation and product), L b S 4 h + one layer's with it (the checkpointed
-                 layer inputs are the fp32 residual stream); plus b T V 12 for the log-softmax (its fp32 output,
-                 its gradient and the outgoing gradient, held together in the backward), and 2 P under bfloat16
-                 for the weight casts autocast keeps during the forward
-
-with P parameters, L layers, h the hidden size, I the MLP width, kv = kv_heads head_dim, V the vocabulary, T the
-new tokens and e the bytes of an activation (2 under bfloat16, 4 in float32). The peak is the persistent part
-(weights, sampler, Adam, frozen) plus the largest of the rollout (KV cache with the prefill, then scoring), the
-evaluation and the update (gradients and activations). transformers' generate would size every later static cache
-to its longest call so far; mrl.runtime.rollout.generate_completions forgets that length after each call, so the
-evaluation's longer cache does not carry into the rollouts. A GPU keeps `reserve` of its memory for the CUDA
-context, the allocator's fragmentation and temporaries. These are estimates to plan with; a run on a GPU logs each
-phase's measured peak beside them (rollout_peak_gb, update_peak_gb, eval_peak_gb), and
-benchmarks/gpu_first_run.py compares the two per phase (docs/paper_profile.md, What ran where).
+Per policy, in bytes, from its architecture (the checkpoint's config.json, or the published one in
+mrl/data/published_configs), the profile's batch and its placement: the persistent part (fp32 weights, the bf16
+sampler, Adam, frozen models) plus the largest of the rollout, the evaluation and the update. These are estimates to
+plan with; a run on a GPU logs each phase's measured peak beside them. Every term's formula: docs/paper_profile.md,
+The resource plan (The formulas); the plan against measured peaks: What ran where.
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from mrl.core.config import ConfigError, RunConfig
+from mrl.core.config import ConfigError, PlacementConfig, RunConfig
 from mrl.core.probes import as_probe_config, get_probe
 from mrl.paths import PACKAGE
 from mrl.runtime.graphs_engine import GRAPHS_PREFILL_TOKENS, cache_shape
@@ -105,12 +68,35 @@ def architecture(path: str | Path) -> Architecture:
                         vocab=text.vocab_size, source=str(source))
 
 
-def policy_memory(arch: Architecture, sequences: int, prompt_tokens: int, new_tokens: int, dtype: str,
-                  gradient_checkpointing: bool, micro_batch: int, reference: bool,
-                  teacher: Architecture | None = None, engine: str = "generate", eval_sequences: int = 0,
-                  eval_new_tokens: int = 0) -> dict[str, float]:
-    """The terms of the module docstring, in GB, with `peak`; sequences is the step's batch (P x G x multiplier),
-    eval_sequences and eval_new_tokens the evaluation's (GrpoConfig.eval_batch, eval_max_new_tokens)."""
+@dataclass(frozen=True)
+class Workload:
+    """What one policy's step puts through its memory (policy_memory), beside its architecture and placement."""
+
+    sequences: int
+    """the step's batch: prompts_per_step x group_size x the probes' group multiplier (group_multiplier)"""
+    prompt_tokens: int
+    """tokens of a prompt"""
+    new_tokens: int
+    """tokens of a completion (GrpoConfig.max_new_tokens)"""
+    reference: bool = False
+    """whether a frozen reference model is held (GrpoConfig.beta > 0)"""
+    engine: str = "generate"
+    """the sampling engine, which sets the prefill and the KV cache's shape (GrpoConfig.engine)"""
+    eval_sequences: int = 0
+    """prompts per greedy evaluation (GrpoConfig.eval_batch); 0: no evaluation"""
+    eval_new_tokens: int = 0
+    """the evaluation's completion limit (GrpoConfig.eval_max_new_tokens, else max_new_tokens)"""
+
+
+def policy_memory(arch: Architecture, workload: Workload, placement: PlacementConfig,
+                  teacher: Architecture | None = None) -> dict[str, float]:
+    """The terms of docs/paper_profile.md (The resource plan, The formulas), in GB, with `peak`: `arch`'s memory
+    under `workload` and `placement` (its dtype, gradient_checkpointing and micro_batch), holding `teacher`'s
+    frozen copy when given."""
+    dtype, micro_batch = placement.dtype, placement.micro_batch
+    sequences, prompt_tokens, new_tokens = workload.sequences, workload.prompt_tokens, workload.new_tokens
+    reference, engine = workload.reference, workload.engine
+    eval_sequences, eval_new_tokens = workload.eval_sequences, workload.eval_new_tokens
     e, residual = (2 if dtype == "bfloat16" else 4), 4
     p, tokens = arch.params, prompt_tokens + new_tokens
     b = min(micro_batch or sequences, sequences)
@@ -130,7 +116,7 @@ def policy_memory(arch: Architecture, sequences: int, prompt_tokens: int, new_to
             count, length = cache_shape(count, length, 0)
         return 2 * arch.layers * count * length * arch.kv * e
 
-    if gradient_checkpointing:
+    if placement.gradient_checkpointing:
         activations = arch.layers * b * tokens * arch.hidden * residual + b * tokens * kept
     else:
         activations = arch.layers * b * tokens * kept
@@ -161,11 +147,14 @@ def phase_peaks(terms: dict[str, float], adam: bool = True) -> dict[str, float]:
             "update": held + terms["gradients"] + terms["activations"]}
 
 
-def evaluation_settings(config: RunConfig) -> dict:
-    """policy_memory's evaluation and engine keywords of a profile (GrpoConfig.eval_batch, eval_max_new_tokens)."""
+def profile_workload(config: RunConfig, prompt_tokens: int) -> Workload:
+    """The Workload of a profile's step: its batch times the probes' group multiplier, its reference (beta > 0), its
+    engine and its evaluation (GrpoConfig.eval_batch, eval_max_new_tokens)."""
     grpo = config.grpo
-    return {"engine": grpo.engine, "eval_sequences": grpo.eval_batch,
-            "eval_new_tokens": grpo.eval_max_new_tokens or grpo.max_new_tokens}
+    return Workload(sequences=grpo.prompts_per_step * grpo.group_size * group_multiplier(config),
+                    prompt_tokens=prompt_tokens, new_tokens=grpo.max_new_tokens, reference=grpo.beta > 0,
+                    engine=grpo.engine, eval_sequences=grpo.eval_batch,
+                    eval_new_tokens=grpo.eval_max_new_tokens or grpo.max_new_tokens)
 
 
 def group_multiplier(config: RunConfig) -> int:
@@ -200,15 +189,13 @@ def plan_resources(config: RunConfig, gpus: list[float], prompt_tokens: int = 25
     if not gpus:
         raise ResourceError("no GPUs given: a plan needs the memory of at least one GPU")
     names = planned(config, policies)
-    multiplier = group_multiplier(config)
+    workload = profile_workload(config, prompt_tokens)
     archs = {name: architecture(config.policies[name]) for name in names}
     rows = []
     for i, name in enumerate(names):
         placement = config.placement_of(name)
         teacher = archs[names[(i + 1) % len(names)]] if teachers and len(names) > 1 else None
-        memory = policy_memory(archs[name], config.grpo.prompts_per_step * config.grpo.group_size * multiplier,
-                               prompt_tokens, config.grpo.max_new_tokens, placement.dtype, placement.gradient_checkpointing,
-                               placement.micro_batch, config.grpo.beta > 0, teacher, **evaluation_settings(config))
+        memory = policy_memory(archs[name], workload, placement, teacher)
         rows.append({"policy": name, "model": Path(config.policies[name]).name,
                      "params (M)": archs[name].params / 1e6, **memory, "advice": _advice(placement, memory, config.grpo.engine)})
     usable = [size * (1 - reserve) for size in gpus]
@@ -255,15 +242,12 @@ def plan_trl(config: RunConfig, gpus: list[float], use_vllm: bool = False, vllm_
     if len(gpus) < len(names):
         raise ResourceError(f"the TRL path runs one trainer per policy, each on a GPU of its own: {len(names)} "
                             f"policies ({', '.join(names)}) need {len(names)} GPUs, {len(gpus)} given")
-    multiplier = group_multiplier(config)
+    # TRL: generate's one-pass prefill, and no evaluation (check_trl_args refuses eval_strategy)
+    workload = replace(profile_workload(config, prompt_tokens), engine="hf", eval_sequences=0, eval_new_tokens=0)
     rows = []
     for name in names:
         placement = config.placement_of(name)
-        memory = policy_memory(architecture(config.policies[name]),
-                               config.grpo.prompts_per_step * config.grpo.group_size * multiplier, prompt_tokens,
-                               config.grpo.max_new_tokens, placement.dtype, placement.gradient_checkpointing,
-                               placement.micro_batch, config.grpo.beta > 0, engine="hf")   # TRL: generate's one-pass
-        # prefill, and no evaluation (check_trl_args refuses eval_strategy)
+        memory = policy_memory(architecture(config.policies[name]), workload, placement)
         if use_vllm:   # vLLM holds the sampling copy, the KV cache and generation's prefill, in its own share
             memory["bf16 sampler"] = memory["KV cache"] = memory["prefill"] = memory["evaluation"] = 0.0
             memory["peak"] = (memory["weights"] + memory["Adam"] + memory["frozen"]

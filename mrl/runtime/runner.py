@@ -1,27 +1,10 @@
 """The runner: n >= 1 policies trained together on one MWRA backend, sharing experience through SEE.
 
-One path for every experiment: independent GRPO is this runner with the `grpo` probe (n = 1, or n > 1
-policies that publish but read nothing), the probes and HACPO are the same loop with another probe.
-
-The shape: `plan_run` makes every check once, before any worker starts, into a frozen `RunPlan` (the probe
-and its GRPO config, each policy's placement and threads, the peers, the offline records, the run's identity,
-the checkpoint to resume). A `Session` holds what the run changes (backend, exchange, record, reporting)
-and its phases, each written once: rollout, collect, update, evaluate, end of step, checkpoint. A clock
-drives the session:
-
-- `sync_clock`, step by step: the exchange clock advances; every worker samples and scores the step's
-  prompts (`rollout`, a barrier); their records are published (malformed ones are rejected and counted) and
-  logged; for each learner the session collects the peers' records of the kinds its probe declares
-  (successes re-verified with the learner's verifier, stale records dropped); every worker updates with its
-  probe's loss (`update`, a barrier).
-- `async_clock`: each worker runs up to `staleness` steps ahead of the slowest; its update takes the peers'
-  records published by then (the schedule: `async_clock`'s docstring).
-
-Greedy evaluation every `eval_every` steps and at the last. Checkpoints every `checkpoint_every` steps hold
-every policy's weights and optimizer state, the exchange (clock, counters, records) and all metrics so far,
-written atomically (a temporary folder renamed into place); `resume=True` continues from the latest
-complete one and ends with the metrics of an uninterrupted run. With an `output_dir`, the run ends by saving every
-trained policy as a transformers folder `output_dir/<policy>/` (mrl.runtime.saving).
+One loop for every experiment (independent GRPO is the `grpo` probe; the probes and HACPO are other probes):
+`plan_run` makes every check once, before any worker starts, into a frozen `RunPlan`; a `Session` holds what the run
+changes and one method per phase of a step; a clock drives it, `sync_clock` step by step or `async_clock` with
+bounded staleness. The step, evaluation, checkpoints, resume and saving the trained policies: docs/architecture.md,
+MWRA and the runner.
 """
 from __future__ import annotations
 
@@ -44,6 +27,7 @@ from mrl.core.see import Exchange, PolicySpec
 from mrl.core.seeding import step_prompts
 from mrl.core.tasks import make_task
 from mrl.runtime.actor import ActorConfig, PolicyActor
+from mrl.runtime.experience_log import ExperienceLog
 from mrl.runtime.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads
 from mrl.runtime.poison import PoisonedActor
 from mrl.runtime.saving import RunCard, save_policy
@@ -264,7 +248,7 @@ class Session:
         at = plan.first_step - 1
         policies = _phase(backend, {w: PolicySpecCall() for w in backend.workers}, at, record, cfg, "at start-up: ")
         exchange = Exchange({**plan.offline_specs, **{name: PolicySpec(**spec) for name, spec in policies.items()}},
-                            log_dir=plan.experience_dir)
+                            log=None if plan.experience_dir is None else ExperienceLog(plan.experience_dir))
         session = cls(plan, cfg, backend, exchange, record, reporting, checkpoint_dir)
         if plan.saved is not None:
             session.restore()

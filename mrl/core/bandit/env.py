@@ -1,22 +1,10 @@
 """The contextual bandit of the MRL trade-off analysis (docs/architecture.md, The bandit analysis; a reconstruction).
 
-Contexts x = 1..M, K discrete responses per context, a correct set C_x (one response), two softmax
-policies A and B with different supports. Each prompt has a type:
-
-    shared-easy   both policies put mass on C_x
-    A-hard/B-easy C_x lies outside A's support (pi_A(C_x) ~ e^-support_gap): the rescue set for A
-    B-hard/A-easy the mirror image
-    both-hard     neither covers C_x
-
-A policy's logits are `prior[x] + features[x] @ theta`: the prior holds the support (off-support
-responses sit `support_gap` below) and the skill (`easy_logit` added to C_x when the policy covers
-it); `theta` (d,) is what training changes. Correct responses of a type-t prompt carry the type's
-skill direction u_t in their features, so raising theta along u_t helps every prompt of that type,
-including held-out ones: that is how the dynamic simulation measures generalisation. At theta = 0
-the policies are the static ones the trade-off plane analyses.
-
-Support overlap kappa: the fraction of B's support drawn from inside A's support (the realised
-pi_B mass on A's support is reported per prompt as `overlap`).
+M contexts with K discrete responses each and one correct response, of four types (shared-easy, A-hard/B-easy,
+B-hard/A-easy, both-hard), and two softmax policies A and B with different supports, whose logits are
+`prior[x] + features[x] @ theta`: the prior holds the support and the skill, `theta` is what training changes.
+How the types, the skill directions and the support overlap kappa are built: docs/architecture.md, The bandit
+analysis (The environment).
 """
 from __future__ import annotations
 

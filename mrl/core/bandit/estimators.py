@@ -1,23 +1,10 @@
 """Sampled update estimators of each sharing method and their Monte Carlo moments (docs/architecture.md, The
 bandit analysis).
 
-An estimator turns one step's samples into a logit-space update per prompt. All work on batches
-of shape (..., M, G) of sampled responses with leading replicate axes, vectorised: there is no
-Python loop over samples. Every estimator is a weighted sum of scores,
-
-    g_hat = sum_i c_i e_{y_i} - (sum_i c_i) pi_learner,
-
-so each method only says how it weights its own and its peer's samples (`_coefficients`).
-Methods and knobs (docs/architecture.md, The bandit analysis):
-
-    grpo       own samples, b = mean(own r)                          (no knob)
-    xgrpo      own samples, b = (1-gamma) mean(own r) + gamma mean(peer r)          gamma
-    prp        pooled 2G group, peer weight min(c, w e^xi), w = pi_a/pi_b, xi ~ N(mu_T, sigma_T^2)
-    prp_naive  pooled 2G group, peer weight 1
-    sgt        grpo + lam 1[k_a <= tau G and k_b >= 1] s_a(y*), y* a uniform peer success,
-               replaced with prob eta by a uniform wrong response (THL corruption)     lam, eta, tau
-    hacpo      pooled, capability-weighted baseline, A = (r - b)/(std + 1e-6), peer term
-               1[l <= s <= 1] s^(1+alpha) omega_(b,a) A with s = w e^xi, l = 1 - delta    delta, alpha
+An estimator turns one step's samples, batches of shape (..., M, G) with leading replicate axes, into a logit-space
+update per prompt, vectorised (no Python loop over samples). Every one is a weighted sum of scores,
+g_hat = sum_i c_i e_{y_i} - (sum_i c_i) pi_learner, so each method only says how it weights its own and its peer's
+samples (`_coefficients`). The methods and their knobs: docs/architecture.md, The bandit analysis (The estimators).
 """
 from __future__ import annotations
 
@@ -194,10 +181,22 @@ class Moments:
     reps: int
 
 
-def monte_carlo(method: Method, pi_a, pi_b, r, group_size: int, reps: int, seed: int = 0,
-                capability_ratio: float = 1.0, chunk: int = 256) -> Moments:
-    """Moments of `update` over `reps` independent draws of both groups, in chunks of vectorised replicates."""
-    rng = np.random.default_rng(seed)
+@dataclasses.dataclass(frozen=True)
+class Draws:
+    """How monte_carlo draws its independent steps."""
+    reps: int
+    """independent draws of both groups (steps)."""
+    seed: int | list[int] = 0
+    """seed of numpy's generator (an int, or a list numpy's SeedSequence takes)."""
+    chunk: int = 256
+    """replicates drawn at once, vectorised (the draws' order depends on it)."""
+
+
+def monte_carlo(method: Method, pi_a, pi_b, r, group_size: int, draws: Draws,
+                capability_ratio: float = 1.0) -> Moments:
+    """Moments of `update` over `draws.reps` independent draws of both groups, in chunks of vectorised replicates."""
+    reps, chunk = draws.reps, draws.chunk
+    rng = np.random.default_rng(draws.seed)
     m, k = pi_a.shape
     total, total_sq, norm_sq = np.zeros((m, k)), np.zeros((m, k)), np.zeros(m)
     for start in range(0, reps, chunk):

@@ -1,22 +1,13 @@
-"""Sharing probes: one registered function per probe over the same batch structure.
+"""Sharing probes: one registered function per probe over the same batch structure (docs/architecture.md, The probes).
 
-    contract     ProbeLoss, ProbeConfig, ProbeOutput, PeerView, the registry (register_probe, get_probe, probe_code)
-    advantages   advantage estimators with a registry of their own (group: GRPO's; xgrpo: the peer-mixed baseline)
-    terms        loss terms the probes share (the own GRPO term, log-probs of any completion, THL-retokenized peer
-                 rollouts, pooled groups, importance ratios, the rescue set)
-    grpo         independent GRPO, the reference
-    prp          prp, prp_naive: the peers' samples in the learner's group (data level)
-    xgrpo        a baseline mixed with the peers' mean reward (value level)
-    sgt          an NLL toward one verified peer success on the rescue set (outcome level)
-    hacpo        hacpo and its baselines gspo, gspo_x2, naive; hacpo_primitives holds HACPO's pure functions
-    graft        a peer's verified success on prompts the learner's group all failed, compatibility-weighted and
-                 token-clipped (trajectory level; a reconstruction of GRAFT)
-    trrd         GRPO with the token ratio anchored to an old-policy/teacher mixture, the teacher a peer's fixed
-                 checkpoint through THL (trust region level; a reconstruction of RLAD's TRRD)
+`contract` holds the types and the registry, `advantages` the advantage estimators (a registry of their own), `terms`
+the loss terms the probes share; then one module per probe: grpo (the reference), prp and prp_naive (data level),
+xgrpo (value level), sgt (outcome level), hacpo with gspo, gspo_x2 and naive (HACPO's pure functions in
+hacpo_primitives), graft (trajectory level) and trrd (trust region level).
 
-Probes are discovered: every module of this package is imported, then every entry point of the group `mrl.core.probes`
-that an installed package declares (`[project.entry-points."mrl.probes"] my_probe = "my_package.my_probe"`). A probe
-in a user's own module needs neither: importing the module registers it (see mrl.core.probes.contract).
+Probes are discovered: every module of this package is imported, then every entry point of the group `mrl.probes`
+that an installed package declares; a probe in a user's own module needs neither, importing the module registers
+it (docs/architecture.md, Adding a probe).
 """
 import importlib
 import pkgutil

@@ -1,23 +1,14 @@
 """The probe contract (verl's `core_algos.py` shape): a typed loss-function alias, a registry, configs.
 
-A probe is a function of the learner's `RolloutBatch`, the peers' records (`PeerView`) and its own
-config dataclass, registered with it:
+A probe is a function of the learner's `RolloutBatch`, the peers' records (`PeerView`) and its own config
+dataclass, registered with it:
 
     @register_probe("sgt", config=SgtConfig, kinds=("success",))
     def sgt_loss(batch: RolloutBatch, peers: PeerView, cfg: SgtConfig) -> ProbeOutput: ...
 
-It returns the losses of its optimizer updates (usually one); the actor steps the optimizer after each,
-so a probe never steps the optimizer or reads the model: it computes log-probs through `batch.logprobs`,
-draws from `batch.generator` and keeps what must outlive the step in `batch.state` (checkpointed).
-`kinds` names the SEE records the runner collects for it; `aggregations` the GRPO loss types
-(`mrl.core.grpo.LOSS_TYPES`) its loss honours: a run with any other is refused before it starts.
-
-Where a probe may live. The registry remembers the module that defines each probe: a worker on another process
-or a Ray actor imports that module to find it (`get_probe(name, module)`), and a run's cache key holds the code of
-the module (`probe_code`), so editing a user's probe re-runs it. A probe written in a notebook cell (module
-`__main__`) runs on the inline backend, keyed by its cell's code; to run on processes or Ray, put it in a `.py`
-module. Running a cell or reloading a module again replaces its probe; another module's probe of the same name
-is refused.
+It returns the losses of its optimizer updates; the actor steps the optimizer after each. What a probe may read,
+`kinds` and `aggregations`: docs/architecture.md, The probes; where a probe may live (a package, a user's module,
+a notebook cell): its Adding a probe.
 """
 from __future__ import annotations
 

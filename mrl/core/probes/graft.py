@@ -3,25 +3,11 @@ Cross-Model Trajectory Exchange for RLVR", 2026; no public code): a peer's verif
 the learner's loss only on prompts where the learner's whole group failed, weighted by how compatible it is with
 the learner and with token-level importance clipping on the learner's tokens.
 
-For learner n and prompt x with k_own(x) = 0 and peer successes Y_x (peer rollouts whose completion the
-learner's verifier accepts, retokenized by THL):
+    L = ( G P * L_GRPO + sum_y -A_y mean_t w_t exp(logp_t - sg logp_t) ) / (G P + |Y|),   w_t = c(y) clip(rho_t)
 
-    s(y)    = exp( mean_t log pi_n(T(y)_t) - mean_t log pi_m(y_t) )        the compatibility (HACPO's cross ratio;
-                                                                            tokenization "marginal": the learner's
-                                                                            log-prob of the text over every
-                                                                            tokenization, / |T(y)|)
-    c(y)    = min(1, max(delta, s(y)))                                       floored at delta, capped at 1
-    rho_t   = exp( log pi_n(T(y)_t) - log pi_m projected onto t by THL )     per learner token (as PRP)
-    w_t     = c(y) * clip(rho_t, 1 - eps_low, 1 + eps_high)                  no gradient through w
-    A_y     = the pooled advantage of a success in {own G rewards, rewards of Y_x}
-    L       = ( G P * L_GRPO + sum_y -A_y mean_t w_t exp(logp_t - sg logp_t) ) / (G P + |Y|)
-
-L_GRPO is the own group's GRPO loss with its own advantages (without peer successes graft is grpo exactly).
-
-What is reconstructed: the exact gate (all-fail: SGT's rescue set with tau = 0, as GRAFT states it for SGT), using every
-verified success of x (not one), the pooled advantage, and the product of the sequence weight with the per-token
-clip (GRAFT names both, not how they combine). Offline GRAFT is this probe with the peers replayed from a stored SEE
-log instead of co-trained (mrl.runtime.runner.OfflinePeers).
+Without peer successes graft is grpo exactly. The compatibility c(y), the token ratios rho_t, the pooled advantage
+A_y and what is reconstructed: docs/architecture.md, The probes (graft). Offline GRAFT is this probe with the peers
+replayed from a stored SEE log (mrl.runtime.spec.OfflinePeers).
 """
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
 """hacpo, and its baselines gspo and naive (docs/architecture.md, The probes; HACPO from its official code).
 
-hacpo: the learner's group for a prompt is its own samples plus every peer's (retokenized by THL);
-advantages from the capability-aware mixed baseline (hacpo_primitives.capability_advantages); own samples take
-GSPO's clipped sequence-level loss, peer samples the objective clip(s, l_m, 1) sg(clip(s))^alpha
-omega(src, learner) A with s the sequence-level ratio pi_learner(T(y)) / pi_src(y), normalised over THL
-groups (ratio "thl") or each side by its own token count (ratio "mean", the official code), and pi_learner(T(y)) the
-learner's probability of the text's canonical tokenization (tokenization "canonical", the official code's) or of the
-text over every tokenization (tokenization "marginal", mrl.core.marginal; docs/marginal.md). Loss: minus the
-mean over all sequences of the per-sequence objectives; KL (beta of GrpoConfig, k3 against the actor's reference
-model) on own samples only. With
-`minibatches` M > 1 the pooled batch (own samples first, as the official V1 code orders it) is split into M
-optimizer updates (the actor steps after each) and the peers' lower clip bound rises with the update index m
-(stepwise clipping).
-gspo: own samples only, GSPO's loss with advantages (r - mean) / (std + 1e-6) (hacpo without peers);
-gspo_x2: the same with 2G samples per prompt (the registry doubles the group size: resource-equivalent).
-naive: pooled plain-mean advantages, peer samples with ratio 1 and no omega or clipping (no corrections).
+hacpo: the learner's group for a prompt is its own samples plus every peer's (retokenized by THL), with advantages
+from the capability-aware mixed baseline; own samples take GSPO's clipped sequence-level loss, peer samples the
+objective clip(s, l_m, 1) sg(clip(s))^alpha omega(src, learner) A with s the sequence-level ratio
+pi_learner(T(y)) / pi_src(y). gspo is hacpo without peers, gspo_x2 the same with 2G samples per prompt, naive the
+pooled group with no corrections. The ratio's normalisation and tokenization, the KL, the minibatches' stepwise
+clipping and the baselines in full: docs/architecture.md, The probes (hacpo and its baselines).
 """
 from __future__ import annotations
 
@@ -26,7 +17,7 @@ import torch
 from pydantic import Field
 
 from mrl.core.batch import RolloutBatch
-from mrl.core.grpo import policy_loss
+from mrl.core.grpo import Surrogate, policy_loss
 from mrl.core.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.core.probes.hacpo_primitives import (CapabilityTracker, capability_advantages, peer_objective,
                                          stepwise_lower_bound)
@@ -143,10 +134,10 @@ def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, o
         logp = own_logprobs(batch, rows)
         old = logp.detach() if old_logp is None else old_logp[rows]
         beta = batch.grpo.beta
-        own_loss, _ = policy_loss(logp, old, own_adv[rows], batch.completion_mask[rows], level="sequence",
-                                  eps_low=GSPO_EPS[0], eps_high=GSPO_EPS[1], beta=beta,
+        gspo = Surrogate(level="sequence", eps_low=GSPO_EPS[0], eps_high=GSPO_EPS[1], beta=beta,
+                         kl_bias_correction=batch.grpo.kl_bias_correction)   # GSPO's clip, grpo's aggregation
+        own_loss, _ = policy_loss(logp, old, own_adv[rows], batch.completion_mask[rows], gspo,
                                   ref_logp=batch.ref_logp[rows] if beta else None,
-                                  kl_bias_correction=batch.grpo.kl_bias_correction,
                                   sample_weight=None if batch.sample_weight is None else batch.sample_weight[rows])
         total = total + own_loss * len(own_rows)
         mask = batch.completion_mask[rows].to(logp.dtype)

@@ -5,17 +5,9 @@ samples with the token ratio anchored to a mixture of the old policy and a teach
     log r_t = alpha (log pi_S - log pi_S,old) + (1 - alpha) clamp(log pi_S - log pi_T, -c, c)         (eq. 3, App. B)
     L       = the GRPO clipped surrogate (GrpoConfig's eps, aggregation, beta) with r_t for the token ratio   (eq. 4)
 
-alpha = 1 is GRPO exactly; the teacher enters only through where the clip binds (a token the teacher likes has a
-smaller ratio, so a positive advantage may raise it further before the clip stops it). c = 1 is the paper's
-clamp of the teacher log ratio (App. B); as in an autograd implementation of it, a token whose teacher log ratio is
-clamped keeps only the old-policy part of the ratio's gradient (alpha r A grad log pi_S; r A grad log pi_S elsewhere).
-
-What is reconstructed: the teacher is the next policy of the run (A's is B, B's is A; with more policies each
-takes the next in name order) at its starting checkpoint, fixed, as RLAD's teacher is fixed and usually stronger;
-here the two families are complementary (each knows the forms the other lacks), so each is the other's teacher.
-Across tokenizers pi_T of a learner token is its THL group's teacher log-prob spread evenly over the group's
-learner tokens (mrl.runtime.teacher). alpha = 0.5 as RLAD; RLAD's reference KL beta is unstated and 0 here, as every probe's
-default.
+alpha = 1 is GRPO exactly. The teacher is the next policy of the run at its starting checkpoint, fixed, read across
+tokenizers through THL (mrl.runtime.teacher). The clamp's gradient, the teacher's choice and what is reconstructed:
+docs/architecture.md, The probes (trrd).
 """
 from __future__ import annotations
 
