@@ -127,7 +127,7 @@ print(live.frame().round(3).to_string())
 # ## What SEE exchanged in step 1
 #
 # Every accepted record was written to an experience log (one Parquet file per kind and step, with a
-# checksummed manifest); `mrl.core.see.replay` reads it back and validates it again. Rollouts carry the text and
+# checksummed manifest); `mrl.runtime.experience_log.replay` reads it back and validates it again. Rollouts carry the text and
 # the source's token ids and log-probs (left out here), group statistics carry reward sums, successes only
 # the verified text.
 

@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from mrl.core.see import GroupStats, PolicySpec, log_file_name, manifest_name, read_log_step, replay
+from mrl.core.see import GroupStats, PolicySpec
 from mrl.integrations.file_exchange import RUN_FILE, FileExchange
+from mrl.runtime.experience_log import log_file_name, manifest_name, read_log_step, replay
 from mrl.runtime.mwra import WorkerFailed
 
 SPEC = {"A": PolicySpec(vocab_size=40, tokenizer_id="A:bpe"), "B": PolicySpec(vocab_size=40, tokenizer_id="B:uni")}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mrl.aliases import MOVED, new_home
+from mrl.aliases import MOVED, SPLIT, new_home
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "mrl"
@@ -52,8 +52,8 @@ def test_no_import_runs_up_a_layer(path):
     assert not up, up
 
 
-OLD = re.compile(r"(?<![\w.])mrl\.(" + "|".join(sorted((old.removeprefix("mrl.") for old in MOVED), key=len,
-                                                        reverse=True)) + r")(?![\w])")
+OLD = re.compile(r"(?<![\w.])mrl\.(" + "|".join(sorted((old.removeprefix("mrl.") for old in [*MOVED, *SPLIT]),
+                                                        key=len, reverse=True)) + r")(?![\w])")
 
 
 def test_the_repository_imports_the_new_paths():
@@ -79,3 +79,27 @@ def test_a_submodule_of_a_moved_package_follows_it():
     from mrl.core.batch import RolloutBatch as record
 
     assert RolloutBatch is record
+
+
+
+def test_a_split_path_gives_every_name_it_had():
+    """mrl.see, split into the records (mrl.core.see) and the log on disk (mrl.runtime.experience_log), gives every
+    public name of both homes, the very objects (from the first home holding it), and a pickle written against the
+    old path still loads."""
+    import pickle
+
+    import mrl.see
+
+    homes = [importlib.import_module(home) for home in SPLIT["mrl.see"]]
+    for name in {name for home in homes for name in vars(home) if not name.startswith("_")}:
+        assert getattr(mrl.see, name) is getattr(next(home for home in homes if hasattr(home, name)), name), name
+        assert name in dir(mrl.see)
+    assert mrl.see.__spec__.name == "mrl.see" and sys.modules["mrl.see"] is mrl.see
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        mrl.see.not_a_name
+    from mrl.see import Exchange, ExperienceLogError, replay
+
+    assert [f.__module__ for f in (Exchange, replay, ExperienceLogError)] == \
+        ["mrl.core.see", "mrl.runtime.experience_log", "mrl.runtime.experience_log"]
+    written = pickle.dumps(mrl.see.PolicySpec(48, "A:bpe"), protocol=0).replace(b"mrl.core.see\n", b"mrl.see\n")
+    assert b"mrl.see\n" in written and pickle.loads(written) == mrl.see.PolicySpec(48, "A:bpe")

@@ -5,7 +5,7 @@ import pytest
 
 from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import probe_config
-from mrl.core.see import replay
+from mrl.runtime.experience_log import replay
 from mrl.runtime.runner import OfflinePeers, RunSpec, run_concurrent
 
 

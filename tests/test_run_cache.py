@@ -13,7 +13,8 @@ from concurrent.futures import ProcessPoolExecutor
 import pandas as pd
 import pytest
 
-from mrl.core.see import PolicySpec, write_log_step
+from mrl.core.see import PolicySpec
+from mrl.runtime.experience_log import write_log_step
 from mrl.runtime.results import (RUN_FORMAT, RunCacheWarning, clear_work_folders, publish_run, read_run, work_folder,
                          write_run_record)
 

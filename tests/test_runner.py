@@ -15,9 +15,9 @@ import torch
 
 from mrl.runtime.actor import PolicyActor, policy_optimizer
 from conftest import TINY_TASK
-from mrl.core.batch import completion_texts, encode_prompts, score
+from mrl.core.batch import Decoding, completion_texts, encode_prompts, score
 from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
-from mrl.core.grpo import group_advantages, policy_loss
+from mrl.core.grpo import Surrogate, group_advantages, policy_loss
 from mrl.core.probes import probe_config
 from mrl.core.seeding import step_generator, step_prompts
 from mrl.core.tasks import make_task
@@ -69,9 +69,10 @@ def independent_grpo(name: str, path: str, task_cfg: TaskConfig, cfg: GrpoConfig
         prompt_ids, prompt_mask = encode_prompts(tokenizer, [p.prompt for p in problems])
         prompt_ids, prompt_mask = prompt_ids.repeat_interleave(g, 0), prompt_mask.repeat_interleave(g, 0)
         model.eval()
-        ids, mask, _ = sample_completions(model, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens,
-                                          eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                                          generator=step_generator(cfg.seed, step, name))
+        decoding = Decoding(max_new_tokens=cfg.max_new_tokens, eos_id=tokenizer.eos_token_id,
+                            pad_id=tokenizer.pad_token_id)
+        ids, mask, _ = sample_completions(model, prompt_ids, prompt_mask, decoding,
+                                          step_generator(cfg.seed, step, name))
         rewards = score(completion_texts(tokenizer, ids, mask, tokenizer.eos_token_id),
                         [p for p in problems for _ in range(g)], task.verify)
         advantages = group_advantages(rewards, g, cfg.scale)
@@ -81,8 +82,9 @@ def independent_grpo(name: str, path: str, task_cfg: TaskConfig, cfg: GrpoConfig
             model.train()
             logp = torch.zeros(ids.shape).index_put((active,), completion_logprobs(
                 model, prompt_ids[active], prompt_mask[active], ids[active], mask[active]))
-            loss, _ = policy_loss(logp, logp.detach(), advantages, mask, level=cfg.level, loss_type=cfg.loss_type,
-                                  eps_low=cfg.eps_low, eps_high=cfg.eps_high, max_completion_length=cfg.max_new_tokens)
+            surrogate = Surrogate(level=cfg.level, loss_type=cfg.loss_type, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+                                  max_completion_length=cfg.max_new_tokens)
+            loss, _ = policy_loss(logp, logp.detach(), advantages, mask, surrogate)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             loss_value = loss.item()
@@ -581,7 +583,7 @@ def test_a_damaged_newest_checkpoint_is_skipped_and_the_run_still_ends_as_uninte
 
 @pytest.mark.slow
 def test_a_checkpointed_run_logs_every_accepted_record_once_per_step(paths, tmp_path):
-    from mrl.core.see import replay
+    from mrl.runtime.experience_log import replay
 
     two = {k: paths[k] for k in "AB"}
     record = run_concurrent(RunSpec(two, TASK, GRPO, RunnerConfig(checkpoint_every=3), probe=probe_config("sgt")),

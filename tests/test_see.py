@@ -12,8 +12,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mrl.core.see import (ExperienceLogError, Exchange, GroupStats, InvalidExperience, Limits, PolicySpec, Rollout, Success,
-                     frozen, replay)
+from mrl.core.see import Exchange, GroupStats, InvalidExperience, Limits, PolicySpec, Rollout, Success, frozen
+from mrl.runtime.experience_log import ExperienceLog, ExperienceLogError, replay
 
 POLICIES = {"A": PolicySpec(vocab_size=48, tokenizer_id="A:bpe"),
             "B": PolicySpec(vocab_size=17, tokenizer_id="B:unigram")}
@@ -238,7 +238,7 @@ def test_forged_success_is_re_verified_away():
 
 
 def logged_exchange(folder):
-    ex = Exchange(POLICIES, log_dir=folder)
+    ex = Exchange(POLICIES, log=ExperienceLog(folder))
     ex.publish(rollout(version=0))
     ex.publish(stats(version=0))
     ex.publish_many([rollout(version=0, reward=math.nan)])  # rejected, not logged
@@ -258,7 +258,7 @@ def test_parquet_log_replays_every_accepted_record(tmp_path):
 
 def test_a_failed_flush_keeps_the_records_for_the_next_one(tmp_path):
     (tmp_path / "log").write_text("a file where the log folder should be")
-    ex = Exchange(POLICIES, log_dir=tmp_path / "log")
+    ex = Exchange(POLICIES, log=ExperienceLog(tmp_path / "log"))
     ex.advance(1)
     ex.publish(rollout(version=1))
     with pytest.raises(OSError):
@@ -297,7 +297,7 @@ def test_replay_ignores_files_that_are_not_part_of_the_log(tmp_path):
 
 def test_replay_re_validates_what_it_reads(tmp_path):
     """A log written with a record that would not pass validation today (a manifest whose checksum matches it)."""
-    from mrl.core.see import write_log_step
+    from mrl.runtime.experience_log import write_log_step
 
     bad = dataclasses.replace(frozen(rollout(version=0)), token_ids=(12, 99, 1))  # outside A's vocabulary of 48
     write_log_step(tmp_path, 0, [bad], POLICIES)
@@ -354,7 +354,7 @@ def test_a_step_flushed_twice_is_refused_and_nothing_is_lost(tmp_path):
 
 
 def test_steps_past_six_digits_are_replayed(tmp_path):
-    ex = Exchange(POLICIES, log_dir=tmp_path)
+    ex = Exchange(POLICIES, log=ExperienceLog(tmp_path))
     ex.advance(1_234_567)
     ex.publish(rollout())
     ex.flush()
@@ -362,7 +362,7 @@ def test_steps_past_six_digits_are_replayed(tmp_path):
 
 
 def test_the_log_keeps_the_clock_and_limits_its_records_were_accepted_under(tmp_path):
-    ex = Exchange(POLICIES, limits=Limits(max_text_bytes=8000), log_dir=tmp_path)
+    ex = Exchange(POLICIES, limits=Limits(max_text_bytes=8000), log=ExperienceLog(tmp_path))
     ex.advance(3)
     ex.publish(rollout(completion="9" * 5000))  # version 3, flushed as step 2 (the async runner's checkpoint)
     ex.flush(2)
@@ -374,12 +374,12 @@ def test_the_log_keeps_the_clock_and_limits_its_records_were_accepted_under(tmp_
 def test_records_published_without_a_log_are_not_kept_for_one(tmp_path):
     ex = exchange()
     ex.publish_many([rollout(sample=i) for i in range(100)])
-    ex.log_dir = tmp_path
+    ex.log = ExperienceLog(tmp_path)
     assert ex.flush(5) == [] and not any(tmp_path.iterdir())
 
 
 def test_a_write_cut_before_the_manifest_is_a_torn_step_and_the_records_stay_pending(tmp_path, monkeypatch):
-    import mrl.core.see
+    import mrl.runtime.experience_log
 
     ex = logged_exchange(tmp_path)
     ex.advance(2)
@@ -392,7 +392,7 @@ def test_a_write_cut_before_the_manifest_is_a_torn_step_and_the_records_stay_pen
             raise OSError("disk full")
         rename(source, target)
 
-    monkeypatch.setattr(mrl.core.see.os, "replace", crash_on_manifest)
+    monkeypatch.setattr(mrl.runtime.experience_log.os, "replace", crash_on_manifest)
     with pytest.raises(OSError, match="disk full"):
         ex.flush(2)
     monkeypatch.undo()
@@ -406,7 +406,7 @@ def test_a_write_cut_before_the_manifest_is_a_torn_step_and_the_records_stay_pen
 def test_a_resumed_exchange_rewrites_the_steps_after_its_checkpoint(tmp_path):
     """Steps 0 and 1 logged, checkpoint after 0, crash after 1: the resumed exchange writes step 1 again, after
     the step 0 it finds on disk, and the log reads as one run."""
-    first = Exchange(POLICIES, log_dir=tmp_path)
+    first = Exchange(POLICIES, log=ExperienceLog(tmp_path))
     first.publish(rollout(version=0))
     first.flush(0)
     state = first.state_dict()
@@ -414,7 +414,7 @@ def test_a_resumed_exchange_rewrites_the_steps_after_its_checkpoint(tmp_path):
     first.publish(rollout(version=1))
     first.flush(1)
     before = list(replay(tmp_path))
-    resumed = Exchange(POLICIES, log_dir=tmp_path)
+    resumed = Exchange(POLICIES, log=ExperienceLog(tmp_path))
     resumed.load_state_dict(state)
     resumed.advance(1)
     resumed.publish(rollout(version=1))

@@ -19,8 +19,8 @@ import pytest
 
 from conftest import TINY_TASK
 from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
-from mrl.core.see import replay
 from mrl.runtime import checkpoint
+from mrl.runtime.experience_log import replay
 from mrl.runtime.runner import RunSpec, run_concurrent
 
 pytestmark = pytest.mark.soak

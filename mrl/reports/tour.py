@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from mrl.core.see import replay
 from mrl.core.thl import Alignment, token_pieces
 from mrl.reports.palette import policy_colour
 from mrl.reports.substrate import token_split
+from mrl.runtime.experience_log import replay
 from mrl.runtime.rollout import sample_records
 
 GROUP_COLOURS = ["#fde0dd", "#d9f0d3", "#deebf7", "#fff2cc", "#e5d8f0", "#d0f0f0", "#fbe3c8", "#e8e8e8"]
@@ -79,7 +79,8 @@ def alignment_html(alignment: Alignment, src_tokenizer, dst_tokenizer, src_name:
 
 def logged_records(log_dir: str | Path, step: int) -> pd.DataFrame:
     """The records SEE accepted at one step of an experience log (read back and re-validated by
-    mrl.core.see.replay), one row per record with its kind and fields; token ids and log-probs left out."""
+    mrl.runtime.experience_log.replay), one row per record with its kind and fields; token ids and log-probs left
+    out."""
     rows = [{"kind": record.kind, **dataclasses.asdict(record)} for logged, record in replay(log_dir)
             if logged == step]
     frame = pd.DataFrame(rows)

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from mrl.core.config import ConfigError
-from mrl.core.see import file_sha256
+from mrl.runtime.experience_log import file_sha256
 
 STEP_DIR = "step-{:06d}"
 STEP_NAME = re.compile(r"step-\d{6}")

@@ -28,8 +28,8 @@ import yaml
 
 from mrl import numerics
 from mrl.core.probes import as_probe_config, probe_label
-from mrl.core.see import LOG_MANIFEST
 from mrl.core.validation import to_dict
+from mrl.runtime.experience_log import LOG_MANIFEST
 from mrl.paths import repo_root  # noqa: F401  (re-exported: notebooks import mrl.runtime.results.repo_root)
 
 if TYPE_CHECKING:
@@ -271,7 +271,7 @@ class RunCacheWarning(UserWarning):
 
 def experience_index_sha256(log: Path) -> str:
     """sha256 over an experience log's manifests (each one's name and bytes, in step order). A manifest holds its step
-    files' sha256 and record counts (mrl.core.see.read_manifest), so this covers the whole log."""
+    files' sha256 and record counts (mrl.runtime.experience_log.read_manifest), so this covers the whole log."""
     digest = hashlib.sha256()
     for path in sorted(p for p in log.iterdir() if LOG_MANIFEST.fullmatch(p.name)):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())

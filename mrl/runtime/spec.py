@@ -9,17 +9,18 @@ from pathlib import Path
 
 from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import ProbeConfig, probe_config
-from mrl.core.see import PolicySpec, read_log_index, replay
+from mrl.core.see import PolicySpec
 from mrl.core.validation import to_dict
 from mrl.runtime.checkpoint import placement_key
+from mrl.runtime.experience_log import read_log_index, replay
 from mrl.runtime.saving import RunCard
 
 
 @dataclass(frozen=True)
 class OfflinePeers:
     """Peers that do not train in this run (GRAFT's offline variant): at each step s, their records of step s in a
-    stored SEE log (`mrl.core.see.replay`, every record re-validated) enter the exchange as if they had just been
-    published, beside the live policies' own."""
+    stored SEE log (`mrl.runtime.experience_log.replay`, every record re-validated) enter the exchange as if they
+    had just been published, beside the live policies' own."""
 
     log_dir: str
     """the experience log of an earlier run"""
@@ -71,8 +72,8 @@ class RunSpec:
     """the backend is part of what this run measures (its wall time; an async schedule on processes), so it enters
     the run's identity; otherwise every backend gives the same metrics and it does not"""
     experience_dir: str | Path | None = None
-    """where the exchange logs its accepted records (mrl.core.see.replay reads them); None: checkpoint_dir/experience
-    when checkpointing, else no log"""
+    """where the exchange logs its accepted records (mrl.runtime.experience_log.replay reads them); None:
+    checkpoint_dir/experience when checkpointing, else no log"""
     output_dir: str | Path | None = None
     """save every trained policy at the end as a transformers folder output_dir/<policy>/ (mrl.runtime.saving.save_policy);
     None: nothing is saved"""
