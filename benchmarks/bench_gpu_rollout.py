@@ -39,6 +39,7 @@ os.environ.setdefault("MRL_NUMERICS", "native")   # the CPU contract pins CPU ke
 import mrl  # noqa: E402, F401  (first: the numerics contract, before torch and numpy)
 import torch  # noqa: E402
 
+from mrl.core.batch import Decoding  # noqa: E402
 from mrl.runtime.graphs_engine import graphs_completions  # noqa: E402
 from mrl.runtime.resources import PUBLISHED, architecture  # noqa: E402
 from mrl.runtime.rollout import sample_completions  # noqa: E402
@@ -126,14 +127,14 @@ def batch(setting: Setting, vocab: int, device: torch.device, seed: int = 0) -> 
 
 def draw(model, engine: str, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int, fixed: bool, seed: int):
     """One engine's completions of the batch -> (completion_ids, completion_mask)."""
-    kwargs = dict(max_new_tokens=new_tokens, eos_id=STOPS, pad_id=0, temperature=1.0,
-                  generator=torch.Generator(ids.device).manual_seed(seed), min_new_tokens=new_tokens if fixed else 0)
+    decoding = Decoding(max_new_tokens=new_tokens, eos_id=STOPS, pad_id=0, temperature=1.0,
+                        min_new_tokens=new_tokens if fixed else 0)
+    generator = torch.Generator(ids.device).manual_seed(seed)
     if engine == "graphs-eager":
-        completion, completion_mask, _ = graphs_completions(model, ids, mask, capture=False, **kwargs)
+        completion, completion_mask, _ = graphs_completions(model, ids, mask, decoding, generator, capture=False)
     else:
-        completion, completion_mask, _ = sample_completions(model, ids, mask, engine=engine,
-                                                            with_logprobs=engine not in ("generate", "batched"),
-                                                            **kwargs)
+        completion, completion_mask, _ = sample_completions(model, ids, mask, decoding, generator, engine=engine,
+                                                            with_logprobs=engine not in ("generate", "batched"))
     return completion, completion_mask
 
 

@@ -24,7 +24,7 @@ import torch  # noqa: E402
 from numerics_cost import add_numerics_flag, compare, hand_back  # noqa: E402
 from mrl.numerics import state  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
-from mrl.core.batch import encode_prompts
+from mrl.core.batch import Decoding, encode_prompts  # noqa: E402
 from mrl.runtime.rollout import completion_logprobs, sample_completions  # noqa: E402
 from mrl.core.tasks import make_task  # noqa: E402
 from mrl.runtime.zoo import build_model, train_tokenizer  # noqa: E402
@@ -82,9 +82,9 @@ def main():
         flops = 2 * sum(p.numel() for p in model.parameters()) * tokens
 
         def sample(engine):   # the generate and batched engines without their log-prob forward: sampling alone
-            return sample_completions(model, ids, mask, max_new_tokens=new, eos_id=tokenizer.eos_token_id,
-                                      pad_id=tokenizer.pad_token_id, generator=torch.Generator().manual_seed(0),
-                                      min_new_tokens=new, engine=engine,
+            decoding = Decoding(max_new_tokens=new, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                                min_new_tokens=new)
+            return sample_completions(model, ids, mask, decoding, torch.Generator().manual_seed(0), engine=engine,
                                       with_logprobs=engine not in ("generate", "batched"))
 
         def generate():

@@ -27,7 +27,9 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from mrl.runtime.resources import GB, Architecture, policy_memory  # noqa: E402
+from mrl.core.batch import Decoding  # noqa: E402
+from mrl.core.config import PlacementConfig  # noqa: E402
+from mrl.runtime.resources import GB, Architecture, Workload, policy_memory  # noqa: E402
 from mrl.runtime.rollout import completion_logprobs, sample_completions  # noqa: E402
 
 SIZES = {"small": dict(hidden_size=256, num_hidden_layers=4, intermediate_size=1024, num_attention_heads=4,
@@ -57,16 +59,18 @@ def measure(name: str, shape: dict, sequences: int, prompt: int, new: int, eval_
                         hidden=shape["hidden_size"], mlp=shape["intermediate_size"],
                         kv=shape["num_key_value_heads"] * shape["hidden_size"] // shape["num_attention_heads"],
                         vocab=shape["vocab_size"], source=name)
-    plan = policy_memory(arch, sequences, prompt, new, "float32", False, 0, False, engine="generate",
-                         eval_sequences=eval_sequences, eval_new_tokens=eval_new)
+    workload = Workload(sequences, prompt, new, reference=False, engine="generate", eval_sequences=eval_sequences,
+                        eval_new_tokens=eval_new)
+    plan = policy_memory(arch, workload, PlacementConfig(dtype="float32", gradient_checkpointing=False, micro_batch=0))
     ids = torch.randint(3, shape["vocab_size"], (sequences, prompt))
     mask = torch.ones_like(ids)
-    draw = dict(pad_id=0, eos_id=1, engine="generate", with_logprobs=False)
+    draw = dict(engine="generate", with_logprobs=False)
+    rollout = Decoding(max_new_tokens=new, eos_id=1, pad_id=0, min_new_tokens=new)
     out = {}
-    out["rollout"] = peak_allocated(lambda: sample_completions(model, ids, mask, max_new_tokens=new, min_new_tokens=new,
-                                                               generator=torch.Generator().manual_seed(0), **draw))
-    completion, completion_mask, _ = sample_completions(model, ids, mask, max_new_tokens=new, min_new_tokens=new,
-                                                        generator=torch.Generator().manual_seed(0), **draw)
+    out["rollout"] = peak_allocated(lambda: sample_completions(model, ids, mask, rollout,
+                                                               torch.Generator().manual_seed(0), **draw))
+    completion, completion_mask, _ = sample_completions(model, ids, mask, rollout, torch.Generator().manual_seed(0),
+                                                        **draw)
 
     def score():
         with torch.no_grad():
@@ -79,8 +83,8 @@ def measure(name: str, shape: dict, sequences: int, prompt: int, new: int, eval_
 
     out["scoring"] = peak_allocated(score)
     eval_ids, eval_mask = ids[:eval_sequences], mask[:eval_sequences]
-    out["evaluation"] = peak_allocated(lambda: sample_completions(model, eval_ids, eval_mask, max_new_tokens=eval_new,
-                                                                  min_new_tokens=eval_new, greedy=True, **draw))
+    evaluation = Decoding(max_new_tokens=eval_new, eos_id=1, pad_id=0, greedy=True, min_new_tokens=eval_new)
+    out["evaluation"] = peak_allocated(lambda: sample_completions(model, eval_ids, eval_mask, evaluation, **draw))
     out["update"] = peak_allocated(update)
     planned = {"rollout": plan["KV cache"] + plan["prefill"], "scoring": plan["scoring"],
                "evaluation": plan["evaluation"], "update": plan["gradients"] + plan["activations"]}

@@ -7,6 +7,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
+from mrl.core.batch import Decoding
 from mrl.core.config import FamilyConfig
 from mrl.runtime.fast import SHORT_ROW, fast_forward, softmax
 from mrl.runtime.rollout import completion_logprobs, sample_completions
@@ -90,8 +91,8 @@ def test_fast_sampling_log_probs_equal_transformers(shape, group, prompt_len):
     draw that falls within 1e-5 of a boundary, the same tokens), with prompts repeated in groups or all distinct."""
     model = model_of(shape).eval()
     prompt_ids, prompt_mask, _, _ = batch(group=group, prompt_len=prompt_len)
-    out = {engine: sample_completions(model, prompt_ids, prompt_mask, max_new_tokens=6, eos_id=1, pad_id=0,
-                                      generator=torch.Generator().manual_seed(3), engine=engine)
+    out = {engine: sample_completions(model, prompt_ids, prompt_mask, Decoding(max_new_tokens=6, eos_id=1, pad_id=0),
+                                      torch.Generator().manual_seed(3), engine=engine)
            for engine in ("hf", "fast")}
     assert torch.equal(out["fast"][0], out["hf"][0]) and torch.equal(out["fast"][1], out["hf"][1])
     torch.testing.assert_close(out["fast"][2], out["hf"][2], atol=1e-5, rtol=0)
@@ -110,9 +111,9 @@ def test_fast_sampling_draws_from_the_models_distribution(arch):
                        position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits[0, -1] / 0.7
     expected = torch.softmax(logits.double(), -1)
     n = 6000
-    ids, _, _ = sample_completions(model, context.repeat(n, 1), mask.repeat(n, 1), max_new_tokens=1, eos_id=1,
-                                   pad_id=0, generator=torch.Generator().manual_seed(0), temperature=0.7,
-                                   engine="fast")
+    ids, _, _ = sample_completions(model, context.repeat(n, 1), mask.repeat(n, 1),
+                                   Decoding(max_new_tokens=1, eos_id=1, pad_id=0, temperature=0.7),
+                                   torch.Generator().manual_seed(0), engine="fast")
     counts = torch.bincount(ids[:, 0], minlength=len(expected)).double()
     keep = expected * n >= 5                                  # pool the rare tokens into one cell
     observed = torch.cat([counts[keep], counts[~keep].sum(0, keepdim=True)])
@@ -144,8 +145,8 @@ def test_rows_with_the_same_ids_but_another_mask_are_not_shared():
     fast = completion_logprobs(model, ids, mask, completion, completion_mask, engine="fast")
     hf = completion_logprobs(model, ids, mask, completion, completion_mask, engine="hf")
     torch.testing.assert_close(fast, hf, atol=1e-5, rtol=0)
-    sampled = {engine: sample_completions(model, ids, mask, max_new_tokens=3, eos_id=1, pad_id=0,
-                                          generator=torch.Generator().manual_seed(0), engine=engine)
+    sampled = {engine: sample_completions(model, ids, mask, Decoding(max_new_tokens=3, eos_id=1, pad_id=0),
+                                          torch.Generator().manual_seed(0), engine=engine)
                for engine in ("fast", "hf")}
     torch.testing.assert_close(sampled["fast"][2], sampled["hf"][2], atol=1e-5, rtol=0)
 

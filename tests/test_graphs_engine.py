@@ -10,6 +10,7 @@ import pytest
 import torch
 from test_generate import assert_draws_follow
 
+from mrl.core.batch import Decoding
 from mrl.core.mismatch import mismatch_stats
 import mrl.runtime.graphs_engine as graphs
 from mrl.runtime.placement import cast_parameters
@@ -82,12 +83,12 @@ def test_greedy_completions_equal_transformers_generate_on_the_paper_architectur
     model = paper_model(name, dtype).to(device)
     ids, mask = (tensor.to(device) for tensor in prompts(length=40))
     stops, new = (1, 5), 70
-    drawn, drawn_mask, logp = sample_completions(model, ids, mask, max_new_tokens=new, eos_id=stops, pad_id=0,
-                                                 greedy=True, engine="graphs")
+    decoding = Decoding(max_new_tokens=new, eos_id=stops, pad_id=0, greedy=True)
+    drawn, drawn_mask, logp = sample_completions(model, ids, mask, decoding, engine="graphs")
     generated = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new,
                                eos_token_id=list(stops), pad_token_id=0, top_k=None, top_p=None)[:, ids.shape[1]:]
     generated_mask = first_eos_mask(generated, stops)
-    loop = sample_completions(model, ids, mask, max_new_tokens=new, eos_id=stops, pad_id=0, greedy=True, engine="hf")
+    loop = sample_completions(model, ids, mask, decoding, engine="hf")
     assert drawn_mask.sum(1).max() > 64 - 40   # a row decoded past the first attended bucket
     if dtype == torch.float32:
         assert torch.equal(drawn, loop[0]) and torch.equal(drawn_mask, loop[1])
@@ -107,14 +108,15 @@ def test_bucket_and_prefill_sizes_do_not_change_the_completions(monkeypatch):
     of 64 and one prefill forward draw, greedy and seeded."""
     model = paper_model("llama3.2")
     ids, mask = prompts(rows=5)
-    kwargs = dict(max_new_tokens=20, eos_id=1, pad_id=0, temperature=0.8, engine="graphs")
-    wide = [sample_completions(model, ids, mask, greedy=greedy, generator=torch.Generator().manual_seed(3), **kwargs)
-            for greedy in (True, False)]
+    requests = [Decoding(max_new_tokens=20, eos_id=1, pad_id=0, temperature=0.8, greedy=greedy)
+                for greedy in (True, False)]
+    wide = [sample_completions(model, ids, mask, decoding, torch.Generator().manual_seed(3), engine="graphs")
+            for decoding in requests]
     monkeypatch.setattr(graphs, "BUCKET", 4)
     monkeypatch.setattr(graphs, "GRAPHS_PREFILL_TOKENS", 1)
     assert graphs.cache_shape(5, 9, 20) == (8, 32)
-    narrow = [sample_completions(model, ids, mask, greedy=greedy, generator=torch.Generator().manual_seed(3),
-                                 **kwargs) for greedy in (True, False)]
+    narrow = [sample_completions(model, ids, mask, decoding, torch.Generator().manual_seed(3), engine="graphs")
+              for decoding in requests]
     for a, b in zip(wide, narrow):
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
         torch.testing.assert_close(a[2], b[2], atol=1e-5, rtol=0)
@@ -133,9 +135,9 @@ def test_seeded_draws_follow_the_softmax_at_the_first_and_a_later_token(device):
     model = paper_model("qwen2.5").to(device)
     context, mask = (tensor[:1].to(device) for tensor in prompts())
     n, temperature = 4000, 0.7
-    ids, _, _ = sample_completions(model, context.repeat(n, 1), mask.repeat(n, 1), max_new_tokens=2, eos_id=1,
-                                   pad_id=0, generator=torch.Generator(device).manual_seed(0),
-                                   temperature=temperature, min_new_tokens=2, engine="graphs")
+    decoding = Decoding(max_new_tokens=2, eos_id=1, pad_id=0, temperature=temperature, min_new_tokens=2)
+    ids, _, _ = sample_completions(model, context.repeat(n, 1), mask.repeat(n, 1), decoding,
+                                   torch.Generator(device).manual_seed(0), engine="graphs")
     with torch.no_grad():
         first = torch.softmax(model(input_ids=context).logits[0, -1].double() / temperature, -1)
         first[1] = 0   # min_new_tokens: the stop id is not drawn first
@@ -156,9 +158,9 @@ def test_the_sampler_log_probs_are_its_own_so_the_mismatch_is_measured_as_under_
     trainer = paper_model("smollm2").to(device)
     sampler = cast_parameters(copy.deepcopy(trainer), torch.bfloat16).eval()
     ids, mask = (tensor.to(device) for tensor in prompts(rows=4))
-    kwargs = dict(max_new_tokens=12, eos_id=1, pad_id=0, greedy=True)
-    ours = sample_completions(sampler, ids, mask, engine="graphs", **kwargs)
-    loop = sample_completions(sampler, ids, mask, engine="hf", **kwargs)
+    decoding = Decoding(max_new_tokens=12, eos_id=1, pad_id=0, greedy=True)
+    ours = sample_completions(sampler, ids, mask, decoding, engine="graphs")
+    loop = sample_completions(sampler, ids, mask, decoding, engine="hf")
     rows = [row for row in range(len(ids)) if row not in diverge_at_a_tie(sampler, ids, mask, ours[0], ours[1],
                                                                            loop[0], loop[1])]
     assert rows
@@ -202,8 +204,8 @@ def test_a_model_with_sliding_window_layers_is_refused():
                          max_window_layers=1)
     ids, mask = prompts()
     with pytest.raises(ValueError, match="engine graphs: layer types .*sliding_attention.* not allowed"):
-        sample_completions(Qwen2ForCausalLM(config).eval(), ids, mask, max_new_tokens=3, eos_id=1, pad_id=0,
-                           greedy=True, engine="graphs")
+        sample_completions(Qwen2ForCausalLM(config).eval(), ids, mask,
+                           Decoding(max_new_tokens=3, eos_id=1, pad_id=0, greedy=True), engine="graphs")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
@@ -213,11 +215,11 @@ def test_the_captured_step_replays_the_eager_step(greedy):
     kernels, the same generator offsets)."""
     model = paper_model("llama3.2", torch.bfloat16).cuda()
     ids, mask = (tensor.cuda() for tensor in prompts(rows=6))
-    kwargs = dict(max_new_tokens=100, eos_id=(1, 5), pad_id=0, greedy=greedy, temperature=0.9)
-    captured = graphs.graphs_completions(model, ids, mask, generator=torch.Generator("cuda").manual_seed(1),
-                                         capture=True, **kwargs)
-    eager = graphs.graphs_completions(model, ids, mask, generator=torch.Generator("cuda").manual_seed(1),
-                                      capture=False, **kwargs)
+    decoding = Decoding(max_new_tokens=100, eos_id=(1, 5), pad_id=0, greedy=greedy, temperature=0.9)
+    captured = graphs.graphs_completions(model, ids, mask, decoding, torch.Generator("cuda").manual_seed(1),
+                                         capture=True)
+    eager = graphs.graphs_completions(model, ids, mask, decoding, torch.Generator("cuda").manual_seed(1),
+                                      capture=False)
     for a, b in zip(captured, eager):
         assert torch.equal(a, b)
 

@@ -1,7 +1,7 @@
 """Sampling, rewards and the own-sample GRPO loss on a tiny untrained model."""
 import torch
 
-from mrl.core.batch import RolloutBatch, completion_texts, encode_prompts
+from mrl.core.batch import Decoding, RolloutBatch, completion_texts, encode_prompts
 from mrl.core.config import FamilyConfig, GrpoConfig
 from mrl.core.probes.terms import own_grpo_loss
 from mrl.runtime.rollout import completion_logprobs, sample_completions
@@ -34,8 +34,8 @@ def test_sampler_logprobs_match_a_full_forward_and_eos_masks(bpe_tokenizer):
     ids, mask = encode_prompts(bpe_tokenizer, ["12+3=", "99-9="] * 4)
     gen = torch.Generator().manual_seed(0)
     eos = bpe_tokenizer.eos_token_id
-    c_ids, c_mask, sample_logp = sample_completions(model, ids, mask, max_new_tokens=8, eos_id=eos, pad_id=0,
-                                                    generator=gen)
+    c_ids, c_mask, sample_logp = sample_completions(model, ids, mask, Decoding(max_new_tokens=8, eos_id=eos, pad_id=0),
+                                                    gen)
     full = completion_logprobs(model, ids, mask, c_ids, c_mask)
     torch.testing.assert_close(sample_logp, full * c_mask, atol=2e-5, rtol=0)
     for row, m in zip(c_ids.tolist(), c_mask.tolist()):
@@ -48,8 +48,8 @@ def test_sampler_logprobs_match_a_full_forward_and_eos_masks(bpe_tokenizer):
 def test_sampling_is_reproducible_with_a_generator(bpe_tokenizer):
     model = tiny(bpe_tokenizer)
     ids, mask = encode_prompts(bpe_tokenizer, ["12+3="] * 16)
-    draw = lambda s: sample_completions(model, ids, mask, max_new_tokens=6, eos_id=1, pad_id=0,
-                                        generator=torch.Generator().manual_seed(s))[0]
+    draw = lambda s: sample_completions(model, ids, mask, Decoding(max_new_tokens=6, eos_id=1, pad_id=0),
+                                        torch.Generator().manual_seed(s))[0]
     assert torch.equal(draw(3), draw(3))
     assert not torch.equal(draw(3), draw(4))
 

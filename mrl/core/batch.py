@@ -58,6 +58,25 @@ def is_stop(ids: Tensor, stops: StopIds) -> Tensor:
     return torch.isin(ids, torch.tensor(stops, device=ids.device))
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """One decoding request, as every sampling engine reads it (mrl.runtime.rollout.sample_completions): how many
+    tokens, which ids end and pad a completion, and the full softmax the tokens are drawn from."""
+
+    max_new_tokens: int
+    """T_max, the tokens drawn at most per completion"""
+    eos_id: StopIds
+    """the id, or ids (stop_ids), that end a completion"""
+    pad_id: int
+    """the id written after a completion's end"""
+    temperature: float = 1.0
+    """T of the softmax the tokens are drawn from (no top-k, no top-p)"""
+    greedy: bool = False
+    """argmax of the logits instead of a draw"""
+    min_new_tokens: int = 0
+    """the stop ids are suppressed for the first tokens (benchmarks with a fixed length)"""
+
+
 def completion_texts(tokenizer, completion_ids: Tensor, completion_mask: Tensor,
                      eos_id: StopIds) -> list[tuple[str, bool]]:
     """(decoded text before EOS, well-formed) per completion.

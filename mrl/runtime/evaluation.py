@@ -5,7 +5,7 @@ from typing import Callable
 
 import torch
 
-from mrl.core.batch import as_written, completion_texts, encode_prompts, score
+from mrl.core.batch import Decoding, as_written, completion_texts, encode_prompts, score
 from mrl.runtime.placement import set_training
 from mrl.runtime.rollout import sample_completions, stop_ids
 
@@ -21,9 +21,10 @@ def greedy_accuracy(model, tokenizer, problems, verify, max_new_tokens: int = 6,
     for start in range(0, len(problems), batch_size):
         chunk = problems[start:start + batch_size]
         ids, mask = encode_prompts(tokenizer, [render(p.prompt) for p in chunk], model.device)
-        completion_ids, completion_mask, _ = sample_completions(
-            model, ids, mask, max_new_tokens=max_new_tokens, eos_id=stop_ids(tokenizer),
-            pad_id=tokenizer.pad_token_id, greedy=True, engine=engine, with_logprobs=False)
+        decoding = Decoding(max_new_tokens=max_new_tokens, eos_id=stop_ids(tokenizer), pad_id=tokenizer.pad_token_id,
+                            greedy=True)
+        completion_ids, completion_mask, _ = sample_completions(model, ids, mask, decoding, engine=engine,
+                                                                with_logprobs=False)
         texts = completion_texts(tokenizer, completion_ids, completion_mask, stop_ids(tokenizer))
         correct += score(texts, chunk, verify, model.device).sum().item()
     return correct / len(problems)

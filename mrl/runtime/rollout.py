@@ -12,8 +12,9 @@ import weakref
 import torch
 from torch import Tensor
 
-from mrl.core.batch import (CHAT_DATE, LogProbs, RolloutBatch, StopIds, as_written, chat_prompt,  # noqa: F401
-                            completion_texts, encode_prompts, is_stop, pad_completions, prompt_renderer, score)
+from mrl.core.batch import (CHAT_DATE, Decoding, LogProbs, RolloutBatch, StopIds, as_written,  # noqa: F401
+                            chat_prompt, completion_texts, encode_prompts, is_stop, pad_completions, prompt_renderer,
+                            score)
 from mrl.core.config import ENGINES
 from mrl.core.stop_tokens import stop_ids
 from mrl.core.token_logprobs import token_logprobs
@@ -42,33 +43,33 @@ def positions(attention_mask: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: StopIds,
-                       pad_id: int, generator: torch.Generator | None = None, temperature: float = 1.0,
-                       greedy: bool = False, min_new_tokens: int = 0, engine: str = "hf",
+def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, decoding: Decoding,
+                       generator: torch.Generator | None = None, *, engine: str = "hf",
                        with_logprobs: bool = True) -> tuple[Tensor, Tensor, Tensor | None]:
     """Sample completions token by token with a KV cache.
 
     prompt_ids, prompt_mask: (B, P) left-padded. Returns completion_ids (B, T), completion_mask
     (B, T) with 1 up to and including the first EOS, and the sampling log-probs (B, T) (0 where masked).
-    eos_id: the id, or ids (stop_ids), that end a completion.
-    min_new_tokens suppresses EOS for the first tokens (benchmarks with a fixed length).
+    decoding: what every engine reads: T_max, the stop ids (eos_id) and pad id, the temperature, greedy, and
+    min_new_tokens, which suppresses EOS for the first tokens (benchmarks with a fixed length).
     engine: "fast" (mrl.runtime.fast's static cache over the model's weights, when it knows the model), "hf" (the
     `transformers` forward with its dynamic cache), "generate" (generate_completions), "batched"
-    (batched_completions) or "graphs" (mrl.runtime.graphs_engine: the decode step captured in CUDA graphs on a GPU, whose
-    log-probs are the sampler's own, as the loops'). with_logprobs: False lets the generate and batched engines skip
-    their log-prob forward and return None (the loops get them for free).
+    (batched_completions) or "graphs" (mrl.runtime.graphs_engine: the decode step captured in CUDA graphs on a GPU,
+    whose log-probs are the sampler's own, as the loops'). with_logprobs: False lets the generate and batched engines
+    skip their log-prob forward and return None (the loops get them for free).
     """
     if engine == "graphs":
-        return graphs_completions(model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=eos_id,
-                                  pad_id=pad_id, generator=generator, temperature=temperature, greedy=greedy,
-                                  min_new_tokens=min_new_tokens)
+        return graphs_completions(model, prompt_ids, prompt_mask, decoding, generator)
     if engine in ("generate", "batched"):
         draw = generate_completions if engine == "generate" else batched_completions
-        ids, mask = draw(model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id,
-                         generator=generator, temperature=temperature, greedy=greedy, min_new_tokens=min_new_tokens)
-        logp = completion_logprobs(model, prompt_ids, prompt_mask, ids, mask, temperature=temperature) * mask \
-            if with_logprobs else None
+        ids, mask = draw(model, prompt_ids, prompt_mask, decoding, generator)
+        logp = None
+        if with_logprobs:
+            logp = completion_logprobs(model, prompt_ids, prompt_mask, ids, mask, temperature=decoding.temperature)
+            logp = logp * mask
         return ids, mask, logp
+    max_new_tokens, eos_id, pad_id = decoding.max_new_tokens, decoding.eos_id, decoding.pad_id
+    temperature, greedy, min_new_tokens = decoding.temperature, decoding.greedy, decoding.min_new_tokens
     batch, prompt_len = prompt_ids.shape
     device = prompt_ids.device
     attention = torch.cat([prompt_mask, torch.ones(batch, max_new_tokens, dtype=prompt_mask.dtype, device=device)],
@@ -133,11 +134,10 @@ its temporaries are one layer's over B x 64 tokens, not over every prompt token 
 
 
 @torch.no_grad()
-def generate_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: StopIds,
-                         pad_id: int, generator: torch.Generator | None = None, temperature: float = 1.0,
-                         greedy: bool = False, min_new_tokens: int = 0) -> tuple[Tensor, Tensor]:
+def generate_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, decoding: Decoding,
+                         generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
     """Completions drawn by `transformers`' generate with a static (preallocated) KV cache: full-softmax sampling
-    at `temperature` (the checkpoint's own generation defaults, top-k, top-p and repetition penalty among them,
+    at decoding's temperature (the checkpoint's own generation defaults, top-k, top-p and repetition penalty among them,
     are set aside for the call), tokens after the first EOS masked, no compilation (the prompt length changes
     every step). generate takes no generator: it draws from torch's global generator, seeded from `generator`
     inside a fork of the RNG state, which is restored after. The prompts are prefilled GENERATE_PREFILL_CHUNK
@@ -145,6 +145,8 @@ def generate_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_
     forward's (sample_completions)."""
     from transformers import GenerationConfig
 
+    max_new_tokens, eos_id, pad_id = decoding.max_new_tokens, decoding.eos_id, decoding.pad_id
+    temperature, greedy, min_new_tokens = decoding.temperature, decoding.greedy, decoding.min_new_tokens
     config = GenerationConfig(do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0,
                               top_p=1.0, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                               eos_token_id=list(eos_id) if isinstance(eos_id, tuple) else eos_id,
@@ -194,18 +196,19 @@ def batched_paging(prompt_lengths: list[int], max_new_tokens: int, mask_bytes: i
 
 
 @torch.no_grad()
-def batched_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int, eos_id: StopIds,
-                        pad_id: int, generator: torch.Generator | None = None, temperature: float = 1.0,
-                        greedy: bool = False, min_new_tokens: int = 0) -> tuple[Tensor, Tensor]:
+def batched_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, decoding: Decoding,
+                        generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
     """Completions drawn by `transformers`' continuous batching (`generate_batch`): one request per row, a paged
     KV cache in which a finished sequence frees its blocks for the next request, so no row waits for the longest.
     It runs in this process on the model's own weights (the bf16 sampler), so nothing is transferred after an
-    update. Sampling is generate_completions': the full softmax at `temperature` (the checkpoint's top-k, top-p
-    and penalties set aside), torch's global generator seeded from `generator` inside a fork of the RNG state.
+    update. Sampling is generate_completions': the full softmax at decoding's temperature (the checkpoint's top-k,
+    top-p and penalties set aside), torch's global generator seeded from `generator` inside a fork of the RNG state.
     prompt_ids, prompt_mask: (B, P) left-padded -> completion_ids, completion_mask, each (B, T), T the longest
     completion, pad after the first EOS."""
     from transformers import GenerationConfig
 
+    max_new_tokens, eos_id, pad_id = decoding.max_new_tokens, decoding.eos_id, decoding.pad_id
+    temperature, greedy, min_new_tokens = decoding.temperature, decoding.greedy, decoding.min_new_tokens
     if min_new_tokens and min_new_tokens != max_new_tokens:   # continuous batching applies no min_new_tokens
         raise ValueError(f"engine batched: min_new_tokens = {min_new_tokens} is not allowed; expected 0 or "
                          f"max_new_tokens ({max_new_tokens}), a fixed length")
@@ -260,9 +263,9 @@ def sample_records(model, tokenizer, prompts: list[str], generator: torch.Genera
                    temperature: float = 1.0) -> list[dict]:
     """One sampled completion per prompt as an exchange record: ids (EOS included), text, per-token log-probs."""
     ids, mask = encode_prompts(tokenizer, prompts, model.device)
-    completion_ids, completion_mask, logps = sample_completions(
-        model, ids, mask, max_new_tokens=max_new_tokens, eos_id=stop_ids(tokenizer),
-        pad_id=tokenizer.pad_token_id, generator=generator, temperature=temperature)
+    decoding = Decoding(max_new_tokens=max_new_tokens, eos_id=stop_ids(tokenizer), pad_id=tokenizer.pad_token_id,
+                        temperature=temperature)
+    completion_ids, completion_mask, logps = sample_completions(model, ids, mask, decoding, generator)
     records = []
     for row_ids, row_mask, row_logp in zip(completion_ids.tolist(), completion_mask.tolist(), logps.tolist()):
         n = sum(row_mask)
@@ -281,10 +284,10 @@ def sample_groups(model, tokenizer, prompts: list[str], group_size: int, generat
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, model.device)
     prompt_ids, prompt_mask = prompt_ids.repeat_interleave(group_size, 0), prompt_mask.repeat_interleave(group_size, 0)
     set_training(model, False)
+    decoding = Decoding(max_new_tokens=max_new_tokens, eos_id=stop_ids(tokenizer), pad_id=tokenizer.pad_token_id,
+                        temperature=temperature)
     completion_ids, completion_mask, sample_logp = sample_completions(
-        model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=stop_ids(tokenizer),
-        pad_id=tokenizer.pad_token_id, generator=generator, temperature=temperature, engine=engine,
-        with_logprobs=with_logprobs)
+        model, prompt_ids, prompt_mask, decoding, generator, engine=engine, with_logprobs=with_logprobs)
     return prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp
 
 
