@@ -380,7 +380,7 @@ def main() -> None:
     from mrl.core.config import RunnerConfig
     from mrl.core.probes import probe_config
     from mrl.profiles import load_profile
-    from mrl.runtime.resources import architecture, policy_memory
+    from mrl.runtime.resources import Workload, architecture, policy_memory
     from mrl.runtime.runner import RunSpec, run_concurrent
     from mrl.core.tasks import make_task
 
@@ -422,10 +422,9 @@ def main() -> None:
         prompt = prompt_tokens(paths[name], task, task_cfg.chat_template)
         placement = profile.placement[name]
         eval_new = grpo.eval_max_new_tokens or grpo.max_new_tokens
-        memory = policy_memory(architecture(paths[name]), args.prompts * group, prompt, grpo.max_new_tokens,
-                               placement.dtype, placement.gradient_checkpointing, placement.micro_batch, False,
-                               engine=grpo.engine, eval_sequences=min(grpo.eval_batch, args.eval_prompts),
-                               eval_new_tokens=eval_new)
+        workload = Workload(args.prompts * group, prompt, grpo.max_new_tokens, reference=False, engine=grpo.engine,
+                            eval_sequences=min(grpo.eval_batch, args.eval_prompts), eval_new_tokens=eval_new)
+        memory = policy_memory(architecture(paths[name]), workload, placement)
         plans[name] = {"prompt_tokens": prompt, "memory": memory,
                        "tokens": {"update": args.prompts * group * (prompt + grpo.max_new_tokens)}}
     report["plans"] = plans

@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from mrl.core.bandit import (DynamicsConfig, EnvConfig, Method, PROMPT_TYPES, chi2, closed_form_mean, expected_grpo,
-                        expected_prp, expected_sgt, expected_xgrpo, gate_probability, make_env, monte_carlo,
-                        prp_peer_second_moment, ratio_second_moment, sample_responses, sgt_rescue_second_moment,
-                        simulate, summarise, support_gain, true_gradient, truncated_lognormal_mean,
-                        truncated_lognormal_second_moment, update)
+from mrl.core.bandit import (Draws, DynamicsConfig, EnvConfig, Method, PROMPT_TYPES, chi2, closed_form_mean,
+                        expected_grpo, expected_prp, expected_sgt, expected_xgrpo, gate_probability, make_env,
+                        monte_carlo, prp_peer_second_moment, ratio_second_moment, sample_responses,
+                        sgt_rescue_second_moment, simulate, summarise, support_gain, true_gradient,
+                        truncated_lognormal_mean, truncated_lognormal_second_moment, update)
 from mrl.core.bandit.closed_form import ess_fraction, score_norm2
 from mrl.core.bandit.estimators import weighted_scores
 
@@ -38,7 +38,7 @@ def assert_within_se(sample_mean, stderr, exact):
 
 def test_grpo_mean_is_shrunk_true_gradient():
     pi_a, pi_b, r = policies(1)
-    mc = monte_carlo(Method("grpo"), pi_a, pi_b, r, G, reps=20_000, seed=1)
+    mc = monte_carlo(Method("grpo"), pi_a, pi_b, r, G, Draws(20_000, seed=1))
     assert_within_se(mc.mean, mc.stderr, (1 - 1 / G) * true_gradient(pi_a, r))
     assert np.allclose(expected_grpo(pi_a, r, G), (1 - 1 / G) * true_gradient(pi_a, r))
 
@@ -46,7 +46,7 @@ def test_grpo_mean_is_shrunk_true_gradient():
 @pytest.mark.parametrize("gamma", [0.0, 0.5, 1.0])
 def test_xgrpo_mean(gamma):
     pi_a, pi_b, r = policies(2)
-    mc = monte_carlo(Method("xgrpo", gamma=gamma), pi_a, pi_b, r, G, reps=20_000, seed=2)
+    mc = monte_carlo(Method("xgrpo", gamma=gamma), pi_a, pi_b, r, G, Draws(20_000, seed=2))
     exact = expected_xgrpo(pi_a, r, G, gamma)
     assert_within_se(mc.mean, mc.stderr, exact)
     if gamma == 0.5:  # the statement of docs/architecture.md, The bandit analysis
@@ -58,7 +58,7 @@ def test_xgrpo_mean(gamma):
 def test_xgrpo_differs_from_grpo_by_more_than_noise():
     """The closed forms are distinguishable: the XGRPO sample mean is far from GRPO's expectation."""
     pi_a, pi_b, r = policies(3)
-    mc = monte_carlo(Method("xgrpo", gamma=1.0), pi_a, pi_b, r, G, reps=40_000, seed=3)
+    mc = monte_carlo(Method("xgrpo", gamma=1.0), pi_a, pi_b, r, G, Draws(40_000, seed=3))
     gap = np.abs(mc.mean - expected_grpo(pi_a, r, G)) / mc.stderr
     assert gap.max() > 2 * Z
 
@@ -67,10 +67,10 @@ def test_xgrpo_differs_from_grpo_by_more_than_noise():
 def test_is_prp_unbiased_exactly_when_mu_is_minus_half_sigma_squared(sigma):
     pi_a, pi_b, r = policies(4, spread=0.5)
     unbiased_target = (1 - 1 / (2 * G)) * true_gradient(pi_a, r)  # the pooled baseline's shrinkage, as XGRPO
-    fair = monte_carlo(Method("prp", mu_t=-sigma ** 2 / 2, sigma_t=sigma), pi_a, pi_b, r, G, reps=40_000, seed=4)
+    fair = monte_carlo(Method("prp", mu_t=-sigma ** 2 / 2, sigma_t=sigma), pi_a, pi_b, r, G, Draws(40_000, seed=4))
     assert_within_se(fair.mean, fair.stderr, unbiased_target)
     assert np.allclose(expected_prp(pi_a, pi_b, r, G, mu_t=-sigma ** 2 / 2, sigma_t=sigma), unbiased_target)
-    biased = monte_carlo(Method("prp", mu_t=0.0, sigma_t=sigma), pi_a, pi_b, r, G, reps=40_000, seed=5)
+    biased = monte_carlo(Method("prp", mu_t=0.0, sigma_t=sigma), pi_a, pi_b, r, G, Draws(40_000, seed=5))
     exact = expected_prp(pi_a, pi_b, r, G, mu_t=0.0, sigma_t=sigma)
     assert_within_se(biased.mean, biased.stderr, exact)
     factor = 0.5 * (1 + math.exp(sigma ** 2 / 2))  # own half + e^{mu + sigma^2/2} peer half
@@ -93,13 +93,13 @@ def test_truncated_lognormal_moments(w, clip, mu, sigma):
 def test_truncated_prp_mean(clip, sigma):
     pi_a, pi_b, r = policies(7)
     method = Method("prp", clip=clip, sigma_t=sigma)
-    mc = monte_carlo(method, pi_a, pi_b, r, G, reps=30_000, seed=7)
+    mc = monte_carlo(method, pi_a, pi_b, r, G, Draws(30_000, seed=7))
     assert_within_se(mc.mean, mc.stderr, expected_prp(pi_a, pi_b, r, G, clip=clip, sigma_t=sigma))
 
 
 def test_naive_prp_mean():
     pi_a, pi_b, r = policies(8)
-    mc = monte_carlo(Method("prp_naive"), pi_a, pi_b, r, G, reps=30_000, seed=8)
+    mc = monte_carlo(Method("prp_naive"), pi_a, pi_b, r, G, Draws(30_000, seed=8))
     assert_within_se(mc.mean, mc.stderr, expected_prp(pi_a, pi_b, r, G, naive=True))
 
 
@@ -151,7 +151,7 @@ def test_sgt_mean_and_variance_bound(eta, tau):
     pi_a = pi_a * np.where(r > 0, 0.05, 1.0)  # A rarely succeeds: the gate fires often
     pi_a /= pi_a.sum(-1, keepdims=True)
     method = Method("sgt", lam=0.3, eta=eta, tau=tau)
-    mc = monte_carlo(method, pi_a, pi_b, r, G, reps=30_000, seed=10)
+    mc = monte_carlo(method, pi_a, pi_b, r, G, Draws(30_000, seed=10))
     assert_within_se(mc.mean, mc.stderr, expected_sgt(pi_a, pi_b, r, G, 0.3, eta, tau))
     norm2 = (rescue_term_draws(method, pi_a, pi_b, r, reps=30_000, seed=11) ** 2).sum(-1)
     exact = sgt_rescue_second_moment(pi_a, pi_b, r, G, 0.3, eta, tau)
@@ -192,7 +192,7 @@ def test_sgt_support_gain_stays_order_one_as_pa_vanishes():
         assert abs(gains[eps]["grpo"]) < 10 * eps and abs(gains[eps]["prp"]) < 10 * eps  # O(p_A)
     assert gains[1e-6]["grpo"] < gains[1e-2]["grpo"] / 1000
     pi_a, pi_b, r = one_hard_prompt(1e-4)  # and the Monte Carlo estimator agrees with the closed form
-    mc = monte_carlo(Method("sgt"), pi_a, pi_b, r, G, reps=20_000, seed=12)
+    mc = monte_carlo(Method("sgt"), pi_a, pi_b, r, G, Draws(20_000, seed=12))
     assert_within_se(mc.mean, mc.stderr, expected_sgt(pi_a, pi_b, r, G))
 
 
@@ -202,8 +202,8 @@ def test_hacpo_discards_out_of_support_peer_successes_and_zeroes_uniform_groups(
     own_only = update(Method("hacpo"), pi_a, pi_b, r, y_a, y_a, np.random.default_rng(0))
     assert np.allclose(own_only, 0.0)                 # uniform rewards: advantages 0 (the official code's guard)
     # B's successes have ratio 1e-4 / 0.6, below the clip's lower bound 1 - delta: zero gradient, no rescue
-    hacpo = monte_carlo(Method("hacpo"), pi_a, pi_b, r, G, reps=20_000, seed=13, capability_ratio=1.0)
-    sgt = monte_carlo(Method("sgt"), pi_a, pi_b, r, G, reps=20_000, seed=13)
+    hacpo = monte_carlo(Method("hacpo"), pi_a, pi_b, r, G, Draws(20_000, seed=13), capability_ratio=1.0)
+    sgt = monte_carlo(Method("sgt"), pi_a, pi_b, r, G, Draws(20_000, seed=13))
     sgt_gain = support_gain(pi_a, r, sgt.mean)[0]
     assert sgt_gain > 0.05 and abs(support_gain(pi_a, r, hacpo.mean)[0]) < 0.2 * sgt_gain
 

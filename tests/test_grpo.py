@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from mrl.core.grpo import aggregate, group_advantages, k3_kl, log_importance_weights, policy_loss
+from mrl.core.grpo import Surrogate, aggregate, group_advantages, k3_kl, log_importance_weights, policy_loss
 
 
 def test_group_advantages_by_hand():
@@ -39,7 +39,7 @@ def test_clipping_by_hand():
     logp = torch.tensor([[0.5], [-0.5]])
     old = torch.zeros(2, 1)
     mask = torch.ones(2, 1)
-    loss, stats = policy_loss(logp, old, torch.tensor([1.0, -1.0]), mask, loss_type="bnpo")
+    loss, stats = policy_loss(logp, old, torch.tensor([1.0, -1.0]), mask, Surrogate(loss_type="bnpo"))
     expected = (-(1.2 * 1.0) + -min(torch.exp(torch.tensor(-0.5)).item() * -1.0, 0.8 * -1.0)) / 2
     assert loss.item() == pytest.approx(expected, abs=1e-6)
     assert stats["clip_high"].item() == pytest.approx(0.5) and stats["clip_low"].item() == pytest.approx(0.5)
@@ -66,4 +66,4 @@ def test_k3_is_nonnegative_and_zero_at_equality():
 def test_beta_needs_reference():
     x = torch.zeros(1, 2)
     with pytest.raises(ValueError, match="ref_logp"):
-        policy_loss(x, x, torch.ones(1), torch.ones(1, 2), beta=0.1)
+        policy_loss(x, x, torch.ones(1), torch.ones(1, 2), Surrogate(beta=0.1))

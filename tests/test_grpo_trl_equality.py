@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 
 from mrl.core.config import FamilyConfig
-from mrl.core.grpo import group_advantages, policy_loss
+from mrl.core.grpo import Surrogate, group_advantages, policy_loss
 from mrl.runtime.rollout import completion_logprobs
 from mrl.runtime.zoo import build_model
 
@@ -83,10 +83,10 @@ def test_policy_loss_equals_trl(model_dir, bpe_tokenizer, tmp_path, loss_type, l
         ours = AutoModelForCausalLM.from_pretrained(model_dir).train()
         logp = completion_logprobs(ours, inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"],
                                    inputs["completion_mask"])
+        surrogate = Surrogate(level=level, loss_type=loss_type, eps_low=0.2, eps_high=0.28, beta=beta,
+                              max_completion_length=T, kl_bias_correction=bias_correction)
         loss, _ = policy_loss(logp, inputs["old_per_token_logps"], inputs["advantages"], inputs["completion_mask"],
-                              level=level, loss_type=loss_type, eps_low=0.2, eps_high=0.28, beta=beta,
-                              ref_logp=inputs["ref_per_token_logps"], max_completion_length=T,
-                              kl_bias_correction=bias_correction, num_items=inputs["num_items_in_batch"])
+                              surrogate, ref_logp=inputs["ref_per_token_logps"], num_items=inputs["num_items_in_batch"])
         loss.backward()
         assert abs(loss.item() - trl_loss.item()) < 1e-6, (loss.item(), trl_loss.item())
         for ours_p, trl_grad in zip(ours.parameters(), trl_grads):

@@ -8,7 +8,7 @@ import torch
 
 from conftest import TINY_TASK
 from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, TaskConfig
-from mrl.core.grpo import policy_loss
+from mrl.core.grpo import Surrogate, policy_loss
 from mrl.core.mismatch import SAMPLER_CORRECTIONS, mismatch_stats, sampler_weights, weight_stats
 from mrl.core.probes import PeerView
 from mrl.core.tasks import make_task
@@ -56,9 +56,10 @@ def test_the_weight_multiplies_the_surrogate_not_the_kl_term():
     logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     old, ref, mask, adv = logp.detach() - 0.1, torch.tensor([[-1.2, -1.5]]), torch.ones(1, 2), torch.tensor([1.0])
     weight = torch.tensor([[0.5, 2.0]])
-    plain, _ = policy_loss(logp, old, adv, mask, beta=0.3, ref_logp=ref)
-    weighted, _ = policy_loss(logp, old, adv, mask, beta=0.3, ref_logp=ref, sample_weight=weight)
-    ones, _ = policy_loss(logp, old, adv, mask, beta=0.3, ref_logp=ref, sample_weight=torch.ones(1, 2))
+    with_kl = Surrogate(beta=0.3)
+    plain, _ = policy_loss(logp, old, adv, mask, with_kl, ref_logp=ref)
+    weighted, _ = policy_loss(logp, old, adv, mask, with_kl, ref_logp=ref, sample_weight=weight)
+    ones, _ = policy_loss(logp, old, adv, mask, with_kl, ref_logp=ref, sample_weight=torch.ones(1, 2))
     assert torch.equal(ones, plain)
     surrogate, _ = policy_loss(logp, old, adv, mask)
     kl = plain - surrogate

@@ -7,7 +7,7 @@ import torch
 
 from mrl.core.batch import RolloutBatch, encode_prompts
 from mrl.core.config import ConfigError, FamilyConfig, GrpoConfig
-from mrl.core.grpo import group_advantages, policy_loss
+from mrl.core.grpo import Surrogate, group_advantages, policy_loss
 from mrl.core.probes import PeerView, get_probe, probe_config
 from mrl.core.probes.advantages import pooled_advantages, xgrpo_advantages
 from mrl.core.probes.terms import rescue_set
@@ -220,7 +220,7 @@ def test_prp_with_one_tokenizer_is_the_importance_weighted_grpo_term(bpe_tokeniz
     for row, record in enumerate(r for p in problems for r in rollouts[p.pid]):
         old[row, :len(record.logps)] = torch.tensor(record.logps)
     old = logp.detach() if naive else old
-    is_term, _ = policy_loss(logp, old, peer_adv, peer_batch.completion_mask, eps_low=1e9, eps_high=1e9)
+    is_term, _ = policy_loss(logp, old, peer_adv, peer_batch.completion_mask, Surrogate(eps_low=1e9, eps_high=1e9))
     expected = (own_loss * 12 + is_term * 12) / 24
     want, want_grads = loss_and_grads(model, expected)
     assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
@@ -327,8 +327,8 @@ def test_gspo_own_loss_is_trl_sequence_level_grpo_with_hacpo_advantages(bpe_toke
     advantages = group_advantages(batch.rewards, G, eps=1e-6)
     logp = completion_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
                                batch.completion_mask)
-    want, _ = policy_loss(logp, logp.detach(), advantages, batch.completion_mask, level="sequence",
-                          eps_low=3e-4, eps_high=4e-4)
+    want, _ = policy_loss(logp, logp.detach(), advantages, batch.completion_mask,
+                          Surrogate(level="sequence", eps_low=3e-4, eps_high=4e-4))
     assert got == pytest.approx(want.item(), abs=1e-6)
 
 

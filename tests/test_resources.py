@@ -7,8 +7,8 @@ import pytest
 from mrl.cli import main
 from mrl.core.config import ConfigError, PlacementConfig
 from mrl.profiles import load_profile
-from mrl.runtime.resources import (Architecture, ResourceError, architecture, group_multiplier, parse_gpus, plan_resources,
-                           policy_memory)
+from mrl.runtime.resources import (Architecture, ResourceError, Workload, architecture, group_multiplier, parse_gpus,
+                                   plan_resources, policy_memory)
 
 PUBLISHED_PARAMS = {"Qwen2.5-0.5B-Instruct": 494_032_768, "Llama-3.2-1B-Instruct": 1_235_814_400,
                     "SmolLM2-360M-Instruct": 361_821_120}
@@ -35,10 +35,10 @@ def test_a_local_checkpoint_is_read_from_its_own_config(tiny_zoo_paths):
 ARCH = Architecture(params=10**9, layers=16, hidden=2048, mlp=8192, kv=512, vocab=128_256, source="test")
 
 
-def _memory(**changes):
-    settings = dict(sequences=512, prompt_tokens=256, new_tokens=512, dtype="float32", gradient_checkpointing=False,
-                    micro_batch=0, reference=False)
-    return policy_memory(ARCH, **{**settings, **changes})
+def _memory(dtype="float32", gradient_checkpointing=False, micro_batch=0, teacher=None, **changes):
+    workload = Workload(**{**dict(sequences=512, prompt_tokens=256, new_tokens=512, reference=False), **changes})
+    placement = PlacementConfig(dtype=dtype, gradient_checkpointing=gradient_checkpointing, micro_batch=micro_batch)
+    return policy_memory(ARCH, workload, placement, teacher)
 
 
 def test_the_peak_is_the_largest_phase_and_adam_is_held_only_after_the_first_step():

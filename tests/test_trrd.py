@@ -13,7 +13,7 @@ from mrl.core.probes import PeerView, get_probe, probe_config
 from mrl.core.probes.trrd import trrd_anchor
 from mrl.core.thl import align
 from mrl.runtime.rollout import completion_logprobs
-from mrl.runtime.teacher import spread_over_learner_tokens, teacher_logprobs
+from mrl.runtime.teacher import LearnerSamples, spread_over_learner_tokens, teacher_logprobs
 from mrl.runtime.zoo import train_tokenizer
 from test_probes import G, answers, loss_and_grads, make_batch, make_model
 
@@ -105,8 +105,9 @@ def test_a_teacher_equal_to_the_learner_scores_its_tokens_as_the_learner(bpe_tok
     texts = [t for t, _ in completion_texts(bpe_tokenizer, batch.completion_ids, batch.completion_mask,
                                            bpe_tokenizer.eos_token_id)]
     prompts = [p.prompt for p in batch.problems for _ in range(G)]
-    got, failed = teacher_logprobs(model, bpe_tokenizer, bpe_tokenizer, prompts, batch.completion_ids,
-                                   batch.completion_mask, texts, torch.zeros(batch.completion_ids.shape))
+    samples = LearnerSamples(prompts, batch.completion_ids, batch.completion_mask, texts)
+    fallback = torch.zeros(batch.completion_ids.shape)
+    got, failed = teacher_logprobs(model, bpe_tokenizer, bpe_tokenizer, samples, fallback)
     model.eval()
     with torch.no_grad():
         own = completion_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 
 from mrl.core import validation
-from mrl.core.grpo import LEVELS, LOSS_TYPES
+from mrl.core.grpo import LEVELS, LOSS_TYPES, Surrogate
 from mrl.core.mismatch import SAMPLER_CORRECTIONS
 from mrl.core.validation import (Bool, ConfigError, Count, Float, Fraction, Int, NonEmpty, Positive, PositiveInt, Str,
                             config_dataclass, require)
@@ -232,6 +232,13 @@ class GrpoConfig:
         low, high = self.sampler_clip_min, self.sampler_clip_max
         require(low is None or high is None or low <= high, "GrpoConfig", "sampler_clip_min", low,
                 f"at most sampler_clip_max ({high})")
+
+    @property
+    def surrogate(self) -> Surrogate:
+        """the clipped surrogate's settings for mrl.core.grpo.policy_loss (dr_grpo's length: max_new_tokens)"""
+        return Surrogate(level=self.level, loss_type=self.loss_type, eps_low=self.eps_low, eps_high=self.eps_high,
+                         beta=self.beta, max_completion_length=self.max_new_tokens,
+                         kl_bias_correction=self.kl_bias_correction)
 
 
 DTYPES = ("float32", "bfloat16")

@@ -6,6 +6,8 @@ and without the k3 KL term (tests/test_grpo_trl_equality.py proves it against TR
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -17,6 +19,27 @@ LOSS_TYPES = {
     "dapo": "token sum / active tokens of the whole generation batch (token-mean, global)",
 }
 LEVELS = ("token", "sequence")
+
+
+@dataclass(frozen=True)
+class Surrogate:
+    """The clipped surrogate's settings (policy_loss), each with its TRL GRPOConfig equivalent; GrpoConfig.surrogate
+    builds them from a run's GRPO settings."""
+
+    level: str = "token"
+    """importance ratio level, one of LEVELS: token, or sequence (GSPO) (TRL's importance_sampling_level)"""
+    loss_type: str = "grpo"
+    """aggregation, one of LOSS_TYPES (TRL's loss_type)"""
+    eps_low: float = 0.2
+    """lower clip range: the ratio is clipped below at 1 - eps_low (TRL's epsilon)"""
+    eps_high: float | None = None
+    """upper clip range: clipped above at 1 + eps_high; None: eps_low (TRL's epsilon_high)"""
+    beta: float = 0.0
+    """k3 KL coefficient; > 0 needs policy_loss's ref_logp (TRL's beta)"""
+    max_completion_length: int | None = None
+    """dr_grpo's denominator, sequences x this length (TRL's max_completion_length)"""
+    kl_bias_correction: bool = False
+    """multiply k3 by the importance ratio (TRL's use_bias_correction_kl)"""
 
 
 def group_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> Tensor:
@@ -81,25 +104,25 @@ def aggregate(per_token_loss: Tensor, mask: Tensor, loss_type: str, max_completi
     raise ValueError(f"loss_type={loss_type!r} is not allowed; expected one of {list(LOSS_TYPES)}")
 
 
-def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, level: str = "token",
-                loss_type: str = "grpo", eps_low: float = 0.2, eps_high: float | None = None, beta: float = 0.0,
-                ref_logp: Tensor | None = None, max_completion_length: int | None = None,
-                kl_bias_correction: bool = False, num_items: float | None = None,
+def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, surrogate: Surrogate = Surrogate(),
+                *, ref_logp: Tensor | None = None, num_items: float | None = None,
                 sample_weight: Tensor | None = None) -> tuple[Tensor, dict]:
-    """Clipped surrogate with optional k3 KL, aggregated as `loss_type`.
+    """Clipped surrogate with optional k3 KL, aggregated as `surrogate.loss_type`.
 
     l_it = -rho_it min(w A_i, clip(w, 1 - eps_low, 1 + eps_high) A_i) + beta * k3_it (k3 times w when
     kl_bias_correction, TRL's use_bias_correction_kl), w the token ratio or the GSPO sequence ratio, rho the
     sampler correction's weight (mrl.core.mismatch.sampler_weights; 1 when sample_weight is None), applied where TRL
-    applies it: to the surrogate, before the KL term.
-    logp, old_logp, mask, ref_logp: (B, T); advantages: (B,) or (B, T); sample_weight: (B, T) or (B, 1). Returns
-    (loss, stats) where stats holds detached clip fractions and the mean KL.
+    applies it: to the surrogate, before the KL term. eps_low, eps_high, beta, kl_bias_correction: `surrogate`'s.
+    logp, old_logp, mask, ref_logp: (B, T); advantages: (B,) or (B, T); sample_weight: (B, T) or (B, 1); num_items:
+    dapo's denominator (see aggregate). Returns (loss, stats) where stats holds detached clip fractions and the
+    mean KL.
     """
-    eps_high = eps_low if eps_high is None else eps_high
+    eps_low, beta = surrogate.eps_low, surrogate.beta
+    eps_high = eps_low if surrogate.eps_high is None else surrogate.eps_high
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1)
     mask = mask.to(logp.dtype)
-    ratio = torch.exp(log_importance_weights(logp, old_logp, mask, level))
+    ratio = torch.exp(log_importance_weights(logp, old_logp, mask, surrogate.level))
     clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
     per_token_loss = -torch.min(ratio * advantages, clipped * advantages)
     if sample_weight is not None:
@@ -110,8 +133,8 @@ def policy_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
             raise ValueError("beta > 0 needs ref_logp")
         kl = k3_kl(logp, ref_logp)
         stats["kl"] = ((kl * mask).sum() / mask.sum().clamp(min=1.0)).detach()
-        per_token_loss = per_token_loss + beta * (kl * ratio if kl_bias_correction else kl)
-    loss = aggregate(per_token_loss, mask, loss_type, max_completion_length, num_items)
+        per_token_loss = per_token_loss + beta * (kl * ratio if surrogate.kl_bias_correction else kl)
+    loss = aggregate(per_token_loss, mask, surrogate.loss_type, surrogate.max_completion_length, num_items)
     with torch.no_grad():
         low = ((ratio < 1 - eps_low) & (advantages < 0)).to(logp.dtype).expand_as(mask)
         high = ((ratio > 1 + eps_high) & (advantages > 0)).to(logp.dtype).expand_as(mask)

@@ -31,7 +31,7 @@ from mrl.runtime.evaluation import skill_accuracy
 from mrl.runtime.placement import (active_dropout, cast_parameters, frozen_dtype, measured_peak, precision, resolve_device,
                            set_training)
 from mrl.runtime.rollout import completion_logprobs, sample_groups, stop_ids
-from mrl.runtime.teacher import teacher_logprobs
+from mrl.runtime.teacher import LearnerSamples, teacher_logprobs
 from mrl.runtime.worker import FinishResult, RolloutResult, UpdateResult
 from mrl.runtime.zoo import load_policy
 
@@ -230,10 +230,11 @@ class PolicyActor:
         teacher_logp, teacher_failed = None, 0
         if self.teacher is not None:
             with precision(self.device, self.config.placement.dtype):
+                samples = LearnerSamples([self.teacher_render(p.prompt) for p in expanded], completion_ids,
+                                         completion_mask, [text for text, _ in texts])
                 teacher_logp, teacher_failed = teacher_logprobs(
-                    self.teacher.model, self.teacher.tokenizer, self.tokenizer,
-                    [self.teacher_render(p.prompt) for p in expanded], completion_ids, completion_mask,
-                    [text for text, _ in texts], sample_logp, cfg.engine, self.config.placement.micro_batch)
+                    self.teacher.model, self.teacher.tokenizer, self.tokenizer, samples, sample_logp, cfg.engine,
+                    self.config.placement.micro_batch)
         self.pending = RolloutBatch(
             policy=self.name, step=step, problems=list(problems), group_size=cfg.group_size, prompt_ids=prompt_ids,
             prompt_mask=prompt_mask, completion_ids=completion_ids, completion_mask=completion_mask,

@@ -13,6 +13,8 @@ tokenizers; THL is the package's own.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -31,21 +33,36 @@ def spread_over_learner_tokens(alignment, teacher_logps) -> np.ndarray:
     return (totals / np.maximum(learner_tokens, 1))[alignment.src_group]
 
 
-@torch.no_grad()
-def teacher_logprobs(teacher, teacher_tokenizer, learner_tokenizer, prompts: list[str], completion_ids: Tensor,
-                     completion_mask: Tensor, texts: list[str], fallback: Tensor,
-                     engine: str = "hf", chunk: int = 0) -> tuple[Tensor, int]:
-    """log pi_T of every learner completion token, projected by THL. -> ((N, T) like completion_ids, failed).
+@dataclass(frozen=True)
+class LearnerSamples:
+    """The learner's sampled completions a teacher scores (teacher_logprobs), N rows."""
 
-    prompts, texts: (N,) prompt and decoded completion texts; completion_ids, completion_mask: (N, T) the learner's
-    ids (EOS included). A row THL cannot align takes `fallback`'s row (the learner's own sampling log-probs: a
-    teacher log ratio of 0) and is counted in `failed`. 0 where masked."""
-    ids = [row[:int(m.sum())].tolist() for row, m in zip(completion_ids, completion_mask)]
-    alignments = align_batch(texts, learner_tokenizer, teacher_tokenizer, ids)
+    prompts: list[str]
+    """(N,) each row's prompt as the teacher reads it (its chat template when the task uses one)"""
+    completion_ids: Tensor
+    """(N, T) the learner's ids, EOS included"""
+    completion_mask: Tensor
+    """(N, T) 1 up to and including the first EOS"""
+    texts: list[str]
+    """(N,) the decoded completion texts"""
+
+
+@torch.no_grad()
+def teacher_logprobs(teacher, teacher_tokenizer, learner_tokenizer, samples: LearnerSamples, fallback: Tensor,
+                     engine: str = "hf", chunk: int = 0) -> tuple[Tensor, int]:
+    """log pi_T of every learner completion token, projected by THL. -> ((N, T) like samples.completion_ids, failed).
+
+    A row THL cannot align takes `fallback`'s row ((N, T), the learner's own sampling log-probs: a teacher log ratio
+    of 0) and is counted in `failed`. 0 where masked. engine, chunk: the teacher's scoring forward
+    (completion_logprobs)."""
+    completion_mask = samples.completion_mask
+    ids = [row[:int(m.sum())].tolist() for row, m in zip(samples.completion_ids, completion_mask)]
+    alignments = align_batch(samples.texts, learner_tokenizer, teacher_tokenizer, ids)
     good = [i for i, a in enumerate(alignments) if not isinstance(a, ThlError) and a.dst_ids]
     out = fallback.clone().float() * completion_mask
     if good:
-        prompt_ids, prompt_mask = encode_prompts(teacher_tokenizer, [prompts[i] for i in good], teacher.device)
+        prompt_ids, prompt_mask = encode_prompts(teacher_tokenizer, [samples.prompts[i] for i in good],
+                                                 teacher.device)
         teacher_ids, teacher_mask = pad_completions([alignments[i].dst_ids for i in good],
                                                     teacher_tokenizer.pad_token_id, teacher.device)
         teacher.eval()

@@ -15,10 +15,11 @@ from mrl.core.bandit.closed_form import (chi2, ess_fraction, expected_grpo, expe
                                     truncated_lognormal_mean, truncated_lognormal_second_moment)
 from mrl.core.bandit.dynamics import DynamicsConfig, dynamics_methods, run_dynamics, simulate, summarise
 from mrl.core.bandit.env import PROMPT_TYPES, BanditEnv, EnvConfig, make_env
-from mrl.core.bandit.estimators import METHODS, Method, Moments, closed_form_mean, monte_carlo, sample_responses, update
+from mrl.core.bandit.estimators import (METHODS, Draws, Method, Moments, closed_form_mean, monte_carlo,
+                                        sample_responses, update)
 from mrl.core.bandit.plane import closed_form_check, knob_sweeps, trade_off
 
-__all__ = ["BanditEnv", "DynamicsConfig", "EnvConfig", "METHODS", "Method", "Moments", "PROMPT_TYPES",
+__all__ = ["BanditEnv", "Draws", "DynamicsConfig", "EnvConfig", "METHODS", "Method", "Moments", "PROMPT_TYPES",
            "chi2", "closed_form_check", "closed_form_mean", "dynamics_methods", "ess_fraction", "expected_grpo", "expected_prp", "expected_sgt",
            "expected_xgrpo", "gate_probability", "knob_sweeps", "make_env", "monte_carlo", "prp_peer_second_moment",
            "ratio_second_moment", "run_dynamics", "sample_responses", "sgt_rescue_second_moment", "simulate",

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from mrl.core.bandit.closed_form import ess_fraction, gate_probability, support_gain, true_gradient
 from mrl.core.bandit.env import EnvConfig, make_env
-from mrl.core.bandit.estimators import Method, capability, closed_form_mean, monte_carlo
+from mrl.core.bandit.estimators import Draws, Method, capability, closed_form_mean, monte_carlo
 
 SOLVABLE_BY_A = ("shared-easy", "B-hard/A-easy")
 
@@ -49,10 +49,10 @@ def knob_value(curve: str, method: Method) -> float:
     return next((value for key, value in knob.items() if f"({key}" in curve), float("nan"))
 
 
-def plane_point(method: Method, pi_a, pi_b, r, types, group_size: int, reps: int, seed,
+def plane_point(method: Method, pi_a, pi_b, r, types, group_size: int, draws: Draws,
                 capability_ratio: float) -> dict:
     """One row of the plane for learner A. pi (M, K), types (M,) names."""
-    moments = monte_carlo(method, pi_a, pi_b, r, group_size, reps, seed=seed, capability_ratio=capability_ratio)
+    moments = monte_carlo(method, pi_a, pi_b, r, group_size, draws, capability_ratio)
     closed = closed_form_mean(method, pi_a, pi_b, r, group_size)
     mean = moments.mean if closed is None else closed
     g_star = true_gradient(pi_a, r)
@@ -84,7 +84,7 @@ def trade_off(kappas=(0.25, 0.5, 0.75, 1.0), env_config: EnvConfig = EnvConfig()
         env = envs[kappa]
         pi_a, pi_b = env.probs()
         draw_seed = [seed, zlib.crc32(f"{kappa}|{method}".encode())]  # the same method in two curves: same draws
-        row = plane_point(method, pi_a, pi_b, env.correct, env.type_names, group_size, reps, draw_seed,
+        row = plane_point(method, pi_a, pi_b, env.correct, env.type_names, group_size, Draws(reps, seed=draw_seed),
                           capability(pi_a, env.correct) / capability(pi_b, env.correct))
         rows.append({"kappa": kappa, "overlap": env.overlap().mean(), "curve": curve,
                      "knob": knob_value(curve, method), **row})
@@ -109,7 +109,7 @@ def closed_form_check(env_config: EnvConfig = EnvConfig(), group_size: int = 8, 
     pairs.append((Method("xgrpo", gamma=1.0), Method("grpo"), "control: xgrpo (gamma=1) vs grpo's formula"))
     rows = []
     for index, (sampled, formula, label) in enumerate(pairs):
-        moments = monte_carlo(sampled, pi_a, pi_b, env.correct, group_size, reps, seed=[seed, index])
+        moments = monte_carlo(sampled, pi_a, pi_b, env.correct, group_size, Draws(reps, seed=[seed, index]))
         exact = closed_form_mean(formula, pi_a, pi_b, env.correct, group_size)
         noise = np.sqrt((moments.stderr ** 2).sum())
         rows.append({"method": label, "||closed form||": np.linalg.norm(exact),

@@ -42,9 +42,7 @@ def minibatch_losses(batch: RolloutBatch, advantages: Tensor, minibatches: int, 
             break
         loss, chunk_stats = policy_loss(
             own_logprobs(batch, chunk), old_logp[chunk], advantages[chunk], batch.completion_mask[chunk],
-            level=cfg.level, loss_type=cfg.loss_type, eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
-            ref_logp=None if batch.ref_logp is None else batch.ref_logp[chunk],
-            max_completion_length=cfg.max_new_tokens, kl_bias_correction=cfg.kl_bias_correction,
+            cfg.surrogate, ref_logp=None if batch.ref_logp is None else batch.ref_logp[chunk],
             sample_weight=None if batch.sample_weight is None else batch.sample_weight[chunk])
         for key, value in chunk_stats.items():
             clip_stats.setdefault(key, []).append(float(value))

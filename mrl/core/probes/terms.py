@@ -61,10 +61,8 @@ def own_grpo_loss(batch: RolloutBatch, advantages: Tensor,
     logp = torch.zeros(batch.completion_ids.shape, dtype=logp_active.dtype, device=batch.device).index_put(
         (active,), logp_active)
     old_logp = logp.detach() if anchor is None else anchor(logp)
-    loss, stats = policy_loss(logp, old_logp, advantages, batch.completion_mask, level=cfg.level,
-                              loss_type=cfg.loss_type, eps_low=cfg.eps_low, eps_high=cfg.eps_high, beta=cfg.beta,
-                              ref_logp=batch.ref_logp, max_completion_length=cfg.max_new_tokens,
-                              kl_bias_correction=cfg.kl_bias_correction, sample_weight=batch.sample_weight)
+    loss, stats = policy_loss(logp, old_logp, advantages, batch.completion_mask, cfg.surrogate,
+                              ref_logp=batch.ref_logp, sample_weight=batch.sample_weight)
     return loss, int(active.numel()), {k: v.item() for k, v in stats.items()}
 
 
