@@ -12,6 +12,7 @@
     .venv/bin/python benchmarks/bench_thl.py [--n 1000] [--threads 1]
 """
 import argparse
+import dataclasses
 import os
 import statistics
 import time
@@ -82,8 +83,9 @@ def main():
     cfg: GrpoConfig = config.grpo
     optimizer = policy_optimizer(model.parameters(), cfg.lr)
     prompts = [p.prompt for p in task.pool["S1"][: cfg.prompts_per_step]]
-    sample = lambda seed: sample_groups(model, tokenizer, prompts, cfg.group_size,  # noqa: E731
-                                        torch.Generator().manual_seed(seed), cfg.max_new_tokens)
+    sampling = dataclasses.replace(cfg, temperature=1.0, engine="hf")   # the transformers loop at T = 1
+    sample = lambda seed: sample_groups(model, tokenizer, prompts, torch.Generator().manual_seed(seed),  # noqa: E731
+                                        sampling)
     step_times = []
     for step in range(args.steps + 1):
         start = time.perf_counter()

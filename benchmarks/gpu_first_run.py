@@ -258,8 +258,8 @@ def engine_rows(path: Path, task, grpo, chat_template: bool, group: int, device:
                     torch.cuda.reset_peak_memory_stats(device)
                 start = time.perf_counter()
                 _, _, completion_ids, completion_mask, _ = sample_groups(
-                    sampler, policy.tokenizer, prompts, group, step_generator(0, attempt, "B", device),
-                    grpo.max_new_tokens, grpo.temperature, engine, with_logprobs=False)
+                    sampler, policy.tokenizer, prompts, step_generator(0, attempt, "B", device),
+                    dataclasses.replace(grpo, group_size=group, engine=engine), with_logprobs=False)
                 if cuda:
                     torch.cuda.synchronize()
                 seconds = time.perf_counter() - start

@@ -191,7 +191,7 @@ def test_a_bf16_actor_on_the_graphs_engine_logs_the_mismatch_from_its_sampler(ti
     assert 0.0 < stats["sampler_logp_diff_mean"] <= stats["sampler_logp_diff_max"]
     batch = actor.pending   # drawn again from the step's generator: the sampler's own log-probs, as it drew
     _, _, ids, mask, drawn = sample_groups(actor.sampler, actor.tokenizer, [actor.render(p.prompt) for p in problems],
-                                           4, step_generator(0, 1, "B", actor.device), 6, engine="graphs")
+                                           step_generator(0, 1, "B", actor.device), grpo)
     assert torch.equal(ids, batch.completion_ids) and torch.equal(mask, batch.completion_mask)
     assert stats == mismatch_stats(batch.sample_logp, drawn, mask)
 

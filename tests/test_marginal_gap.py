@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from mrl.core.config import ConfigError, FamilyConfig, TaskConfig
+from mrl.core.config import ConfigError, FamilyConfig, GrpoConfig, TaskConfig
 from mrl.core.probes import probe_config
 from mrl.core.tasks import ArithTask
 from mrl.experiments.marginal_gap import (draw_samples, measure_policies, score_samples, scoring_cost, stepwise_bounds)
@@ -22,6 +22,11 @@ from mrl.runtime.zoo import Policy, build_model, train_tokenizer
 
 TINY = dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=64, warmup_mix={"S1": 1.0})
 KINDS = {"A": ("bpe", 64, "gpt2"), "B": ("unigram", 24, "llama"), "C": ("char", 48, "mistral")}
+
+
+def sampling(group_size: int, max_new_tokens: int) -> GrpoConfig:
+    """The draws' settings: G completions per prompt at T = 1 on the transformers loop."""
+    return GrpoConfig(group_size=group_size, max_new_tokens=max_new_tokens, temperature=1.0, engine="hf")
 
 
 @pytest.fixture(scope="module")
@@ -47,15 +52,15 @@ def problems(task):
 
 
 def test_draws_are_seeded_and_only_ended_samples_are_rewarded(policies, problems, task):
-    a = draw_samples(policies["A"], problems, 4, 6, 1.0, task.verify, seed=3)
-    b = draw_samples(policies["A"], problems, 4, 6, 1.0, task.verify, seed=3)
+    a = draw_samples(policies["A"], problems, sampling(4, 6), task.verify, seed=3)
+    b = draw_samples(policies["A"], problems, sampling(4, 6), task.verify, seed=3)
     assert a == b and len(a) == 4 * len(problems)
     assert all(s.reward == 0.0 for s in a if not s.ended)
     assert [s.prompt for s in a] == [p.prompt for p in problems for _ in range(4)]
 
 
 def test_the_gap_is_never_negative_and_the_ratios_differ_by_it_over_the_groups(policies, problems, task):
-    samples = draw_samples(policies["B"], problems, 8, 6, 1.0, task.verify, seed=0)
+    samples = draw_samples(policies["B"], problems, sampling(8, 6), task.verify, seed=0)
     rows = score_samples(policies["A"], policies["B"], samples)
     assert len(rows) == sum(s.ended for s in samples) > 0
     writable = np.isfinite(rows["log marginal"])
@@ -69,7 +74,7 @@ def test_the_gap_is_never_negative_and_the_ratios_differ_by_it_over_the_groups(p
 
 
 def test_a_character_learner_has_no_gap_and_its_ratios_agree(policies, problems, task):
-    samples = draw_samples(policies["A"], problems, 8, 6, 1.0, task.verify, seed=1)
+    samples = draw_samples(policies["A"], problems, sampling(8, 6), task.verify, seed=1)
     rows = score_samples(policies["C"], policies["A"], samples)
     writable = rows.tokenizations > 0
     assert writable.any() and (rows.tokenizations[writable] == 1).all()
@@ -78,7 +83,7 @@ def test_a_character_learner_has_no_gap_and_its_ratios_agree(policies, problems,
 
 
 def test_the_cost_is_both_scorings_of_one_call(policies, problems, task):
-    samples = [s for s in draw_samples(policies["B"], problems, 4, 6, 1.0, task.verify, seed=2) if s.ended][:8]
+    samples = [s for s in draw_samples(policies["B"], problems, sampling(4, 6), task.verify, seed=2) if s.ended][:8]
     calls = []
 
     def clock():
@@ -94,7 +99,8 @@ def test_the_cost_is_both_scorings_of_one_call(policies, problems, task):
 
 def test_measure_policies_scores_every_ordered_pair(policies, problems, task):
     pair = {name: policies[name] for name in ("A", "B")}
-    rows, cost = measure_policies(pair, problems, 8, 8, 1.0, task.verify, seed=0, cost_texts=4)
+    rows, cost = measure_policies(pair, problems, dataclasses.replace(sampling(8, 8), seed=0), task.verify,
+                                  cost_texts=4)
     assert set(zip(rows.learner, rows.source)) == {("A", "B"), ("B", "A")}
     assert list(zip(cost.learner, cost.source)) == [("A", "B"), ("B", "A")] and (cost.texts <= 4).all()
     assert list(rows.columns[:2]) == ["learner", "source"]

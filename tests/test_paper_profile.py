@@ -136,9 +136,10 @@ class ScoringSpy(PolicyActor):
     def rollout(self, step, problems):
         real_sample, real_verify = actor_module.sample_groups, self.task.verify
 
-        def sample_with_the_answer(model, tokenizer, prompts, group_size, *args, with_logprobs=True):
-            prompt_ids, prompt_mask, ids, mask, _ = real_sample(model, tokenizer, prompts, group_size, *args,
+        def sample_with_the_answer(model, tokenizer, prompts, generator, grpo, with_logprobs=True):
+            prompt_ids, prompt_mask, ids, mask, _ = real_sample(model, tokenizer, prompts, generator, grpo,
                                                                 with_logprobs=with_logprobs)
+            group_size = grpo.group_size
             rows = []
             for x, problem in enumerate(problems):
                 answer = tokenizer(problem.answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]

@@ -158,9 +158,7 @@ def run_marginal_gap(config: RunConfig, backend: str | None = None,
     for point, paths in tqdm(marginal_policies(config, backend, progress).items(), desc="marginal",
                              disable=not progress):
         policies = {name: load_policy(path) for name, path in paths.items()}
-        measured, timed = measure_policies(policies, problems, grpo.group_size, grpo.max_new_tokens,
-                                           grpo.temperature, task.verify, grpo.seed, grpo.engine,
-                                           grpo.prompts_per_step * grpo.group_size)
+        measured, timed = measure_policies(policies, problems, grpo, task.verify, grpo.prompts_per_step * grpo.group_size)
         rows.append(measured.assign(point=point))
         cost.append(timed.assign(point=point))
     return pd.concat(rows, ignore_index=True), pd.concat(cost, ignore_index=True)

@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 
 from mrl.core.batch import RolloutBatch, completion_texts, encode_prompts, pad_completions
+from mrl.core.config import GrpoConfig
 from mrl.core.marginal import lattice, marginal_logprobs
 from mrl.core.probes.hacpo_primitives import stepwise_lower_bound
 from mrl.core.probes.terms import (MAX_SEQUENCE_LOG_RATIO, MAX_TOKENIZATIONS, encode_completion, sequence_logprobs,
@@ -61,13 +62,14 @@ class SourceSample:
     """the task's verifier on the text (0 for one that did not end)"""
 
 
-def draw_samples(policy, problems: list, group_size: int, max_new_tokens: int, temperature: float, verify: Callable,
-                 seed: int, engine: str = "hf") -> list[SourceSample]:
-    """`group_size` completions per problem, as an RL step draws them (mrl.runtime.rollout.sample_groups), from a generator
-    seeded with `seed`. Prompts are read as written (the zoo has no chat template)."""
+def draw_samples(policy, problems: list, grpo: GrpoConfig, verify: Callable, seed: int) -> list[SourceSample]:
+    """grpo.group_size completions per problem at grpo's temperature, length and engine, as an RL step draws them
+    (mrl.runtime.rollout.sample_groups), from a generator seeded with `seed`. Prompts are read as written (the zoo has
+    no chat template)."""
     generator = torch.Generator(device=policy.model.device).manual_seed(seed)
-    _, _, ids, mask, logp = sample_groups(policy.model, policy.tokenizer, [p.prompt for p in problems], group_size,
-                                          generator, max_new_tokens, temperature, engine)
+    _, _, ids, mask, logp = sample_groups(policy.model, policy.tokenizer, [p.prompt for p in problems], generator,
+                                          grpo)
+    group_size = grpo.group_size
     texts = completion_texts(policy.tokenizer, ids, mask, stop_ids(policy.tokenizer))
     out = []
     for row, (text, ended) in enumerate(texts):
@@ -180,16 +182,15 @@ def _marginal_rows(batch: RolloutBatch, texts: list[str]) -> int:
     return len(texts) + sum(c for c in counts if 0 < c <= MAX_TOKENIZATIONS)
 
 
-def measure_policies(policies: dict, problems: list, group_size: int, max_new_tokens: int, temperature: float,
-                     verify: Callable, seed: int, engine: str = "hf",
+def measure_policies(policies: dict, problems: list, grpo: GrpoConfig, verify: Callable,
                      cost_texts: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(rows, cost) for every ordered pair (learner, source) of `policies` ({name: mrl.runtime.zoo.Policy}): each source
     samples `group_size` completions per problem once (draw_samples, seeded from (seed, its name)), every other
     policy scores them (score_samples:
     rows with columns learner and source), and the learner's scoring_cost on the first `cost_texts` ended texts (all
     when None: one RL step's peer samples is prompts_per_step x group_size), one row per pair."""
-    drawn = {name: draw_samples(policy, problems, group_size, max_new_tokens, temperature, verify,
-                                derived_seed("marginal", seed, name), engine) for name, policy in policies.items()}
+    drawn = {name: draw_samples(policy, problems, grpo, verify, derived_seed("marginal", grpo.seed, name))
+             for name, policy in policies.items()}
     rows, cost = [], []
     for learner, policy in policies.items():
         for source, samples in drawn.items():
@@ -199,7 +200,7 @@ def measure_policies(policies: dict, problems: list, group_size: int, max_new_to
             rows.append(scored.assign(learner=learner, source=source))
             ended = [s for s in samples if s.ended][:cost_texts]
             if ended:
-                measured = scoring_cost(policy, [s.prompt for s in ended], [s.text for s in ended], engine)
+                measured = scoring_cost(policy, [s.prompt for s in ended], [s.text for s in ended], grpo.engine)
                 cost.append({"learner": learner, "source": source, **measured})
     front = ["learner", "source"]
     frame = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=front)

@@ -209,9 +209,8 @@ class PolicyActor:
         loop = cfg.engine not in ("generate", "batched")
         rescore = self.bf16 or not loop
         prompt_ids, prompt_mask, completion_ids, completion_mask, drawn_logp = sample_groups(
-            self.sampler, self.tokenizer, [self.render(p.prompt) for p in problems], cfg.group_size,
-            step_generator(cfg.seed, step, self.name, self.device), cfg.max_new_tokens, cfg.temperature, cfg.engine,
-            with_logprobs=loop)
+            self.sampler, self.tokenizer, [self.render(p.prompt) for p in problems],
+            step_generator(cfg.seed, step, self.name, self.device), cfg, with_logprobs=loop)
         sample_logp = drawn_logp
         if rescore:
             sample_logp = completion_mask * self.scored_logprobs(self.model, prompt_ids, prompt_mask, completion_ids,

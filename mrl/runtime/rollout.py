@@ -15,7 +15,7 @@ from torch import Tensor
 from mrl.core.batch import (CHAT_DATE, Decoding, LogProbs, RolloutBatch, StopIds, as_written,  # noqa: F401
                             chat_prompt, completion_texts, encode_prompts, is_stop, pad_completions, prompt_renderer,
                             score)
-from mrl.core.config import ENGINES
+from mrl.core.config import ENGINES, GrpoConfig
 from mrl.core.stop_tokens import stop_ids
 from mrl.core.token_logprobs import token_logprobs
 from mrl.runtime.fast import FastForward, fast_forward
@@ -275,19 +275,20 @@ def sample_records(model, tokenizer, prompts: list[str], generator: torch.Genera
     return records
 
 
-def sample_groups(model, tokenizer, prompts: list[str], group_size: int, generator: torch.Generator,
-                  max_new_tokens: int, temperature: float = 1.0, engine: str = "hf",
+def sample_groups(model, tokenizer, prompts: list[str], generator: torch.Generator, grpo: GrpoConfig,
                   with_logprobs: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
-    """G completions per prompt, groups contiguous: (prompt_ids, prompt_mask) repeated G times, each (P*G, Lp),
-    and (completion_ids, completion_mask, sample_logp), each (P*G, T) (sample_logp None when the generate
-    engine is told to skip it: with_logprobs False)."""
+    """G = grpo.group_size completions per prompt, groups contiguous, at grpo.temperature, up to grpo.max_new_tokens,
+    on grpo.engine: (prompt_ids, prompt_mask) repeated G times, each (P*G, Lp), and (completion_ids, completion_mask,
+    sample_logp), each (P*G, T) (sample_logp None when the generate engine is told to skip it: with_logprobs
+    False)."""
+    group_size = grpo.group_size
     prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, model.device)
     prompt_ids, prompt_mask = prompt_ids.repeat_interleave(group_size, 0), prompt_mask.repeat_interleave(group_size, 0)
     set_training(model, False)
-    decoding = Decoding(max_new_tokens=max_new_tokens, eos_id=stop_ids(tokenizer), pad_id=tokenizer.pad_token_id,
-                        temperature=temperature)
+    decoding = Decoding(max_new_tokens=grpo.max_new_tokens, eos_id=stop_ids(tokenizer), pad_id=tokenizer.pad_token_id,
+                        temperature=grpo.temperature)
     completion_ids, completion_mask, sample_logp = sample_completions(
-        model, prompt_ids, prompt_mask, decoding, generator, engine=engine, with_logprobs=with_logprobs)
+        model, prompt_ids, prompt_mask, decoding, generator, engine=grpo.engine, with_logprobs=with_logprobs)
     return prompt_ids, prompt_mask, completion_ids, completion_mask, sample_logp
 
 

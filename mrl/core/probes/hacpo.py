@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 import numpy as np
 import torch
 from pydantic import Field
+from torch import Tensor
 
 from mrl.core.batch import RolloutBatch
 from mrl.core.grpo import Surrogate, policy_loss
@@ -119,61 +120,81 @@ def _bounds(cfg: HacpoConfig, minibatch: int) -> tuple[float, float]:
     return 1.0 - cfg.delta, 1.0 + cfg.delta
 
 
-def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, own_rows, own_adv, old_logp, peer_rows,
-                minibatch: int, marginal: list):
-    """Minus the mean over this chunk's sequences of the per-sequence objectives (own GSPO with the k3 KL of
-    batch.grpo.beta, peer HACPO term). Returns (loss, peer samples kept, peer samples clipped, ratios): ratios
-    {"self": own sequences' log(pi / pi_old) (token mean), source: that source's peer log s, each with whether s
-    was inside the clip range} as lists (Table 6 of the HACPO paper). With tokenization "marginal", appends each peer
-    text's (source, log marginal - log canonical, whether it has a marginal) to `marginal`."""
+def _own_term(batch: RolloutBatch, rows: list[int], own_adv: Tensor,
+              old_logp: Tensor | None) -> tuple[Tensor, list]:
+    """(the sum over these own sequences of GSPO's per-sequence loss, with the k3 KL of batch.grpo.beta; their
+    log(pi / pi_old), token mean, each with True: own sequences are never clipped out) (Table 6 of the HACPO paper).
+    rows: indices into the batch."""
+    rows = torch.tensor(rows, device=batch.device)
+    logp = own_logprobs(batch, rows)
+    old = logp.detach() if old_logp is None else old_logp[rows]
+    beta = batch.grpo.beta
+    gspo = Surrogate(level="sequence", eps_low=GSPO_EPS[0], eps_high=GSPO_EPS[1], beta=beta,
+                     kl_bias_correction=batch.grpo.kl_bias_correction)   # GSPO's clip, grpo's aggregation
+    own_loss, _ = policy_loss(logp, old, own_adv[rows], batch.completion_mask[rows], gspo,
+                              ref_logp=batch.ref_logp[rows] if beta else None,
+                              sample_weight=None if batch.sample_weight is None else batch.sample_weight[rows])
+    mask = batch.completion_mask[rows].to(logp.dtype)
+    own_log_ratio = ((logp.detach() - old) * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    return own_loss * len(rows), [(float(v), True) for v in own_log_ratio]
+
+
+def _peer_term(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, peer_rows: list, minibatch: int,
+               marginal: list) -> tuple[Tensor, int, int, dict]:
+    """(the sum over these peer samples of the HACPO objective (naive: the unclipped one), peer samples kept, peer
+    samples clipped, {source: that source's log s with whether s was inside the clip range}). With tokenization
+    "marginal", appends each peer text's (source, log marginal - log canonical, whether it has a marginal) to
+    `marginal`."""
+    kept, clipped = 0, 0
+    ratios: dict[str, list] = {}
+    prompts = [batch.problems[x].prompt for x, *_ in peer_rows]
+    logp, mask = text_logprobs(batch, prompts, [alignment.dst_ids for _, _, alignment, _, _ in peer_rows])
+    sums = (logp * mask).sum(-1)
+    if mode == "hacpo" and cfg.tokenization == "marginal":
+        canonical = sums.detach()
+        sums, used = sequence_logprobs(batch, prompts, [alignment.text for _, _, alignment, _, _ in peer_rows],
+                                       sums, [a.dst_ids[-1] == batch.eos_id for _, _, a, _, _ in peer_rows],
+                                       cfg.tokenization)
+        marginal.extend(zip([record.policy_id for _, record, *_ in peer_rows],
+                            (sums.detach() - canonical).tolist(), used))
+    if mode == "naive":
+        log_s = sums / mask.sum(-1)
+        objective = torch.exp(log_s - log_s.detach()) * torch.tensor([a for *_, a, _ in peer_rows],
+                                                                     device=log_s.device)
+    else:
+        log_s = torch.stack([peer_log_ratio(sums[i], len(alignment.dst_ids), record.logps, alignment.n_groups,
+                                            cfg.ratio)
+                             for i, (_, record, alignment, _, _) in enumerate(peer_rows)])
+        lower, upper = _bounds(cfg, minibatch)
+        advantages = torch.tensor([a for *_, a, _ in peer_rows], dtype=log_s.dtype, device=log_s.device)
+        omegas = torch.tensor([o for *_, o in peer_rows], dtype=log_s.dtype, device=log_s.device)
+        objective = peer_objective(log_s, advantages, omegas, lower, cfg.alpha, upper)
+        s = torch.exp(log_s.detach())
+        inside = (s >= lower) & (s <= upper)
+        kept = int(inside.sum())
+        clipped = len(peer_rows) - kept
+        for (_, record, *_), value, ok in zip(peer_rows, log_s.detach().tolist(), inside.tolist()):
+            ratios.setdefault(record.policy_id, []).append((value, ok))
+    return objective.sum(), kept, clipped, ratios
+
+
+def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, chunk: list, own_adv: Tensor,
+                old_logp: Tensor | None, minibatch: int, marginal: list):
+    """Minus the mean over this chunk's sequences ([("own", row) or ("peer", peer row), ...]) of the per-sequence
+    objectives: own GSPO (_own_term), peer HACPO (_peer_term). Returns (loss, peer samples kept, peer samples
+    clipped, ratios {"self": ..., source: ...})."""
+    own_rows = [i for kind, i in chunk if kind == "own"]
+    peer_rows = [row for kind, row in chunk if kind == "peer"]
     total, kept, clipped = 0.0, 0, 0
     ratios: dict[str, list] = {}
-    n = len(own_rows) + len(peer_rows)
     if own_rows:
-        rows = torch.tensor(own_rows, device=batch.device)
-        logp = own_logprobs(batch, rows)
-        old = logp.detach() if old_logp is None else old_logp[rows]
-        beta = batch.grpo.beta
-        gspo = Surrogate(level="sequence", eps_low=GSPO_EPS[0], eps_high=GSPO_EPS[1], beta=beta,
-                         kl_bias_correction=batch.grpo.kl_bias_correction)   # GSPO's clip, grpo's aggregation
-        own_loss, _ = policy_loss(logp, old, own_adv[rows], batch.completion_mask[rows], gspo,
-                                  ref_logp=batch.ref_logp[rows] if beta else None,
-                                  sample_weight=None if batch.sample_weight is None else batch.sample_weight[rows])
-        total = total + own_loss * len(own_rows)
-        mask = batch.completion_mask[rows].to(logp.dtype)
-        own_log_ratio = ((logp.detach() - old) * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-        ratios["self"] = [(float(v), True) for v in own_log_ratio]
+        own_total, ratios["self"] = _own_term(batch, own_rows, own_adv, old_logp)
+        total = total + own_total
     if peer_rows:
-        prompts = [batch.problems[x].prompt for x, *_ in peer_rows]
-        logp, mask = text_logprobs(batch, prompts, [alignment.dst_ids for _, _, alignment, _, _ in peer_rows])
-        sums = (logp * mask).sum(-1)
-        if mode == "hacpo" and cfg.tokenization == "marginal":
-            canonical = sums.detach()
-            sums, used = sequence_logprobs(batch, prompts, [alignment.text for _, _, alignment, _, _ in peer_rows],
-                                           sums, [a.dst_ids[-1] == batch.eos_id for _, _, a, _, _ in peer_rows],
-                                           cfg.tokenization)
-            marginal.extend(zip([record.policy_id for _, record, *_ in peer_rows],
-                                (sums.detach() - canonical).tolist(), used))
-        if mode == "naive":
-            log_s = sums / mask.sum(-1)
-            objective = torch.exp(log_s - log_s.detach()) * torch.tensor([a for *_, a, _ in peer_rows],
-                                                                         device=log_s.device)
-        else:
-            log_s = torch.stack([peer_log_ratio(sums[i], len(alignment.dst_ids), record.logps, alignment.n_groups,
-                                                cfg.ratio)
-                                 for i, (_, record, alignment, _, _) in enumerate(peer_rows)])
-            lower, upper = _bounds(cfg, minibatch)
-            advantages = torch.tensor([a for *_, a, _ in peer_rows], dtype=log_s.dtype, device=log_s.device)
-            omegas = torch.tensor([o for *_, o in peer_rows], dtype=log_s.dtype, device=log_s.device)
-            objective = peer_objective(log_s, advantages, omegas, lower, cfg.alpha, upper)
-            s = torch.exp(log_s.detach())
-            inside = (s >= lower) & (s <= upper)
-            kept = int(inside.sum())
-            clipped = len(peer_rows) - kept
-            for (_, record, *_), value, ok in zip(peer_rows, log_s.detach().tolist(), inside.tolist()):
-                ratios.setdefault(record.policy_id, []).append((value, ok))
-        total = total - objective.sum()
-    return total / max(n, 1), kept, clipped, ratios
+        objective, kept, clipped, peer_ratios = _peer_term(batch, cfg, mode, peer_rows, minibatch, marginal)
+        ratios.update(peer_ratios)
+        total = total - objective
+    return total / max(len(own_rows) + len(peer_rows), 1), kept, clipped, ratios
 
 
 def _minibatch_losses(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, sequences: list, own_adv,
@@ -192,9 +213,7 @@ def _minibatch_losses(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: 
         chunk = sequences[m * size:(m + 1) * size]
         if not chunk:
             break
-        loss, kept, clipped, chunk_ratios = _chunk_loss(batch, cfg, mode, [i for kind, i in chunk if kind == "own"],
-                                                         own_adv, old_logp, [row for kind, row in chunk if kind == "peer"],
-                                                         m, marginal)
+        loss, kept, clipped, chunk_ratios = _chunk_loss(batch, cfg, mode, chunk, own_adv, old_logp, m, marginal)
         stats["peer_kept"] += kept
         stats["peer_clipped"] += clipped
         for source, values in chunk_ratios.items():
