@@ -13,10 +13,10 @@ architecture (mrl/data/published_configs) with random bf16 weights, so almost no
 Settings (temperature 1, the full softmax, each engine on the same prompts):
     64x8     the paper's batch: 64 prompts of 64-256 tokens x 8 samples, 512 new tokens, the stop ids active
     512x512  the equal work of the first GPU run: 512 prompts of 128 tokens, exactly 512 new tokens each
-Engines: generate (transformers' generate, static cache), graphs (mrl.runtime.graphs_engine, the decode step captured in CUDA
-graphs), graphs-eager (the same steps without capture: what the graphs alone give), hf (mrl's loop over the
-transformers forward, dynamic cache), batched (transformers' continuous batching). Each engine draws once untimed on
-the same batch at 8 new tokens (kernels and allocator warmed), then once timed.
+Engines: generate (transformers' generate, static cache), graphs (mrl.runtime.graphs_engine, the decode step captured in
+CUDA graphs), graphs-eager (the same steps without capture: what the graphs alone give), hf (mrl's loop over the
+transformers forward, dynamic cache), batched (transformers' continuous batching). Each engine draws once untimed on the
+same batch at 8 new tokens (kernels and allocator warmed), then once timed.
 
     python benchmarks/bench_gpu_rollout.py [--model B] [--settings 512x512,64x8] [--engines generate,graphs,...]
     python benchmarks/bench_gpu_rollout.py --cpu-check    # the script itself on a CPU: a tiny stand-in, short lengths

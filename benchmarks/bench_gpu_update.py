@@ -9,15 +9,16 @@ with N the weights that take part in a matmul (every Linear's, the output head i
 the embedding lookup and the norms do none) and the rate a large bf16 matmul's, timed in this process. Attention's
 own T^2 FLOPs are left out (about 2% of 6N a token at these lengths). The paper profile's update does more than 6N
 a token by design: activation checkpointing runs each micro-batch's forward again in the backward (2N) and the
-micro-batched update (mrl.core.microbatch) first runs every micro-batch without a graph to get dL/dlogp (2N), 10N in all,
-so 60% of the bound is the most it can reach.
+micro-batched update (mrl.core.microbatch) first runs every micro-batch without a graph to get dL/dlogp (2N), 10N in
+all, so 60% of the bound is the most it can reach.
 
-The update is the actor's (mrl.runtime.actor.PolicyActor.update and apply) on a batch built here: fp32 master weights under
-bf16 autocast (mrl.runtime.placement.precision), activation checkpointing, micro-batches of 16 (configs/paper.yaml's
-placement of the policy), the grpo probe's loss (group advantages, token-level GRPO loss, its registered function),
-the global gradient norm clipped, one fused Adam step, and the bf16 sampler synced from the masters. The model is a
-stand-in at a paper model's real size (bench_gpu_rollout.stand_in: its published architecture, random weights).
-Each group has two successes in eight, so every sequence is forwarded (no group is skipped for a zero advantage).
+The update is the actor's (mrl.runtime.actor.PolicyActor.update and apply) on a batch built here: fp32 master weights
+under bf16 autocast (mrl.runtime.placement.precision), activation checkpointing, micro-batches of 16
+(configs/paper.yaml's placement of the policy), the grpo probe's loss (group advantages, token-level GRPO loss, its
+registered function), the global gradient norm clipped, one fused Adam step, and the bf16 sampler synced from the
+masters. The model is a stand-in at a paper model's real size (bench_gpu_rollout.stand_in: its published architecture,
+random weights). Each group has two successes in eight, so every sequence is forwarded (no group is skipped for a zero
+advantage).
 
 Two ways to turn the logits into log-probs are timed on the same batch and weights: `chunked` (mrl.core.token_logprobs,
 what a GPU runs) and `full` (one float32 copy of the (B, T, V) logits and its log_softmax, as before the chunked

@@ -36,8 +36,9 @@ def main():
     base = results[args.backends[0]].wall_seconds
     for backend, record in results.items():
         per_step = record.wall_seconds / args.steps
-        print(f"  {backend:8s} loop {record.wall_seconds:7.2f} s ({per_step * 1000:6.1f} ms/step)  "
-              f"start-up {record.startup_seconds:6.2f} s  ratio to {args.backends[0]}: {record.wall_seconds / base:.3f}")
+        print(
+            f"  {backend:8s} loop {record.wall_seconds:7.2f} s ({per_step * 1000:6.1f} ms/step)  "
+            f"start-up {record.startup_seconds:6.2f} s  ratio to {args.backends[0]}: {record.wall_seconds / base:.3f}")
 
 
 if __name__ == "__main__":

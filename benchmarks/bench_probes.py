@@ -4,7 +4,8 @@ Two policies (A gpt2 + BPE, B llama + Unigram) of the default zoo, inline backen
 the default profile's step (16 prompts x 8 samples). For every probe the same steps run with the same
 prompts and seeds; a policy's step time is its rollout plus its update (sampling, scoring, THL,
 the probe's loss, backward, Adam); the median over steps (the first 2 dropped) of A + B, the lower of
-two rounds run in opposite orders, is reported with its ratio to grpo's. Targets: xgrpo and sgt <= 1.05 x grpo, prp <= 1.5 x grpo.
+two rounds run in opposite orders, is reported with its ratio to grpo's. Targets: xgrpo and sgt <= 1.05 x grpo,
+prp <= 1.5 x grpo.
 
 grpo skips zero-advantage sequences (exact with beta = 0); XGRPO's pooled baseline gives most sequences
 a non-zero advantage, so by default the two do not process the same sequences. `--no-skip` forwards every

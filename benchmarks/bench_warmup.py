@@ -1,9 +1,9 @@
 """The zoo warm-up's step: milliseconds per supervised step of each default family (forward, backward, clip, AdamW)
 on the `transformers` forward in fp32 with a per-tensor AdamW (the reference, the warm-up before the fast path), the
-package's step (mrl.runtime.zoo.warmup_step: fast forward, fused AdamW) in fp32 (`warmup.precision: fp32`, the default) and
-under bf16 autocast (`warmup.precision: bf16`), on the same batches, one torch thread, back to back in one run.
-Prints ms/step and the ratio to the reference, and whether this CPU computes bf16 natively (AVX512-BF16 or AMX):
-without it bf16 autocast is emulated and slower than fp32.
+package's step (mrl.runtime.zoo.warmup_step: fast forward, fused AdamW) in fp32 (`warmup.precision: fp32`, the default)
+and under bf16 autocast (`warmup.precision: bf16`), on the same batches, one torch thread, back to back in one run.
+Prints ms/step and the ratio to the reference, and whether this CPU computes bf16 natively (AVX512-BF16 or AMX): without
+it bf16 autocast is emulated and slower than fp32.
 
     .venv/bin/python benchmarks/bench_warmup.py [--steps 20] [--families A B C] [--numerics both]
 """
@@ -61,7 +61,8 @@ def main():
         sources = _encode_sources(tokenizer, task, keys)
         rng = random.Random(0)
         size = config.zoo.warmup.batch_size
-        batches = [_collate([rng.choice(sources[k]) for k in rng.choices(keys, weights, k=size)], tokenizer.pad_token_id)
+        batches = [_collate([rng.choice(sources[k]) for k in rng.choices(keys, weights, k=size)],
+                            tokenizer.pad_token_id)
                    for _ in range(args.steps)]
         times = {label: step_ms(family, tokenizer, batches, config.zoo.max_positions, engine, precision, fused)
                  for label, engine, precision, fused in VARIANTS}

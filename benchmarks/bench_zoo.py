@@ -1,5 +1,5 @@
-"""The whole zoo warm-up as `make reproduce` runs it: mrl.runtime.zoo.build_zoo of a profile's zoo (tokenizers, warm-ups in
-the profile's worker processes, greedy checks) into an empty temporary folder, wall seconds, with the machine.
+"""The whole zoo warm-up as `make reproduce` runs it: mrl.runtime.zoo.build_zoo of a profile's zoo (tokenizers, warm-ups
+in the profile's worker processes, greedy checks) into an empty temporary folder, wall seconds, with the machine.
 
 It uses only `load_config` and `build_zoo`, which every version of the package has, so the same file times an
 older commit: check it out beside this one and run this file with that checkout first on the path, e.g.
@@ -16,7 +16,8 @@ import time
 
 
 def machine_name() -> str:
-    """mrl.runtime.results.machine()'s CPU and whether it computes bf16 natively; an older checkout without it: unknown."""
+    """mrl.runtime.results.machine()'s CPU and whether it computes bf16 natively; an older checkout without it:
+    unknown."""
     try:
         from mrl.runtime.results import machine
     except ImportError:

@@ -24,8 +24,8 @@ batches of 16, 512 new tokens, evaluation at 1,024; the sampling engine is the p
    the completions drawn (rollout), of the batch's planned prompt + completion length (update) and of the answers
    at their full length (evaluation, timed from the driver: its pipe included).
 2. The engines alone on the GPU: B's bf16 sampler draws the same batch with each of `--engines` (by default
-   `generate`, `batched`: transformers' continuous batching, and `graphs`: mrl.runtime.graphs_engine's decode step captured
-   in CUDA graphs), tokens per second of each and its ratio to generate's.
+   `generate`, `batched`: transformers' continuous batching, and `graphs`: mrl.runtime.graphs_engine's decode step
+   captured in CUDA graphs), tokens per second of each and its ratio to generate's.
 
     python benchmarks/gpu_first_run.py --out results/gpu_first_run [--steps 2] [--prompts 8] [--engine graphs]
 

@@ -5,9 +5,9 @@
 
 Nothing of mrl is imported or run; every number comes from `ast` over mrl/**/*.py. An import counts as an edge
 from the importing module to the module it names (`from mrl.x import y` is an edge to mrl.x.y when mrl/x/y.py is a
-module, else to mrl.x; a package's __init__ is the package). "Runs up" compares layers, lowest first, and a module's layer is its
-folder's: 0 the ground (mrl/paths.py, mrl/numerics.py, mrl/aliases.py), 1 mrl/core/, 2 mrl/runtime/, 3 mrl/experiments/,
-mrl/integrations/ and profiles, 4 mrl/reports/, the notebooks' helper and the command line.
+module, else to mrl.x; a package's __init__ is the package). "Runs up" compares layers, lowest first, and a module's
+layer is its folder's: 0 the ground (mrl/paths.py, mrl/numerics.py, mrl/aliases.py), 1 mrl/core/, 2 mrl/runtime/,
+3 mrl/experiments/, mrl/integrations/ and profiles, 4 mrl/reports/, the notebooks' helper and the command line.
 Parameter counts include self/cls, *args and **kwargs, and keyword-only parameters, as the issue counted them.
 """
 from __future__ import annotations

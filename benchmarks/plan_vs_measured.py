@@ -1,4 +1,5 @@
-"""The resource plan's phase terms (mrl/runtime/resources.py) against the memory each phase allocates, measured on this CPU.
+"""The resource plan's phase terms (mrl/runtime/resources.py) against the memory each phase allocates, measured on this
+CPU.
 
 For two Llama-style model sizes in float32, each phase of a step runs once under torch's memory profiler
 (`torch.profiler` with profile_memory, its memory timeline on the CPU), and the phase's peak of memory allocated

@@ -197,10 +197,11 @@ def defining_module(obj, namespaces: dict[str, dict]):
     if module is not None:
         return module
     if obj.__module__ not in namespaces:
-        raise ValueError(f"{obj.__qualname__}'s module {obj.__module__!r} is not in sys.modules, so its code cannot be "
-                         f"found for the run's cache key: import it with importlib.import_module (its folder on "
-                         f"sys.path), or register it before executing it: module = importlib.util.module_from_spec(spec);"
-                         f" sys.modules[spec.name] = module; spec.loader.exec_module(module)")
+        raise ValueError(
+            f"{obj.__qualname__}'s module {obj.__module__!r} is not in sys.modules, so its code cannot be "
+            f"found for the run's cache key: import it with importlib.import_module (its folder on "
+            f"sys.path), or register it before executing it: module = importlib.util.module_from_spec(spec);"
+            f" sys.modules[spec.name] = module; spec.loader.exec_module(module)")
     stand_in = types.ModuleType(obj.__module__)
     vars(stand_in).update(namespaces[obj.__module__])
     return stand_in
@@ -212,8 +213,8 @@ def user_code_fingerprint(objects: list) -> str:
 
     One that lives in a file: that docstring-free file and those of the user's modules it reaches (not the
     standard library's or site-packages'), found through sys.modules or, for a module executed without an entry
-    there, through its functions' globals (defining_module). One written in a notebook cell (module __main__ without a file): its
-    definitions and every definition, plain constant and user module of __main__ that they reach by name."""
+    there, through its functions' globals (defining_module). One written in a notebook cell (module __main__ without a
+    file): its definitions and every definition, plain constant and user module of __main__ that they reach by name."""
     digest, modules = hashlib.sha256(), []
     namespaces = {fn.__module__: fn.__globals__ for obj in objects for fn in [obj, *functions_of(obj)]
                   if inspect.isfunction(fn)}

@@ -1,4 +1,5 @@
-"""Where things are: the package's own folder (its data/) and the checkout (configs/, data/, results/, paper_tables/)."""
+"""Where things are: the package's own folder (its data/) and the checkout (configs/, data/, results/,
+paper_tables/)."""
 from __future__ import annotations
 
 from pathlib import Path

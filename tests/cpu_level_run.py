@@ -30,7 +30,8 @@ def digest(data: bytes) -> str:
 def main(out: Path) -> None:
     config = load_profile("smoke")
     zoo_cfg = dataclasses.replace(config.zoo, families=[f for f in config.zoo.families if f.name in ("A", "B")],
-                                  warmup=dataclasses.replace(config.zoo.warmup, steps=WARMUP_STEPS, lr_warmup_steps=10), workers=2)
+                                  warmup=dataclasses.replace(config.zoo.warmup, steps=WARMUP_STEPS, lr_warmup_steps=10),
+                                  workers=2)
     zoo = build_zoo(config.task, zoo_cfg, root=out / "zoo", progress=False)
     checkpoints = {f"{name}/{file.name}": digest(file.read_bytes()) for name, policy in sorted(zoo.items())
                    for file in sorted(policy.path.iterdir()) if file.suffix in (".safetensors", ".json")

@@ -165,7 +165,8 @@ def test_power_agrees_with_simulated_t_tests():
     samples = rng.normal(effect, sd, size=(draws, n))
     stat = samples.mean(1) / (samples.std(1, ddof=1) / np.sqrt(n))
     simulated = np.mean(np.abs(stat) > student_t.ppf(1 - alpha / 2, n - 1))
-    assert t_power(n, effect, sd, alpha) == pytest.approx(simulated, abs=4 * np.sqrt(simulated * (1 - simulated) / draws))
+    assert t_power(n, effect, sd, alpha) == pytest.approx(simulated,
+                                                          abs=4 * np.sqrt(simulated * (1 - simulated) / draws))
     assert warmups_for_power(effect, sd, alpha) == min(m for m in range(3, 50) if t_power(m, effect, sd, alpha) >= 0.8)
 
 

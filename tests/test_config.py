@@ -21,7 +21,8 @@ def test_unknown_key_names_the_key_and_the_allowed_ones():
 
 
 def test_bad_value_names_field_and_allowed_values():
-    with pytest.raises(ConfigError, match=r"RunConfig.grpo.loss_type = 'ppo'.*one of \['grpo', 'bnpo', 'dr_grpo', 'dapo'\]"):
+    with pytest.raises(ConfigError,
+                       match=r"RunConfig.grpo.loss_type = 'ppo'.*one of \['grpo', 'bnpo', 'dr_grpo', 'dapo'\]"):
         load_config({"grpo": {"loss_type": "ppo"}})
     with pytest.raises(ConfigError, match=r"group_size = 1 .*>= 2"):
         GrpoConfig(group_size=1)

@@ -1,6 +1,6 @@
-"""The fast path (mrl.runtime.fast) against the transformers forward of the same checkpoint: log-probs within 1e-5 and the
-same gradients for each architecture and other sizes (GQA ratios, widths, depths, q/k/v biases), sampling from
-the same distribution (a chi-square test on a fixed context), and a fallback for checkpoints it does not know."""
+"""The fast path (mrl.runtime.fast) against the transformers forward of the same checkpoint: log-probs within 1e-5 and
+the same gradients for each architecture and other sizes (GQA ratios, widths, depths, q/k/v biases), sampling from the
+same distribution (a chi-square test on a fixed context), and a fallback for checkpoints it does not know."""
 import math
 
 import pytest

@@ -1,6 +1,6 @@
-"""The graphs engine (mrl/runtime/graphs_engine.py) against transformers: greedy completions equal generate's on the three
-paper architectures (Qwen2.5, Llama 3.2, SmolLM2 at tiny sizes, bf16 where this CPU has it), whatever the bucket and
-prefill sizes; seeded draws follow the model's softmax at the first and at a later token (chi-square); its log-probs
+"""The graphs engine (mrl/runtime/graphs_engine.py) against transformers: greedy completions equal generate's on the
+three paper architectures (Qwen2.5, Llama 3.2, SmolLM2 at tiny sizes, bf16 where this CPU has it), whatever the bucket
+and prefill sizes; seeded draws follow the model's softmax at the first and at a later token (chi-square); its log-probs
 are the sampler's own, so the sampler/trainer mismatch is measured as under the loops. On a CPU the decode step runs
 eagerly; on a GPU the same tests run the captured step, and captured equals eager."""
 import copy

@@ -1,4 +1,5 @@
-"""mrl.core.grpo.policy_loss equals TRL's GRPOTrainer._compute_loss on the same inputs (docs/architecture.md, GRPO core).
+"""mrl.core.grpo.policy_loss equals TRL's GRPOTrainer._compute_loss on the same inputs (docs/architecture.md, GRPO
+core).
 
 A real `trl.GRPOTrainer` is built on a tiny local model; both sides get the same prompt and
 completion ids, advantages, old and reference log-probs. TRL computes the current log-probs with

@@ -2,8 +2,8 @@
 
 Brute force is independent of the lattice and of the KV-cache search: the tokenizations are found by extending token
 prefixes with every non-special token through the tokenizer's own `decode`, and each is scored by one full forward
-(mrl.runtime.rollout.completion_logprobs) of a float64 copy of the model. The search runs in float32, so it is compared with
-a tolerance measured from float32 rounding on the same paths (`fp32_tolerance`), not a hand-picked one.
+(mrl.runtime.rollout.completion_logprobs) of a float64 copy of the model. The search runs in float32, so it is compared
+with a tolerance measured from float32 rounding on the same paths (`fp32_tolerance`), not a hand-picked one.
 """
 import copy
 import math

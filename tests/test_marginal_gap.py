@@ -1,7 +1,7 @@
-"""The measurement of what the canonical tokenization drops (mrl.experiments.marginal_gap) and its report (mrl.reports.marginal):
-the gap is never negative and is zero for a tokenizer with one tokenization per text, HACPO's ratio definitions
-differ by exactly the gap over the THL groups, the cost is both sides of one call, and the tables count what they say
-on small hand-made inputs; the marginal arms of the ledger are read by the ledger's rule."""
+"""The measurement of what the canonical tokenization drops (mrl.experiments.marginal_gap) and its report
+(mrl.reports.marginal): the gap is never negative and is zero for a tokenizer with one tokenization per text, HACPO's
+ratio definitions differ by exactly the gap over the THL groups, the cost is both sides of one call, and the tables
+count what they say on small hand-made inputs; the marginal arms of the ledger are read by the ledger's rule."""
 import dataclasses
 import math
 from pathlib import Path

@@ -124,7 +124,8 @@ def test_heldout_runs_have_their_own_cache_keys():
     grpo = probe_config("grpo")
     def paths(c):
         return {f.name: f"/zoo/{f.name}-{c.zoo.warmup.seed}-{c.task.name}" for f in c.zoo.families[:2]}
-    keys = {Run(c, paths(c), grpo, 0, 4).key() for c in (profile, heldout_config(profile, 0), heldout_config(profile, 1))}
+    keys = {Run(c, paths(c), grpo, 0, 4).key()
+            for c in (profile, heldout_config(profile, 0), heldout_config(profile, 1))}
     assert len(keys) == 3
 
 

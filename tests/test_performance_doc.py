@@ -26,7 +26,8 @@ def test_no_timing_is_typed_by_hand():
 
 def test_the_mwra_block_reads_the_table(tmp_path):
     """On a table written here (the committed one changes at every regeneration): wall time, ratio to inline."""
-    rows = [("inline", "A", 4.0, 0.1), ("inline", "B", 4.0, 0.1), ("process", "A", 2.6, 3.2), ("process", "B", 2.6, 3.2)]
+    rows = [("inline", "A", 4.0, 0.1), ("inline", "B", 4.0, 0.1), ("process", "A", 2.6, 3.2),
+            ("process", "B", 2.6, 3.2)]
     pd.DataFrame([{"backend": b, "worker": w, "steps": 20, "utilisation": 0.5, "wall seconds": wall,
                    "startup seconds": start} for b, w, wall, start in rows]).to_csv(tmp_path / "mwra_compute.csv")
     (tmp_path / RECORD).write_text(json.dumps({"started": "2026-01-01T00:00:00", "machine": {"cpu": "a CPU"}}))

@@ -188,8 +188,8 @@ def test_gradient_checkpointing_recomputes_the_same_update(tiny_zoo_paths):
 
 
 def test_a_bf16_copy_casts_parameters_only_so_it_stays_the_model_it_copies_over_a_long_sequence():
-    """RoPE's inv_freq stays fp32 in the bf16 sampler, reference and teacher (mrl.runtime.placement.cast_parameters): cast to
-    bf16 it makes an angle error that grows with the position. On a 1,000-token sequence of a Qwen2-style model
+    """RoPE's inv_freq stays fp32 in the bf16 sampler, reference and teacher (mrl.runtime.placement.cast_parameters):
+    cast to bf16 it makes an angle error that grows with the position. On a 1,000-token sequence of a Qwen2-style model
     (rope base 1e6), the bf16 copy's log-probs stay as close to the fp32 model's late in the sequence as early; a copy
     made with `.to(bfloat16)` drifts."""
     import copy

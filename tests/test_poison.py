@@ -1,5 +1,5 @@
-"""A poisoned peer (mrl/runtime/poison.py): what each attack publishes, that SEE rejects the malformed one, that a forged
-success never enters any probe's loss while re-verification is on (by hand for every sharing probe, and through
+"""A poisoned peer (mrl/runtime/poison.py): what each attack publishes, that SEE rejects the malformed one, that a
+forged success never enters any probe's loss while re-verification is on (by hand for every sharing probe, and through
 the runner: the learner's metrics equal those beside an honest peer), and that without re-verification it does."""
 import pytest
 import torch

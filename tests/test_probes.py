@@ -141,7 +141,8 @@ def test_a_forged_success_never_enters_sgt(bpe_tokenizer, arith_task, problems):
 
 def test_xgrpo_with_gamma_zero_is_grpo(bpe_tokenizer, arith_task, problems):
     rewards = torch.tensor([1.0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 1, 0])
-    peer = dict(peer_n=torch.tensor([4.0, 4, 0]), peer_sum=torch.tensor([4.0, 1, 0]), peer_sq_sum=torch.tensor([4.0, 1, 0]))
+    peer = dict(peer_n=torch.tensor([4.0, 4, 0]), peer_sum=torch.tensor([4.0, 1, 0]),
+                peer_sq_sum=torch.tensor([4.0, 1, 0]))
     advantages, _ = xgrpo_advantages(rewards, G, gamma=0.0, std="own", **peer)
     assert torch.equal(advantages, group_advantages(rewards, G))
     model = make_model(bpe_tokenizer)
@@ -340,7 +341,8 @@ def test_hacpo_peer_terms_follow_the_clip_and_the_ratio_option(bpe_tokenizer, ar
     assert wide.stats["peer_kept"] > narrow.stats["peer_kept"]
     official = get_probe("hacpo").loss(batch, peers, probe_config("hacpo", clipping="symmetric", delta=0.99,
                                                                   ratio="mean"))
-    assert the_loss(official).item() == the_loss(wide).item()  # one tokenizer: THL groups are tokens, the two ratios agree
+    # one tokenizer: THL groups are tokens, the two ratios agree
+    assert the_loss(official).item() == the_loss(wide).item()
 
 
 def test_hacpo_reports_its_ratio_statistics_and_no_clip_keeps_every_peer(bpe_tokenizer, arith_task, problems):

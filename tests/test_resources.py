@@ -58,7 +58,8 @@ def test_each_memory_term_follows_its_setting():
     base = _memory()
     assert base["weights"] == 4 and base["gradients"] == 4 and base["Adam"] == 8 and base["bf16 sampler"] == 0
     assert _memory(micro_batch=16)["activations"] == pytest.approx(base["activations"] * 16 / 512)
-    assert _memory(micro_batch=16, gradient_checkpointing=True)["activations"] < _memory(micro_batch=16)["activations"] / 3
+    assert _memory(micro_batch=16, gradient_checkpointing=True)["activations"] \
+        < _memory(micro_batch=16)["activations"] / 3
     bf16 = _memory(dtype="bfloat16")
     assert bf16["KV cache"] == base["KV cache"] / 2 and bf16["bf16 sampler"] == 2 and bf16["weights"] == 4
     assert _memory(micro_batch=16)["scoring"] == pytest.approx(base["scoring"] * 16 / 512)
@@ -95,7 +96,8 @@ def test_the_paper_profile_fits_two_80gb_gpus_with_at_most_its_configured_share_
 
 def test_a_plan_too_large_is_refused_naming_the_policy_and_the_shortfall():
     config = load_profile("paper")
-    with pytest.raises(ResourceError, match=r"policy C \(SmolLM2-360M-Instruct\) needs 39\.\d GB .* short by 15\.\d GB"):
+    with pytest.raises(ResourceError,
+                       match=r"policy C \(SmolLM2-360M-Instruct\) needs 39\.\d GB .* short by 15\.\d GB"):
         plan_resources(config, [80])
     whole_batch = dataclasses.replace(config, placement={name: PlacementConfig() for name in config.policies})
     with pytest.raises(ResourceError, match="policy B .*lower its micro_batch \\(now the whole batch\\), turn on "

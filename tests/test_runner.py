@@ -531,7 +531,8 @@ def test_a_worker_dropped_while_checkpointing_leaves_the_async_clock(paths, tmp_
     cfg = RunnerConfig(mode="async", failure_policy="continue", checkpoint_every=2)
     record = run_concurrent(RunSpec(paths, TASK, GRPO, cfg, actor_cls=RaisingCheckpointActor),
                             checkpoint_dir=tmp_path, progress=False)
-    assert any(e["event"].startswith("dropped C: while checkpointing: state_dict raised OSError") for e in record.events)
+    assert any(e["event"].startswith("dropped C: while checkpointing: state_dict raised OSError")
+               for e in record.events)
     assert [r["step"] for r in record.steps if r["policy"] == "C"] == [1, 2]
     assert [r["step"] for r in record.steps if r["policy"] == "A"] == list(range(1, GRPO.steps + 1))
     state = torch.load(checkpoint.latest(tmp_path) / "state.pt", weights_only=False)

@@ -114,7 +114,8 @@ def test_a_run_under_random_kills_and_damage_ends_as_an_uninterrupted_one(paths,
         record = pickle.load(handle)
     skipped = [e["event"] for e in record.events if e["event"].startswith("skipped damaged")]
     logged, expected = list(replay(ckpt / "experience")), list(replay(tmp_path / "reference-log"))
-    print(json.dumps({**tally, "skipped in the final run's lineage": skipped, "records replayed": len(logged)}, indent=1))
+    print(json.dumps({**tally, "skipped in the final run's lineage": skipped, "records replayed": len(logged)},
+                     indent=1))
     assert tally["worker kills"] + tally["run kills"] >= FAULTS // 2
     assert metrics(record) == metrics(reference)
     assert logged == expected and len(logged) > 0

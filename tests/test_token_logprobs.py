@@ -1,5 +1,5 @@
-"""Per-token log-probs (mrl/core/token_logprobs.py): on a CPU the expression every committed result was computed with, bit
-for bit, values and gradients; the chunked path (bf16/fp16 logits on a GPU) equals it up to float32 rounding, does
+"""Per-token log-probs (mrl/core/token_logprobs.py): on a CPU the expression every committed result was computed with,
+bit for bit, values and gradients; the chunked path (bf16/fp16 logits on a GPU) equals it up to float32 rounding, does
 not depend on its chunk size, and never holds a float32 tensor of the whole (B, T, V) logits."""
 import pytest
 import torch

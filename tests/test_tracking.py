@@ -1,6 +1,6 @@
-"""Live metrics (mrl.runtime.tracking): metric names by hand, a run reported to TensorBoard, to Trackio and to W&B (offline)
-read back from their own stores equal to the run's record, reporting changes nothing a run computes, a resumed run
-reports only its new steps, a notebook table, and a bad report_to refused by name."""
+"""Live metrics (mrl.runtime.tracking): metric names by hand, a run reported to TensorBoard, to Trackio and to W&B
+(offline) read back from their own stores equal to the run's record, reporting changes nothing a run computes, a resumed
+run reports only its new steps, a notebook table, and a bad report_to refused by name."""
 import json
 import os
 import shutil

@@ -315,7 +315,8 @@ PAIRING_NAME = re.compile(r"^[A-Za-z0-9]+(\+[A-Za-z0-9]+)*$")
 PairingName = Annotated[Str, matching(PAIRING_NAME, "a pairing name like 'A+B'")]
 
 EXPERIMENT_CLASSES = {"bandit": "mrl.experiments.bandit:BanditConfig", "beyond": "mrl.experiments.beyond:BeyondConfig",
-                      "hacpo": "mrl.experiments.hacpo:HacpoGridConfig", "heldout": "mrl.experiments.heldout:HeldoutConfig",
+                      "hacpo": "mrl.experiments.hacpo:HacpoGridConfig",
+                      "heldout": "mrl.experiments.heldout:HeldoutConfig",
                       "mwra": "mrl.experiments.mwra:MwraTimingConfig", "probe": "mrl.experiments.probe:ProbeGridConfig"}
 """{name: "module:class"} of the notebooks' experiments' config classes, complete whenever this module is importable:
 RunConfig validates `experiments:` by it, loading a class the first time a config names its experiment (its module,

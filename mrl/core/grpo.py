@@ -50,7 +50,8 @@ def group_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps
     Lite-PPO), "none" (no division, Dr. GRPO).
     """
     if rewards.dim() != 1 or rewards.numel() % group_size:
-        raise ValueError(f"rewards must be (n_prompts * group_size,), got {tuple(rewards.shape)} with group_size={group_size}")
+        raise ValueError(
+            f"rewards must be (n_prompts * group_size,), got {tuple(rewards.shape)} with group_size={group_size}")
     grouped = rewards.view(-1, group_size)
     centred = (grouped - grouped.mean(dim=1, keepdim=True)).view(-1)
     if scale == "group":

@@ -198,7 +198,8 @@ def marginal_logprobs(model, tokenizer, prompts: list[str], texts: list[str], *,
         return []
     device = next(model.parameters()).device
     graphs = [lattice(tokenizer, text) for text in texts]
-    canonical = [tuple(e.ids) for e in token_view(tokenizer).backend.encode_batch(list(texts), add_special_tokens=False)]
+    canonical = [tuple(e.ids)
+                 for e in token_view(tokenizer).backend.encode_batch(list(texts), add_special_tokens=False)]
     distinct = list(dict.fromkeys(prompts))
     prompt_ids, prompt_mask = _prompt_batch(tokenizer, distinct, device)
     lengths = prompt_mask.sum(-1).tolist()

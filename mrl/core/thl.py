@@ -37,8 +37,9 @@ def checked_ids(ids, vocab_size: int, role: str = "token") -> list[int]:
     out = []
     for position, value in enumerate(ids):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ThlError(f"{role} id at position {position} is {shown_value(value)} ({type(value).__name__}); ids must "
-                           f"be integers")
+            raise ThlError(
+                f"{role} id at position {position} is {shown_value(value)} ({type(value).__name__}); ids must "
+                f"be integers")
         if not 0 <= value < vocab_size:
             raise ThlError(f"{role} id at position {position} is {shown_value(value)}, outside the vocabulary "
                            f"[0, {vocab_size})")

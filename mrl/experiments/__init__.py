@@ -14,5 +14,5 @@ into runs, [(label, Run)]; `run_many` (mrl.experiments.runs) runs, caches and la
 Importing this package registers every experiment.
 """
 from mrl.experiments import bandit, beyond, hacpo, heldout, mwra, probe  # noqa: F401  (each registers its config)
-from mrl.experiments.runs import (HONEST, Run, Variant, grid_runs, panel_labels, policy_paths, probe_label,  # noqa: F401
-                                  run_many, run_one, save_run)
+from mrl.experiments.runs import (HONEST, Run, Variant, grid_runs, panel_labels, policy_paths,  # noqa: F401
+                                  probe_label, run_many, run_one, save_run)

@@ -1,7 +1,8 @@
 """80_beyond: methods beyond the papers on the held-out experiment (its first zoo seed, pairing, steps and GRPO
 settings), every arm paired with GRPO on the same RL seeds: probes online, probes offline (each policy alone, its
 peers replayed from the grpo run's experience log), a poisoned peer, n-policy runs sync and async, and what the
-canonical tokenization drops from a peer's probability (mrl.experiments.marginal_gap) at the warm-up and after training."""
+canonical tokenization drops from a peer's probability (mrl.experiments.marginal_gap) at the warm-up and after
+training."""
 from __future__ import annotations
 
 import dataclasses
@@ -146,10 +147,10 @@ def marginal_policies(config: RunConfig, backend: str | None = None, progress: b
 
 def run_marginal_gap(config: RunConfig, backend: str | None = None,
                      progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(rows, cost) of mrl.experiments.marginal_gap.measure_policies at each point (marginal_policies; column "point"): the
-    pairing samples G completions of the first beyond.marginal_prompts held-out test prompts per skill, at the
-    profile's temperature, length and engine, seeded from the profile's GRPO seed; the cost is measured on one RL
-    step's peer samples (prompts_per_step x G ended texts)."""
+    """(rows, cost) of mrl.experiments.marginal_gap.measure_policies at each point (marginal_policies; column "point"):
+    the pairing samples G completions of the first beyond.marginal_prompts held-out test prompts per skill, at the
+    profile's temperature, length and engine, seeded from the profile's GRPO seed; the cost is measured on one RL step's
+    peer samples (prompts_per_step x G ended texts)."""
     beyond = config.experiment("beyond")
     run_config, _, _ = heldout_base(config)
     task, grpo = make_task(run_config.task), run_config.grpo
@@ -158,7 +159,8 @@ def run_marginal_gap(config: RunConfig, backend: str | None = None,
     for point, paths in tqdm(marginal_policies(config, backend, progress).items(), desc="marginal",
                              disable=not progress):
         policies = {name: load_policy(path) for name, path in paths.items()}
-        measured, timed = measure_policies(policies, problems, grpo, task.verify, grpo.prompts_per_step * grpo.group_size)
+        measured, timed = measure_policies(policies, problems, grpo, task.verify,
+                                           grpo.prompts_per_step * grpo.group_size)
         rows.append(measured.assign(point=point))
         cost.append(timed.assign(point=point))
     return pd.concat(rows, ignore_index=True), pd.concat(cost, ignore_index=True)

@@ -59,7 +59,8 @@ class HeldoutConfig:
         check_probes(c, "probes", self.probes)
         names = [p if isinstance(p, str) else p.get("name") for p in self.probes]
         require("grpo" in names, c, "probes", names, "a list that includes grpo (the paired baseline)")
-        require(set(self.zoo_seed_probes) <= set(names) and ("grpo" in self.zoo_seed_probes or len(self.zoo_seeds) == 1),
+        require(set(self.zoo_seed_probes) <= set(names)
+                and ("grpo" in self.zoo_seed_probes or len(self.zoo_seeds) == 1),
                 c, "zoo_seed_probes", self.zoo_seed_probes,
                 f"probe names drawn from {names}, grpo among them (each zoo seed needs its baseline)")
         require(len(set(self.replication_zoo_seeds)) == len(self.replication_zoo_seeds)

@@ -6,9 +6,9 @@ probe). `Run.key()` hashes what the numbers depend on (task, GRPO settings with 
 the source code of the mrl package, the numerics mode, the peers' variant, the placement); the run's steps and evals
 are cached under results/runs/<key>/ and read back when the same run is asked for again (a notebook re-run, or
 HACPO's notebook reusing the MRL probes' runs). An entry is published whole by one rename and read only where its
-checksums match (mrl.runtime.results.read_run); one that does not is recomputed. Any edit of mrl/'s code (not its docstrings, comments or
-mrl/reports/) makes new keys, so a cached run never outlives the code that produced it. The backend is not part of
-the key: inline, process and ray give the same metrics.
+checksums match (mrl.runtime.results.read_run); one that does not is recomputed. Any edit of mrl/'s code (not its
+docstrings, comments or mrl/reports/) makes new keys, so a cached run never outlives the code that produced it. The
+backend is not part of the key: inline, process and ray give the same metrics.
 
 An experiment (a module of mrl.experiments) expands its config into [(label, Run)], the label being the columns
 its tables group by (pairing, probe, seed, ...); `run_many` runs what the cache lacks (`packed_runs` at a time,
@@ -36,7 +36,8 @@ from mrl.core.validation import ConfigError, Str, config_hash, require, to_dict
 from mrl.fingerprint import code_fingerprint
 from mrl.paths import repo_root
 from mrl.runtime.pools import GUARD_HINT, spawn_executor
-from mrl.runtime.results import CachedRun, clear_work_folders, git_sha, publish_run, read_run, work_folder, write_run_record
+from mrl.runtime.results import (CachedRun, clear_work_folders, git_sha, publish_run, read_run, work_folder,
+                                 write_run_record)
 from mrl.runtime.runner import run_concurrent
 from mrl.runtime.saving import RunCard
 from mrl.runtime.spec import OfflinePeers, RunSpec, run_identity
@@ -181,8 +182,8 @@ class Run:
                                    eval_every=min(self.config.grpo.eval_every, self.steps))
 
     def cached(self) -> CachedRun | None:
-        """The run as its folder holds it, every file checked (mrl.runtime.results.read_run: a torn or edited one is named in
-        a warning), with its experience log when its variant asks for one; None: it must be computed."""
+        """The run as its folder holds it, every file checked (mrl.runtime.results.read_run: a torn or edited one is
+        named in a warning), with its experience log when its variant asks for one; None: it must be computed."""
         cached = read_run(self.folder())
         if cached is None or (self.variant.log_experience and not cached.record.get("experience", False)):
             return None
@@ -199,10 +200,10 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
     """(steps, evals) of one run; from the cache when it holds the run. backend: the variant's, else this one,
     else the profile's (config.runner.backend). report_to: live metrics (mrl.runtime.tracking).
 
-    output_dir: where the run leaves its trained policies (<output_dir>/<policy>/, transformers folders, mrl.runtime.saving),
-    its checkpoints (<output_dir>/checkpoints/, every runner.checkpoint_every steps) and a copy of its tables; the
-    run is then computed (the cache holds no weights). Without one, a profile with runner.save_policies saves the
-    policies into trained_folder(run). resume: continue from the newest intact checkpoint in
+    output_dir: where the run leaves its trained policies (<output_dir>/<policy>/, transformers folders,
+    mrl.runtime.saving), its checkpoints (<output_dir>/checkpoints/, every runner.checkpoint_every steps) and a copy of
+    its tables; the run is then computed (the cache holds no weights). Without one, a profile with runner.save_policies
+    saves the policies into trained_folder(run). resume: continue from the newest intact checkpoint in
     <output_dir>/checkpoints (a different experiment's is refused). profile: named in the model cards."""
     folder = run.folder()
     if cache and output_dir is None and (cached := run.cached()) is not None:
@@ -233,8 +234,9 @@ def trained_folder(run: Run) -> Path:
 
 def trained_paths(run: Run, backend: str | None = None, progress: bool = False) -> dict[str, str]:
     """{policy: folder} of the run's trained policies, trained_folder(run)/<policy>/ (transformers folders,
-    mrl.runtime.zoo.load_policy reads them). When the folder does not hold them all, the run is computed into it (run_one
-    with that output folder: the cache holds a run's numbers, not its weights), its cache entry written as well."""
+    mrl.runtime.zoo.load_policy reads them). When the folder does not hold them all, the run is computed into it
+    (run_one with that output folder: the cache holds a run's numbers, not its weights), its cache entry written as
+    well."""
     folder = trained_folder(run)
     paths = {name: str(folder / name) for name in run.paths}
     if not all((Path(path) / "config.json").is_file() for path in paths.values()):
@@ -334,8 +336,8 @@ def run_many(labelled: Labelled, packed_runs: int = 1, backend: str | None = Non
 
     With packed_runs > 1 the runs missing from the cache first run that many at a time, each inline in its own
     process (run_packed; a run asked for twice runs once), but for runs of a probe that another process cannot import
-    (written in a notebook cell or a script, or in a module outside sys.modules); then every run is read (or, one at a time, run on `backend`: None takes the
-    profile's). cache=False runs every run again."""
+    (written in a notebook cell or a script, or in a module outside sys.modules); then every run is read (or, one at a
+    time, run on `backend`: None takes the profile's). cache=False runs every run again."""
     in_main = {run.folder() for _, run in labelled if not get_probe(run.probe.name).importable}
     packed = set()
     if packed_runs > 1:

@@ -42,8 +42,8 @@ def problem_dataset(task):
     """A task's RL prompts (its fixed pool, or its whole training split when it has none) as the `datasets.Dataset`
     every trainer of a run reads: the same rows in the same order, so the same sampler seed gives every trainer the
     same prompts at every step. `prompt` is what TRL samples from: the task's text, or, for a task with chat
-    templates, one user message that TRL puts through each policy's own template (as mrl.runtime.rollout.chat_prompt does);
-    `text`, `answer`, `skill` and `pid` are the mrl Problem."""
+    templates, one user message that TRL puts through each policy's own template (as mrl.runtime.rollout.chat_prompt
+    does); `text`, `answer`, `skill` and `pid` are the mrl Problem."""
     from datasets import Dataset
 
     source = task.pool or task.train

@@ -290,7 +290,8 @@ def name_flat_lines(ax, band: pd.DataFrame, methods: list[str]) -> None:
 
 
 def dynamics_figure_inputs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The columns of run_dynamics' rows that dynamics_figure draws (what mrl.reports.figure_inputs.draw_and_save commits)."""
+    """The columns of run_dynamics' rows that dynamics_figure draws (what mrl.reports.figure_inputs.draw_and_save
+    commits)."""
     accuracies = [f"acc {rescue_type(p)}" for p in ("A", "B")] + ["acc shared-easy"]
     return runs[["method", "kappa", "seed", "step", "policy", "entropy", *accuracies]]
 

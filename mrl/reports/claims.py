@@ -148,8 +148,8 @@ def variance_split(values: pd.DataFrame, probe: str, reference: str, column: str
         return {"between-warm-up SD": float("nan"), "RL-seed SD": float("nan"), "seeds": k}
     within = float(np.mean([np.var(g[:k], ddof=1) for g in groups]))
     between = float(k * np.var([g[:k].mean() for g in groups], ddof=1))
-    return {"between-warm-up SD": float(np.sqrt(max(0.0, (between - within) / k))), "RL-seed SD": float(np.sqrt(within)),
-            "seeds": k}
+    return {"between-warm-up SD": float(np.sqrt(max(0.0, (between - within) / k))),
+            "RL-seed SD": float(np.sqrt(within)), "seeds": k}
 
 
 def warmup_differences(values: pd.DataFrame, claim: Claim, column: str) -> pd.Series:
@@ -165,10 +165,11 @@ def p_cell(p: float) -> str:
 
 def claims_ledger(values: pd.DataFrame, family: str = "primary", claims: tuple[Claim, ...] = CLAIMS) -> pd.DataFrame:
     """One row per claim in one Holm family ("primary": each claim on its pre-registered endpoint; "secondary": on
-    the other one; FAMILIES), from the per-run endpoint values (endpoint_values or the committed claims_runs.csv): the warm-ups, the mean difference with its t interval
-    and the hierarchical bootstrap's, the sign counts per (policy, zoo), the paper's effect, every test's raw, Holm
-    and sign-flip p (claims_rule.judge), the verdict under rule v2, whether it is near the alpha edge, the
-    leave-one-warm-up-out verdicts and their fragility, and rule v1's verdict. Arms that did not run: "not run".
+    the other one; FAMILIES), from the per-run endpoint values (endpoint_values or the committed claims_runs.csv): the
+    warm-ups, the mean difference with its t interval and the hierarchical bootstrap's, the sign counts per (policy,
+    zoo), the paper's effect, every test's raw, Holm and sign-flip p (claims_rule.judge), the verdict under rule v2,
+    whether it is near the alpha edge, the leave-one-warm-up-out verdicts and their fragility, and rule v1's verdict.
+    Arms that did not run: "not run".
     claims: the family's claims (the ledger's CLAIMS; another question judged by the same rule passes its own)."""
     columns = [family_endpoint(claim, family) for claim in claims]
     differences = [warmup_differences(values, claim, column) for claim, column in zip(claims, columns)]
@@ -257,7 +258,8 @@ def claims_power(values: pd.DataFrame, ledger: pd.DataFrame) -> pd.DataFrame:
             continue
         split = variance_split(values, claim.probe, claim.reference, column)
         level = ALPHA / row["tests"]
-        out = {"comparison": row["comparison"], "claim": claim.claim, "endpoint": column, "test": "vs 0" if test.role == "sign" else f"vs {test.null:+.2f}",
+        out = {"comparison": row["comparison"], "claim": claim.claim, "endpoint": column,
+               "test": "vs 0" if test.role == "sign" else f"vs {test.null:+.2f}",
                "effect to detect": round(abs(effect), 3), "between-warm-up SD": split["between-warm-up SD"],
                "RL-seed SD": split["RL-seed SD"], "SD of d_z": row["sd"], "warm-ups": int(row["zoos"]),
                "level": level, "power": t_power(int(row["zoos"]), effect, row["sd"], level)}
@@ -302,7 +304,8 @@ def replication_column(primary: pd.DataFrame, replication: pd.DataFrame) -> list
 
 def like_for_like_table(values: pd.DataFrame) -> pd.DataFrame:
     """LIKE_FOR_LIKE's comparisons on both endpoints: the mean paired difference over the warm-ups with its 95% t
-    interval (descriptive, outside the ledger's Holm family; bold: it excludes 0), for the comparisons whose arms ran."""
+    interval (descriptive, outside the ledger's Holm family; bold: it excludes 0), for the comparisons whose arms
+    ran."""
     rows = []
     for probe, reference, meaning in LIKE_FOR_LIKE:
         row = {"comparison": f"{probe} - {reference}", "what it measures": meaning}

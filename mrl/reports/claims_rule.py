@@ -30,8 +30,8 @@ class Claim:
     """A claim of a paper about `probe` against `reference`.
 
     kind: "better" (probe beats reference), "worse" (probe trails reference), "no_loss" (non-inferiority), "no_gain"
-    (non-superiority, within MARGIN). paper_effect: the paper's own difference, probe - reference, in accuracy (None: not
-    reported); docs/papers.md gives each one's source."""
+    (non-superiority, within MARGIN). paper_effect: the paper's own difference, probe - reference, in accuracy (None:
+    not reported); docs/papers.md gives each one's source."""
 
     paper: str
     claim: str
@@ -144,7 +144,8 @@ def holm(p_values) -> np.ndarray:
 
 
 SUPPORTED, SMALLER = "supported", "supported, smaller than the paper's"
-OPPOSITE, SIZE_RULED_OUT = "contradicted: the opposite sign", "contradicted: the paper's size ruled out, sign undetermined"
+OPPOSITE, SIZE_RULED_OUT = "contradicted: the opposite sign", \
+    "contradicted: the paper's size ruled out, sign undetermined"
 VERDICTS = (SUPPORTED, SMALLER, "contradicted", OPPOSITE, SIZE_RULED_OUT, "inconclusive")
 """rule v2's verdicts (a margin claim is supported, contradicted or inconclusive)"""
 

@@ -2,8 +2,9 @@
 
 `draw_and_save(draw, name, folder, runs=frame, kappa=0.5)` writes each DataFrame input as CSV and the call as
 `recipe.json` under `<folder>/data/<name>/`, reads the CSVs back, draws the figure from what was read (so a redraw
-from the committed files gives the same picture) and saves it with mrl.runtime.results.save_figure. `redraw(folder, name)`
-draws it again from the committed files; tests/test_figure_inputs.py compares every committed PNG with its redraw.
+from the committed files gives the same picture) and saves it with mrl.runtime.results.save_figure.
+`redraw(folder, name)` draws it again from the committed files; tests/test_figure_inputs.py compares every committed PNG
+with its redraw.
 """
 from __future__ import annotations
 
@@ -53,9 +54,9 @@ def read_call(folder: Path, name: str) -> tuple[Callable, dict]:
 
 
 def draw_and_save(draw: Callable, name: str, folder: Path, **inputs):
-    """Save draw(**inputs) as name.png and name.pdf (mrl.runtime.results.save_figure) with its inputs committed beside it
-    (write_inputs); the figure is drawn from the inputs as read back, so its redraw is the same. DataFrame inputs
-    are written as CSV, the others must be JSON values (numbers, strings, lists, mappings). Returns the figure."""
+    """Save draw(**inputs) as name.png and name.pdf (mrl.runtime.results.save_figure) with its inputs committed beside
+    it (write_inputs); the figure is drawn from the inputs as read back, so its redraw is the same. DataFrame inputs are
+    written as CSV, the others must be JSON values (numbers, strings, lists, mappings). Returns the figure."""
     if "<locals>" in draw.__qualname__ or draw.__module__ == "__main__":
         raise ValueError(f"draw_and_save({name!r}): the drawing function must be importable by name (a module-level "
                          f"function of the library), got {draw.__module__}.{draw.__qualname__}")

@@ -1,6 +1,6 @@
 """Tables, figure and prose of what the canonical tokenization drops (80_beyond's section on the marginal;
-docs/marginal.md), from mrl.experiments.marginal_gap's rows and cost, and the paired differences of the ledger's arms run with
-the marginal ratio against their canonical twins, read by the claims ledger's rule (mrl.reports.claims).
+docs/marginal.md), from mrl.experiments.marginal_gap's rows and cost, and the paired differences of the ledger's arms
+run with the marginal ratio against their canonical twins, read by the claims ledger's rule (mrl.reports.claims).
 
 rows: one per source text a learner scored (point, learner, source, outcome, tokenizations, gap, canonical share,
 log s <definition>, ...); cost: one per (point, learner, source) with the CPU seconds of each scoring.
@@ -58,8 +58,8 @@ def outside(log_s, lower: float, upper: float = 1.0) -> np.ndarray:
 def ratio_table(rows: pd.DataFrame, bounds: tuple[float, ...]) -> pd.DataFrame:
     """Per point, learner, source and definition of HACPO's ratio (DEFINITIONS): the texts with a THL alignment,
     the mean and 10/50/90% quantiles of log s, the share outside each clip range [lower, 1] of `bounds` (the
-    stepwise bound of the first and of the last update: mrl.experiments.marginal_gap.stepwise_bounds), and the share whose side
-    of the first range differs from the canonical definition's (a sample the definition moves in or out)."""
+    stepwise bound of the first and of the last update: mrl.experiments.marginal_gap.stepwise_bounds), and the share
+    whose side of the first range differs from the canonical definition's (a sample the definition moves in or out)."""
     out = []
     for (point, learner, source), group in rows.groupby(PAIR, sort=False):
         group = group[np.isfinite(group.groups)]

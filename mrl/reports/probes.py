@@ -317,9 +317,9 @@ def hyperparameter_table(config, probe_cfgs) -> pd.DataFrame:
 
 
 def stepwise_clipping_inputs(steps: pd.DataFrame) -> pd.DataFrame:
-    """What stepwise_clipping_figure draws of the clipping runs' step rows (the input mrl.reports.figure_inputs.draw_and_save
-    commits): the rows where peer samples arrived (peer_samples > 0, peer_kept recorded), with the probe, the run's
-    seeds, the step and the two counts."""
+    """What stepwise_clipping_figure draws of the clipping runs' step rows (the input
+    mrl.reports.figure_inputs.draw_and_save commits): the rows where peer samples arrived (peer_samples > 0, peer_kept
+    recorded), with the probe, the run's seeds, the step and the two counts."""
     keep = [c for c in ("probe", "seed", "zoo_seed", "step", "peer_samples", "peer_kept") if c in steps.columns]
     rows = steps.dropna(subset=["peer_kept"])
     return rows.loc[rows.peer_samples > 0, keep].reset_index(drop=True)

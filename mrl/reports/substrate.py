@@ -92,9 +92,9 @@ def skill_matrix(accuracy: pd.DataFrame, split: str = "held-out") -> pd.DataFram
 
 
 def warmup_figure_inputs(accuracy: pd.DataFrame, zoo: dict) -> dict:
-    """What warmup_figure draws, as frames and JSON (the inputs mrl.reports.figure_inputs.draw_and_save commits): `accuracy`,
-    the held-out rows of warmup_accuracy (policy, skill, accuracy); `loss`, each family's warm-up loss per step
-    (policy, step, loss), in the zoo's order; `families`, {name: "arch/tokenizer"}."""
+    """What warmup_figure draws, as frames and JSON (the inputs mrl.reports.figure_inputs.draw_and_save commits):
+    `accuracy`, the held-out rows of warmup_accuracy (policy, skill, accuracy); `loss`, each family's warm-up loss per
+    step (policy, step, loss), in the zoo's order; `families`, {name: "arch/tokenizer"}."""
     held_out = accuracy.loc[accuracy.split == "held-out", ["policy", "skill", "accuracy"]].reset_index(drop=True)
     loss = pd.DataFrame([(name, step, value) for name, policy in zoo.items()
                          for step, value in enumerate(policy.record["warmup_loss"])],
@@ -271,8 +271,8 @@ THL_HEATMAP_METRICS = ("inexact_rate", "coarseness", "round_trip_failure_rate")
 
 
 def thl_heatmap_inputs(table: pd.DataFrame, metrics=THL_HEATMAP_METRICS) -> pd.DataFrame:
-    """What thl_heatmaps draws of thl_residual_table (the input mrl.reports.figure_inputs.draw_and_save commits): corpus,
-    source, receiver and the `metrics`."""
+    """What thl_heatmaps draws of thl_residual_table (the input mrl.reports.figure_inputs.draw_and_save commits):
+    corpus, source, receiver and the `metrics`."""
     return table[["corpus", "source", "receiver", *metrics]]
 
 
@@ -379,9 +379,9 @@ def mwra_result(compute: pd.DataFrame) -> str:
 
 
 def mwra_timeline_inputs(runs: dict[str, dict]) -> dict[str, pd.DataFrame]:
-    """What mwra_timeline_figure draws, as frames (the inputs mrl.reports.figure_inputs.draw_and_save commits): `timeline`,
-    every backend's intervals (backend, worker, phase, start, end: seconds since its runner started), and `runs`,
-    one row per backend in the runs' order (backend, wall, startup: seconds). runs: as mwra_compute_table's."""
+    """What mwra_timeline_figure draws, as frames (the inputs mrl.reports.figure_inputs.draw_and_save commits):
+    `timeline`, every backend's intervals (backend, worker, phase, start, end: seconds since its runner started), and
+    `runs`, one row per backend in the runs' order (backend, wall, startup: seconds). runs: as mwra_compute_table's."""
     timeline = pd.DataFrame([{"backend": backend, **interval} for backend, run in runs.items()
                              for interval in run["timeline"]], columns=["backend", "worker", "phase", "start", "end"])
     totals = pd.DataFrame([(backend, run["wall"], run["startup"]) for backend, run in runs.items()],

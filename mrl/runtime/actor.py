@@ -28,8 +28,8 @@ from mrl.core.see import GroupStats, Rollout, Success
 from mrl.core.seeding import step_generator
 from mrl.core.tasks import make_task
 from mrl.runtime.evaluation import skill_accuracy
-from mrl.runtime.placement import (active_dropout, cast_parameters, frozen_dtype, measured_peak, precision, resolve_device,
-                           set_training)
+from mrl.runtime.placement import (active_dropout, cast_parameters, frozen_dtype, measured_peak, precision,
+                                   resolve_device, set_training)
 from mrl.runtime.rollout import completion_logprobs, sample_groups, stop_ids
 from mrl.runtime.teacher import LearnerSamples, teacher_logprobs
 from mrl.runtime.worker import FinishResult, RolloutResult, UpdateResult
@@ -249,11 +249,10 @@ class PolicyActor:
                          completion_mask: Tensor, train_logp: Tensor,
                          drawn_logp: Tensor | None = None) -> tuple[Tensor | None, dict]:
         """(the sampler correction's weight, None when it is off; the step's mismatch statistics):
-        |log pi_train - log pi_sampler| per token gives TRL's sampling_logp_difference (mrl.core.mismatch). pi_sampler is
-        what the sampler computed as it drew (drawn_logp: the fast and hf loops'), else, for the generate and batched
-        engines, which return none, the bf16 sampler scoring its own completions in one forward (closer to the
-        trainer than its cached decoding: it may understate the mismatch). All (N, T); train_logp: the ratio's old
-        log-probs."""
+        |log pi_train - log pi_sampler| per token gives TRL's sampling_logp_difference (mrl.core.mismatch). pi_sampler
+        is what the sampler computed as it drew (drawn_logp: the fast and hf loops'), else, for the generate and batched
+        engines, which return none, the bf16 sampler scoring its own completions in one forward (closer to the trainer
+        than its cached decoding: it may understate the mismatch). All (N, T); train_logp: the ratio's old log-probs."""
         cfg = self.cfg
         sampler_logp = completion_mask * (drawn_logp if drawn_logp is not None else self.scored_logprobs(
             self.sampler, prompt_ids, prompt_mask, completion_ids, completion_mask))

@@ -2,9 +2,9 @@
 
 A checkpoint is a folder `step-NNNNNN/` holding `state.pt` (every policy's weights and optimizer state,
 the exchange, the metrics so far) and `manifest.json`, written last: the run's identity (the settings
-that define the experiment, mrl.runtime.spec.run_identity: policies, seed, probe and its knobs, task, GRPO settings, clock) and the
-sha256 of every file. Both are written into `step-NNNNNN.tmp/`, which is renamed into place, so a
-folder named `step-NNNNNN` with a manifest is complete.
+that define the experiment, mrl.runtime.spec.run_identity: policies, seed, probe and its knobs, task, GRPO settings,
+clock) and the sha256 of every file. Both are written into `step-NNNNNN.tmp/`, which is renamed into place, so a folder
+named `step-NNNNNN` with a manifest is complete.
 
 On resume, `load_latest` walks the checkpoints from the newest: one whose manifest is missing or
 unreadable, whose files fail their checksum, or whose `state.pt` does not load is skipped (and

@@ -10,8 +10,8 @@ one `Worker` method and its arguments, run in the worker as `call(actor)`) on ev
 ({worker: result}, {worker: failure reason}). It is a barrier with a deadline: a worker that dies
 (its process sentinel fires, or Ray reports the actor lost), raises, or misses the deadline is
 reported by name, so no call can hang. The runner's failure policy decides what follows (`fail`:
-raise `WorkerFailed`, the last complete checkpoint stays on disk; `continue`: `drop` the worker). Every call records (worker, phase, start, end) in
-`timeline` for the utilisation report.
+raise `WorkerFailed`, the last complete checkpoint stays on disk; `continue`: `drop` the worker). Every call records
+(worker, phase, start, end) in `timeline` for the utilisation report.
 """
 from __future__ import annotations
 

@@ -197,7 +197,8 @@ def plan_resources(config: RunConfig, gpus: list[float], prompt_tokens: int = 25
         teacher = archs[names[(i + 1) % len(names)]] if teachers and len(names) > 1 else None
         memory = policy_memory(archs[name], workload, placement, teacher)
         rows.append({"policy": name, "model": Path(config.policies[name]).name,
-                     "params (M)": archs[name].params / 1e6, **memory, "advice": _advice(placement, memory, config.grpo.engine)})
+                     "params (M)": archs[name].params / 1e6, **memory,
+                     "advice": _advice(placement, memory, config.grpo.engine)})
     usable = [size * (1 - reserve) for size in gpus]
     free = list(usable)
     for row in sorted(rows, key=lambda r: -r["peak"]):

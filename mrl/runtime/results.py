@@ -113,7 +113,8 @@ LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", 
                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
 LATEX_SYMBOLS = {"Δ": r"$\Delta$", "±": r"$\pm$", "×": r"$\times$", "≥": r"$\geq$", "≤": r"$\leq$",
                  "κ": r"$\kappa$", "λ": r"$\lambda$", "τ": r"$\tau$", "γ": r"$\gamma$", "δ": r"$\delta$",
-                 "ω": r"$\omega$", "α": r"$\alpha$", "→": r"$\rightarrow$", "≈": r"$\approx$", "−": "-", "·": r"$\cdot$"}
+                 "ω": r"$\omega$", "α": r"$\alpha$", "→": r"$\rightarrow$", "≈": r"$\approx$", "−": "-",
+                 "·": r"$\cdot$"}
 BOLD = re.compile(r"\*\*(.+?)\*\*")
 CODE = re.compile(r"`([^`]+)`")
 
@@ -126,7 +127,8 @@ def latex_text(text) -> str:
     out = CODE.sub(lambda m: r"\texttt{" + m.group(1) + "}", BOLD.sub(lambda m: r"\textbf{" + m.group(1) + "}", out))
     unknown = sorted({ch for ch in out if ord(ch) > 127})
     if unknown:
-        raise ValueError(f"no LaTeX form for {unknown} in {str(text)[:80]!r}; add it to mrl.runtime.results.LATEX_SYMBOLS")
+        raise ValueError(
+            f"no LaTeX form for {unknown} in {str(text)[:80]!r}; add it to mrl.runtime.results.LATEX_SYMBOLS")
     return out
 
 

@@ -184,15 +184,15 @@ def _check_peers(probe: Probe, peer_paths: dict, policy_paths: dict, cfg: Runner
 
 def run_concurrent(spec: RunSpec, *, checkpoint_dir: str | Path | None = None, resume: bool = False,
                    progress: bool = True, reporters: tuple | list = ()) -> RunRecord:
-    """Train the policies of `spec` (mrl.runtime.spec.RunSpec: policies, task, GRPO settings with seed and steps, runner,
-    probe, placement, offline peers, output folders) together for spec.grpo.steps steps.
+    """Train the policies of `spec` (mrl.runtime.spec.RunSpec: policies, task, GRPO settings with seed and steps,
+    runner, probe, placement, offline peers, output folders) together for spec.grpo.steps steps.
 
     A GRPO aggregation (grpo.loss_type) the probe's loss does not implement is refused before any worker starts.
     checkpoint_dir: where checkpoints go, every runner.checkpoint_every steps (the experience log too, unless
     spec.experience_dir names another folder).
     resume: continue from the newest intact checkpoint in checkpoint_dir (damaged ones are skipped and named
-    in the events); a checkpoint of another experiment (seed, probe, policies, steps, ...: mrl.runtime.spec.run_identity)
-    is refused.
+    in the events); a checkpoint of another experiment (seed, probe, policies, steps, ...:
+    mrl.runtime.spec.run_identity) is refused.
     reporters: objects with log(metrics, step) and close() (mrl.runtime.tracking, e.g. NotebookTable) that receive every
     step's metrics, besides the tracker runner.report_to names.
     """

@@ -2,10 +2,10 @@
 
 `save_policy` writes what TRL's `GRPOTrainer.save_model` leaves in its output_dir, for one policy of a run: the
 weights as safetensors (`save_pretrained`), the tokenizer with its chat template, a generation config whose
-`eos_token_id` lists every stop id the run ended completions at (mrl.runtime.rollout.stop_ids) and a model card (README.md,
-`huggingface_hub.ModelCard`) naming the run that trained it: profile, probe, seed, steps, run key, the policies
-trained together and the package version. The folder is written as `<folder>.tmp` and renamed into place, so a folder
-under its own name is complete.
+`eos_token_id` lists every stop id the run ended completions at (mrl.runtime.rollout.stop_ids) and a model card
+(README.md, `huggingface_hub.ModelCard`) naming the run that trained it: profile, probe, seed, steps, run key, the
+policies trained together and the package version. The folder is written as `<folder>.tmp` and renamed into place, so a
+folder under its own name is complete.
 
 The weights are the actor's state dict (the runner asks every worker for it, as for a checkpoint), placed into a
 model built on the meta device from the source checkpoint's config, so saving takes no second copy of the weights;

@@ -3,8 +3,8 @@ sends it (one record per method, run by every MWRA backend as `call(worker)`), a
 return (`RolloutResult`, `UpdateResult`, `FinishResult`).
 
 A reader follows a call from the runner into the actor by name: `RolloutCall(step, problems)` runs
-`worker.rollout(step, problems)`, which `mrl.runtime.actor.PolicyActor.rollout` implements. The calls are plain picklable
-records, so the process and Ray backends send them as they are.
+`worker.rollout(step, problems)`, which `mrl.runtime.actor.PolicyActor.rollout` implements. The calls are plain
+picklable records, so the process and Ray backends send them as they are.
 """
 from __future__ import annotations
 

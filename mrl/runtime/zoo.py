@@ -99,7 +99,8 @@ def check_composition(tokenizer, problems) -> None:
     """enc(prompt) + enc(answer) == enc(prompt + answer): the RL completion is what the warm-up taught."""
     for p in problems:
         joint = tokenizer.encode(p.prompt + p.answer, add_special_tokens=False)
-        split = tokenizer.encode(p.prompt, add_special_tokens=False) + tokenizer.encode(p.answer, add_special_tokens=False)
+        split = tokenizer.encode(p.prompt, add_special_tokens=False) \
+            + tokenizer.encode(p.answer, add_special_tokens=False)
         if joint != split:
             raise ValueError(f"tokenizer does not compose prompt and answer for {p.prompt + p.answer!r}: "
                              f"{tokenizer.convert_ids_to_tokens(joint)} vs {tokenizer.convert_ids_to_tokens(split)}")

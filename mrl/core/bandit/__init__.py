@@ -20,8 +20,8 @@ from mrl.core.bandit.estimators import (METHODS, Draws, Method, Moments, closed_
 from mrl.core.bandit.plane import closed_form_check, knob_sweeps, trade_off
 
 __all__ = ["BanditEnv", "Draws", "DynamicsConfig", "EnvConfig", "METHODS", "Method", "Moments", "PROMPT_TYPES",
-           "chi2", "closed_form_check", "closed_form_mean", "dynamics_methods", "ess_fraction", "expected_grpo", "expected_prp", "expected_sgt",
-           "expected_xgrpo", "gate_probability", "knob_sweeps", "make_env", "monte_carlo", "prp_peer_second_moment",
-           "ratio_second_moment", "run_dynamics", "sample_responses", "sgt_rescue_second_moment", "simulate",
-           "summarise", "support_direction", "support_gain", "trade_off", "true_gradient", "truncated_lognormal_mean",
-           "truncated_lognormal_second_moment", "update"]
+           "chi2", "closed_form_check", "closed_form_mean", "dynamics_methods", "ess_fraction", "expected_grpo",
+           "expected_prp", "expected_sgt", "expected_xgrpo", "gate_probability", "knob_sweeps", "make_env",
+           "monte_carlo", "prp_peer_second_moment", "ratio_second_moment", "run_dynamics", "sample_responses",
+           "sgt_rescue_second_moment", "simulate", "summarise", "support_direction", "support_gain", "trade_off",
+           "true_gradient", "truncated_lognormal_mean", "truncated_lognormal_second_moment", "update"]

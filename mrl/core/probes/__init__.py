@@ -28,8 +28,8 @@ def discover_package() -> None:
 
 
 def discover_entry_points() -> list[str]:
-    """Import the modules other packages declare in the entry-point group `mrl.core.probes`; returns their names. One that
-    fails to import is named in a warning and skipped (mrl still imports)."""
+    """Import the modules other packages declare in the entry-point group `mrl.core.probes`; returns their names. One
+    that fails to import is named in a warning and skipped (mrl still imports)."""
     loaded = []
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:
