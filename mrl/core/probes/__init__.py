@@ -28,14 +28,14 @@ def discover_package() -> None:
 
 
 def discover_entry_points() -> list[str]:
-    """Import the modules other packages declare in the entry-point group `mrl.core.probes`; returns their names. One
+    """Import the modules other packages declare in the entry-point group `mrl.probes`; returns their names. One
     that fails to import is named in a warning and skipped (mrl still imports)."""
     loaded = []
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:
             point.load()
         except Exception as err:  # a broken plug-in must not break mrl
-            warnings.warn(f"the mrl.core.probes entry point {point.name!r} ({point.value}) failed to import and is "
+            warnings.warn(f"the mrl.probes entry point {point.name!r} ({point.value}) failed to import and is "
                           f"skipped: {type(err).__name__}: {err}", stacklevel=2)
             continue
         loaded.append(point.name)
