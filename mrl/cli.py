@@ -275,7 +275,8 @@ def _plan(args) -> int:
         plan = plan_resources(config, parse_gpus(args.gpus), prompt_tokens=args.prompt_tokens,
                               teachers=args.teachers, policies=policies)
     print(plan.round(2).to_string(index=False))
-    print(f"[mrl plan] GB per policy on {args.gpus} GB GPUs (10% of each reserved); estimates, see mrl/runtime/resources.py")
+    print(f"[mrl plan] GB per policy on {args.gpus} GB GPUs (10% of each reserved); "
+          "estimates, see mrl/runtime/resources.py")
     return 0
 
 

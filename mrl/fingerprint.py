@@ -29,14 +29,23 @@ under (config.py's values that matter are in the key itself)"""
 
 
 def code_without_docs(text: str) -> str:
-    """ast.dump of a module with every docstring removed (comments never reach the tree)."""
+    """ast.dump of a module with every docstring removed: a body's first string and the strings that document an
+    attribute after its assignment, i.e. every statement that is a bare string and so does nothing (comments never
+    reach the tree)."""
     tree = ast.parse(text)
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-            node.body = body[1:] or [ast.Pass()]
+        for name in ("body", "orelse", "finalbody"):
+            statements = getattr(node, name, None)
+            if isinstance(statements, list) and statements and isinstance(statements[0], ast.stmt):
+                kept = [s for s in statements if not is_bare_string(s)]
+                setattr(node, name, kept or ([ast.Pass()] if name == "body" else []))
     return ast.dump(tree)
+
+
+def is_bare_string(statement: ast.stmt) -> bool:
+    """A statement that is only a string: a docstring, of a body or of an attribute."""
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) \
+        and isinstance(statement.value.value, str)
 
 
 def source_fingerprint(sources: list[Path]) -> str:

@@ -188,3 +188,6 @@ def test_the_run_cache_key_ignores_docstrings_and_comments_not_code():
     base = code_without_docs('def f(x):\n    """doc"""\n    return x  # note\n')
     assert base == code_without_docs('def f(x):\n    """another doc"""\n    # a comment\n    return x\n')
     assert base != code_without_docs("def f(x):\n    return x + 1\n")
+    attribute = code_without_docs('class C:\n    x: int = 1\n    """the x"""\n')
+    assert attribute == code_without_docs('class C:\n    x: int = 1\n    """the x,\n    wrapped"""\n')
+    assert attribute != code_without_docs("class C:\n    x: int = 2\n")

@@ -148,8 +148,8 @@ class RolloutBatch:
     ref_logp: Tensor | None = None
     """(P*G, T) log-probs of the frozen reference policy, when grpo.beta > 0"""
     teacher_logp: Tensor | None = None
-    """(P*G, T) a fixed teacher's log-probs of these completion tokens, projected by THL (mrl.runtime.teacher), for probes
-    registered with teacher=True"""
+    """(P*G, T) a fixed teacher's log-probs of these completion tokens, projected by THL (mrl.runtime.teacher), for
+    probes registered with teacher=True"""
     teacher_failed: int = 0
     """rows THL could not align to the teacher's tokenizer (their teacher_logp is sample_logp)"""
     render: Callable[[str], str] = as_written

@@ -23,7 +23,8 @@ from mrl.core.validation import (Bool, ConfigError, Count, Float, Fraction, Int,
 
 ENGINES = ("fast", "hf", "generate", "batched", "graphs")
 BACKENDS = ("inline", "process", "ray")
-"""MWRA's backends (mrl.runtime.mwra.make_backend): actors in this process, one spawned process each, one Ray actor each"""
+"""MWRA's backends (mrl.runtime.mwra.make_backend): actors in this process, one spawned process each, one Ray actor
+each"""
 REPORT_TO = ("none", "tensorboard", "trackio", "wandb")
 """the trackers that can receive a run's live metrics (mrl.runtime.tracking.make_reporters)"""
 PRECISIONS = ("fp32", "bf16")
@@ -115,7 +116,8 @@ class FamilyConfig:
     """MLP width"""
     warmup_mix: Annotated[dict[MixKey, Fraction], NonEmpty, AfterValidator(_sums_to_one)] = field(
         default_factory=lambda: {"S1": 0.75, "S3.half0": 0.22, "leak:S2": 0.03})
-    """supervised warm-up mixture: keys S1|S2|S3, optional .half0|.half1, prefix leak: for the fixed leak subset; weights sum to 1"""
+    """supervised warm-up mixture: keys S1|S2|S3, optional .half0|.half1, prefix leak: for the fixed leak subset;
+    weights sum to 1"""
 
     def __post_init__(self):
         c = f"FamilyConfig[{self.name}]"
@@ -159,7 +161,8 @@ class ZooConfig:
     max_positions: PositiveInt = 48
     """maximum sequence length of the models"""
     workers: PositiveInt = 2
-    """warm-up processes run at once (1 torch thread each; more than the cores keeps them all busy); 1 = in this process"""
+    """warm-up processes run at once (1 torch thread each; more than the cores keeps them all busy); 1 = in this
+    process"""
 
     def __post_init__(self):
         names = [f.name for f in self.families]
@@ -215,7 +218,8 @@ class GrpoConfig:
     (sampling by transformers' generate with a static cache, for real model sizes on a GPU; the sampling
     log-probs and the training forward are hf's) or batched (transformers' continuous batching, generate_batch:
     a paged cache where a finished sequence frees its place for the next, in-process on the sampler's weights;
-    log-probs and the training forward are hf's) or graphs (mrl.runtime.graphs_engine: decode steps captured in CUDA graphs)"""
+    log-probs and the training forward are hf's) or graphs (mrl.runtime.graphs_engine: decode steps captured in CUDA
+    graphs)"""
     skip_zero_advantage: Bool = True
     """do not forward sequences with A = 0 (exact when beta = 0; the loss normaliser keeps the full batch)"""
     eval_every: PositiveInt = 25

@@ -78,8 +78,8 @@ class ActorConfig:
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     """its device, dtype, gradient checkpointing and micro-batch"""
     probe_module: str = ""
-    """the module that registers the probe (mrl.core.probes.Probe.module), imported by a worker that does not know it yet;
-    '' takes it from this process's registry"""
+    """the module that registers the probe (mrl.core.probes.Probe.module), imported by a worker that does not know it
+    yet; '' takes it from this process's registry"""
 
     def __post_init__(self):
         if not self.probe_module:

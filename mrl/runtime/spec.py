@@ -75,8 +75,8 @@ class RunSpec:
     """where the exchange logs its accepted records (mrl.runtime.experience_log.replay reads them); None:
     checkpoint_dir/experience when checkpointing, else no log"""
     output_dir: str | Path | None = None
-    """save every trained policy at the end as a transformers folder output_dir/<policy>/ (mrl.runtime.saving.save_policy);
-    None: nothing is saved"""
+    """save every trained policy at the end as a transformers folder output_dir/<policy>/
+    (mrl.runtime.saving.save_policy); None: nothing is saved"""
     card: RunCard | None = None
     """what the saved policies' model cards say of the run (default: the probe, seed and steps)"""
     actor_cls: type | None = None

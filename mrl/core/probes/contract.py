@@ -100,8 +100,8 @@ class Probe:
     group_multiplier: int = 1
     """each policy samples group_multiplier x G completions per prompt (gspo_x2: resource-equivalent)"""
     teacher: bool = False
-    """the actor scores its own samples with a fixed teacher (the next policy of the run's checkpoint, mrl.runtime.teacher)
-    into RolloutBatch.teacher_logp (trrd)"""
+    """the actor scores its own samples with a fixed teacher (the next policy of the run's checkpoint,
+    mrl.runtime.teacher) into RolloutBatch.teacher_logp (trrd)"""
     module: str = ""
     """the module that defines the loss function (imported by a worker that does not know the probe yet)"""
     code: str = ""
