@@ -186,27 +186,45 @@ def markdown(report: dict) -> str:
     return head + rows.to_markdown(index=False, floatfmt=".3g") + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def gpu_bench_parser(name: str, settings: str) -> argparse.ArgumentParser:
+    """The arguments every GPU benchmark takes: the stand-in (--model), its settings, the report's folder and
+    --cpu-check (the script checked on the CPU at a tiny size)."""
+    parser = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="B", choices=sorted(NAMES))
-    parser.add_argument("--settings", default="512x512,64x8")
-    parser.add_argument("--engines", default="generate,graphs,graphs-eager,hf")
+    parser.add_argument("--settings", default=settings)
     parser.add_argument("--out", default=None, help="folder of the report (default: docs/measurements on a GPU, "
-                                                    "results/bench_gpu_rollout_cpu_check with --cpu-check)")
+                                                    f"results/{name}_cpu_check with --cpu-check)")
     parser.add_argument("--cpu-check", action="store_true",
                         help="run on the CPU with a tiny stand-in at short lengths: checks the script, measures "
                              "nothing that means anything")
-    args = parser.parse_args()
+    return parser
+
+
+def gpu_bench_start(args: argparse.Namespace, name: str) -> tuple[torch.device, Path]:
+    """(the device, the report's folder, made): exits with the reason when there is no GPU and no --cpu-check."""
     if not torch.cuda.is_available() and not args.cpu_check:
-        sys.exit("bench_gpu_rollout needs a CUDA GPU (torch.cuda.is_available() is False); --cpu-check checks the "
-                 "script on the CPU")
-    engines = args.engines.split(",")
-    unknown = [engine for engine in engines if engine not in ENGINES]
-    if unknown:
-        sys.exit(f"--engines {unknown} are not allowed; expected some of {list(ENGINES)}")
-    device = torch.device("cpu" if args.cpu_check else "cuda")
-    out = Path(args.out or ("results/bench_gpu_rollout_cpu_check" if args.cpu_check else "docs/measurements"))
+        sys.exit(f"{name} needs a CUDA GPU (torch.cuda.is_available() is False); --cpu-check checks the script on "
+                 "the CPU")
+    out = Path(args.out or (f"results/{name}_cpu_check" if args.cpu_check else "docs/measurements"))
     out.mkdir(parents=True, exist_ok=True)
+    return torch.device("cpu" if args.cpu_check else "cuda"), out
+
+
+def chosen(value: str, allowed, flag: str) -> list[str]:
+    """A comma-separated choice, every item one of `allowed`, or exit naming the others."""
+    items = value.split(",")
+    unknown = [item for item in items if item not in allowed]
+    if unknown:
+        sys.exit(f"{flag} {unknown} are not allowed; expected some of {list(allowed)}")
+    return items
+
+
+def main() -> None:
+    parser = gpu_bench_parser("bench_gpu_rollout", "512x512,64x8")
+    parser.add_argument("--engines", default="generate,graphs,graphs-eager,hf")
+    args = parser.parse_args()
+    device, out = gpu_bench_start(args, "bench_gpu_rollout")
+    engines = chosen(args.engines, ENGINES, "--engines")
     settings = CPU_SETTINGS if args.cpu_check else SETTINGS
 
     import transformers

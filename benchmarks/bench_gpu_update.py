@@ -40,7 +40,6 @@ A failing row is recorded with its error and the others still run.
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import json
@@ -55,7 +54,8 @@ import mrl  # noqa: E402, F401  (first: the numerics contract, before torch and 
 import torch  # noqa: E402
 
 import mrl.core.token_logprobs  # noqa: E402
-from bench_gpu_rollout import NAMES, Setting, batch, stand_in, synchronize  # noqa: E402
+from bench_gpu_rollout import (NAMES, Setting, batch, chosen, gpu_bench_parser, gpu_bench_start,  # noqa: E402
+                               stand_in, synchronize)
 from mrl.runtime.actor import policy_optimizer  # noqa: E402
 from mrl.core.microbatch import MicroBatchedLogprobs  # noqa: E402
 from mrl.runtime.placement import cast_parameters, measured_peak, precision, set_training  # noqa: E402
@@ -217,26 +217,11 @@ def markdown(report: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="B", choices=sorted(NAMES))
-    parser.add_argument("--settings", default="64x8")
+    parser = gpu_bench_parser("bench_gpu_update", "64x8")
     parser.add_argument("--paths", default="chunked,full")
-    parser.add_argument("--out", default=None, help="folder of the report (default: docs/measurements on a GPU, "
-                                                    "results/bench_gpu_update_cpu_check with --cpu-check)")
-    parser.add_argument("--cpu-check", action="store_true",
-                        help="run on the CPU with a tiny stand-in at short lengths: checks the script, measures "
-                             "nothing that means anything")
     args = parser.parse_args()
-    if not torch.cuda.is_available() and not args.cpu_check:
-        sys.exit("bench_gpu_update needs a CUDA GPU (torch.cuda.is_available() is False); --cpu-check checks the "
-                 "script on the CPU")
-    paths = args.paths.split(",")
-    unknown = [path for path in paths if path not in PATHS]
-    if unknown:
-        sys.exit(f"--paths {unknown} are not allowed; expected some of {list(PATHS)}")
-    device = torch.device("cpu" if args.cpu_check else "cuda")
-    out = Path(args.out or ("results/bench_gpu_update_cpu_check" if args.cpu_check else "docs/measurements"))
-    out.mkdir(parents=True, exist_ok=True)
+    device, out = gpu_bench_start(args, "bench_gpu_update")
+    paths = chosen(args.paths, PATHS, "--paths")
     settings = CPU_SETTINGS if args.cpu_check else SETTINGS
 
     import transformers
