@@ -260,7 +260,7 @@ def test_the_trl_trainer_saves_its_trained_policy(tiny_zoo_paths, tmp_path):
 
     grpo = GrpoConfig(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=6, lr=1e-3, seed=0)
     out = tmp_path / "A"
-    sharing = MrlSharing(policy="A", task=make_task(TaskConfig(**TINY_TASK)), probe=probe_config("grpo"),
+    sharing = MrlSharing(task=make_task(TaskConfig(**TINY_TASK)), probe=probe_config("grpo"),
                          exchange=FileExchange(tmp_path / "exchange", "A", (), deadline=60),
                          peer_paths={"A": tiny_zoo_paths["A"]})
     trainer = train(sharing, trl_args(out, grpo, PlacementConfig(), save_steps=1))

@@ -38,7 +38,7 @@ def trl_args(tmp_path, **overrides) -> GRPOConfig:
 
 def trainer_for(paths, probe, tmp_path, exchange, micro_batch=0, **args) -> MRLGRPOTrainer:
     tokenizer = PreTrainedTokenizerFast.from_pretrained(paths["A"], padding_side="left")
-    sharing = MrlSharing(policy="A", task=make_task(TASK), probe=probe_config(probe), exchange=exchange,
+    sharing = MrlSharing(task=make_task(TASK), probe=probe_config(probe), exchange=exchange,
                          peer_paths=paths, micro_batch=micro_batch)
     return MRLGRPOTrainer(AutoModelForCausalLM.from_pretrained(paths["A"]), trl_args(tmp_path, **args),
                           problem_dataset(make_task(TASK)), tokenizer, sharing=sharing)

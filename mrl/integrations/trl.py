@@ -140,8 +140,6 @@ class MrlSharing:
     """What MRLGRPOTrainer adds to GRPOTrainer's arguments: the policy it trains, its task and probe, and how it
     shares experience with the trainers of the other policies."""
 
-    policy: str
-    """this policy's id"""
     task: object
     """its task: the prompts and the verifier (mrl.core.tasks.make_task)"""
     probe: ProbeConfig
@@ -159,6 +157,11 @@ class MrlSharing:
     micro_batch: int = 0
     """as PlacementConfig.micro_batch: 0, the whole step's batch in one forward; n, n sequences at a time with the
     whole batch's gradient (mrl.core.microbatch)"""
+
+    @property
+    def policy(self) -> str:
+        """this policy's id: the exchange's own end"""
+        return self.exchange.policy
 
 
 class MRLGRPOTrainer(GRPOTrainer):

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer_args = trl_args(args.output, grpo, placement, args.report_to, args.use_vllm, args.save_steps)
     exchange = FileExchange(args.exchange, args.policy, tuple(sorted(set(paths) - {args.policy})),
                             deadline=args.deadline, failure_policy=args.failure_policy)
-    train(MrlSharing(policy=args.policy, task=make_task(task), probe=probe, exchange=exchange, peer_paths=paths,
+    train(MrlSharing(task=make_task(task), probe=probe, exchange=exchange, peer_paths=paths,
                      micro_batch=placement.micro_batch), trainer_args)
     return 0
 
