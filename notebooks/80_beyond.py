@@ -261,16 +261,19 @@ cost
 
 # %%
 from IPython.display import display
-from mrl.experiments.heldout import heldout_runs, marginal_arms
+from mrl.experiments.heldout import heldout_runs, marginal_arm_runs, marginal_arms
 from mrl.reports.claims import endpoint_values
 from mrl.reports.marginal import marginal_arms_result, marginal_arms_table, marginal_ledger_verdicts
 
-arm_pairs = marginal_arms(heldout)
+arm_pairs, arm_runs = marginal_arms(heldout), marginal_arm_runs(config, progress)
 arms = verdicts = None
-if arm_pairs:
-    _, heldout_evals = run_many(heldout_runs(config, progress), config.packed_runs, backend, progress=progress)
-    arm_values = endpoint_values(heldout_evals)
-    arms, verdicts = marginal_arms_table(arm_values, arm_pairs), marginal_ledger_verdicts(arm_values, arm_pairs)
+if arm_runs:
+    _, arm_evals = run_many(arm_runs, config.packed_runs, backend, progress=progress)
+    arms = marginal_arms_table(endpoint_values(arm_evals), arm_pairs)
+    # the ledger's every arm on its own warm-ups (the replication's apart, as 70_heldout reads it)
+    _, ledger_evals = run_many(heldout_runs(config, progress, heldout.zoo_seeds), config.packed_runs, backend,
+                               progress=progress)
+    verdicts = marginal_ledger_verdicts(endpoint_values(ledger_evals), arm_pairs)
     write_table(arms, "beyond_marginal_arms", run.tables,
                 caption=f"The ledger's arms with the marginal ratio against their canonical twins on the held-out "
                         f"experiment ({heldout.steps} steps, zoo seeds {listing(heldout.zoo_seeds)}, RL seeds "

@@ -213,6 +213,24 @@ def test_a_marginal_arm_needs_its_canonical_twin():
     with pytest.raises(ConfigError, match="HeldoutConfig.probes"):
         HeldoutConfig(**{**fields, "probes": [*fields["probes"], {"name": "graft", "tokenization": "marginal"}]})
 
+def test_the_marginal_comparison_runs_its_pairs_warm_up_by_warm_up(monkeypatch):
+    from mrl.experiments import heldout as heldout_module
+    from mrl.profiles import load_profile
+
+    full = load_profile("full")
+    monkeypatch.setattr(heldout_module, "policy_paths", lambda c, progress=True: {
+        f.name: f"/zoo/{f.name}-{c.zoo.warmup.seed}" for f in c.zoo.families})
+    labelled = heldout_module.marginal_arm_runs(full, progress=False)
+    heldout = full.experiment("heldout")
+    arms = [label for pair in heldout_module.marginal_arms(heldout) for label in pair]
+    assert len(labelled) == len(arms) * len(heldout.zoo_seeds) * len(heldout.seeds)
+    assert [label["zoo_seed"] for label, _ in labelled[:len(arms)]] == [heldout.zoo_seeds[0]] * len(arms)
+    assert [label["probe"] for label, _ in labelled[:len(arms)]] == arms   # a whole pair set per seed, in order
+    assert {label["zoo_seed"] for label, _ in labelled} == set(heldout.zoo_seeds)   # not the replication's
+    same = {run.key(): label for label, run in heldout_module.heldout_runs(full, False, heldout.zoo_seeds)}
+    assert all(same[run.key()] == label for label, run in labelled)   # the same runs, keys and labels
+    assert heldout_module.marginal_arm_runs(load_profile("smoke"), progress=False) == []
+
 
 def test_the_result_prose_carries_the_tables_numbers():
     from mrl.reports.marginal import marginal_result

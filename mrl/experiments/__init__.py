@@ -8,7 +8,7 @@ into runs, [(label, Run)]; `run_many` (mrl.experiments.runs) runs, caches and la
     probe.py    40_probe: ProbeGridConfig, probe_runs
     hacpo.py    50_hacpo: HacpoGridConfig (its ablation axes included), hacpo_runs, ablation_runs
     bandit.py   60_bandit: BanditConfig
-    heldout.py  70_heldout: HeldoutConfig, heldout_config, heldout_zoos, heldout_runs, knob_runs
+    heldout.py  70_heldout: HeldoutConfig, heldout_config, heldout_zoos, heldout_runs, marginal_arm_runs, knob_runs
     beyond.py   80_beyond: BeyondConfig, beyond_runs, offline_sources, offline_runs, poison_runs, scaling_runs
 
 Importing this package registers every experiment.

@@ -101,12 +101,13 @@ def heldout_config(config: RunConfig, zoo_seed: int) -> RunConfig:
                                experiments={"heldout": heldout})
 
 
-def heldout_zoos(config: RunConfig, progress: bool = True) -> dict[int, dict[str, str]]:
-    """{zoo seed: {name: checkpoint folder}} of the held-out experiment (its zoo seeds, then its replication's), each
-    zoo built when missing."""
+def heldout_zoos(config: RunConfig, progress: bool = True,
+                 zoo_seeds: list[int] | None = None) -> dict[int, dict[str, str]]:
+    """{zoo seed: {name: checkpoint folder}} of the held-out experiment, each zoo built when missing: the zoo seeds
+    given, or (None) its zoo seeds, then its replication's."""
     heldout = config.experiment("heldout")
-    return {seed: policy_paths(heldout_config(config, seed), progress)
-            for seed in (*heldout.zoo_seeds, *heldout.replication_zoo_seeds)}
+    seeds = (*heldout.zoo_seeds, *heldout.replication_zoo_seeds) if zoo_seeds is None else zoo_seeds
+    return {seed: policy_paths(heldout_config(config, seed), progress) for seed in seeds}
 
 
 def heldout_base(config: RunConfig) -> tuple[RunConfig, dict[str, str], dict]:
@@ -123,13 +124,14 @@ def _label(heldout: HeldoutConfig, probe, seed: int, zoo_seed: int) -> dict:
     return {"pairing": heldout.pairing_name, "probe": probe_label(probe), "seed": seed, "zoo_seed": zoo_seed}
 
 
-def heldout_runs(config: RunConfig, progress: bool = True) -> Labelled:
+def heldout_runs(config: RunConfig, progress: bool = True, zoo_seeds: list[int] | None = None) -> Labelled:
     """Every run of the held-out experiment: each probe on the first zoo seed, the zoo_seed_probes on every other
-    zoo seed and every replication zoo seed, every RL seed; labelled with pairing, probe, seed and zoo_seed."""
+    zoo seed and every replication zoo seed, every RL seed; labelled with pairing, probe, seed and zoo_seed.
+    zoo_seeds: only those warm-ups' runs (None: every one, the replication's included)."""
     heldout = config.experiment("heldout")
     probes = [as_probe_config(entry) for entry in heldout.probes]
     labelled = []
-    for zoo_seed, paths in heldout_zoos(config, progress).items():
+    for zoo_seed, paths in heldout_zoos(config, progress, zoo_seeds).items():
         run_config = heldout_config(config, zoo_seed)
         for probe in probes:
             if zoo_seed != heldout.zoo_seeds[0] and probe.name not in heldout.zoo_seed_probes:
@@ -137,6 +139,21 @@ def heldout_runs(config: RunConfig, progress: bool = True) -> Labelled:
             labelled += [(_label(heldout, probe, seed, zoo_seed), Run(run_config, paths, probe, seed, heldout.steps))
                          for seed in heldout.seeds]
     return labelled
+
+
+def marginal_arm_runs(config: RunConfig, progress: bool = True) -> Labelled:
+    """The runs that 80_beyond's marginal comparison pairs: each arm with tokenization marginal and its canonical
+    twin (marginal_arms) on every zoo seed (not the replication's) and RL seed, labelled as heldout_runs labels them,
+    ordered warm-up by warm-up, seed by seed, so that an interrupted grid leaves whole pairs in the cache. [] where
+    the profile runs no marginal arm."""
+    heldout = config.experiment("heldout")
+    arms = [label for pair in marginal_arms(heldout) for label in pair]
+    if not arms:
+        return []
+    chosen = [(label, run) for label, run in heldout_runs(config, progress, heldout.zoo_seeds)
+              if label["probe"] in arms]
+    return sorted(chosen, key=lambda item: (heldout.zoo_seeds.index(item[0]["zoo_seed"]), item[0]["seed"],
+                                            arms.index(item[0]["probe"])))
 
 
 def knob_runs(config: RunConfig, progress: bool = True) -> Labelled:
