@@ -135,7 +135,7 @@ write_table(table, "heldout_main", run.tables,
 table
 
 # %%
-panels = panel_labels(heldout.panels)   # {title: probe labels}, the profile's (experiments.heldout.panels)
+panels = list(panel_labels(heldout.panels).items())   # [(title, probe labels)], the profile's, in its order
 first_zoo = heldout.zoo_seeds[0]
 draw_and_save(weak_skill_figure, "heldout_weak_skill", run.figures, **weak_skill_inputs(evals, steps_df, first_zoo),
               panels=panels, zoo_seed=first_zoo, setting=heldout.task.name)

@@ -253,11 +253,12 @@ cost
 # %% [markdown]
 # ### The ledger's HACPO and GRAFT arms with the marginal ratio
 #
-# In the full profile (`configs/full.yaml`), the ledger's HACPO arm (4 updates per step) and GRAFT also run with
-# `tokenization: marginal`, on every warm-up and RL seed their canonical twins run on, fixed in the config before any of
-# their runs. The marginal arm is paired with its twin run by run and read by the ledger's rule (warm-up as the unit, a
-# two-sided t test against 0 in one Holm family per endpoint, sign-flip p, leave one warm-up out); the ledger's claims
-# on HACPO are judged again with the marginal arm in the canonical arm's place. Other profiles do not run these arms.
+# The ledger's HACPO arm (4 updates per step) and GRAFT also run with `tokenization: marginal` in 70_heldout's grid, on
+# every warm-up and RL seed their canonical twins run on, fixed in the profile before any of their runs (the default
+# profile: the ledger's 5 warm-ups x 2 RL seeds at its steps; `configs/full.yaml`: 3 RL seeds at 300 steps; the smoke
+# profile: HACPO's alone). The marginal arm is paired with its twin run by run and read by the ledger's rule (warm-up as
+# the unit, a two-sided t test against 0 in one Holm family per endpoint, sign-flip p, leave one warm-up out); the
+# ledger's claims on HACPO are judged again with the marginal arm in the canonical arm's place.
 
 # %%
 from IPython.display import display
@@ -319,9 +320,10 @@ Markdown(marginal_result(gap, ratios, marginal_cost, bounds)
 # handful of paths. The probe scores every tokenization as a row of a forward with gradient beside the canonical rows,
 # so a text with one tokenization is scored twice, which an implementation could skip. On a real tokenizer and longer
 # answers the lattice grows exponentially and the beam with its bound on the uncovered mass takes over
-# (docs/marginal.md). Whether the marginal changes any
-# HACPO or GRAFT result is the full profile's question; where its arms have not run, this section measures the
-# quantity and its cost, not its effect on training, on this substrate only: 70_heldout's tiny zoo on `arith-forms`.
+# (docs/marginal.md). Whether the marginal changes a HACPO or GRAFT result is read from the arms' table: a paired
+# difference whose interval holds 0 is "no difference detected", not "no difference" (the table says whether the
+# interval lies inside the ledger's margin). All of it holds on this substrate only: 70_heldout's tiny zoo on
+# `arith-forms`, where the gap is small and B has none; a real tokenizer writes most texts many ways.
 
 # %% [markdown]
 # ### Summary of the marginal (rounded; nbval checks this cell on the smoke profile)
@@ -331,6 +333,8 @@ Markdown(marginal_result(gap, ratios, marginal_cost, bounds)
 print(gap.set_index(["point", "learner", "source", "outcome"]).drop(columns="not writable").round(3).to_string())
 print(ratios.set_index(["point", "learner", "source", "definition"])[["mean log s", f"outside [{bounds[0]:g}, 1]",
                                                                        "changes side"]].round(3).to_string())
+if arms is not None:
+    print(arms.set_index(["comparison", "endpoint"])[["warm-ups x seeds", "difference", "reading"]].to_string())
 
 # %%
 print(f"80_beyond ran in {time.perf_counter() - start:.0f} s ({profile} profile, backend {backend})")
