@@ -201,6 +201,26 @@ def test_the_ledger_verdicts_with_the_marginal_arm_in_the_canonicals_place():
     assert (changed[changed.family == "primary"]["same verdict"] == "no").any()
 
 
+def test_the_arms_result_reads_each_pair_from_its_table():
+    from mrl.reports.marginal import marginal_arms_result
+
+    values = pd.DataFrame(endpoint_rows(ARMS[0][1]) + endpoint_rows(ARMS[0][0], 0.05, SPREAD))
+    arms = marginal_arms_table(values, ARMS)
+    verdicts = pd.DataFrame([{"family": "primary", "claim": "c", "comparison": "hacpo (minibatches=4) - grpo",
+                              "endpoint": "overall", "canonical: verdict": "inconclusive",
+                              "marginal: verdict": "supported", "same verdict": "no"}])
+    text = marginal_arms_result(arms, verdicts)
+    interval = arms.set_index("endpoint")["95% t over warm-ups"]
+    assert text.splitlines()[0] == (
+        f"- `{ARMS[0][0]} - {ARMS[0][1]}`, 5 x 2 warm-ups x seeds: overall +0.050 {interval['overall']}, higher with "
+        f"the marginal (inside +-0.01: no); weak +0.050 {interval['weak']}, higher with the marginal (inside +-0.01: "
+        f"no), on this substrate.")
+    assert text.splitlines()[1] == ("- The ledger's claims on these arms: 0 of 1 verdicts are the same with the "
+                                    "marginal arm: `hacpo (minibatches=4) - grpo` (primary) goes from inconclusive "
+                                    "to supported.")
+    assert marginal_arms_result(arms, pd.DataFrame()).endswith("No claim of the ledger reads these arms.")
+
+
 def test_a_marginal_arm_needs_its_canonical_twin():
     from mrl.experiments.heldout import HeldoutConfig, marginal_arms
     from mrl.profiles import load_profile

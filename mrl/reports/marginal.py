@@ -259,11 +259,19 @@ def marginal_ledger_verdicts(values: pd.DataFrame, pairs: list[tuple[str, str]])
 
 
 def marginal_arms_result(arms: pd.DataFrame, verdicts: pd.DataFrame) -> str:
-    """The arms' result in words, on this substrate: each pair's reading per endpoint with its interval, and which
-    ledger verdicts the marginal arm changes."""
-    lines = [f"- `{r['comparison']}` ({r['endpoint']}): {r['difference'] or 'not run'} "
-             f"{r['95% t over warm-ups']} over {r['warm-ups x seeds']} warm-ups x seeds: {r['reading']} on this "
-             f"substrate." for r in arms.to_dict("records")]
+    """The arms' result in words, on this substrate: a line per (marginal, canonical) pair with each endpoint's
+    difference, interval, reading and whether the interval lies inside the ledger's margin, then which ledger
+    verdicts the marginal arm changes. arms: marginal_arms_table; verdicts: marginal_ledger_verdicts."""
+    inside = next(c for c in arms.columns if c.startswith("inside "))
+    lines = []
+    for comparison, rows in arms.groupby("comparison", sort=False):
+        readings = [f"{r['endpoint']} {r['difference']} {r['95% t over warm-ups']}, {r['reading']}"
+                    + (f" ({inside}: {r[inside]})" if r[inside] else "") if r["difference"] else
+                    f"{r['endpoint']} not run" for r in rows.to_dict("records")]
+        lines.append(f"- `{comparison}`, {rows['warm-ups x seeds'].iloc[0]} warm-ups x seeds: "
+                     + "; ".join(readings) + ", on this substrate.")
+    if verdicts.empty:
+        return "\n".join([*lines, "- No claim of the ledger reads these arms."])
     changed = verdicts[verdicts["same verdict"] == "no"]
     lines.append(f"- The ledger's claims on these arms: {len(verdicts) - len(changed)} of {len(verdicts)} verdicts "
                  f"are the same with the marginal arm" + (": " + "; ".join(

@@ -1,10 +1,11 @@
-"""The README's generated blocks: the claims ledger and the notebooks' outputs and times.
+"""The README's generated blocks: the substrate, the claims ledger, the marginal arms, the notebooks' outputs and
+times.
 
 A block sits between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->` in README.md. `make reproduce`
 (default profile) rewrites every block from the committed outputs (`paper_tables/claims.csv`,
-`paper_tables/claims_secondary.csv`, `heldout_zoo.csv` and the reproduce record `reproduce_default.json`), and
-`tests/test_readme.py` fails when a block differs from what those outputs give, so the README never quotes a
-number by hand.
+`claims_secondary.csv`, `beyond_marginal_arms.csv`, `beyond_marginal_verdicts.csv`, `heldout_zoo.csv` and the
+reproduce record `reproduce_default.json`), and `tests/test_readme.py` fails when a block differs from what those
+outputs give, so the README never quotes a number by hand.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pandas as pd
 
 from mrl.profiles import load_profile
 from mrl.reports.claims import MIN_WARMUPS
+from mrl.reports.marginal import marginal_arms_result
 
 NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the results are in the files)
     "00_zoo": ("the tiny model zoo: families, tokenizers, warm-up accuracy per skill",
@@ -36,8 +38,11 @@ NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the r
                    "heldout_zoo, heldout_warmup, heldout_main, claims_like_for_like, claims, claims_secondary, "
                    "claims_power, claims_evidence, claims_runs",
                    "heldout_weak_skill, heldout_base_rate"),
-    "80_beyond": ("beyond the papers: TRRD, GRAFT online and offline, a poisoned peer, more policies",
-                  "beyond_main, beyond_poison, beyond_scaling", "beyond_weak_skill, beyond_poison, beyond_scaling"),
+    "80_beyond": ("beyond the papers: TRRD, GRAFT online and offline, a poisoned peer, more policies, the exact "
+                  "cross-tokenizer probability",
+                  "beyond_main, beyond_poison, beyond_scaling, beyond_marginal_gap, beyond_marginal_ratio, "
+                  "beyond_marginal_cost, beyond_marginal_arms, beyond_marginal_verdicts",
+                  "beyond_weak_skill, beyond_poison, beyond_scaling, beyond_marginal_gap"),
 }
 RECORD = "reproduce_default.json"
 MARKER = re.compile(r"(<!-- generated:(?P<name>[a-z]+) -->\n)(?P<body>.*?)(<!-- /generated:(?P=name) -->)", re.S)
@@ -130,7 +135,20 @@ def substrate_block(tables: Path) -> str:
             f"Every verdict holds on this substrate, not in the papers' setting.\n")
 
 
-BLOCKS = {"substrate": substrate_block, "ledger": ledger_block, "notebooks": notebooks_block}
+def marginal_block(tables: Path) -> str:
+    """The ledger's HACPO and GRAFT arms with the marginal ratio against their canonical twins, in words
+    (mrl.reports.marginal.marginal_arms_result over the committed beyond_marginal_arms.csv and
+    beyond_marginal_verdicts.csv)."""
+    paths = [tables / f"beyond_marginal_{name}.csv" for name in ("arms", "verdicts")]
+    if not all(path.exists() for path in paths):
+        return ("No marginal arms are committed yet: `make reproduce` runs them in 70_heldout's grid, reads them in "
+                "80_beyond and writes this block.\n")
+    arms, verdicts = (pd.read_csv(path, dtype=str, keep_default_na=False) for path in paths)
+    return marginal_arms_result(arms, verdicts) + "\n"
+
+
+BLOCKS = {"substrate": substrate_block, "ledger": ledger_block, "marginal": marginal_block,
+          "notebooks": notebooks_block}
 
 
 def render_blocks(text: str, blocks: dict, tables: Path, page: str) -> str:
