@@ -258,19 +258,23 @@ cost
 # profile: the ledger's 5 warm-ups x 2 RL seeds at its steps; `configs/full.yaml`: 3 RL seeds at 300 steps; the smoke
 # profile: HACPO's alone). The marginal arm is paired with its twin run by run and read by the ledger's rule (warm-up as
 # the unit, a two-sided t test against 0 in one Holm family per endpoint, sign-flip p, leave one warm-up out); the
-# ledger's claims on HACPO are judged again with the marginal arm in the canonical arm's place.
+# ledger's claims on HACPO are judged again with the marginal arm in the canonical arm's place. A last table reads the
+# runs' step metrics: what the marginal cost the update phase per step, how many peer samples HACPO's clip range kept
+# under each arm, and the gap the marginal arm met in the peer texts it trained on.
 
 # %%
 from IPython.display import display
 from mrl.experiments.heldout import heldout_runs, marginal_arm_runs, marginal_arms
 from mrl.reports.claims import endpoint_values
-from mrl.reports.marginal import marginal_arms_result, marginal_arms_table, marginal_ledger_verdicts
+from mrl.reports.marginal import (arms_training_result, arms_training_table, marginal_arms_result,
+                                  marginal_arms_table, marginal_ledger_verdicts)
 
 arm_pairs, arm_runs = marginal_arms(heldout), marginal_arm_runs(config, progress)
-arms = verdicts = None
+arms = verdicts = training = None
 if arm_runs:
-    _, arm_evals = run_many(arm_runs, config.packed_runs, backend, progress=progress)
+    arm_steps, arm_evals = run_many(arm_runs, config.packed_runs, backend, progress=progress)
     arms = marginal_arms_table(endpoint_values(arm_evals), arm_pairs)
+    training = arms_training_table(arm_steps, arm_pairs)
     # the ledger's every arm on its own warm-ups (the replication's apart, as 70_heldout reads it)
     _, ledger_evals = run_many(heldout_runs(config, progress, heldout.zoo_seeds), config.packed_runs, backend,
                                progress=progress)
@@ -287,6 +291,13 @@ if arm_runs:
                 caption="The ledger's claims that read HACPO's arm, judged with the canonical arm and again with its "
                         "marginal twin in its place (rule v2, both Holm families).")
     display(verdicts)
+    write_table(training, "beyond_marginal_training", run.tables, float_format="{:.3f}",
+                caption="What the marginal did inside training, per pair and learner (mean over steps, then over the "
+                        "pair's runs): the update phase's wall seconds per step of each arm and their ratio "
+                        "(marginal / canonical; the runs ran two at a time, each on one core), HACPO's share of peer "
+                        "samples kept inside its clip range under each arm, and the marginal arm's mean gap log "
+                        "marginal - log canonical over the peer texts it scored.")
+    display(training)
 else:
     print("no marginal arms in this profile (configs/full.yaml runs the ledger's HACPO and GRAFT with them)")
 arms
@@ -300,7 +311,8 @@ arms
 # %%
 Markdown(marginal_result(gap, ratios, marginal_cost, bounds)
          + ("\n\n**The ledger's arms with the marginal ratio**, on this substrate:\n\n"
-            + marginal_arms_result(arms, verdicts) if arms is not None else ""))
+            + marginal_arms_result(arms, verdicts) + "\n\n**Inside training:**\n\n"
+            + arms_training_result(training) if arms is not None else ""))
 
 # %% [markdown]
 # ### Discussion

@@ -201,6 +201,32 @@ def test_the_ledger_verdicts_with_the_marginal_arm_in_the_canonicals_place():
     assert (changed[changed.family == "primary"]["same verdict"] == "no").any()
 
 
+def test_the_training_table_reads_each_arms_step_metrics():
+    from mrl.reports.marginal import arms_training_result, arms_training_table
+
+    def steps(probe: str, seconds: float, kept: int, gap: float | None) -> list[dict]:
+        return [{"probe": probe, "policy": policy, "seed": seed, "zoo_seed": zoo, "step": step,
+                 "update_seconds": seconds * (1 + step), "peer_samples": 8 if step else 0, "peer_kept": kept,
+                 **({} if gap is None else {"marginal_gap_from_B" if policy == "A" else "marginal_gap_from_A":
+                                            gap * (policy == "A")})}
+                for policy in ("A", "B") for zoo in (0, 1) for seed in (0, 1) for step in range(3)]
+
+    frame = pd.DataFrame(steps(ARMS[0][1], 0.1, 6, None) + steps(ARMS[0][0], 0.2, 4, 0.05))
+    table = arms_training_table(frame, ARMS).set_index("learner")
+    assert list(table.index) == ["A", "B"] and (table.runs == 4).all()
+    assert table.loc["A", "update s canonical"] == pytest.approx(0.2)   # 0.1 x (1 + 2 + 3) / 3
+    assert table.loc["A", "update ratio"] == pytest.approx(2.0)
+    assert table.loc["A", "peer kept canonical"] == pytest.approx(0.75)   # steps without peers left out
+    assert table.loc["A", "peer kept marginal"] == pytest.approx(0.5)
+    assert table.loc["A", "gap in training"] == pytest.approx(0.05) and table.loc["B", "gap in training"] == 0.0
+    assert arms_training_result(table.reset_index()).splitlines()[0] == (
+        f"- `{ARMS[0][0]} - {ARMS[0][1]}`, learner A (4 runs): update 2.00x the canonical's wall time per step; peer "
+        f"samples kept inside the clip range 75.0% canonical, 50.0% marginal; mean gap 0.0500 nats.")
+    bare = frame.drop(columns=["peer_kept", "peer_samples", "marginal_gap_from_A", "marginal_gap_from_B"])
+    assert arms_training_table(bare, ARMS)[["peer kept marginal", "gap in training"]].isna().all().all()
+    assert arms_training_result(arms_training_table(bare, ARMS)).endswith("the canonical's wall time per step.")
+
+
 def test_the_arms_result_reads_each_pair_from_its_table():
     from mrl.reports.marginal import marginal_arms_result
 

@@ -258,6 +258,50 @@ def marginal_ledger_verdicts(values: pd.DataFrame, pairs: list[tuple[str, str]])
     return pd.DataFrame(out)
 
 
+def _run_means(steps: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """Per probe, policy and run (seed, zoo seed): the mean over steps of each column present (NaN where absent)."""
+    present = steps.assign(**{c: np.nan for c in columns if c not in steps.columns})
+    return present.groupby(["probe", "policy", "seed", "zoo_seed"], sort=False)[columns].mean().reset_index()
+
+
+def arms_training_table(steps: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """What the marginal did inside training, per (marginal, canonical) pair and learner, from the runs' step
+    metrics (mean over steps, then over the pair's runs): the update phase's wall seconds per step of each arm and
+    their ratio (marginal / canonical; the runs ran packed, two at a time, each on one core), HACPO's share of peer
+    samples kept inside the clip range (peer_kept / peer_samples) under each arm, and the marginal arm's mean gap
+    log marginal - log canonical of the peer texts it scored (marginal_gap_from_<source>, averaged over sources).
+    steps: run_many's steps of the pairs' runs."""
+    gap_columns = [c for c in steps.columns if c.startswith("marginal_gap_from_")]
+    frame = steps.assign(kept=steps.peer_kept / steps.peer_samples.where(steps.peer_samples > 0)
+                         if {"peer_kept", "peer_samples"} <= set(steps.columns) else np.nan,
+                         gap=steps[gap_columns].mean(axis=1) if gap_columns else np.nan)
+    runs = _run_means(frame, ["update_seconds", "kept", "gap"]).groupby(["probe", "policy"], sort=False)
+    means, counts = runs[["update_seconds", "kept", "gap"]].mean(), runs.size()
+    rows = []
+    for marginal, canonical in pairs:
+        for policy in dict.fromkeys(frame.loc[frame.probe == marginal, "policy"]):
+            m, c = means.loc[(marginal, policy)], means.loc[(canonical, policy)]
+            rows.append({"comparison": f"{marginal} - {canonical}", "learner": policy,
+                         "runs": int(counts[(marginal, policy)]), "update s canonical": c.update_seconds,
+                         "update s marginal": m.update_seconds, "update ratio": m.update_seconds / c.update_seconds,
+                         "peer kept canonical": c.kept, "peer kept marginal": m.kept, "gap in training": m.gap})
+    return pd.DataFrame(rows)
+
+
+def arms_training_result(training: pd.DataFrame) -> str:
+    """arms_training_table in words: a line per pair and learner with the update's cost ratio, HACPO's kept shares
+    (where the probe clips) and the gap the marginal arm met in training."""
+    lines = []
+    for r in training.to_dict("records"):
+        kept = ("" if r["peer kept canonical"] != r["peer kept canonical"] else
+                f"; peer samples kept inside the clip range {_percent(r['peer kept canonical'])} canonical, "
+                f"{_percent(r['peer kept marginal'])} marginal")
+        gap = "" if r["gap in training"] != r["gap in training"] else f"; mean gap {r['gap in training']:.4f} nats"
+        lines.append(f"- `{r['comparison']}`, learner {r['learner']} ({r['runs']} runs): update "
+                     f"{r['update ratio']:.2f}x the canonical's wall time per step{kept}{gap}.")
+    return "\n".join(lines)
+
+
 def marginal_arms_result(arms: pd.DataFrame, verdicts: pd.DataFrame) -> str:
     """The arms' result in words, on this substrate: a line per (marginal, canonical) pair with each endpoint's
     difference, interval, reading and whether the interval lies inside the ledger's margin, then which ledger

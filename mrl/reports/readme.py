@@ -41,7 +41,7 @@ NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the r
     "80_beyond": ("beyond the papers: TRRD, GRAFT online and offline, a poisoned peer, more policies, the exact "
                   "cross-tokenizer probability",
                   "beyond_main, beyond_poison, beyond_scaling, beyond_marginal_gap, beyond_marginal_ratio, "
-                  "beyond_marginal_cost, beyond_marginal_arms, beyond_marginal_verdicts",
+                  "beyond_marginal_cost, beyond_marginal_arms, beyond_marginal_verdicts, beyond_marginal_training",
                   "beyond_weak_skill, beyond_poison, beyond_scaling, beyond_marginal_gap"),
 }
 RECORD = "reproduce_default.json"
