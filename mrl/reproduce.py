@@ -117,13 +117,33 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     return 0
 
 
+def merged_record(committed: dict, partial: dict) -> dict | None:
+    """The committed whole run's record with a partial run's notebook times in place of its own, the total summed
+    again and the partial run listed under "reruns" (its notebooks, SHA, start and machine); None where the partial
+    run ran on another kind of CPU or numerics than the record names (its times would not compare)."""
+    same = lambda m: (m.get("cpu"), m.get("cpus"), m.get("numerics", {}).get("mode"))  # noqa: E731
+    if same(committed.get("machine", {})) != same(partial.get("machine", {})):
+        return None
+    notebooks = {**committed["notebooks"], **partial["notebooks"]}
+    rerun = {key: partial[key] for key in ("git_sha", "started", "machine")} | {"notebooks": list(partial["notebooks"])}
+    return {**committed, "notebooks": notebooks, "total_seconds": round(sum(notebooks.values()), 1),
+            "reruns": [*committed.get("reruns", []), rerun]}
+
+
 def publish_default(record: dict, whole: bool) -> None:
     """After a default-profile run: a whole run's record is committed beside the tables (the README's notebook
-    times come from it), and the generated blocks of the README and docs/performance.md are rewritten from the tables
-    (mrl.reports.readme, mrl.reports.performance)."""
+    times come from it); a partial run's times replace those of its notebooks in the committed record
+    (merged_record) when it ran on the same kind of machine. Then the generated blocks of the README and
+    docs/performance.md are rewritten from the tables (mrl.reports.readme, mrl.reports.performance)."""
     tables = repo_root() / "paper_tables"
+    path = tables / RECORD
+    if not whole and path.exists():
+        merged = merged_record(json.loads(path.read_text()), record)
+        if merged is None:
+            print(f"[mrl.reproduce] {RECORD} kept: this run's machine differs from the one it records")
+        record, whole = merged or record, merged is not None
     if whole:
-        (tables / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        path.write_text(json.dumps(record, indent=2) + "\n")
     if update_readme(repo_root() / "README.md", tables):
         print("[mrl.reproduce] README.md: generated blocks rewritten from paper_tables/")
     if update_performance(repo_root() / "docs" / "performance.md", tables):

@@ -1,5 +1,6 @@
 """`python -m mrl.reproduce`: a --only value that names no notebook of the profile is an argument error that
-lists the notebooks (nothing runs, nothing is written), so no value ever reaches a file name."""
+lists the notebooks (nothing runs, nothing is written), so no value ever reaches a file name; a partial default run's
+times replace its notebooks' in the committed record only when it ran on the same kind of machine."""
 import pytest
 
 from mrl.reproduce import main
@@ -13,3 +14,32 @@ def test_only_must_name_notebooks_of_the_profile(only, capsys, tmp_path, monkeyp
     assert exit_.value.code == 2
     assert "each value must be the start of a notebook name" in capsys.readouterr().err
     assert not any(tmp_path.rglob("*"))
+
+
+def test_a_partial_run_replaces_its_notebooks_times_in_the_record_on_the_same_machine():
+    from mrl.reproduce import merged_record
+
+    machine = {"cpu": "AMD EPYC", "cpus": 2, "numerics": {"mode": "portable"}}
+    committed = {"profile": "default", "git_sha": "a" * 40, "started": "2026-11-25T10:00:00+0000", "machine": machine,
+                 "notebooks": {"00_zoo.ipynb": 60.0, "70_heldout.ipynb": 600.0}, "total_seconds": 660.0}
+    partial = {"profile": "default", "git_sha": "b" * 40, "started": "2026-11-26T10:00:00+0000", "machine": machine,
+               "notebooks": {"70_heldout.ipynb": 900.0}, "total_seconds": 900.0}
+    merged = merged_record(committed, partial)
+    assert merged["notebooks"] == {"00_zoo.ipynb": 60.0, "70_heldout.ipynb": 900.0} and merged["total_seconds"] == 960
+    assert merged["started"] == committed["started"] and merged["reruns"][0]["notebooks"] == ["70_heldout.ipynb"]
+    assert len(merged_record(merged, partial)["reruns"]) == 2
+    other = {**partial, "machine": {**machine, "cpu": "Intel Xeon"}}
+    assert merged_record(committed, other) is None   # times from another kind of CPU do not compare
+
+
+def test_the_readme_names_the_notebooks_re_run_alone(tmp_path):
+    import json
+
+    from mrl.reports.readme import RECORD, notebooks_block
+
+    record = {"started": "2026-11-25T10:00:00+0000", "machine": {"cpu": "AMD EPYC", "cpus": 2},
+              "notebooks": {"70_heldout.ipynb": 900.0}, "total_seconds": 900.0,
+              "reruns": [{"git_sha": "b" * 40, "started": "2026-11-26T10:00:00+0000", "machine": {},
+                          "notebooks": ["70_heldout.ipynb"]}]}
+    (tmp_path / RECORD).write_text(json.dumps(record))
+    assert "Re-run alone on 2026-11-26 (commit bbbbbbb), their times above: 70_heldout." in notebooks_block(tmp_path)

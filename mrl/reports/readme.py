@@ -97,7 +97,8 @@ def verdict_summary(ledger: pd.DataFrame) -> str:
 
 def notebooks_block(tables: Path) -> str:
     """The notebooks as README markdown: what each shows, the tables and figures it writes, and its wall time in
-    the reproduce record (a fresh clone's `make reproduce`; the record names the machine)."""
+    the reproduce record (a fresh clone's `make reproduce`; the record names the machine, and the notebooks re-run
+    alone since, mrl.reproduce.merged_record)."""
     path = tables / RECORD
     record = json.loads(path.read_text()) if path.exists() else {"notebooks": {}}
     times = {name.removesuffix(".ipynb"): seconds for name, seconds in record["notebooks"].items()}
@@ -112,9 +113,11 @@ def notebooks_block(tables: Path) -> str:
     cpu = machine.get("cpu") or "an unnamed CPU"
     cores = f", {machine['cpus']} cores" if machine.get("cpus") else ""
     numerics = machine.get("numerics", {}).get("mode", "native")
+    reruns = "".join(f" Re-run alone on {r['started'][:10]} (commit {r['git_sha'][:7]}), their times above: "
+                     f"{', '.join(n.removesuffix('.ipynb') for n in r['notebooks'])}." for r in record.get("reruns", []))
     return (f"Times from the reproduce record `paper_tables/{RECORD}` ({record['started'][:10]}, {cpu}{cores}, "
             f"numerics {numerics}): "
-            f"{record['total_seconds'] / 60:.0f} minutes in all, installation not included.\n\n"
+            f"{record['total_seconds'] / 60:.0f} minutes in all, installation not included.{reruns}\n\n"
             + "\n".join(lines) + "\n")
 
 
