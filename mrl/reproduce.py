@@ -138,11 +138,10 @@ def publish_default(record: dict, whole: bool) -> None:
     tables = repo_root() / "paper_tables"
     path = tables / RECORD
     if not whole and path.exists():
-        merged = merged_record(json.loads(path.read_text()), record)
-        if merged is None:
+        record = merged_record(json.loads(path.read_text()), record)
+        if record is None:
             print(f"[mrl.reproduce] {RECORD} kept: this run's machine differs from the one it records")
-        record, whole = merged or record, merged is not None
-    if whole:
+    if record is not None and (whole or path.exists()):
         path.write_text(json.dumps(record, indent=2) + "\n")
     if update_readme(repo_root() / "README.md", tables):
         print("[mrl.reproduce] README.md: generated blocks rewritten from paper_tables/")
