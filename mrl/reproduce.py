@@ -117,12 +117,16 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     return 0
 
 
+def machine_kind(machine: dict) -> tuple:
+    """What two runs' times need in common to be compared: the CPU's name, its cores and the numerics mode."""
+    return machine.get("cpu"), machine.get("cpus"), machine.get("numerics", {}).get("mode")
+
+
 def merged_record(committed: dict, partial: dict) -> dict | None:
     """The committed whole run's record with a partial run's notebook times in place of its own, the total summed
     again and the partial run listed under "reruns" (its notebooks, SHA, start and machine); None where the partial
     run ran on another kind of CPU or numerics than the record names (its times would not compare)."""
-    same = lambda m: (m.get("cpu"), m.get("cpus"), m.get("numerics", {}).get("mode"))  # noqa: E731
-    if same(committed.get("machine", {})) != same(partial.get("machine", {})):
+    if machine_kind(committed.get("machine", {})) != machine_kind(partial.get("machine", {})):
         return None
     notebooks = {**committed["notebooks"], **partial["notebooks"]}
     rerun = {key: partial[key] for key in ("git_sha", "started", "machine")} | {"notebooks": list(partial["notebooks"])}

@@ -251,7 +251,7 @@ write_table(cost, "beyond_marginal_cost", run.tables, float_format="{:.2f}",
 cost
 
 # %% [markdown]
-# ### The ledger's HACPO and GRAFT arms with the marginal ratio
+# ### The ledger's HACPO arm and GRAFT with the marginal ratio
 #
 # The ledger's HACPO arm (4 updates per step) and GRAFT also run with `tokenization: marginal` in 70_heldout's grid, on
 # every warm-up and RL seed their canonical twins run on, fixed in the profile before any of their runs (the default
@@ -292,14 +292,14 @@ if arm_runs:
                         "marginal twin in its place (rule v2, both Holm families).")
     display(verdicts)
     write_table(training, "beyond_marginal_training", run.tables, float_format="{:.3f}",
-                caption="What the marginal did inside training, per pair and learner (mean over steps, then over the "
-                        "pair's runs): the update phase's wall seconds per step of each arm and their ratio "
-                        "(marginal / canonical; the runs ran two at a time, each on one core), HACPO's share of peer "
-                        "samples kept inside its clip range under each arm, and the marginal arm's mean gap log "
-                        "marginal - log canonical over the peer texts it scored.")
+                caption=f"What the marginal did inside training, per pair and learner (mean over steps, then over "
+                        f"the pair's runs): the update phase's wall seconds per step of each arm and their ratio "
+                        f"(marginal / canonical; 70_heldout ran its runs {config.packed_runs} at a time, each on one "
+                        f"core), HACPO's share of peer samples kept inside its clip range under each arm, and the "
+                        f"marginal arm's mean gap log marginal - log canonical over the peer texts it scored.")
     display(training)
 else:
-    print("no marginal arms in this profile (configs/full.yaml runs the ledger's HACPO and GRAFT with them)")
+    print("no marginal arms in this profile (the smoke, default and full profiles run them)")
 arms
 
 # %% [markdown]
@@ -310,7 +310,7 @@ arms
 
 # %%
 Markdown(marginal_result(gap, ratios, marginal_cost, bounds)
-         + ("\n\n**The ledger's arms with the marginal ratio**, on this substrate:\n\n"
+         + ("\n\n**The ledger's HACPO arm and GRAFT with the marginal ratio**, on this substrate:\n\n"
             + marginal_arms_result(arms, verdicts) + "\n\n**Inside training:**\n\n"
             + arms_training_result(training) if arms is not None else ""))
 
@@ -335,7 +335,7 @@ Markdown(marginal_result(gap, ratios, marginal_cost, bounds)
 # (docs/marginal.md). Whether the marginal changes a HACPO or GRAFT result is read from the arms' table: a paired
 # difference whose interval holds 0 is "no difference detected", not "no difference" (the table says whether the
 # interval lies inside the ledger's margin). All of it holds on this substrate only: 70_heldout's tiny zoo on
-# `arith-forms`, where the gap is small and B has none; a real tokenizer writes most texts many ways.
+# `arith-forms`, where B has no gap; a real tokenizer on longer answers writes a text many more ways.
 
 # %% [markdown]
 # ### Summary of the marginal (rounded; nbval checks this cell on the smoke profile)

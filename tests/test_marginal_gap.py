@@ -244,7 +244,11 @@ def test_the_arms_result_reads_each_pair_from_its_table():
     assert text.splitlines()[1] == ("- The ledger's claims on these arms: 0 of 1 verdicts are the same with the "
                                     "marginal arm: `hacpo (minibatches=4) - grpo` (primary) goes from inconclusive "
                                     "to supported.")
-    assert marginal_arms_result(arms, pd.DataFrame()).endswith("No claim of the ledger reads these arms.")
+    graft_only = [("graft (tokenization=marginal)", "graft")]
+    none_read = marginal_ledger_verdicts(pd.DataFrame(endpoint_rows("graft") + endpoint_rows(graft_only[0][0])),
+                                         graft_only)
+    assert none_read.empty and list(none_read.columns)[-1] == "same verdict"   # a CSV that reads back
+    assert marginal_arms_result(arms, none_read).endswith("No claim of the ledger reads these arms.")
 
 
 def test_a_marginal_arm_needs_its_canonical_twin():

@@ -33,3 +33,16 @@ def test_the_mwra_block_reads_the_table(tmp_path):
     (tmp_path / RECORD).write_text(json.dumps({"started": "2026-01-01T00:00:00", "machine": {"cpu": "a CPU"}}))
     block = mwra_block(tmp_path)
     assert "| inline | 4.00 s | 1.00 | 0.1 s | A 0.50, B 0.50 |" in block and "| process | 2.60 s | 0.65 |" in block
+
+
+def test_the_reproduce_block_says_when_its_total_is_a_sum(tmp_path):
+    from mrl.reports.performance import reproduce_block
+
+    record = {"started": "2026-01-01T00:00:00", "machine": {"cpu": "a CPU"}, "total_seconds": 600.0,
+              "notebooks": {"00_zoo.ipynb": 120.0, "70_heldout.ipynb": 480.0}}
+    (tmp_path / RECORD).write_text(json.dumps(record))
+    assert "took 10 minutes in all, installation not included" in reproduce_block(tmp_path)
+    rerun = {"git_sha": "b" * 40, "started": "2026-01-02T00:00:00", "machine": {}, "notebooks": ["70_heldout.ipynb"]}
+    (tmp_path / RECORD).write_text(json.dumps({**record, "reruns": [rerun]}))
+    assert ("took 10 minutes in all (a sum: 70_heldout re-run alone later on the same kind of machine), installation"
+            in reproduce_block(tmp_path))

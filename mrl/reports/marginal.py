@@ -192,7 +192,7 @@ def marginal_result(gap: pd.DataFrame, ratios: pd.DataFrame, cost: pd.DataFrame,
     return "\n\n".join(blocks)
 
 
-# ---- the ledger's arms with the marginal ratio (configs/full.yaml) ----
+# ---- the ledger's HACPO arm and GRAFT with the marginal ratio, against their canonical twins ----
 
 READINGS = {SUPPORTED: "higher with the marginal", OPPOSITE: "lower with the marginal",
             "inconclusive": "no difference detected"}
@@ -236,6 +236,11 @@ def with_arm_replaced(values: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.
     return kept.assign(probe=kept.probe.replace(marginal))
 
 
+VERDICT_COLUMNS = ["family", "claim", "comparison", "endpoint", "canonical: difference [95% t]", "canonical: verdict",
+                   "marginal: difference [95% t]", "marginal: verdict", "same verdict"]
+"""marginal_ledger_verdicts' columns, which its table keeps when no claim reads the arms"""
+
+
 def marginal_ledger_verdicts(values: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
     """The ledger's claims that read a canonical arm of `pairs`, in both Holm families, judged with the canonical
     arm and again with its marginal twin in its place (with_arm_replaced; the other claims of the family unchanged):
@@ -255,7 +260,7 @@ def marginal_ledger_verdicts(values: pd.DataFrame, pairs: list[tuple[str, str]])
                         "marginal: difference [95% t]": f"{b['difference']} {b['95% t over warm-ups']}".strip(),
                         "marginal: verdict": b["verdict"], "same verdict": "yes" if a["verdict"] == b["verdict"]
                         else "no"})
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, columns=VERDICT_COLUMNS)
 
 
 def _run_means(steps: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
@@ -267,9 +272,9 @@ def _run_means(steps: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 def arms_training_table(steps: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
     """What the marginal did inside training, per (marginal, canonical) pair and learner, from the runs' step
     metrics (mean over steps, then over the pair's runs): the update phase's wall seconds per step of each arm and
-    their ratio (marginal / canonical; the runs ran packed, two at a time, each on one core), HACPO's share of peer
-    samples kept inside the clip range (peer_kept / peer_samples) under each arm, and the marginal arm's mean gap
-    log marginal - log canonical of the peer texts it scored (marginal_gap_from_<source>, averaged over sources).
+    their ratio (marginal / canonical), HACPO's share of peer samples kept inside the clip range (peer_kept /
+    peer_samples) under each arm, and the marginal arm's mean gap log marginal - log canonical of the peer texts it
+    scored (marginal_gap_from_<source>, averaged over sources).
     steps: run_many's steps of the pairs' runs."""
     gap_columns = [c for c in steps.columns if c.startswith("marginal_gap_from_")]
     frame = steps.assign(kept=steps.peer_kept / steps.peer_samples.where(steps.peer_samples > 0)
@@ -302,18 +307,23 @@ def arms_training_result(training: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _endpoint_reading(row: dict, inside: str) -> str:
+    """'overall +0.003 [-0.004, +0.010], no difference detected (inside +-0.01: yes)' from a marginal_arms_table
+    row; 'overall not run' where the pair has no runs."""
+    if not row["difference"]:
+        return f"{row['endpoint']} not run"
+    margin = f" ({inside}: {row[inside]})" if row[inside] else ""
+    return f"{row['endpoint']} {row['difference']} {row['95% t over warm-ups']}, {row['reading']}{margin}"
+
+
 def marginal_arms_result(arms: pd.DataFrame, verdicts: pd.DataFrame) -> str:
     """The arms' result in words, on this substrate: a line per (marginal, canonical) pair with each endpoint's
     difference, interval, reading and whether the interval lies inside the ledger's margin, then which ledger
     verdicts the marginal arm changes. arms: marginal_arms_table; verdicts: marginal_ledger_verdicts."""
     inside = next(c for c in arms.columns if c.startswith("inside "))
-    lines = []
-    for comparison, rows in arms.groupby("comparison", sort=False):
-        readings = [f"{r['endpoint']} {r['difference']} {r['95% t over warm-ups']}, {r['reading']}"
-                    + (f" ({inside}: {r[inside]})" if r[inside] else "") if r["difference"] else
-                    f"{r['endpoint']} not run" for r in rows.to_dict("records")]
-        lines.append(f"- `{comparison}`, {rows['warm-ups x seeds'].iloc[0]} warm-ups x seeds: "
-                     + "; ".join(readings) + ", on this substrate.")
+    lines = [f"- `{comparison}`, {rows['warm-ups x seeds'].iloc[0]} warm-ups x seeds: "
+             + "; ".join(_endpoint_reading(r, inside) for r in rows.to_dict("records")) + ", on this substrate."
+             for comparison, rows in arms.groupby("comparison", sort=False)]
     if verdicts.empty:
         return "\n".join([*lines, "- No claim of the ledger reads these arms."])
     changed = verdicts[verdicts["same verdict"] == "no"]

@@ -139,7 +139,7 @@ def substrate_block(tables: Path) -> str:
 
 
 def marginal_block(tables: Path) -> str:
-    """The ledger's HACPO and GRAFT arms with the marginal ratio against their canonical twins, in words
+    """The ledger's HACPO arm and GRAFT with the marginal ratio against their canonical twins, in words
     (mrl.reports.marginal.marginal_arms_result over the committed beyond_marginal_arms.csv and
     beyond_marginal_verdicts.csv)."""
     paths = [tables / f"beyond_marginal_{name}.csv" for name in ("arms", "verdicts")]
