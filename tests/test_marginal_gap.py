@@ -234,21 +234,42 @@ def test_the_arms_result_reads_each_pair_from_its_table():
     arms = marginal_arms_table(values, ARMS)
     verdicts = pd.DataFrame([{"family": "primary", "claim": "c", "comparison": "hacpo (minibatches=4) - grpo",
                               "endpoint": "overall", "canonical: verdict": "inconclusive",
-                              "marginal: verdict": "supported", "same verdict": "no"}])
+                              "marginal: verdict": "supported", "same verdict": "no"},
+                             {"family": "secondary", "claim": "c", "comparison": "hacpo (minibatches=4) - grpo",
+                              "endpoint": "weak", "canonical: verdict": "inconclusive",
+                              "marginal: verdict": "inconclusive (near the alpha edge)",
+                              "same verdict": "yes, near the alpha edge with the marginal"}])
     text = marginal_arms_result(arms, verdicts)
     interval = arms.set_index("endpoint")["95% t over warm-ups"]
     assert text.splitlines()[0] == (
         f"- `{ARMS[0][0]} - {ARMS[0][1]}`, 5 x 2 warm-ups x seeds: overall +0.050 {interval['overall']}, higher with "
         f"the marginal (inside +-0.01: no); weak +0.050 {interval['weak']}, higher with the marginal (inside +-0.01: "
         f"no), on this substrate.")
-    assert text.splitlines()[1] == ("- The ledger's claims on these arms: 0 of 1 verdicts are the same with the "
+    assert text.splitlines()[1] == ("- The ledger's claims on these arms: 1 of 2 verdicts are the same with the "
                                     "marginal arm: `hacpo (minibatches=4) - grpo` (primary) goes from inconclusive "
-                                    "to supported.")
+                                    "to supported; `hacpo (minibatches=4) - grpo` (secondary) is near the alpha edge "
+                                    "with the marginal.")
     graft_only = [("graft (tokenization=marginal)", "graft")]
     none_read = marginal_ledger_verdicts(pd.DataFrame(endpoint_rows("graft") + endpoint_rows(graft_only[0][0])),
                                          graft_only)
     assert none_read.empty and list(none_read.columns)[-1] == "same verdict"   # a CSV that reads back
     assert marginal_arms_result(arms, none_read).endswith("No claim of the ledger reads these arms.")
+
+
+def test_a_verdict_that_only_moves_near_the_alpha_edge_is_the_same_verdict():
+    from mrl.reports.marginal import as_reading, same_verdict
+
+    contradicted = "contradicted: the paper's size ruled out, sign undetermined"
+    assert same_verdict(contradicted, contradicted) == "yes"
+    assert same_verdict(contradicted, contradicted + " (near the alpha edge)") == ("yes, near the alpha edge with "
+                                                                                   "the marginal")
+    assert same_verdict("inconclusive (near the alpha edge)", "inconclusive") == ("yes, near the alpha edge with the "
+                                                                                  "canonical")
+    assert same_verdict("inconclusive", "supported") == "no"
+    assert as_reading("fragile: without zoo 1, supported") == "fragile: without zoo 1, higher with the marginal"
+    assert as_reading("fragile: without zoo 0 or 2, contradicted: the opposite sign") == (
+        "fragile: without zoo 0 or 2, lower with the marginal")
+    assert as_reading("stable") == "stable"
 
 
 def test_a_marginal_arm_needs_its_canonical_twin():
@@ -304,3 +325,27 @@ def test_the_result_prose_carries_the_tables_numbers():
     assert "bind on 66.7%, 33.3% and 33.3% of the samples, and the marginal moves 33.3% of them" in text
     assert "B scoring A's 4 texts: every text has one tokenization" in text
     assert "2.00x to 2.50x the canonical's (2.00 to 2.50 rows per text against 1)" in text
+
+
+def test_the_committed_marginal_arms_are_recomputed_from_the_ledgers_runs():
+    """The committed arms and verdicts tables follow from the committed per-run endpoint values (claims_runs.csv,
+    70_heldout) on the ledger's warm-ups, as 80_beyond computes them."""
+    from mrl.experiments.heldout import marginal_arms
+    from mrl.profiles import load_profile
+    from mrl.reports.claims import read_endpoint_values
+    from mrl.runtime.results import repo_root
+
+    tables = repo_root() / "paper_tables"
+    if not (tables / "beyond_marginal_arms.csv").exists():
+        pytest.skip("no marginal arms committed yet: `make reproduce` writes them")
+    heldout = load_profile("default").experiment("heldout")
+    values = read_endpoint_values(tables / "claims_runs.csv")
+    values = values[values.zoo_seed.isin(heldout.zoo_seeds)]
+    pairs = marginal_arms(heldout)
+    for name, recomputed in (("arms", marginal_arms_table(values, pairs)),
+                             ("verdicts", marginal_ledger_verdicts(values, pairs))):
+        committed = pd.read_csv(tables / f"beyond_marginal_{name}.csv", dtype=str, keep_default_na=False)
+        recomputed = recomputed.astype(str).replace("nan", "")
+        assert list(recomputed.columns) == list(committed.columns), name
+        for column in committed.columns:
+            assert list(recomputed[column]) == list(committed[column]), (name, column)

@@ -43,3 +43,6 @@ def test_the_readme_names_the_notebooks_re_run_alone(tmp_path):
                           "notebooks": ["70_heldout.ipynb"]}]}
     (tmp_path / RECORD).write_text(json.dumps(record))
     assert "Re-run alone on 2026-11-26 (commit bbbbbbb), their times above: 70_heldout." in notebooks_block(tmp_path)
+    record["reruns"][0]["git_sha"] = "c" * 40 + "-dirty"   # uncommitted changes are said
+    (tmp_path / RECORD).write_text(json.dumps(record))
+    assert "(commit ccccccc-dirty)" in notebooks_block(tmp_path)

@@ -203,6 +203,10 @@ def deciding_p(row: dict, kind: str = "Holm") -> float:
     return row.get(f"p {role} ({kind})", float("nan"))
 
 
+NEAR_EDGE = " (near the alpha edge)"
+"""what ledger_table adds to a verdict whose deciding p lies near alpha"""
+
+
 def ledger_table(ledger: pd.DataFrame) -> pd.DataFrame:
     """The ledger as the paper shows it: each claim, its warm-ups x seeds, the mean difference with the t interval
     over warm-ups and the hierarchical bootstrap's, the sign counts, the paper's effect, the Holm-adjusted p of the
@@ -225,7 +229,7 @@ def ledger_table(ledger: pd.DataFrame) -> pd.DataFrame:
         "p vs 0 or margin (Holm)": [p_cell(deciding_p(r)) for r in records],
         "p vs paper's size (Holm)": [p_cell(r.get("p size (Holm)")) for r in records],
         "p sign-flip (raw)": [p_cell(deciding_p(r, "sign-flip")) for r in records],
-        "verdict": [r["verdict"] + (" (near the alpha edge)" if r.get("near edge") is True else "")
+        "verdict": [r["verdict"] + (NEAR_EDGE if r.get("near edge") is True else "")
                     for r in records],
         "leave one warm-up out": ledger["leave-one-out"], "rule v1": ledger["rule v1 verdict"]})
 

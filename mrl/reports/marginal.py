@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from mrl.reports.claims import Claim, claims_ledger, ledger_table
+from mrl.reports.claims import NEAR_EDGE, Claim, claims_ledger, ledger_table
 from mrl.reports.claims_rule import MARGIN, OPPOSITE, SUPPORTED
 from mrl.reports.palette import policy_colour
 
@@ -208,6 +208,24 @@ def marginal_claims(pairs: list[tuple[str, str]]) -> tuple[Claim, ...]:
                  for marginal, canonical in pairs)
 
 
+def as_reading(text: str) -> str:
+    """A ledger text with every verdict in it read as READINGS says (the leave-one-out column: 'fragile: without zoo
+    1, supported' -> 'fragile: without zoo 1, higher with the marginal')."""
+    for verdict in sorted(READINGS, key=len, reverse=True):
+        text = text.replace(verdict, READINGS[verdict])
+    return text
+
+
+def same_verdict(canonical: str, marginal: str) -> str:
+    """'yes', 'no', or 'yes, near the alpha edge with the marginal' (or '... with the canonical') where the verdicts
+    agree and only one of them sits near the alpha edge (claims.ledger_table's annotation)."""
+    if canonical == marginal:
+        return "yes"
+    if canonical.replace(NEAR_EDGE, "") != marginal.replace(NEAR_EDGE, ""):
+        return "no"
+    return f"yes, near the alpha edge with the {'marginal' if NEAR_EDGE in marginal else 'canonical'}"
+
+
 def marginal_arms_table(values: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
     """Per endpoint (overall accuracy, then the weak form) and (marginal, canonical) arm pair: the ledger's table
     (claims.ledger_table: warm-ups x seeds, the mean paired difference with its t interval over the warm-ups and the
@@ -221,6 +239,7 @@ def marginal_arms_table(values: pd.DataFrame, pairs: list[tuple[str, str]]) -> p
         table = ledger_table(ledger).drop(columns=["paper", "claim", "paper's effect", "p vs paper's size (Holm)",
                                                    "rule v1"])
         table["reading"] = [READINGS.get(v.split(" (")[0], v) for v in ledger.verdict]
+        table["leave one warm-up out"] = table["leave one warm-up out"].map(as_reading)
         low, high = (ledger[c] if c in ledger else pd.Series(np.nan, index=ledger.index) for c in ("low", "high"))
         table[f"inside +-{MARGIN:g}"] = ["" if lo != lo else "yes" if -MARGIN < lo and hi < MARGIN else "no"
                                          for lo, hi in zip(low, high)]
@@ -258,8 +277,7 @@ def marginal_ledger_verdicts(values: pd.DataFrame, pairs: list[tuple[str, str]])
                         "canonical: difference [95% t]": f"{a['difference']} {a['95% t over warm-ups']}".strip(),
                         "canonical: verdict": a["verdict"],
                         "marginal: difference [95% t]": f"{b['difference']} {b['95% t over warm-ups']}".strip(),
-                        "marginal: verdict": b["verdict"], "same verdict": "yes" if a["verdict"] == b["verdict"]
-                        else "no"})
+                        "marginal: verdict": b["verdict"], "same verdict": same_verdict(a["verdict"], b["verdict"])})
     return pd.DataFrame(out, columns=VERDICT_COLUMNS)
 
 
@@ -327,8 +345,11 @@ def marginal_arms_result(arms: pd.DataFrame, verdicts: pd.DataFrame) -> str:
     if verdicts.empty:
         return "\n".join([*lines, "- No claim of the ledger reads these arms."])
     changed = verdicts[verdicts["same verdict"] == "no"]
+    edge = verdicts[verdicts["same verdict"].str.startswith("yes, ")]
     lines.append(f"- The ledger's claims on these arms: {len(verdicts) - len(changed)} of {len(verdicts)} verdicts "
                  f"are the same with the marginal arm" + (": " + "; ".join(
                      f"`{r['comparison']}` ({r['family']}) goes from {r['canonical: verdict']} to "
-                     f"{r['marginal: verdict']}" for r in changed.to_dict("records")) if len(changed) else "") + ".")
+                     f"{r['marginal: verdict']}" for r in changed.to_dict("records")) if len(changed) else "")
+                 + ("; " + ", ".join(f"`{r['comparison']}` ({r['family']}) is {r['same verdict'].removeprefix('yes, ')}"
+                                     for r in edge.to_dict("records")) if len(edge) else "") + ".")
     return "\n".join(lines)

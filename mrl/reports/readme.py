@@ -95,6 +95,11 @@ def verdict_summary(ledger: pd.DataFrame) -> str:
     return ", ".join(f"{int((kinds == kind).sum())} {kind}" for kind in order if (kinds == kind).any())
 
 
+def short_sha(sha: str) -> str:
+    """'404bd09' of a git SHA, '404bd09-dirty' of one that ran with uncommitted changes (mrl.runtime.results.git_sha)."""
+    return sha[:7] + ("-dirty" if sha.endswith("-dirty") else "")
+
+
 def notebooks_block(tables: Path) -> str:
     """The notebooks as README markdown: what each shows, the tables and figures it writes, and its wall time in
     the reproduce record (a fresh clone's `make reproduce`; the record names the machine, and the notebooks re-run
@@ -113,7 +118,7 @@ def notebooks_block(tables: Path) -> str:
     cpu = machine.get("cpu") or "an unnamed CPU"
     cores = f", {machine['cpus']} cores" if machine.get("cpus") else ""
     numerics = machine.get("numerics", {}).get("mode", "native")
-    reruns = "".join(f" Re-run alone on {r['started'][:10]} (commit {r['git_sha'][:7]}), their times above: "
+    reruns = "".join(f" Re-run alone on {r['started'][:10]} (commit {short_sha(r['git_sha'])}), their times above: "
                      f"{', '.join(n.removesuffix('.ipynb') for n in r['notebooks'])}." for r in record.get("reruns", []))
     return (f"Times from the reproduce record `paper_tables/{RECORD}` ({record['started'][:10]}, {cpu}{cores}, "
             f"numerics {numerics}): "
