@@ -48,6 +48,9 @@
 #   and rule v1's verdict.
 # - *Like for like:* HACPO and its baselines run with 4 optimizer updates per step, and so does a GRPO arm, so GRAFT's
 #   claim compares HACPO with GRPO at the same number of updates.
+# - *Beside the ledger:* GRAFT (a reconstruction) and the ledger's HACPO arm and GRAFT with `tokenization: marginal`
+#   run on the same warm-ups and seeds for 80_beyond's marginal comparison. They appear in the tables below; no claim
+#   reads them.
 
 # %% tags=["parameters"]
 profile = "default"  # smoke | default

@@ -280,9 +280,9 @@ if arm_runs:
                                progress=progress)
     verdicts = marginal_ledger_verdicts(endpoint_values(ledger_evals), arm_pairs)
     write_table(arms, "beyond_marginal_arms", run.tables,
-                caption=f"The ledger's arms with the marginal ratio against their canonical twins on the held-out "
-                        f"experiment ({heldout.steps} steps, zoo seeds {listing(heldout.zoo_seeds)}, RL seeds "
-                        f"{listing(heldout.seeds)}): the paired difference marginal - canonical at the ledger's "
+                caption=f"The ledger's HACPO arm and GRAFT with the marginal ratio against their canonical twins on "
+                        f"the held-out experiment ({heldout.steps} steps, zoo seeds {listing(heldout.zoo_seeds)}, RL "
+                        f"seeds {listing(heldout.seeds)}): the paired difference marginal - canonical at the ledger's "
                         f"endpoint, its 95% t interval over the warm-ups and the hierarchical bootstrap's, the Holm p "
                         f"of the two-sided test against 0 (one family per endpoint), the sign-flip p, the reading on "
                         f"this substrate, leave-one-warm-up-out, and whether the interval lies inside the ledger's "
