@@ -281,12 +281,6 @@ def marginal_ledger_verdicts(values: pd.DataFrame, pairs: list[tuple[str, str]])
     return pd.DataFrame(out, columns=VERDICT_COLUMNS)
 
 
-def _run_means(steps: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """Per probe, policy and run (seed, zoo seed): the mean over steps of each column present (NaN where absent)."""
-    present = steps.assign(**{c: np.nan for c in columns if c not in steps.columns})
-    return present.groupby(["probe", "policy", "seed", "zoo_seed"], sort=False)[columns].mean().reset_index()
-
-
 def arms_training_table(steps: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
     """What the marginal did inside training, per (marginal, canonical) pair and learner, from the runs' step
     metrics (mean over steps, then over the pair's runs): the update phase's wall seconds per step of each arm and
@@ -298,8 +292,10 @@ def arms_training_table(steps: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd
     frame = steps.assign(kept=steps.peer_kept / steps.peer_samples.where(steps.peer_samples > 0)
                          if {"peer_kept", "peer_samples"} <= set(steps.columns) else np.nan,
                          gap=steps[gap_columns].mean(axis=1) if gap_columns else np.nan)
-    runs = _run_means(frame, ["update_seconds", "kept", "gap"]).groupby(["probe", "policy"], sort=False)
-    means, counts = runs[["update_seconds", "kept", "gap"]].mean(), runs.size()
+    columns = ["update_seconds", "kept", "gap"]
+    per_run = frame.groupby(["probe", "policy", "seed", "zoo_seed"], sort=False)[columns].mean()   # over steps
+    runs = per_run.groupby(["probe", "policy"], sort=False)
+    means, counts = runs.mean(), runs.size()
     rows = []
     for marginal, canonical in pairs:
         for policy in dict.fromkeys(frame.loc[frame.probe == marginal, "policy"]):
