@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from mrl import numerics
 from mrl.core.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import ProbeConfig, as_probe_config, get_probe, probe_code, probe_label
+from mrl.core.seeding import nested_rl_seed
 from mrl.core.validation import ConfigError, Str, config_hash, require, to_dict
 from mrl.fingerprint import code_fingerprint
 from mrl.paths import repo_root
@@ -176,9 +177,10 @@ class Run:
         return f"{probe_label(self.probe)} seed {self.seed} of {'+'.join(self.paths)}"
 
     def grpo(self) -> GrpoConfig:
-        """The GRPO settings the run trains with: the profile's, with its seed and steps (an evaluation at least
-        at the end)."""
-        return dataclasses.replace(self.config.grpo, seed=self.seed, steps=self.steps,
+        """The GRPO settings the run trains with: the profile's, with its steps (an evaluation at least at the end)
+        and its RL seed nested in its warm-up's seed (mrl.core.seeding.nested_rl_seed)."""
+        zoo_seed = self.config.zoo.warmup.seed if self.config.zoo is not None else 0
+        return dataclasses.replace(self.config.grpo, seed=nested_rl_seed(zoo_seed, self.seed), steps=self.steps,
                                    eval_every=min(self.config.grpo.eval_every, self.steps))
 
     def cached(self) -> CachedRun | None:
