@@ -13,8 +13,10 @@ from mrl.reports.claims import (CLAIMS, claims_ledger, claims_power, endpoint_va
                                 hierarchical_bootstrap, ledger_interval_count, ledger_sentence, ledger_table,
                                 like_for_like_table, read_endpoint_values, replication_column, unit_differences,
                                 variance_split)
-from mrl.reports.claims_rule import (MARGIN, Claim, claim_hypotheses, holm, sign_flip_p, t_p_value, t_power,
-                                     v1_tests, verdict_v2, warmups_for_power)
+from mrl.reports.claims_rule import MARGIN, Claim, claim_hypotheses, v1_tests, verdict_v2
+from mrl.reports.statistics import holm_adjusted as holm
+from mrl.reports.statistics import sign_flip_p_value as sign_flip_p
+from mrl.reports.statistics import t_p_value, t_power, warmups_for_power
 from mrl.reports.paired import chance_note
 from mrl.runtime.results import repo_root
 

@@ -16,10 +16,11 @@ import numpy as np
 import pandas as pd
 
 from mrl.reports.claims_rule import (ALPHA, MARGIN, MIN_WARMUPS, Claim, claim_hypotheses, fragility, judge, judge_v1,
-                                     leave_one_out, t_power, warmups_for_power)
+                                     leave_one_out)
 from mrl.reports.paired import interval_cell, paired_differences, t_interval
 from mrl.reports.palette import policy_colour, probe_colour
 from mrl.reports.probes import rescue_skills, with_overall
+from mrl.reports.statistics import nested_variance_components, t_power, warmups_for_power
 
 __all__ = ["ALPHA", "MARGIN", "MIN_WARMUPS", "Claim"]   # re-exported: the ledger's constants live with its rule
 
@@ -138,18 +139,9 @@ def hierarchical_bootstrap(values: pd.DataFrame, probe: str, reference: str, col
 
 
 def variance_split(values: pd.DataFrame, probe: str, reference: str, column: str) -> dict[str, float]:
-    """The paired difference's variance split into warm-ups and RL seeds (one-way random effects, balanced: k seeds
-    per warm-up): {"between-warm-up SD": sigma_w, "RL-seed SD": sigma_s, "seeds": k}. A warm-up's mean over k seeds
-    has variance sigma_w^2 + sigma_s^2 / k, which is what trading RL seeds for warm-ups trades."""
-    paired = seed_differences(values, probe, reference, column)
-    groups = [g.to_numpy() for _, g in paired.groupby(level="zoo_seed")]
-    k = min((len(g) for g in groups), default=0)
-    if len(groups) < 2 or k < 2:
-        return {"between-warm-up SD": float("nan"), "RL-seed SD": float("nan"), "seeds": k}
-    within = float(np.mean([np.var(g[:k], ddof=1) for g in groups]))
-    between = float(k * np.var([g[:k].mean() for g in groups], ddof=1))
-    return {"between-warm-up SD": float(np.sqrt(max(0.0, (between - within) / k))),
-            "RL-seed SD": float(np.sqrt(within)), "seeds": k}
+    """The paired difference's variance split into warm-ups and RL seeds (statistics.nested_variance_components, REML
+    with a random intercept per warm-up): {"between-warm-up SD": sigma_w, "RL-seed SD": sigma_s, "seeds": k}."""
+    return nested_variance_components(seed_differences(values, probe, reference, column))
 
 
 def warmup_differences(values: pd.DataFrame, claim: Claim, column: str) -> pd.Series:
@@ -271,7 +263,7 @@ def claims_power(values: pd.DataFrame, ledger: pd.DataFrame) -> pd.DataFrame:
         for seeds in sorted({1, k}):   # var(d_z) at `seeds` seeds: the observed one, moved by the RL-seed term
             extra = split["RL-seed SD"] ** 2 * (1 / seeds - 1 / k) if seeds != k else 0.0
             sd = np.sqrt(row["sd"] ** 2 + extra)
-            needed = warmups_for_power(effect, sd, level, POWER_TARGET) if sd == sd else None
+            needed = warmups_for_power(effect, sd, level, POWER_TARGET, fewest=MIN_WARMUPS) if sd == sd else None
             out[f"warm-ups for {POWER_TARGET:.0%} ({seeds} RL seed{'s' * (seeds > 1)})"] = needed
         rows.append(out)
     return pd.DataFrame(rows)

@@ -6,11 +6,12 @@ is regenerated. docs/claims.md gives both rules, the reason for every change and
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
+
+from mrl.reports.statistics import holm_adjusted, sign_flip_p_value, t_p_value
 
 MARGIN = 0.01
 """non-inferiority and non-superiority margin, in accuracy (docs/claims.md: below the smallest gain the papers
@@ -21,8 +22,6 @@ MIN_WARMUPS = 3
 """a claim gets a verdict only on at least this many warm-ups (with fewer, the t interval has df < 2)"""
 NEAR_EDGE = 2.0
 """a deciding Holm-adjusted p within this factor of ALPHA (0.025 to 0.1) is reported as near the edge"""
-EXACT_SIGN_FLIPS = 20
-"""sign-flip p-values enumerate all 2^n flips up to this many warm-ups (Monte Carlo with a fixed seed above)"""
 
 
 @dataclass(frozen=True)
@@ -89,60 +88,6 @@ def claim_hypotheses(claim: Claim) -> tuple[Hypothesis, ...]:
     return tuple(tests)
 
 
-def t_p_value(d: np.ndarray, null: float, alternative: str) -> float:
-    """p-value of the one-sample t test of mean(d) against `null` (df = n - 1): alternative "greater" (H0: mean <=
-    null), "less" (H0: mean >= null) or "two-sided"; NaN below two values or with no spread."""
-    d = np.asarray(d, dtype=float)
-    n = len(d)
-    sd = d.std(ddof=1) if n > 1 else float("nan")
-    if n < 2 or not sd > 0:
-        return float("nan")
-    stat = (d.mean() - null) / (sd / np.sqrt(n))
-    if alternative == "greater":
-        return float(stats.t.sf(stat, n - 1))
-    if alternative == "less":
-        return float(stats.t.cdf(stat, n - 1))
-    return float(min(1.0, 2 * stats.t.sf(abs(stat), n - 1)))
-
-
-def sign_flip_p(d: np.ndarray, null: float, alternative: str, draws: int = 100_000, seed: int = 0) -> float:
-    """Exact sign-flip (permutation) p-value of mean(d - null): the share of the 2^n sign patterns of d - null whose
-    mean is at least as extreme as the observed one (a Monte Carlo share with a fixed seed above EXACT_SIGN_FLIPS
-    values). Valid when d - null is symmetric about 0 under H0; its smallest value is 2 / 2^n two-sided, so with 5
-    warm-ups no two-sided sign-flip test can pass at 0.05."""
-    centred = np.asarray(d, dtype=float) - null
-    n = len(centred)
-    if n < 2:
-        return float("nan")
-    if n <= EXACT_SIGN_FLIPS:
-        signs = np.array(list(itertools.product((1.0, -1.0), repeat=n)))
-    else:
-        signs = np.random.default_rng(seed).choice((1.0, -1.0), size=(draws, n))
-    means = signs @ centred / n
-    observed = centred.mean()
-    tolerance = 1e-12 * max(1.0, np.abs(centred).max())
-    if alternative == "greater":
-        hits = means >= observed - tolerance
-    elif alternative == "less":
-        hits = means <= observed + tolerance
-    else:
-        hits = np.abs(means) >= abs(observed) - tolerance
-    return float(hits.mean())
-
-
-def holm(p_values) -> np.ndarray:
-    """Holm's step-down adjustment of p-values (NaNs kept as NaN, left out of the family)."""
-    p = np.asarray(p_values, dtype=float)
-    out = np.full_like(p, np.nan)
-    finite = np.flatnonzero(~np.isnan(p))
-    order = finite[np.argsort(p[finite], kind="stable")]
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(order) - rank) * p[i]))
-        out[i] = running
-    return out
-
-
 SUPPORTED, SMALLER = "supported", "supported, smaller than the paper's"
 OPPOSITE, SIZE_RULED_OUT = "contradicted: the opposite sign", \
     "contradicted: the paper's size ruled out, sign undetermined"
@@ -182,12 +127,12 @@ def judge(claims: tuple[Claim, ...], differences: list[np.ndarray]) -> list[dict
     tests = [(i, h) for i, claim in enumerate(claims) for h in claim_hypotheses(claim)
              if len(differences[i]) >= MIN_WARMUPS]
     raw = [t_p_value(differences[i], h.null, h.alternative) for i, h in tests]
-    adjusted = holm(raw)
+    adjusted = holm_adjusted(raw)
     family = int(np.isfinite(raw).sum())
     rows = [{"tests": family} for _ in claims]
     for (i, h), p, p_holm in zip(tests, raw, adjusted):
         rows[i].update({f"p {h.role}": p, f"p {h.role} (Holm)": p_holm,
-                        f"p {h.role} (sign-flip)": sign_flip_p(differences[i], h.null, h.alternative)})
+                        f"p {h.role} (sign-flip)": sign_flip_p_value(differences[i], h.null, h.alternative)})
     for i, (claim, row) in enumerate(zip(claims, rows)):
         d = differences[i]
         if len(d) < MIN_WARMUPS:
@@ -243,7 +188,7 @@ def judge_v1(claims: tuple[Claim, ...], differences: list[np.ndarray]) -> list[s
     tested = [len(d) >= MIN_WARMUPS for d in differences]
     p = [v1_tests(c, d) if ok else {"support": np.nan, "contradiction": np.nan}
          for c, d, ok in zip(claims, differences, tested)]
-    adjusted = holm([row["support"] for row in p] + [row["contradiction"] for row in p])
+    adjusted = holm_adjusted([row["support"] for row in p] + [row["contradiction"] for row in p])
     support, contradiction = adjusted[:len(claims)], adjusted[len(claims):]
     verdicts = []
     for claim, d, ok, p_s, p_c in zip(claims, differences, tested, support, contradiction):
@@ -259,28 +204,3 @@ def judge_v1(claims: tuple[Claim, ...], differences: list[np.ndarray]) -> list[s
         else:
             verdicts.append("inconclusive")
     return verdicts
-
-
-# ---- power ----
-
-def t_power(n: int, effect: float, sd: float, alpha: float, alternative: str = "two-sided") -> float:
-    """Power of the one-sample t test over n warm-ups at level alpha to detect a true mean `effect` away from the
-    null (effect > 0), given the between-warm-up SD `sd` (noncentral t with df = n - 1)."""
-    if n < 2 or not sd > 0:
-        return float("nan")
-    df, shift = n - 1, abs(effect) / (sd / np.sqrt(n))
-    tail = alpha / 2 if alternative == "two-sided" else alpha
-    critical = stats.t.ppf(1 - tail, df)
-    power = stats.nct.sf(critical, df, shift)
-    if alternative == "two-sided":
-        power += np.nan_to_num(stats.nct.cdf(-critical, df, shift))
-    return float(min(1.0, np.nan_to_num(power, nan=1.0)))
-
-
-def warmups_for_power(effect: float, sd: float, alpha: float, target: float = 0.8,
-                      alternative: str = "two-sided", most: int = 200) -> int | None:
-    """The fewest warm-ups (at least MIN_WARMUPS) whose t test reaches `target` power (t_power); None above `most`."""
-    for n in range(MIN_WARMUPS, most + 1):
-        if t_power(n, effect, sd, alpha, alternative) >= target:
-            return n
-    return None
