@@ -1,0 +1,194 @@
+"""The confirmatory test of MRL's headline claim, SGT beats independent GRPO, on warm-ups never run before it was fixed
+(docs/registration.md gives the design, the reasons and the power plan).
+
+The analysis, as registered:
+
+- **Endpoint.** Per run and policy, overall held-out accuracy, the mean over the run's last three evaluations after
+  step 0 (mrl.reports.claims.endpoint_values).
+- **Unit.** d_z per warm-up: the mean over its two policies and its RL seeds (nested in the warm-up) of the paired
+  difference sgt - grpo. A warm-up enters only when both arms finished on every registered RL seed.
+- **The gatekeeper.** H0: E[d] = 0, one-sample t test over the warm-ups, two-sided at ALPHA, read by the sign of the
+  mean: "confirmed" (rejects, mean above 0), "contradicted: the opposite sign" (rejects, mean below 0), "not confirmed"
+  (no rejection).
+- **The size test.** H0: E[d] >= the paper's +0.013, one-sided t test at ALPHA: "not reproduced at the paper's size"
+  when it rejects. Its null and the gatekeeper's are disjoint (E[d] = 0 and E[d] >= 0.013 cannot both hold), so at
+  most one of the two tests can reject a true null and each runs at the full ALPHA with the family-wise error at
+  ALPHA (the partitioning principle). No other claim is confirmatory.
+- **Beside them, deciding nothing:** the exact sign-flip p of the gatekeeper's test (scipy permutation_test), the
+  warm-ups whose d_z is above 0, and each warm-up left out (its estimate, and its t at the full sample's critical
+  value, so that a flip from one lost degree of freedom is not read as influence).
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from mrl.reports.claims import unit_differences
+from mrl.reports.statistics import expected_power, sign_flip_p_value, t_interval, t_p_value, t_power
+
+
+class Reading(enum.Enum):
+    """The gatekeeper's label."""
+
+    CONFIRMED = "confirmed"
+    NOT_CONFIRMED = "not confirmed"
+    OPPOSITE = "contradicted: the opposite sign"
+
+
+class SizeReading(enum.Enum):
+    """The size test's label."""
+
+    RULED_OUT = "not reproduced at the paper's size"
+    NOT_RULED_OUT = "the paper's size not ruled out"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """probe - reference, paired run by run."""
+
+    probe: str
+    reference: str
+
+    def __str__(self) -> str:
+        return f"{self.probe} - {self.reference}"
+
+
+@dataclass(frozen=True)
+class Design:
+    """What the registration fixes of the analysis (the runs' part is the profile's `confirmatory` block)."""
+
+    comparison: Comparison
+    endpoint: str
+    """the endpoint_values column: "overall" (held-out accuracy over all forms)"""
+    paper_effect: float
+    """the paper's own difference, probe - reference, in accuracy (docs/papers.md: MRL's main figure)"""
+    alpha: float
+
+
+DESIGN = Design(Comparison("sgt", "grpo"), "overall", 0.013, 0.05)
+"""the registered analysis (docs/registration.md)"""
+
+
+@dataclass(frozen=True)
+class Result:
+    """The confirmatory test's outcome: the warm-ups that entered (of `planned`), the mean of d_z with its two-sided
+    (1 - alpha) t interval, the gatekeeper's and the size test's p, the sign-flip p, how many d_z lie above 0, and the
+    two labels."""
+
+    warmups: int
+    planned: int
+    mean: float
+    low: float
+    high: float
+    p_zero: float
+    p_size: float
+    p_sign_flip: float
+    positive: int
+    reading: Reading
+    size: SizeReading
+
+
+def complete_warmups(values: pd.DataFrame, design: Design, seeds: list[int]) -> pd.Series:
+    """d_z (indexed by zoo seed) over the warm-ups where both arms finished on every RL seed in `seeds` for every
+    policy: the mean over policies of each policy's mean paired difference over the seeds. values: endpoint_values
+    rows (pairing, probe, policy, seed, zoo_seed, the endpoint)."""
+    units = unit_differences(values, design.comparison.probe, design.comparison.reference, design.endpoint)
+    policies = values.policy.nunique()
+    complete = units[units.seeds == len(seeds)].groupby("zoo_seed").filter(lambda g: len(g) == policies)
+    return complete.groupby("zoo_seed")["diff"].mean()
+
+
+def gatekeeper(d, design: Design = DESIGN) -> tuple[float, Reading]:
+    """(two-sided p of H0: E[d] = 0, its reading by the sign of mean(d)). d: (n,) warm-up differences."""
+    p = t_p_value(d, 0.0, "two-sided")
+    if not p < design.alpha:
+        return p, Reading.NOT_CONFIRMED
+    return p, Reading.CONFIRMED if float(np.mean(d)) > 0 else Reading.OPPOSITE
+
+
+def size_test(d, design: Design = DESIGN) -> tuple[float, SizeReading]:
+    """(one-sided p of H0: E[d] >= paper_effect, its reading). d: (n,) warm-up differences."""
+    p = t_p_value(d, design.paper_effect, "less")
+    return p, SizeReading.RULED_OUT if p < design.alpha else SizeReading.NOT_RULED_OUT
+
+
+def confirmatory_test(d: pd.Series, planned: int, design: Design = DESIGN) -> Result:
+    """The registered test on d_z (complete_warmups): both labels, the interval and the checks beside them."""
+    values = d.to_numpy(dtype=float)
+    mean, low, high = t_interval(values, 1 - design.alpha)
+    p_zero, reading = gatekeeper(values, design)
+    p_size, size = size_test(values, design)
+    return Result(warmups=len(values), planned=planned, mean=mean, low=low, high=high, p_zero=p_zero, p_size=p_size,
+                  p_sign_flip=sign_flip_p_value(values, 0.0, "two-sided"), positive=int((values > 0).sum()),
+                  reading=reading, size=size)
+
+
+def leave_one_out(d: pd.Series, design: Design = DESIGN) -> pd.DataFrame:
+    """Per warm-up left out: the mean of the others, their t against 0, and whether that t passes the FULL sample's
+    two-sided critical value (t_{1 - alpha/2, n - 1}): a verdict that changes only because one degree of freedom was
+    lost passes it still, so "influential" flags a warm-up whose removal moves the estimate, not the df."""
+    n = len(d)
+    critical = float(stats.t.ppf(1 - design.alpha / 2, n - 1)) if n > 1 else math.nan
+    rows = []
+    for zoo in d.index:
+        rest = d.drop(zoo).to_numpy(dtype=float)
+        t = rest.mean() / (rest.std(ddof=1) / math.sqrt(len(rest))) if len(rest) > 1 else math.nan
+        rows.append({"zoo seed left out": zoo, "mean without it": float(rest.mean()), "t without it": float(t),
+                     "passes the full sample's critical t": bool(abs(t) > critical)})
+    return pd.DataFrame(rows)
+
+
+def result_table(result: Result, design: Design = DESIGN) -> pd.DataFrame:
+    """The confirmatory result as the paper shows it (one row; cells formatted from the record)."""
+    level = f"{1 - design.alpha:.0%}"
+    return pd.DataFrame([{
+        "comparison": str(design.comparison), "endpoint": design.endpoint,
+        "warm-ups (planned)": f"{result.warmups} ({result.planned})",
+        "difference": f"{result.mean:+.4f}", f"{level} t interval": f"[{result.low:+.4f}, {result.high:+.4f}]",
+        "p vs 0 (two-sided)": f"{result.p_zero:.3g}", f"p vs {design.paper_effect:+.3f} (one-sided)":
+            f"{result.p_size:.3g}", "p sign-flip (exact)": f"{result.p_sign_flip:.3g}",
+        "warm-ups above 0": f"{result.positive}/{result.warmups}",
+        "gatekeeper": result.reading.value, "paper's size": result.size.value}])
+
+
+def result_sentence(result: Result, design: Design = DESIGN) -> str:
+    """The confirmatory result in one sentence, every number from the record."""
+    return (f"Confirmatory test ({design.comparison}, {design.endpoint} held-out accuracy, {result.warmups} "
+            f"warm-ups never run before the registration, RL seeds nested in them): {result.reading.value}; the "
+            f"difference is {result.mean:+.4f} [{result.low:+.4f}, {result.high:+.4f}] ({1 - design.alpha:.0%} t "
+            f"interval over warm-ups, two-sided p {result.p_zero:.3g}), {result.positive} of {result.warmups} "
+            f"warm-ups above 0; against the paper's {design.paper_effect:+.3f}: {result.size.value} (one-sided p "
+            f"{result.p_size:.3g}). On this substrate: two tiny models on arithmetic, not the papers' setting.")
+
+
+# ---- the plan: how many warm-ups, at what cost ----
+
+def design_table(effect: float, sd: float, sd_df: int, alpha: float, warmups, seeds_sd: dict[int, float],
+                 zoo_core_minutes: float, run_core_minutes: float, arms: int, cores: int = 2) -> pd.DataFrame:
+    """Per (RL seeds k, warm-ups n): the gatekeeper's power at `effect` at the plug-in SD of d_z and averaged over
+    that SD's uncertainty (statistics.expected_power on sd_df degrees of freedom), the size test's plug-in power
+    when the true difference is 0, and the design's cost on `cores` cores: n zoo builds plus n * k * arms runs.
+    seeds_sd: {k: the SD of d_z with k RL seeds per warm-up} (the one measured, and others moved by the RL-seed
+    variance); zoo_core_minutes, run_core_minutes: one warm-up's (all families) and one run's core-minutes."""
+    rows = []
+    for seeds, sd_k in sorted(seeds_sd.items()):
+        for n in warmups:
+            rows.append({"RL seeds": seeds, "warm-ups": n, "SD of d_z": sd_k,
+                         "power (plug-in SD)": t_power(n, effect, sd_k, alpha),
+                         "power (averaged over the SD)": expected_power(n, effect, sd_k, sd_df, alpha),
+                         "size test's power at 0": t_power(n, effect, sd_k, alpha, "less"),
+                         "runs": n * seeds * arms,
+                         "minutes": (n * zoo_core_minutes + n * seeds * arms * run_core_minutes) / cores})
+    return pd.DataFrame(rows)
+
+
+def fewest_warmups(plan: pd.DataFrame, seeds: int, target: float = 0.8) -> int | None:
+    """The fewest warm-ups of the plan (design_table) with `seeds` RL seeds whose power averaged over the SD reaches
+    `target`; None when none does."""
+    rows = plan[(plan["RL seeds"] == seeds) & (plan["power (averaged over the SD)"] >= target)]
+    return int(rows["warm-ups"].min()) if len(rows) else None
