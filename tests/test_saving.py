@@ -273,3 +273,31 @@ def test_the_trl_trainer_saves_its_trained_policy(tiny_zoo_paths, tmp_path):
     assert GenerationConfig.from_pretrained(out).eos_token_id == list(stop_ids(tokenizer))
     assert {"mrl", "grpo", "trl"} <= set(ModelCard.load(out / "README.md").data.tags)
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]   # TRL's own
+
+
+SAVE_IN_A_LOOP = """
+import sys
+import torch
+from transformers import AutoModelForCausalLM
+from mrl.runtime.saving import RunCard, save_policy
+source, folder = sys.argv[1], sys.argv[2]
+weights = AutoModelForCausalLM.from_pretrained(source).state_dict()
+for _ in range(6):
+    save_policy(weights, source, folder, "A", ["A"], RunCard(probe="grpo", seed=0, steps=1))
+    AutoModelForCausalLM.from_pretrained(folder)
+"""
+
+
+def test_two_processes_saving_one_run_both_succeed_and_leave_one_whole_folder(tiny_zoo_paths, tmp_path):
+    """Two processes save the same policy into one folder six times each, at once: before, both staged in
+    `<folder>.tmp` and one renamed away the other's staging (FileNotFoundError). Both exit 0, the folder loads with
+    the source's weights and no staging or set-aside folder is left."""
+    folder = tmp_path / "trained" / "A"
+    folder.parent.mkdir()
+    command = [sys.executable, "-c", SAVE_IN_A_LOOP, str(tiny_zoo_paths["A"]), str(folder)]
+    processes = [subprocess.Popen(command, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errors = [process.communicate(timeout=300)[1] for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], errors
+    saved, source = (AutoModelForCausalLM.from_pretrained(path) for path in (folder, tiny_zoo_paths["A"]))
+    assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), source.state_dict().values()))
+    assert [path.name for path in folder.parent.iterdir()] == ["A"]

@@ -4,8 +4,9 @@
 weights as safetensors (`save_pretrained`), the tokenizer with its chat template, a generation config whose
 `eos_token_id` lists every stop id the run ended completions at (mrl.runtime.rollout.stop_ids) and a model card
 (README.md, `huggingface_hub.ModelCard`) naming the run that trained it: profile, probe, seed, steps, run key, the
-policies trained together and the package version. The folder is written as `<folder>.tmp` and renamed into place, so a
-folder under its own name is complete.
+policies trained together and the package version. The folder is written in a staging folder of this process's own
+(`<folder>.tmp-<pid>`) and renamed into place (`publish_folder`), so a folder under its own name is complete, and two
+processes that save the same run (two notebooks asking for one run) never rename away each other's staging.
 
 The weights are the actor's state dict (the runner asks every worker for it, as for a checkpoint), placed into a
 model built on the meta device from the source checkpoint's config, so saving takes no second copy of the weights;
@@ -13,6 +14,7 @@ they are saved in the source checkpoint's dtype (a bf16 checkpoint stays bf16; t
 """
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -116,7 +118,7 @@ def save_policy(weights: dict, source: str | Path, folder: str | Path, policy: s
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
 
     source, folder = Path(source), Path(folder)
-    staging = folder.with_name(folder.name + ".tmp")
+    staging = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     config = AutoConfig.from_pretrained(source)
     with torch.device("meta"):
@@ -132,6 +134,25 @@ def save_policy(weights: dict, source: str | Path, folder: str | Path, policy: s
     generation.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     generation.save_pretrained(staging)
     model_card(policy, hub_id(source), policies, card).save(staging / "README.md")
-    shutil.rmtree(folder, ignore_errors=True)
-    staging.rename(folder)
+    return publish_folder(staging, folder)
+
+
+def publish_folder(staging: Path, folder: Path) -> Path:
+    """Put a complete `staging` folder under `folder`'s name by renames alone (each atomic on one filesystem): a folder
+    already there is first moved aside (`<folder>.old-<pid>`) and removed after. When another process puts its own
+    folder there in between (two processes saving one run at once), the rename fails, that folder wins and this
+    staging is dropped: the caller reads the winner's, as the run cache's readers do. Returns `folder`."""
+    aside = folder.with_name(f"{folder.name}.old-{os.getpid()}")
+    try:
+        folder.rename(aside)
+    except FileNotFoundError:
+        aside = None
+    try:
+        staging.rename(folder)
+    except OSError:
+        if not folder.is_dir():
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
     return folder
