@@ -1,22 +1,11 @@
 """The confirmatory test of MRL's headline claim, SGT beats independent GRPO, on warm-ups never run before it was fixed
-(docs/registration.md gives the design, the reasons and the power plan).
+(docs/registration.md gives the design, its reasons and the power plan).
 
-The analysis, as registered:
-
-- **Endpoint.** Per run and policy, overall held-out accuracy, the mean over the run's last three evaluations after
-  step 0 (mrl.reports.claims.endpoint_values).
-- **Unit.** d_z per warm-up: the mean over its two policies and its RL seeds (nested in the warm-up) of the paired
-  difference sgt - grpo. A warm-up enters only when both arms finished on every registered RL seed.
-- **The gatekeeper.** H0: E[d] = 0, one-sample t test over the warm-ups, two-sided at ALPHA, read by the sign of the
-  mean: "confirmed" (rejects, mean above 0), "contradicted: the opposite sign" (rejects, mean below 0), "not confirmed"
-  (no rejection).
-- **The size test.** H0: E[d] >= the paper's +0.013, one-sided t test at ALPHA: "not reproduced at the paper's size"
-  when it rejects. Its null and the gatekeeper's are disjoint (E[d] = 0 and E[d] >= 0.013 cannot both hold), so at
-  most one of the two tests can reject a true null and each runs at the full ALPHA with the family-wise error at
-  ALPHA (the partitioning principle). No other claim is confirmatory.
-- **Beside them, deciding nothing:** the exact sign-flip p of the gatekeeper's test (scipy permutation_test), the
-  warm-ups whose d_z is above 0, and each warm-up left out (its estimate, and its t at the full sample's critical
-  value, so that a flip from one lost degree of freedom is not read as influence).
+The unit is the warm-up: d_z is the mean over its policies and its RL seeds (nested in it) of sgt - grpo on overall
+held-out accuracy (mrl.reports.claims.endpoint_values). The gatekeeper tests E[d] = 0 two-sided at alpha 0.05, read by the
+sign ("confirmed", "contradicted: the opposite sign", "not confirmed"); the size test, E[d] >= the paper's +0.013
+one-sided at 0.05 ("not reproduced at the paper's size"). Their nulls are disjoint, so each runs at the full 0.05.
+The sign-flip p, the warm-ups above 0 and leave-one-out sit beside them and decide nothing.
 """
 from __future__ import annotations
 
