@@ -11,6 +11,20 @@ from mrl.core.validation import Count, NonEmpty, PositiveInt, Seeds, Str, config
 from mrl.experiments.runs import Labelled, ProbeEntry, Run, check_panels, check_probes, policy_paths
 
 
+@config_dataclass
+class ConfirmatoryConfig:
+    """The confirmatory block of the held-out experiment (docs/registration.md): the arms its test reads, on warm-ups
+    never run before the block was fixed, each RL seed nested in its warm-up (mrl.core.seeding.nested_rl_seed). The
+    runs take the held-out experiment's task, zoo (warm-up seed replaced), steps and evaluation cadence."""
+
+    zoo_seeds: Seeds
+    """warm-up seeds of the confirmatory zoos: fresh, disjoint from every other warm-up seed of the profile"""
+    probes: list[Str]
+    """the arms the confirmatory test reads (mrl.reports.confirmatory.DESIGN): grpo and sgt"""
+    seeds: Seeds
+    """RL seeds of every arm on every confirmatory warm-up"""
+
+
 @register_experiment("heldout")
 @config_dataclass
 class HeldoutConfig:
@@ -47,6 +61,8 @@ class HeldoutConfig:
     replication_zoo_seeds: list[Count] = dataclasses.field(default_factory=list)
     """a second, disjoint set of warm-up seeds, fixed before it runs, on which the zoo_seed_probes run again and the
     claims ledger is computed alone (the confirmatory replication); () for none"""
+    confirmatory: ConfirmatoryConfig | None = None
+    """the confirmatory test's runs (docs/registration.md); None: the profile runs none"""
 
     def __post_init__(self):
         c = "HeldoutConfig"
@@ -66,6 +82,12 @@ class HeldoutConfig:
         require(len(set(self.replication_zoo_seeds)) == len(self.replication_zoo_seeds)
                 and not set(self.replication_zoo_seeds) & set(self.zoo_seeds), c, "replication_zoo_seeds",
                 self.replication_zoo_seeds, f"distinct zoo seeds disjoint from zoo_seeds {self.zoo_seeds}")
+        if self.confirmatory is not None:
+            earlier = {*self.zoo_seeds, *self.replication_zoo_seeds}
+            require(not set(self.confirmatory.zoo_seeds) & earlier, c, "confirmatory.zoo_seeds",
+                    self.confirmatory.zoo_seeds, f"warm-up seeds disjoint from every other one {sorted(earlier)}")
+            require(sorted(self.confirmatory.probes) == ["grpo", "sgt"], c, "confirmatory.probes",
+                    self.confirmatory.probes, "the arms the confirmatory test reads: grpo and sgt")
         if self.knob_probes:
             check_probes(c, "knob_probes", self.knob_probes)
         check_panels(c, self.panels)
@@ -154,6 +176,22 @@ def marginal_arm_runs(config: RunConfig, progress: bool = True) -> Labelled:
               if label["probe"] in arms]
     return sorted(chosen, key=lambda item: (heldout.zoo_seeds.index(item[0]["zoo_seed"]), item[0]["seed"],
                                             arms.index(item[0]["probe"])))
+
+
+def confirmatory_runs(config: RunConfig, progress: bool = True) -> Labelled:
+    """The confirmatory block's runs (ConfirmatoryConfig): each arm on every confirmatory warm-up and RL seed, labelled
+    as heldout_runs labels them, ordered warm-up by warm-up so that an interrupted grid leaves whole warm-ups in the
+    cache. [] where the profile has no confirmatory block."""
+    heldout = config.experiment("heldout")
+    block = heldout.confirmatory
+    if block is None:
+        return []
+    labelled = []
+    for zoo_seed, paths in heldout_zoos(config, progress, block.zoo_seeds).items():
+        run_config = heldout_config(config, zoo_seed)
+        labelled += [(_label(heldout, probe, seed, zoo_seed), Run(run_config, paths, probe, seed, heldout.steps))
+                     for seed in block.seeds for probe in map(probe_config, block.probes)]
+    return labelled
 
 
 def knob_runs(config: RunConfig, progress: bool = True) -> Labelled:

@@ -20,7 +20,7 @@ from mrl.reports.claims_rule import (ALPHA, MARGIN, MIN_WARMUPS, Claim, claim_hy
 from mrl.reports.paired import interval_cell, paired_differences, t_interval
 from mrl.reports.palette import policy_colour, probe_colour
 from mrl.reports.probes import rescue_skills, with_overall
-from mrl.reports.statistics import nested_variance_components, t_power, warmups_for_power
+from mrl.reports.statistics import nested_variance_components, seed_main_effect, t_power, warmups_for_power
 
 __all__ = ["ALPHA", "MARGIN", "MIN_WARMUPS", "Claim"]   # re-exported: the ledger's constants live with its rule
 
@@ -142,6 +142,26 @@ def variance_split(values: pd.DataFrame, probe: str, reference: str, column: str
     """The paired difference's variance split into warm-ups and RL seeds (statistics.nested_variance_components, REML
     with a random intercept per warm-up): {"between-warm-up SD": sigma_w, "RL-seed SD": sigma_s, "seeds": k}."""
     return nested_variance_components(seed_differences(values, probe, reference, column))
+
+
+def seed_effect_table(designs: dict[str, pd.DataFrame], column: str = "overall") -> pd.DataFrame:
+    """The RL seed's main effect per primary claim under each design ({design name: endpoint_values rows}), from the
+    two-way ANOVA without interaction over complete warm-ups (statistics.seed_main_effect): F with its degrees of
+    freedom, p, and each seed's mean difference over the warm-ups. Where RL seed s drew the same streams on every
+    warm-up (crossed), the warm-ups' means share that seed effect and a t interval over them leaves it out; where RL
+    seeds are nested in warm-ups, a seed label means nothing shared, and the test checks that no effect remains."""
+    rows = []
+    for name, values in designs.items():
+        for claim in CLAIMS:
+            if claim.endpoint != column:
+                continue
+            effect = seed_main_effect(seed_differences(values, claim.probe, claim.reference, column))
+            means = ", ".join(f"seed {seed}: {mean:+.4f}" for seed, mean in effect["seed means"].items())
+            rows.append({"design": name, "comparison": f"{claim.probe} - {claim.reference}",
+                         "F (df)": "" if effect["F"] != effect["F"] else
+                         f"{effect['F']:.2f} ({effect['df seed']:.0f}, {effect['df residual']:.0f})",
+                         "p": p_cell(effect["p"]), "mean difference per RL seed": means})
+    return pd.DataFrame(rows)
 
 
 def warmup_differences(values: pd.DataFrame, claim: Claim, column: str) -> pd.Series:

@@ -157,6 +157,54 @@ def result_sentence(result: Result, design: Design = DESIGN) -> str:
 
 # ---- the plan: how many warm-ups, at what cost ----
 
+@dataclass(frozen=True)
+class PlanInputs:
+    """What the number of warm-ups was chosen from (docs/registration.md, The plan, gives each one's source)."""
+
+    sd: float
+    """SD of d_z (sgt - grpo, overall, 2 RL seeds per warm-up) on warm-ups held out from the ledger"""
+    sd_df: int
+    """its degrees of freedom (warm-ups - 1)"""
+    rl_seed_sd: float
+    """the RL seeds' SD within a warm-up, which moves the SD of d_z to another number of RL seeds"""
+    zoo_core_minutes: float
+    """one warm-up's zoo build (every family), in minutes of one core"""
+    run_core_minutes: float
+    """one RL run, in minutes of one core"""
+    arms: int
+    """the arms every warm-up runs"""
+
+
+PLAN = PlanInputs(sd=0.0128, sd_df=9, rl_seed_sd=0.0098, zoo_core_minutes=6.75 + 11.5, run_core_minutes=0.75, arms=2)
+"""the registration's planning inputs (docs/registration.md)"""
+PLAN_WARMUPS = range(8, 17)
+PLAN_SEEDS = (1, 2)
+POWER_TARGET = 0.8
+
+
+def sd_at_seeds(plan: PlanInputs, seeds: int, measured_seeds: int = 2) -> float:
+    """The SD of d_z with `seeds` RL seeds per warm-up, from the one measured at `measured_seeds`:
+    sd_k^2 = sd^2 + sigma_s^2 (1/k - 1/k_measured) (a warm-up's mean over k seeds has variance
+    sigma_w^2 + sigma_s^2 / k)."""
+    return math.sqrt(plan.sd ** 2 + plan.rl_seed_sd ** 2 * (1 / seeds - 1 / measured_seeds))
+
+
+def registered_plan(plan: PlanInputs = PLAN, design: Design = DESIGN, cores: int = 2) -> pd.DataFrame:
+    """design_table over PLAN_WARMUPS x PLAN_SEEDS at the paper's effect, from the registration's inputs."""
+    return design_table(design.paper_effect, plan.sd, plan.sd_df, design.alpha, PLAN_WARMUPS,
+                        {k: sd_at_seeds(plan, k) for k in PLAN_SEEDS}, plan.zoo_core_minutes, plan.run_core_minutes,
+                        plan.arms, cores)
+
+
+def plan_table(plan: pd.DataFrame) -> pd.DataFrame:
+    """design_table's rows formatted for the paper."""
+    out = plan.copy()
+    out["SD of d_z"] = out["SD of d_z"].map(lambda v: f"{v:.4f}")
+    for name in ("power (plug-in SD)", "power (averaged over the SD)", "size test's power at 0"):
+        out[name] = out[name].map(lambda v: f"{v:.0%}")
+    out["minutes"] = out["minutes"].map(lambda v: f"{v:.0f}")
+    return out
+
 def design_table(effect: float, sd: float, sd_df: int, alpha: float, warmups, seeds_sd: dict[int, float],
                  zoo_core_minutes: float, run_core_minutes: float, arms: int, cores: int = 2) -> pd.DataFrame:
     """Per (RL seeds k, warm-ups n): the gatekeeper's power at `effect` at the plug-in SD of d_z and averaged over
