@@ -9,6 +9,7 @@ from mrl.core.config import RunConfig, TaskConfig, ZooConfig, register_experimen
 from mrl.core.probes import as_probe_config, probe_config, probe_label
 from mrl.core.validation import Count, NonEmpty, PositiveInt, Seeds, Str, config_dataclass, require
 from mrl.experiments.runs import Labelled, ProbeEntry, Run, check_panels, check_probes, policy_paths
+from mrl.runtime.zoo import build_zoos
 
 
 @config_dataclass
@@ -126,10 +127,12 @@ def heldout_config(config: RunConfig, zoo_seed: int) -> RunConfig:
 def heldout_zoos(config: RunConfig, progress: bool = True,
                  zoo_seeds: list[int] | None = None) -> dict[int, dict[str, str]]:
     """{zoo seed: {name: checkpoint folder}} of the held-out experiment, each zoo built when missing: the zoo seeds
-    given, or (None) its zoo seeds, then its replication's."""
+    given, or (None) its zoo seeds, then its replication's. Every missing warm-up of every seed runs in one pool
+    (mrl.runtime.zoo.build_zoos), so a core that finishes one seed's A starts the next job while B runs."""
     heldout = config.experiment("heldout")
     seeds = (*heldout.zoo_seeds, *heldout.replication_zoo_seeds) if zoo_seeds is None else zoo_seeds
-    return {seed: policy_paths(heldout_config(config, seed), progress) for seed in seeds}
+    zoos = build_zoos(heldout.task, [heldout_config(config, seed).zoo for seed in seeds], progress=progress)
+    return {seed: {name: str(policy.path) for name, policy in zoo.items()} for seed, zoo in zip(seeds, zoos)}
 
 
 def heldout_base(config: RunConfig) -> tuple[RunConfig, dict[str, str], dict]:

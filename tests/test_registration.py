@@ -1,0 +1,83 @@
+"""The confirmatory test's registration: docs/registration.md records the checksum of what it fixes, and the
+checksum holds (a changed analysis function or setting fails here, a reworded docstring does not); before the
+registration commit the page says so and the default profile has no confirmatory block; the page's plan is the one
+mrl.reports.confirmatory computes."""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+import mrl.reports.confirmatory as confirmatory
+from mrl.experiments.heldout import ConfirmatoryConfig
+from mrl.paths import repo_root
+from mrl.profiles import load_profile
+from mrl.reports import registration
+from mrl.reports.confirmatory import (DESIGN, PLAN, Design, Reading, fewest_warmups, registered_plan,
+                                      t_p_value)
+from mrl.reports.statistics import t_power
+
+PAGE = repo_root() / "docs" / "registration.md"
+
+
+def test_the_recorded_checksum_holds_or_the_page_says_it_is_not_registered():
+    config = load_profile("default")
+    recorded = registration.recorded_checksum(PAGE)
+    if recorded is None:
+        assert "not yet registered" in PAGE.read_text()
+        assert config.experiment("heldout").confirmatory is None   # the block lands with its checksum
+    else:
+        assert registration.registration_checksum(config) == recorded, (
+            "the registered confirmatory block, held-out settings or analysis code changed after the registration "
+            "(docs/registration.md): a confirmatory test cannot change once registered")
+
+
+def with_block(config):
+    heldout = config.experiment("heldout")
+    block = ConfirmatoryConfig(zoo_seeds=list(range(100, 112)), probes=["grpo", "sgt"], seeds=[0, 1])
+    return dataclasses.replace(config, experiments={**config.experiments,
+                                                    "heldout": dataclasses.replace(heldout, confirmatory=block)})
+
+
+def test_the_checksum_moves_with_a_setting_or_the_code_and_not_with_a_docstring(monkeypatch):
+    config = with_block(load_profile("default"))
+    before = registration.registration_checksum(config)
+    block = config.experiment("heldout").confirmatory
+    fewer = dataclasses.replace(config, experiments={**config.experiments, "heldout": dataclasses.replace(
+        config.experiment("heldout"), confirmatory=dataclasses.replace(block, zoo_seeds=block.zoo_seeds[:-1]))})
+    assert registration.registration_checksum(fewer) != before
+
+    def gatekeeper(d, design: Design = DESIGN) -> tuple[float, Reading]:
+        """A reworded docstring: the code is the registered one."""
+        p = t_p_value(d, 0.0, "two-sided")
+        if not p < design.alpha:
+            return p, Reading.NOT_CONFIRMED
+        return p, Reading.CONFIRMED if float(np.mean(d)) > 0 else Reading.OPPOSITE
+
+    def lenient_gatekeeper(d, design: Design = DESIGN) -> tuple[float, Reading]:
+        p = t_p_value(d, 0.0, "greater")
+        return p, Reading.CONFIRMED if p < design.alpha else Reading.NOT_CONFIRMED
+
+    functions = list(registration.REGISTERED_FUNCTIONS)
+    at = functions.index(confirmatory.gatekeeper)
+    for replacement, moves in ((gatekeeper, False), (lenient_gatekeeper, True)):
+        monkeypatch.setattr(registration, "REGISTERED_FUNCTIONS",
+                            tuple(functions[:at] + [replacement] + functions[at + 1:]))
+        assert (registration.registration_checksum(config) != before) is moves, replacement.__name__
+
+
+def test_the_pages_plan_is_the_computed_one():
+    """Every number docs/registration.md's plan states, from mrl.reports.confirmatory."""
+    text = " ".join(PAGE.read_text().split())
+    plan = registered_plan()
+    two, one = fewest_warmups(plan, seeds=2), fewest_warmups(plan, seeds=1)
+    assert f"With 2 RL seeds that is {two} warm-ups ({two * 2 * PLAN.arms} runs)" in text
+    assert f"With 1 RL seed it is {one}" in text
+    assert f"{two} fresh zoo seeds, 100-{99 + two}" in text
+    half = t_power(two, confirmatory.DESIGN.paper_effect / 2, PLAN.sd, confirmatory.DESIGN.alpha)
+    assert f"{two} warm-ups have about {half:.0%} power" in text
+    size = t_power(two, confirmatory.DESIGN.paper_effect, PLAN.sd, confirmatory.DESIGN.alpha, "less")
+    assert f"with about {size:.0%} power" in text
+    assert f"{PLAN.sd} on {PLAN.sd_df} df" in text and f"({PLAN.rl_seed_sd}," in text
+    assert re.search(rf"smallest two-sided value is 2/{2 ** two}\b", text)
