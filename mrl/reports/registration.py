@@ -14,16 +14,18 @@ import textwrap
 from pathlib import Path
 
 from mrl.core.config import RunConfig
+from mrl.core.seeding import nested_rl_seed
 from mrl.core.validation import to_dict
 from mrl.fingerprint import code_without_docs
 from mrl.reports import claims, confirmatory, probes, statistics
 
 REGISTERED_FUNCTIONS = (
-    claims.endpoint_values, claims.unit_differences, probes.with_overall, probes.rescue_skills,
+    nested_rl_seed, claims.endpoint_values, claims.unit_differences, probes.with_overall, probes.rescue_skills,
     confirmatory.complete_warmups, confirmatory.gatekeeper, confirmatory.size_test, confirmatory.confirmatory_test,
     confirmatory.leave_one_out, statistics.t_p_value, statistics.t_interval, statistics.sign_flip_p_value,
 )
-"""every function the registered analysis runs through, from the per-run evaluations to the labels"""
+"""every function the registered analysis runs through, from the runs' streams (nested_rl_seed) and per-run
+evaluations to the labels"""
 CHECKSUM_LINE = re.compile(r"^checksum: sha256:([0-9a-f]{64})$", re.MULTILINE)
 """how docs/registration.md records the checksum"""
 
