@@ -34,8 +34,9 @@
 # steps: a CPU stand-in for billion-parameter models on math benchmarks. Every verdict below holds on this substrate.
 #
 # **Statistics, rule v2**, written after rule v1's verdicts on these runs had been seen (`mrl/reports/claims.py`;
-# `docs/claims.md` gives rule v1 beside it and the ledger's history; the replication in the `full` profile is its
-# confirmatory test).
+# `docs/claims.md` gives rule v1 beside it and the ledger's history). This ledger is exploratory: its warm-ups shaped
+# the substrate and its rules. The headline claim's confirmatory test, registered before its runs on warm-ups no one
+# had run, is 75_confirmatory's.
 # - *Endpoint:* per run and policy, the mean held-out accuracy over the last 3 evaluations: overall (as the papers
 #   report accuracy) and on the policy's weak form (the mechanism). Each claim's primary endpoint is overall, except
 #   "XGRPO gives no rescue", whose mechanism acts on the weak form.
@@ -65,7 +66,7 @@ import pandas as pd
 from IPython.display import Markdown
 from mrl.core.tasks import make_task
 from mrl.experiments import panel_labels, run_many
-from mrl.experiments.heldout import confirmatory_runs, heldout_runs, heldout_zoos, knob_runs
+from mrl.experiments.heldout import heldout_runs, heldout_zoos, knob_runs
 from mrl.notebook import setup_notebook
 from mrl.paths import repo_root
 from mrl.reports.claims import (ENDPOINT_EVALS, FAMILIES, MARGIN, MIN_WARMUPS, POWER_TARGET, base_rate_figure,
@@ -73,8 +74,6 @@ from mrl.reports.claims import (ENDPOINT_EVALS, FAMILIES, MARGIN, MIN_WARMUPS, P
                                 evidence_table, ledger_discussion, ledger_interval_count, ledger_result,
                                 ledger_sentence, ledger_table, like_for_like_table, power_table, replication_column,
                                 read_endpoint_values, seed_effect_table, verdict_counts)
-from mrl.reports.confirmatory import (DESIGN, complete_warmups, confirmatory_test, fewest_warmups, leave_one_out,
-                                      plan_table, registered_plan, result_sentence, result_table)
 from mrl.reports.figure_inputs import draw_and_save
 from mrl.reports.paired import chance_note, interval_caption, knob_table, weak_skill_figure, weak_skill_inputs
 from mrl.reports.substrate import zoo_table
@@ -266,54 +265,6 @@ if heldout.replication_zoo_seeds:
 else:
     replicated = "no replication in this profile (experiments.heldout.replication_zoo_seeds: the full profile)"
 replicated
-
-# %% [markdown]
-# ## The confirmatory test
-#
-# MRL's headline claim, SGT beats independent GRPO, on warm-ups no one had run when its design, data and analysis were
-# fixed in the repository (`docs/registration.md`, checked by `tests/test_registration.py`): a two-sided gatekeeper
-# against 0 read by its sign, and a one-sided test against the paper's +0.013. Everything else in this notebook is
-# exploratory. First the plan that chose the number of warm-ups: power at the paper's effect, at the plug-in SD and
-# averaged over that SD's uncertainty, against what each design costs on two cores.
-
-# %%
-plan = registered_plan()
-write_table(plan_table(plan), "confirmatory_plan", run.tables,
-            caption=f"The confirmatory test's plan (docs/registration.md): per number of RL seeds and warm-ups, the "
-                    f"gatekeeper's power at the paper's {DESIGN.paper_effect:+.3f} (two-sided, alpha "
-                    f"{DESIGN.alpha}) at the plug-in SD of d_z and averaged over that SD's uncertainty, the size "
-                    f"test's power when the true difference is 0, the runs and the minutes on two cores (zoo builds "
-                    f"and runs). The registered design is the fewest warm-ups whose averaged power reaches 80%: "
-                    f"{fewest_warmups(plan, 2)} with 2 RL seeds.")
-plan_table(plan)
-
-# %%
-block = heldout.confirmatory
-confirm_runs = confirmatory_runs(config, progress)
-if confirm_runs:
-    _, confirm_evals = run_many(confirm_runs, config.packed_runs, backend, progress=progress)
-    confirm_values = endpoint_values(confirm_evals)
-    confirm_values.to_csv(run.tables / "confirmatory_runs.csv", index=False)
-    confirm_d = complete_warmups(confirm_values, DESIGN, block.seeds)
-    confirmed = confirmatory_test(confirm_d, planned=len(block.zoo_seeds))
-    write_table(result_table(confirmed), "confirmatory", run.tables,
-                caption=f"The confirmatory test (registered before its runs, docs/registration.md): "
-                        f"{DESIGN.comparison} on {DESIGN.endpoint} held-out accuracy over {confirmed.warmups} fresh "
-                        f"warm-ups (zoo seeds {listing(list(confirm_d.index))}) x {len(block.seeds)} nested RL seeds, "
-                        f"the mean of d_z with its {1 - DESIGN.alpha:.0%} t interval over warm-ups, the gatekeeper's "
-                        f"two-sided p against 0 and the size test's one-sided p against the paper's "
-                        f"{DESIGN.paper_effect:+.3f} (disjoint nulls, each at alpha {DESIGN.alpha}: one interval, "
-                        f"one family), the exact sign-flip p and the warm-ups above 0 (both descriptive), and the two "
-                        f"labels.")
-    write_table(leave_one_out(confirm_d), "confirmatory_leave_one_out", run.tables,
-                caption="The confirmatory test with each warm-up left out (descriptive, deciding nothing): the mean "
-                        "of the others and their t against 0, read at the full sample's two-sided critical t, so a "
-                        "warm-up is flagged for what it moves, not for the degree of freedom its removal costs.")
-    confirm_text = result_sentence(confirmed)
-else:
-    confirm_text = ("This profile has no confirmatory block (experiments.heldout.confirmatory): the default profile "
-                    "holds the registered one.")
-Markdown(confirm_text)
 
 # %% [markdown]
 # ## RL seeds nested in warm-ups

@@ -81,3 +81,13 @@ def test_the_plan_counts_the_zoos_cost_and_picks_the_fewest_warmups_for_the_aver
         "power (averaged over the SD)"]
     assert row["power (plug-in SD)"] > row["power (averaged over the SD)"]
     assert row["minutes"] == pytest.approx((chosen * 18.25 + chosen * 2 * 2 * 0.6) / 2)
+
+
+def test_the_readme_block_reads_the_committed_result_or_says_it_is_pending(tmp_path):
+    from mrl.reports.readme import confirmatory_block
+    assert "has not run yet" in confirmatory_block(tmp_path)
+    result = confirmatory_test(series([0.01, 0.02, 0.015, 0.012, 0.011, 0.018]), planned=12)
+    result_table(result).to_csv(tmp_path / "confirmatory.csv", index=False)
+    block = confirmatory_block(tmp_path)
+    assert f"**{result.reading.value}**" in block and "6 (12)" in block and f"{result.mean:+.4f}" in block
+    assert result.size.value in block

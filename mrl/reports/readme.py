@@ -36,8 +36,10 @@ NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the r
                   "bandit, bandit_dynamics", "bandit_plane, bandit_dynamics"),
     "70_heldout": ("the held-out experiment on five warm-ups and the claims ledger",
                    "heldout_zoo, heldout_warmup, heldout_main, claims_like_for_like, claims, claims_secondary, "
-                   "claims_power, claims_evidence, claims_runs",
+                   "claims_power, claims_evidence, claims_runs",   # claims_seed_effect joins when 70 re-runs
                    "heldout_weak_skill, heldout_base_rate"),
+    "75_confirmatory": ("the confirmatory test of SGT against GRPO on 12 warm-ups no one had run, registered before "
+                        "its runs", "confirmatory_plan", ""),   # its result's tables join once its runs have run
     "80_beyond": ("beyond the papers: TRRD, GRAFT online and offline, a poisoned peer, more policies, the exact "
                   "cross-tokenizer probability",
                   "beyond_main, beyond_poison, beyond_scaling, beyond_marginal_gap, beyond_marginal_ratio, "
@@ -155,7 +157,25 @@ def marginal_block(tables: Path) -> str:
     return marginal_arms_result(arms, verdicts) + "\n"
 
 
-BLOCKS = {"substrate": substrate_block, "ledger": ledger_block, "marginal": marginal_block,
+def confirmatory_block(tables: Path) -> str:
+    """The confirmatory test's answer for the README's first screen, from paper_tables/confirmatory.csv (75_confirmatory,
+    mrl.reports.confirmatory.result_table); before its runs, that it is registered and pending."""
+    if not (tables / "confirmatory.csv").exists():
+        return ("**The confirmatory test** of MRL's headline claim, SGT beats independent GRPO, is registered "
+                "(`docs/registration.md`: its design, data and analysis fixed in the repository before any of its "
+                "runs, on warm-ups no one had run) and has not run yet. Until it has, every verdict below is "
+                "exploratory.\n")
+    row = pd.read_csv(tables / "confirmatory.csv", dtype=str, keep_default_na=False).iloc[0]
+    interval = next(column for column in row.index if column.endswith("t interval"))
+    size = row["paper's size"]
+    return (f"**The confirmatory test** (registered before its runs, `docs/registration.md`): `{row['comparison']}` "
+            f"on {row['endpoint']} held-out accuracy over {row['warm-ups (planned)']} fresh warm-ups is "
+            f"**{row['gatekeeper']}**: {row['difference']} {row[interval]} ({interval}, two-sided p "
+            f"{row['p vs 0 (two-sided)']}, {row['warm-ups above 0']} warm-ups above 0); against the paper's size: "
+            f"{size}. On this substrate; every other verdict below is exploratory.\n")
+
+
+BLOCKS = {"confirmatory": confirmatory_block, "substrate": substrate_block, "ledger": ledger_block, "marginal": marginal_block,
           "notebooks": notebooks_block}
 
 

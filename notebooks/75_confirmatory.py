@@ -1,0 +1,128 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     notebook_metadata_filter: kernelspec,language_info,-language_info.version,-language_info.codemirror_mode,-language_info.pygments_lexer,-language_info.nbconvert_exporter,-language_info.file_extension,-language_info.mimetype
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+# ---
+
+# %% [markdown]
+# # 75 · The confirmatory test: SGT against GRPO on warm-ups no one had run
+#
+# **Claim.** MRL's headline: outcome-level sharing (SGT) beats independent GRPO, by +0.013 in the paper's main
+# figure (`docs/papers.md`).
+#
+# **What makes it confirmatory.** Its design, data and analysis were fixed in the repository before any of its runs
+# (`docs/registration.md`, registered on 2026-11-28; `tests/test_registration.py` fails if the block, the held-out
+# settings or the analysis code change). Everything else in the package, the claims ledger of 70_heldout included,
+# is exploratory: its warm-ups shaped the substrate and its rules.
+#
+# **Design.** The held-out experiment of 70_heldout (`arith-forms`, its zoo, 100 RL steps) on 12 fresh warm-ups, `grpo`
+# and `sgt` only, 2 RL seeds nested in each warm-up. The unit is the warm-up: d_z is the mean over its two policies
+# and two RL seeds of sgt - grpo on overall held-out accuracy (the last three evaluations).
+#
+# **Tests.** A gatekeeper, E[d] = 0 two-sided at 0.05 read by its sign (confirmed, contradicted: the opposite sign,
+# not confirmed), and a size test, E[d] >= +0.013 one-sided at 0.05 (not reproduced at the paper's size). Their
+# nulls are disjoint, so each runs at the full 0.05. The sign-flip p, the warm-ups above 0 and each warm-up left
+# out sit beside them and decide nothing.
+#
+# **The substrate is not the papers'.** Two models of about 0.8M parameters on two-number addition: whatever the
+# verdict, it holds on this substrate.
+
+# %% tags=["parameters"]
+profile = "default"  # smoke | default
+backend = None       # inline | process | ray (None: the profile's); packed_runs > 1 runs that many at once
+progress = True
+
+# %%
+import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
+import time
+start = time.perf_counter()
+from IPython.display import Markdown
+from mrl.experiments import run_many
+from mrl.experiments.heldout import confirmatory_runs
+from mrl.notebook import setup_notebook
+from mrl.reports.claims import endpoint_values
+from mrl.reports.confirmatory import (DESIGN, complete_warmups, confirmatory_test, fewest_warmups, leave_one_out,
+                                      plan_table, registered_plan, result_sentence, result_table)
+from mrl.runtime.results import listing, write_table
+
+run = setup_notebook("75_confirmatory", profile)
+config, heldout = run.config, run.config.experiment("heldout")
+backend = backend or config.runner.backend
+block = heldout.confirmatory
+run.record(confirmatory=block, backend=backend)
+
+# %% [markdown]
+# ## The plan
+#
+# How the number of warm-ups was chosen: the gatekeeper's power at the paper's effect, at the plug-in SD of d_z and
+# averaged over that SD's uncertainty, against what each design costs on two cores (`registered_plan`, from the
+# registration's inputs).
+
+# %%
+plan = registered_plan()
+write_table(plan_table(plan), "confirmatory_plan", run.tables,
+            caption=f"The confirmatory test's plan (docs/registration.md): per number of RL seeds and warm-ups, the "
+                    f"gatekeeper's power at the paper's {DESIGN.paper_effect:+.3f} (two-sided, alpha "
+                    f"{DESIGN.alpha}) at the plug-in SD of d_z and averaged over that SD's uncertainty, the size "
+                    f"test's power when the true difference is 0, the runs and the minutes on two cores (zoo builds "
+                    f"and runs). The registered design is the fewest warm-ups whose averaged power reaches 80%: "
+                    f"{fewest_warmups(plan, 2)} with 2 RL seeds.")
+plan_table(plan)
+
+# %% [markdown]
+# ## The runs and the test
+#
+# Every arm on every warm-up and RL seed (cached by run; a warm-up enters only when both arms finished on both RL
+# seeds), then the registered test. The per-run values are committed (`paper_tables/confirmatory_runs.csv`), so the
+# result can be recomputed without the runs.
+
+# %%
+confirm_runs = confirmatory_runs(config, progress)
+if confirm_runs:
+    _, confirm_evals = run_many(confirm_runs, config.packed_runs, backend, progress=progress)
+    confirm_values = endpoint_values(confirm_evals)
+    confirm_values.to_csv(run.tables / "confirmatory_runs.csv", index=False)
+    confirm_d = complete_warmups(confirm_values, DESIGN, block.seeds)
+    confirmed = confirmatory_test(confirm_d, planned=len(block.zoo_seeds))
+    write_table(result_table(confirmed), "confirmatory", run.tables,
+                caption=f"The confirmatory test (registered before its runs, docs/registration.md): "
+                        f"{DESIGN.comparison} on {DESIGN.endpoint} held-out accuracy over {confirmed.warmups} fresh "
+                        f"warm-ups (zoo seeds {listing(list(confirm_d.index))}) x {len(block.seeds)} nested RL seeds, "
+                        f"the mean of d_z with its {1 - DESIGN.alpha:.0%} t interval over warm-ups, the gatekeeper's "
+                        f"two-sided p against 0 and the size test's one-sided p against the paper's "
+                        f"{DESIGN.paper_effect:+.3f} (disjoint nulls, each at alpha {DESIGN.alpha}: one interval, "
+                        f"one family), the exact sign-flip p and the warm-ups above 0 (both descriptive), and the two "
+                        f"labels.")
+    write_table(leave_one_out(confirm_d), "confirmatory_leave_one_out", run.tables,
+                caption="The confirmatory test with each warm-up left out (descriptive, deciding nothing): the mean "
+                        "of the others and their t against 0, read at the full sample's two-sided critical t, so a "
+                        "warm-up is flagged for what it moves, not for the degree of freedom its removal costs.")
+    confirm_text = result_sentence(confirmed)
+else:
+    confirm_text = ("This profile has no confirmatory block (experiments.heldout.confirmatory): the default profile "
+                    "holds the registered one.")
+Markdown(confirm_text)
+
+# %%
+print(f"75_confirmatory ran in {time.perf_counter() - start:.0f} s ({profile} profile, backend {backend})")
+
+# %% [markdown]
+# ## Summary (rounded; nbval checks this cell on the smoke profile)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"planned warm-ups: {fewest_warmups(plan, 2)} with 2 RL seeds")
+print(confirm_text if not confirm_runs else f"{confirmed.reading.value}; {confirmed.size.value}; "
+      f"{confirmed.warmups} of {confirmed.planned} warm-ups")
