@@ -201,7 +201,7 @@ like_for_like
 # %% [markdown]
 # ## The claims ledger
 #
-# Each claim of the papers as they state it, in the primary family (its pre-registered endpoint), then in the
+# Each claim of the papers as they state it, in the primary family (its primary endpoint), then in the
 # secondary one (the other endpoint). The no-loss claim (XGRPO) is a non-inferiority test and the no-rescue claim a
 # non-superiority test, both with a margin of 0.01 (`docs/claims.md` says why). `positive units` counts the (policy,
 # warm-up) units whose mean difference is above 0. The pool regime (`arith-ops`, 40_probe and 50_hacpo) has one

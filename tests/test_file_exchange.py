@@ -85,3 +85,24 @@ def test_a_peer_folder_of_another_run_is_refused_naming_the_peer(tmp_path, failu
     else:
         assert a.gather(1, stats("A", 1))[1] == ["B"] and a.dropped == {"B"}
     assert published_steps(tmp_path / "B") == [1]   # refused, not removed: nothing published is lost
+
+
+def test_trl_train_names_its_run_by_pairing_probe_seed_and_profile_and_a_foreign_folder_is_refused(tmp_path):
+    """trl_train's run id is the same in every trainer of one run and differs when the pairing, the probe, its
+    knobs, the seed or the profile differ; a trainer pointed at the folder of another run stops naming both."""
+    from mrl.core.probes import probe_config
+    from mrl.integrations.trl_train import exchange_run_id
+    from mrl.runtime.experience_log import ExperienceLogError
+
+    ours = exchange_run_id({"B": "x", "A": "y"}, probe_config("sgt"), 0, "smoke")
+    assert ours == exchange_run_id(["A", "B"], probe_config("sgt"), 0, "smoke") == "A+B sgt seed 0 (smoke)"
+    others = [exchange_run_id(["A", "C"], probe_config("sgt"), 0, "smoke"),
+              exchange_run_id(["A", "B"], probe_config("prp"), 0, "smoke"),
+              exchange_run_id(["A", "B"], probe_config("sgt", lam=0.3), 0, "smoke"),
+              exchange_run_id(["A", "B"], probe_config("sgt"), 1, "smoke"),
+              exchange_run_id(["A", "B"], probe_config("sgt"), 0, "default")]
+    assert len({ours, *others}) == 6
+    a, b = pair(tmp_path, run_ids=(ours, others[3]))
+    b.publish(0, [])
+    with pytest.raises(ExperienceLogError, match="A\\+B sgt seed 1 \\(smoke\\).*A\\+B sgt seed 0 \\(smoke\\)"):
+        a.read_peer_step("B", 0)

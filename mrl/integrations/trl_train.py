@@ -28,13 +28,20 @@ from trl import GRPOConfig  # noqa: E402
 
 from mrl.core.batch import CHAT_DATE
 from mrl.core.config import GrpoConfig, PlacementConfig, TaskConfig
-from mrl.core.probes import as_probe_config
+from mrl.core.probes import as_probe_config, probe_label
 from mrl.core.stop_tokens import stop_ids
 from mrl.core.tasks import make_task
 from mrl.experiments import policy_paths
 from mrl.integrations.file_exchange import FileExchange
 from mrl.integrations.trl import MRLGRPOTrainer, MrlSharing, problem_dataset, trl_settings
 from mrl.profiles import PROFILES, load_profile
+
+
+def exchange_run_id(policies, probe, seed: int, profile: str | None) -> str:
+    """The run's name in the exchange folder, the same in every trainer of one run: its pairing, probe (with its
+    knobs), RL seed and profile, e.g. "A+B sgt seed 0 (smoke)". The exchange writes it beside each policy's steps
+    and refuses a peer folder that another run wrote, naming both runs."""
+    return f"{'+'.join(sorted(policies))} {probe_label(probe)} seed {seed} ({profile or 'no profile'})"
 
 
 def trl_args(output: Path, grpo, placement, report_to: str = "none", use_vllm: bool = False, save_steps: int = 0,
@@ -122,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     placement = config.placement_of(args.policy) if config else PlacementConfig()
     trainer_args = trl_args(args.output, grpo, placement, args.report_to, args.use_vllm, args.save_steps)
     exchange = FileExchange(args.exchange, args.policy, tuple(sorted(set(paths) - {args.policy})),
-                            deadline=args.deadline, failure_policy=args.failure_policy)
+                            deadline=args.deadline, failure_policy=args.failure_policy,
+                            run_id=exchange_run_id(paths, probe, grpo.seed, args.profile))
     train(MrlSharing(task=make_task(task), probe=probe, exchange=exchange, peer_paths=paths,
                      micro_batch=placement.micro_batch), trainer_args)
     return 0

@@ -60,7 +60,7 @@ LIKE_FOR_LIKE = (("grpo (minibatches=4)", "grpo", "what 4 updates per step cost 
                  ("hacpo (minibatches=4)", "grpo", "GRAFT's claim as rule v1 read it: HACPO at 4 updates, GRPO at 1"))
 """descriptive comparisons that separate the method from the number of updates per step (not in the Holm family)"""
 VALUES = {"overall": "overall held-out accuracy", "weak": "weak-form held-out accuracy"}
-FAMILIES = {"primary": "each claim on its pre-registered endpoint (overall accuracy; the weak form for the no-rescue "
+FAMILIES = {"primary": "each claim on its primary endpoint (overall accuracy; the weak form for the no-rescue "
                        "claim, whose mechanism acts there)",
             "secondary": "each claim on its other endpoint"}
 """the ledger's two Holm families"""
@@ -74,7 +74,7 @@ def family_endpoint(claim: Claim, family: str) -> str:
 
 
 def endpoint_values(evals: pd.DataFrame) -> pd.DataFrame:
-    """One row per run and policy (pairing, probe, policy, seed, zoo_seed): the pre-registered endpoint, the mean
+    """One row per run and policy (pairing, probe, policy, seed, zoo_seed): the primary endpoint, the mean
     held-out accuracy over the run's last ENDPOINT_EVALS evaluations after step 0 (fewer when the run has fewer),
     overall and on the policy's weak form ("overall", "weak"), and the weak form's accuracy at step 0 ("weak
     start"). The weak form is each (pairing, policy)'s over all warm-ups (mrl.reports.probes.rescue_skills)."""
@@ -176,7 +176,7 @@ def p_cell(p: float) -> str:
 
 
 def claims_ledger(values: pd.DataFrame, family: str = "primary", claims: tuple[Claim, ...] = CLAIMS) -> pd.DataFrame:
-    """One row per claim in one Holm family ("primary": each claim on its pre-registered endpoint; "secondary": on
+    """One row per claim in one Holm family ("primary": each claim on its primary endpoint; "secondary": on
     the other one; FAMILIES), from the per-run endpoint values (endpoint_values or the committed claims_runs.csv): the
     warm-ups, the mean difference with its t interval and the hierarchical bootstrap's, the sign counts per (policy,
     zoo), the paper's effect, every test's raw, Holm and sign-flip p (claims_rule.judge), the verdict under rule v2,
@@ -520,7 +520,7 @@ def base_rate_figure(values: pd.DataFrame, probes: tuple[str, ...] = ("sgt", "pr
 
 
 def endpoint_table(evals: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(numbers, formatted table) per policy and probe at the pre-registered endpoint: the mean held-out accuracy on
+    """(numbers, formatted table) per policy and probe at the primary endpoint: the mean held-out accuracy on
     the weak form and overall over the row's runs, and the paired difference to GRPO with its 95% t interval over
     the warm-ups (each warm-up's mean over its RL seeds first; bold: the interval excludes 0)."""
     values = endpoint_values(evals)

@@ -40,7 +40,8 @@ class Claim:
     paper_effect: float | None
     source: str
     endpoint: str = "overall"
-    """the pre-registered endpoint its primary verdict reads: "overall" or "weak" (the weak form)"""
+    """the primary endpoint its verdict reads: "overall" or "weak" (the weak form); chosen after a pilot had been seen
+    (docs/claims.md, History)"""
 
     def __post_init__(self):
         effect = self.paper_effect

@@ -2,10 +2,10 @@
 (docs/registration.md gives the design, its reasons and the power plan).
 
 The unit is the warm-up: d_z is the mean over its policies and its RL seeds (nested in it) of sgt - grpo on overall
-held-out accuracy (mrl.reports.claims.endpoint_values). The gatekeeper tests E[d] = 0 two-sided at alpha 0.05, read by the
-sign ("confirmed", "contradicted: the opposite sign", "not confirmed"); the size test, E[d] >= the paper's +0.013
-one-sided at 0.05 ("not reproduced at the paper's size"). Their nulls are disjoint, so each runs at the full 0.05.
-The sign-flip p, the warm-ups above 0 and leave-one-out sit beside them and decide nothing.
+held-out accuracy (mrl.reports.claims.endpoint_values). The gatekeeper tests E[d] = 0 two-sided at alpha 0.05, read
+by the sign ("confirmed", "contradicted: the opposite sign", "not confirmed"); the size test, E[d] >= the paper's
++0.013 one-sided at 0.05 ("not reproduced at the paper's size"). Their nulls are disjoint, so each runs at the full
+0.05. The sign-flip p, the warm-ups above 0 and leave-one-out sit beside them and decide nothing.
 """
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ def rule_v2_block(primary: pd.DataFrame, secondary: pd.DataFrame) -> str:
                      f"| {o['leave one warm-up out']} | {o['rule v1']} | {interval_text(w)} | {w['verdict']} |")
     intervals = sum(frame.loc[frame["95% t over warm-ups"] != "", "comparison"].nunique()
                     for frame in (primary, secondary))
-    return (f"{len(primary)} claims, each in the primary family (its pre-registered endpoint: "
+    return (f"{len(primary)} claims, each in the primary family (its primary endpoint: "
             f"{verdict_summary(primary)}) and the secondary one ({verdict_summary(secondary)}). The table holds "
             f"{intervals} distinct intervals; about {0.05 * intervals:.1f} would exclude 0 by chance at 95%, which is "
             f"why every verdict comes from Holm-adjusted tests in one family (`docs/claims.md`).\n\n"
@@ -158,8 +158,8 @@ def marginal_block(tables: Path) -> str:
 
 
 def confirmatory_block(tables: Path) -> str:
-    """The confirmatory test's answer for the README's first screen, from paper_tables/confirmatory.csv (75_confirmatory,
-    mrl.reports.confirmatory.result_table); before its runs, that it is registered and pending."""
+    """The confirmatory test's answer for the README's first screen, from paper_tables/confirmatory.csv
+    (75_confirmatory, mrl.reports.confirmatory.result_table); before its runs, that it is registered and pending."""
     if not (tables / "confirmatory.csv").exists():
         return ("**The confirmatory test** of MRL's headline claim, SGT beats independent GRPO, is registered "
                 "(`docs/registration.md`: its design, data and analysis fixed in the repository before any of its "
@@ -175,8 +175,8 @@ def confirmatory_block(tables: Path) -> str:
             f"{size}. On this substrate; every other verdict below is exploratory.\n")
 
 
-BLOCKS = {"confirmatory": confirmatory_block, "substrate": substrate_block, "ledger": ledger_block, "marginal": marginal_block,
-          "notebooks": notebooks_block}
+BLOCKS = {"confirmatory": confirmatory_block, "substrate": substrate_block, "ledger": ledger_block,
+          "marginal": marginal_block, "notebooks": notebooks_block}
 
 
 def render_blocks(text: str, blocks: dict, tables: Path, page: str) -> str:
