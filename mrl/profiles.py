@@ -21,4 +21,5 @@ def load_profile(profile: str) -> RunConfig:
         raise ValueError(f"profile={profile!r} is not allowed; expected one of {list(PROFILES)}")
     config = load_config(repo_root() / "configs" / f"{profile}.yaml")
     config.policies = {name: str(repo_root() / path) for name, path in config.policies.items()}
+    config.profile = profile
     return config

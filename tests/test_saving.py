@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from mrl import cli
 from mrl.core.batch import encode_prompts
+from mrl.core.probes import probe_config
 from mrl.core.stop_tokens import stop_ids
 from mrl.core.tasks import make_task
 import mrl.experiments.runs
@@ -134,6 +135,18 @@ def test_mrl_run_leaves_folders_whose_greedy_completions_are_the_trained_actors(
     assert sorted(set(steps.policy)) == ["A", "B"] and steps.step.max() == 4
     assert (out / "evals.csv").is_file() and json.loads((out / "run.json").read_text())["grpo"]["steps"] == 4
     assert ModelCard.load(out / "A" / "README.md").text.count("| profile | smoke |") == 1
+    assert json.loads((out / "run.json").read_text())["profile"] == "smoke"
+
+
+def test_a_profile_names_itself_outside_every_run_key():
+    """load_profile records the profile's name (model cards and run.json name it); a run's key does not hold it, so
+    renaming a profile re-runs nothing."""
+    smoke = load_profile("smoke")
+    assert smoke.profile == "smoke"
+    run = mrl.experiments.runs.Run(smoke, {"A": "A-x"}, probe_config("grpo"), 0, 2)
+    renamed = mrl.experiments.runs.Run(dataclasses.replace(smoke, profile="renamed"), {"A": "A-x"},
+                                       probe_config("grpo"), 0, 2)
+    assert run.key() == renamed.key()
 
 
 KILLED_RUN = """

@@ -375,6 +375,9 @@ class RunConfig:
     defaults (this CPU)"""
     notebooks: list[Literal[NOTEBOOKS]] = field(default_factory=lambda: list(NOTEBOOKS))
     """the notebooks `python -m mrl.reproduce` runs for this profile, in order"""
+    profile: Str = ""
+    """the profile's name (load_profile sets it; '' for a config built otherwise): named in model cards and run.json,
+    never in a run's key, so renaming a profile re-runs nothing"""
     experiments: dict[Str, Any] = field(default_factory=dict)
     """{experiment: its grid and budgets}, each validated by the config class its module of mrl.experiments
     registered (probe: ProbeGridConfig, heldout: HeldoutConfig, ...); a profile holds the experiments its

@@ -206,7 +206,8 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
     mrl.runtime.saving), its checkpoints (<output_dir>/checkpoints/, every runner.checkpoint_every steps) and a copy of
     its tables; the run is then computed (the cache holds no weights). Without one, a profile with runner.save_policies
     saves the policies into trained_folder(run). resume: continue from the newest intact checkpoint in
-    <output_dir>/checkpoints (a different experiment's is refused). profile: named in the model cards."""
+    <output_dir>/checkpoints (a different experiment's is refused). profile: named in the model cards and run.json
+    (default: the run's config's, RunConfig.profile)."""
     folder = run.folder()
     if cache and output_dir is None and (cached := run.cached()) is not None:
         return cached.steps, cached.evals
@@ -216,7 +217,8 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
         else None
     clear_work_folders(folder)   # what a killed computation of this run left
     experience = work_folder(folder) / "experience" if run.variant.log_experience else None
-    card = RunCard(run_key=run.key(), profile=profile, probe=probe_label(run.probe), seed=run.seed, steps=run.steps)
+    card = RunCard(run_key=run.key(), profile=profile or config.profile, probe=probe_label(run.probe), seed=run.seed,
+                   steps=run.steps)
     spec = run.spec(backend, report_to, experience, out, card)
     start = time.perf_counter()
     record = run_concurrent(spec, checkpoint_dir=checkpoints, resume=resume, progress=progress)
@@ -261,7 +263,7 @@ def save_run(folder: Path, record, spec: RunSpec, wall_seconds: float,
     evals_df.to_csv(work / "evals.csv", index=False)
     identity = run_identity(spec)
     write_run_record(work, {
-        "task": to_dict(spec.task), "grpo": to_dict(spec.grpo), "probe": to_dict(spec.probe_config()),
+        "profile": spec.card.profile if spec.card else "", "task": to_dict(spec.task), "grpo": to_dict(spec.grpo), "probe": to_dict(spec.probe_config()),
         "policies": spec.policies, "clock": identity["clock"], "peers": identity["peers"],
         "offline": identity["offline"], "experience": experience, "counters": record.counters,
         "events": record.events, "backend": spec.runner.backend, "git_sha": git_sha(), "numerics": numerics.state(),
