@@ -6,15 +6,11 @@ The folders are the layers, each importing only those below it (docs/architectur
     mrl/experiments/  the claims as data: cached grids of runs, one module per experiment
     mrl/integrations/ TRL's GRPOTrainer and the file exchange between separate trainers
     mrl/reports/      tables, figures and the sentences that quote them
-and beside them the ground every layer may import (paths, numerics: the fp32 contract, applied first; aliases: the
-module paths of before the folders) and the front door (profiles, notebook: a notebook's first cell, cli, reproduce).
+and beside them the ground every layer may import (paths, numerics: the fp32 contract, applied first; fingerprint:
+the code in every cache key) and the front door (profiles, notebook: a notebook's first cell, cli, reproduce).
 """
 __version__ = "0.1.0"
 
 from mrl import numerics as _numerics
 
 _numerics.apply()  # before any mrl module imports torch: the same fp32 bits on every x86-64 CPU (mrl.numerics)
-
-from mrl import aliases as _aliases  # noqa: E402
-
-_aliases.install()  # the module paths of before the folders (mrl.rollout, mrl.probes, ...) keep working
