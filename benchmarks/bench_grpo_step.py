@@ -10,6 +10,7 @@ group has signal (mrl's skip of zero-advantage rows then saves nearly nothing). 
 medians, mean completion lengths and the ratio mrl/TRL.
 
     .venv/bin/python benchmarks/bench_grpo_step.py [--steps 20] [--threads 2] [--numerics both]
+    .venv/bin/python benchmarks/bench_grpo_step.py --smoke    # 1 step of 2 prompts x 2 completions of <= 4 tokens
 """
 import argparse
 import os
@@ -18,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import NamedTuple
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, before torch and numpy)
@@ -27,16 +29,29 @@ from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from numerics_cost import add_numerics_flag, compare, hand_back  # noqa: E402
+from smoke import add_smoke_flag  # noqa: E402
 from mrl.runtime.actor import ActorConfig, PolicyActor  # noqa: E402
 from mrl.core.config import FamilyConfig, GrpoConfig, TaskConfig  # noqa: E402
 from mrl.numerics import state  # noqa: E402
 from mrl.core.tasks import ArithTask  # noqa: E402
 from mrl.runtime.zoo import build_model, train_tokenizer  # noqa: E402
 
-PROMPTS, G, LENGTH = 4, 8, 16
+
+class Shape(NamedTuple):
+    """The benchmarked batch: prompts x completions per prompt (G), completions of at most `length` tokens."""
+
+    prompts: int
+    group: int
+    length: int
+
+
+BATCH = Shape(prompts=4, group=8, length=16)
+SMOKE_BATCH = Shape(prompts=2, group=2, length=4)
 
 
 class StepTimer(TrainerCallback):
+    """Wall seconds of every GRPOTrainer step."""
+
     def __init__(self):
         self.times, self._start = [], None
 
@@ -59,7 +74,8 @@ class CoinFlipTask:
         return float(self.rng.random() < 0.5)
 
 
-def bench_trl(model_dir, tokenizer, problems, steps, out):
+def bench_trl(model_dir, tokenizer, problems, steps, out, shape: Shape):
+    """(seconds of each TRL step, mean completion length) of `steps` GRPOTrainer steps."""
     rng = random.Random(1)
 
     def reward(completions, **kwargs):
@@ -72,7 +88,8 @@ def bench_trl(model_dir, tokenizer, problems, steps, out):
         return [0.0] * len(completion_ids)
 
     args = GRPOConfig(output_dir=out, use_cpu=True, bf16=False, report_to="none", activation_checkpointing=False,
-                      per_device_train_batch_size=PROMPTS * G, num_generations=G, max_completion_length=LENGTH,
+                      per_device_train_batch_size=shape.prompts * shape.group, num_generations=shape.group,
+                      max_completion_length=shape.length,
                       loss_type="grpo", beta=0.0, learning_rate=1e-4, max_steps=steps, logging_steps=1000,
                       save_strategy="no", disable_tqdm=True, seed=0, temperature=1.0, lr_scheduler_type="constant",
                       warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, reward_weights=[1.0, 0.0])
@@ -85,18 +102,20 @@ def bench_trl(model_dir, tokenizer, problems, steps, out):
     return timer.times, statistics.mean(lengths)
 
 
-def bench_mrl(model_dir, problems, steps, threads):
-    cfg = GrpoConfig(prompts_per_step=PROMPTS, group_size=G, max_new_tokens=LENGTH, lr=1e-4, loss_type="grpo")
+def bench_mrl(model_dir, problems, steps, threads, shape: Shape):
+    """(seconds of each mrl step, sequences forwarded in each) of `steps` PolicyActor rollouts and updates."""
+    cfg = GrpoConfig(prompts_per_step=shape.prompts, group_size=shape.group, max_new_tokens=shape.length, lr=1e-4,
+                     loss_type="grpo")
     actor = PolicyActor(ActorConfig("A", model_dir, TaskConfig(), cfg, threads=threads))
     actor.task = CoinFlipTask(1)
     times, lengths = [], []
     for step in range(1, steps + 1):
-        batch = problems[(step * PROMPTS) % len(problems):][:PROMPTS]
+        batch = problems[(step * shape.prompts) % len(problems):][:shape.prompts]
         start = time.perf_counter()
         actor.rollout(step, batch)
         result = actor.update(step, {})
         times.append(time.perf_counter() - start)
-        lengths.append(result["active_sequences"])
+        lengths.append(result.active_sequences)
     return times, lengths
 
 
@@ -105,9 +124,13 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
     add_numerics_flag(parser)
+    add_smoke_flag(parser)
     args = parser.parse_args()
     if args.numerics == "both":
         return compare(__file__, sys.argv[1:])
+    shape = SMOKE_BATCH if args.smoke else BATCH
+    if args.smoke:
+        args.steps, args.threads = 1, 1
     torch.set_num_threads(args.threads)
     task = ArithTask(TaskConfig())
     tokenizer = train_tokenizer("bpe", task.corpus, 48, 64)
@@ -115,15 +138,16 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         build_model(FamilyConfig(arch="gpt2", d_ff=512), len(tokenizer), 64, seed=0).save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)  # a checkpoint folder, as the actor loads one
-        trl_times, trl_length = bench_trl(tmp, tokenizer, problems, args.steps + 2, os.path.join(tmp, "trl"))
-        mrl_times, mrl_active = bench_mrl(tmp, problems, args.steps + 2, args.threads)
+        trl_times, trl_length = bench_trl(tmp, tokenizer, problems, args.steps + 2, os.path.join(tmp, "trl"),
+                                           shape)
+        mrl_times, mrl_active = bench_mrl(tmp, problems, args.steps + 2, args.threads, shape)
     trl_median = statistics.median(trl_times[2:])
     mrl_median = statistics.median(mrl_times[2:])
-    print(f"GRPO step, {PROMPTS} prompts x {G} completions, completion length <= {LENGTH}, "
+    print(f"GRPO step, {shape.prompts} prompts x {shape.group} completions, completion length <= {shape.length}, "
           f"{args.threads} threads, median of {args.steps} steps after 2 warm-up steps, numerics {state()['mode']}")
     print(f"  trl.GRPOTrainer : {trl_median * 1000:8.1f} ms/step  (mean completion length {trl_length:.1f})")
     print(f"  mrl PolicyActor : {mrl_median * 1000:8.1f} ms/step  (sequences forwarded per step "
-          f"{statistics.mean(mrl_active):.1f} of {PROMPTS * G})")
+          f"{statistics.mean(mrl_active):.1f} of {shape.prompts * shape.group})")
     print(f"  ratio mrl/TRL   : {mrl_median / trl_median:.3f}")
     hand_back({"trl.GRPOTrainer step": trl_median * 1000, "mrl PolicyActor step": mrl_median * 1000})
 

@@ -5,6 +5,7 @@ starting Ray and building actors) and the ratios to inline. Needs the default zo
 `make reproduce` or notebooks/00_zoo); 1 torch thread per worker, as in the default profile.
 
     .venv/bin/python benchmarks/bench_mwra.py [--steps 20] [--backends inline process ray]
+    .venv/bin/python benchmarks/bench_mwra.py --smoke    # 1 step, a tiny zoo and step (backends as given)
 """
 import argparse
 import dataclasses
@@ -15,14 +16,18 @@ from mrl.runtime.runner import RunSpec, run_concurrent  # noqa: E402
 from mrl.core.config import RunnerConfig  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
 from mrl.runtime.zoo import build_zoo  # noqa: E402
+from smoke import add_smoke_flag, tiny_profile  # noqa: E402
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--backends", nargs="+", default=["inline", "process", "ray"])
+    add_smoke_flag(parser)
     args = parser.parse_args()
     config = load_profile("default")
+    if args.smoke:
+        config, args.steps = tiny_profile(config), 1
     zoo = build_zoo(config.task, config.zoo, progress=False)
     paths = {name: str(zoo[name].path) for name in ("A", "B")}
     grpo = dataclasses.replace(config.grpo, steps=args.steps, eval_every=10**9)

@@ -2,7 +2,8 @@
 policy, a barrier each step) against the same grid packed two runs at a time (each inline in its own process), back
 to back in one run, cache off. Prints both wall times, their ratio, and whether the metrics agree.
 
-    .venv/bin/python benchmarks/bench_packing.py [--steps 20] [--seeds 0 1] [--probes grpo sgt]
+    .venv/bin/python benchmarks/bench_packing.py [--steps 20] [--seeds 0 1] [--probes grpo sgt] [--pairing A+B]
+    .venv/bin/python benchmarks/bench_packing.py --smoke    # one grpo run, 1 step, a tiny zoo and step
 """
 import argparse
 import dataclasses
@@ -13,6 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, before torch and numpy)
 from mrl.experiments import grid_runs, policy_paths, run_many  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
+from smoke import add_smoke_flag, tiny_profile  # noqa: E402
 
 
 def main():
@@ -21,8 +23,11 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--probes", nargs="+", default=["grpo", "sgt"])
     parser.add_argument("--pairing", default="A+B")
+    add_smoke_flag(parser)
     args = parser.parse_args()
     config = load_profile("default")
+    if args.smoke:   # one run each way: the process backend, then packed (one process, inline)
+        config, args.steps, args.seeds, args.probes = tiny_profile(config), 1, [0], ["grpo"]
     paths = policy_paths(config, progress=False)
     results, walls = {}, {}
     for label, packed, backend in (("one at a time, process backend", 1, "process"),

@@ -12,6 +12,7 @@ a non-zero advantage, so by default the two do not process the same sequences. `
 own sequence for every probe, the same-work comparison.
 
     .venv/bin/python benchmarks/bench_probes.py [--steps 12] [--no-skip] [--probes grpo sgt xgrpo prp prp_naive]
+    .venv/bin/python benchmarks/bench_probes.py --smoke    # every probe, 3 steps, 1 round, a tiny zoo and step
 """
 import argparse
 import dataclasses
@@ -25,6 +26,7 @@ from mrl.core.probes import probe_config  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
 from mrl.runtime.runner import RunSpec, run_concurrent  # noqa: E402
 from mrl.runtime.zoo import build_zoo  # noqa: E402
+from smoke import add_smoke_flag, tiny_profile  # noqa: E402
 
 
 def step_times(record, skip: int = 2) -> list[float]:
@@ -41,8 +43,11 @@ def main():
     parser.add_argument("--no-skip", action="store_true", help="forward zero-advantage sequences too (same work)")
     parser.add_argument("--probes", nargs="+", default=["grpo", "sgt", "xgrpo", "prp", "prp_naive"])
     parser.add_argument("--rounds", type=int, default=2, help="rounds over all probes (order reversed each round)")
+    add_smoke_flag(parser)
     args = parser.parse_args()
     config = load_profile("default")
+    if args.smoke:   # the median needs a step after the 2 dropped
+        config, args.steps, args.rounds = tiny_profile(config), 3, 1
     zoo = build_zoo(config.task, config.zoo, progress=False)
     paths = {name: str(zoo[name].path) for name in ("A", "B")}
     grpo = dataclasses.replace(config.grpo, steps=args.steps, eval_every=10**9,

@@ -10,6 +10,7 @@ and the share of the machine's measured matmul peak (2 x parameters FLOPs per to
 against the best torch.mm rate on this core count: a path that shares prompt work shows above its true rate).
 
     .venv/bin/python benchmarks/bench_rollout.py [--threads 1] [--repeats 5] [--new-tokens 6] [--numerics both]
+    .venv/bin/python benchmarks/bench_rollout.py --smoke    # 2 prompts x 2 completions of 2 tokens, 1 repeat
 """
 import argparse
 import os
@@ -22,6 +23,7 @@ import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, bef
 import torch  # noqa: E402
 
 from numerics_cost import add_numerics_flag, compare, hand_back  # noqa: E402
+from smoke import add_smoke_flag  # noqa: E402
 from mrl.numerics import state  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
 from mrl.core.batch import Decoding, encode_prompts  # noqa: E402
@@ -59,15 +61,19 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=6)
     add_numerics_flag(parser)
+    add_smoke_flag(parser)
     args = parser.parse_args()
     if args.numerics == "both":
         return compare(__file__, sys.argv[1:])
+    if args.smoke:
+        args.threads, args.repeats, args.new_tokens = 1, 1, 2
     torch.set_num_threads(args.threads)
     config = load_profile("default")
     task = make_task(config.task)
-    peak = matmul_peak()
-    prompts = [p.prompt for p in task.pool["S1"][:8] + task.pool["S2"][:8]]
-    group, new = config.grpo.group_size, args.new_tokens
+    peak = matmul_peak(0.1 if args.smoke else 1.0)
+    per_skill = 1 if args.smoke else 8
+    prompts = [p.prompt for p in task.pool["S1"][:per_skill] + task.pool["S2"][:per_skill]]
+    group, new = (2 if args.smoke else config.grpo.group_size), args.new_tokens
     print(f"GRPO-step batch: {len(prompts)} prompts x {group} completions, {new} new tokens each, "
           f"{args.threads} thread(s); matmul peak {peak / 1e9:.1f} GFLOP/s; numerics {state()['mode']}")
     timings = {}

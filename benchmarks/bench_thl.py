@@ -9,7 +9,8 @@
   step time. Uses the built default zoo if data/models holds it, else an untrained model of the
   same architecture (same shapes, same cost).
 
-    .venv/bin/python benchmarks/bench_thl.py [--n 1000] [--threads 1]
+    .venv/bin/python benchmarks/bench_thl.py [--n 1000] [--threads 1] [--steps 10]
+    .venv/bin/python benchmarks/bench_thl.py --smoke    # 20 completions, 1 step of 2 prompts x 2 + 2 sequences
 """
 import argparse
 import dataclasses
@@ -25,7 +26,7 @@ import torch  # noqa: E402
 from mrl.runtime.actor import policy_optimizer  # noqa: E402
 from mrl.core.config import GrpoConfig  # noqa: E402
 from mrl.core.probes.terms import own_grpo_loss  # noqa: E402
-from mrl.core.batch import RolloutBatch
+from mrl.core.batch import RolloutBatch  # noqa: E402
 from mrl.runtime.rollout import completion_logprobs, sample_groups  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
 from mrl.runtime.real_tokenizers import load_real_tokenizer, mixed_script_texts  # noqa: E402
@@ -33,6 +34,7 @@ from mrl.runtime.results import repo_root  # noqa: E402
 from mrl.core.tasks import make_task  # noqa: E402
 from mrl.core.thl import align_batch  # noqa: E402
 from mrl.runtime.zoo import build_model, family_dir, load_policy, train_tokenizer  # noqa: E402
+from smoke import add_smoke_flag, tiny_grpo  # noqa: E402
 
 
 def texts_of_tokens(pieces: list[str], tokenizer, target: int, n: int, seed: int = 0) -> list[str]:
@@ -48,6 +50,7 @@ def texts_of_tokens(pieces: list[str], tokenizer, target: int, n: int, seed: int
 
 
 def throughput(texts, src, dst) -> tuple[float, float]:
+    """(completions aligned and projected per second, mean tokens per completion) of `texts` from src to dst."""
     ids = [src.encode(t, add_special_tokens=False) for t in texts]
     start = time.perf_counter()
     for alignment, i in zip(align_batch(texts, src, dst, ids), ids):
@@ -61,7 +64,10 @@ def main():
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10)
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.n, args.threads, args.steps = 20, 1, 1
     torch.set_num_threads(args.threads)
     config = load_profile("default")
     task = make_task(config.task)
@@ -80,7 +86,7 @@ def main():
     else:
         tokenizer = bpe
         model, source = build_model(family, len(bpe), config.zoo.max_positions, 0), "untrained A (no zoo cached)"
-    cfg: GrpoConfig = config.grpo
+    cfg: GrpoConfig = tiny_grpo(config.grpo) if args.smoke else config.grpo
     optimizer = policy_optimizer(model.parameters(), cfg.lr)
     prompts = [p.prompt for p in task.pool["S1"][: cfg.prompts_per_step]]
     sampling = dataclasses.replace(cfg, temperature=1.0, engine="hf")   # the transformers loop at T = 1

@@ -5,9 +5,14 @@ and under bf16 autocast (`warmup.precision: bf16`), on the same batches, one tor
 Prints ms/step and the ratio to the reference, and whether this CPU computes bf16 natively (AVX512-BF16 or AMX): without
 it bf16 autocast is emulated and slower than fp32.
 
-    .venv/bin/python benchmarks/bench_warmup.py [--steps 20] [--families A B C] [--numerics both]
+    .venv/bin/python benchmarks/bench_warmup.py [--steps 20] [--families A B C] [--zoo heldout] [--numerics both]
+    .venv/bin/python benchmarks/bench_warmup.py --smoke    # 2 steps of 8 examples per variant and family
+
+--zoo heldout: the held-out experiment's task (arith-forms) and zoo (its families A and B, batch 128) instead of the
+default profile's.
 """
 import argparse
+import dataclasses
 import os
 import random
 import sys
@@ -17,10 +22,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, before torch and numpy)
 import torch  # noqa: E402
 
+from mrl.experiments.heldout import heldout_config  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
 from mrl.runtime.results import machine  # noqa: E402
 from mrl.core.tasks import ArithTask  # noqa: E402
 from numerics_cost import add_numerics_flag, compare, hand_back  # noqa: E402
+from smoke import add_smoke_flag, tiny_zoo  # noqa: E402
 from mrl.runtime.zoo import _collate, _encode_sources, build_model, train_tokenizer, warmup_step  # noqa: E402
 
 VARIANTS = (("transformers, fp32, AdamW per tensor", "hf", "fp32", False), ("fast, fp32", "fast", "fp32", True),
@@ -43,15 +50,23 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--families", nargs="+", default=["A", "B", "C"])
+    parser.add_argument("--zoo", choices=["default", "heldout"], default="default",
+                        help="the default profile's zoo and task, or the held-out experiment's")
     add_numerics_flag(parser)
+    add_smoke_flag(parser)
     args = parser.parse_args()
     if args.numerics == "both":
         return compare(__file__, sys.argv[1:])
     torch.set_num_threads(1)
     config = load_profile("default")
+    if args.zoo == "heldout":
+        config = heldout_config(config, config.experiment("heldout").zoo_seeds[0])
+    if args.smoke:
+        config, args.steps = dataclasses.replace(config, zoo=tiny_zoo(config.zoo)), 2
     task = ArithTask(config.task)
     cpu = machine()
-    print(f"warm-up steps of batch {config.zoo.warmup.batch_size}, {args.steps} steps per variant, 1 thread; "
+    print(f"{args.zoo} zoo ({config.task.name}): warm-up steps of batch {config.zoo.warmup.batch_size}, "
+          f"{args.steps} steps per variant, 1 thread; "
           f"{cpu['cpu']}, bf16 {'native' if cpu['native_bf16'] else 'emulated (no AVX512-BF16 or AMX)'}, "
           f"numerics {cpu['numerics']['mode']} (torch's kernels {cpu['numerics']['aten']})")
     timings = {}

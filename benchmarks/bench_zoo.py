@@ -7,10 +7,12 @@ older commit: check it out beside this one and run this file with that checkout 
     git worktree add /tmp/before e8142eb
     (cd /tmp/before && PYTHONPATH=/tmp/before python /path/to/benchmarks/bench_zoo.py --label before)
     .venv/bin/python benchmarks/bench_zoo.py --label now
+    .venv/bin/python benchmarks/bench_zoo.py --smoke    # the config's families, 2 warm-up steps of 8 examples each
 
 A few minutes per run on a 2-core CPU; not in `make bench`.
 """
 import argparse
+import dataclasses
 import tempfile
 import time
 
@@ -30,11 +32,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/default.yaml", help="a profile's config, relative to the cwd")
     parser.add_argument("--label", default="", help="a name for this run in the printed line")
+    parser.add_argument("--smoke", action="store_true", help="a tiny warm-up, seconds not minutes: checks that the "
+                                                             "script runs and prints its figure (meaningless)")
     args = parser.parse_args()
     from mrl.core.config import load_config
     from mrl.runtime.zoo import build_zoo
 
     config = load_config(args.config)
+    if args.smoke:   # smoke.py's tiny zoo, imported here only: an older checkout runs this file without --smoke
+        from smoke import tiny_task, tiny_zoo
+
+        config = dataclasses.replace(config, task=tiny_task(config.task), zoo=tiny_zoo(config.zoo))
     with tempfile.TemporaryDirectory() as root:
         start = time.perf_counter()
         build_zoo(config.task, config.zoo, root=root, progress=False)

@@ -6,8 +6,10 @@ mrl.reports.marginal's tables: prints the gap, ratio and cost tables as markdown
 policies run_marginal_gap needs (results/trained/<key>/, when missing).
 
     .venv/bin/python benchmarks/marginal_gap.py [--profile default] [--threads 1]
+    .venv/bin/python benchmarks/marginal_gap.py --smoke    # the smoke profile's pair, a tiny warm-up, 1 RL step
 """
 import argparse
+import dataclasses
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -19,14 +21,29 @@ from mrl.core.probes import probe_config  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
 from mrl.reports.marginal import cost_table, gap_table, ratio_table  # noqa: E402
 from mrl.core.seeding import torch_threads  # noqa: E402
+from smoke import add_smoke_flag, tiny_grpo, tiny_task, tiny_zoo  # noqa: E402
+
+
+def tiny_marginal(config):
+    """The profile with the held-out experiment tiny (its test split, its zoo, 1 RL step) and 1 prompt per skill."""
+    heldout = config.experiment("heldout")
+    heldout = dataclasses.replace(heldout, task=tiny_task(heldout.task), zoo=tiny_zoo(heldout.zoo), steps=1)
+    beyond = dataclasses.replace(config.experiment("beyond"), marginal_prompts=1)
+    return dataclasses.replace(config, grpo=tiny_grpo(config.grpo),
+                               experiments={**config.experiments, "heldout": heldout, "beyond": beyond})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="default")
     parser.add_argument("--threads", type=int, default=1)
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    if args.smoke:
+        args.profile, args.threads = "smoke", 1
     config = load_profile(args.profile)
+    if args.smoke:
+        config = tiny_marginal(config)
     with torch_threads(args.threads):
         rows, cost = run_marginal_gap(config)
     bounds = stepwise_bounds(probe_config("hacpo", minibatches=4))   # the ledger's HACPO arm

@@ -15,6 +15,7 @@ checks the terms' sizes and what they leave out (measured / plan near 1: the ter
 something). Random weights: memory does not depend on them.
 
     .venv/bin/python benchmarks/plan_vs_measured.py [--sequences 32] [--prompt 64] [--new 32]
+    .venv/bin/python benchmarks/plan_vs_measured.py --smoke    # the small model, 2 sequences of 8 + 4 tokens
 """
 import argparse
 import json
@@ -32,6 +33,7 @@ from mrl.core.batch import Decoding  # noqa: E402
 from mrl.core.config import PlacementConfig  # noqa: E402
 from mrl.runtime.resources import GB, Architecture, Workload, policy_memory  # noqa: E402
 from mrl.runtime.rollout import completion_logprobs, sample_completions  # noqa: E402
+from smoke import add_smoke_flag  # noqa: E402
 
 SIZES = {"small": dict(hidden_size=256, num_hidden_layers=4, intermediate_size=1024, num_attention_heads=4,
                        num_key_value_heads=2, vocab_size=4096),
@@ -104,9 +106,14 @@ def main():
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--eval-sequences", type=int, default=16)
     parser.add_argument("--eval-new", type=int, default=64)
+    add_smoke_flag(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    for name, shape in SIZES.items():
+    sizes = SIZES
+    if args.smoke:
+        sizes = {"small": SIZES["small"]}
+        args.sequences, args.prompt, args.new, args.eval_sequences, args.eval_new = 2, 8, 4, 2, 4
+    for name, shape in sizes.items():
         measure(name, shape, args.sequences, args.prompt, args.new, args.eval_sequences, args.eval_new)
 
 

@@ -7,6 +7,7 @@ pi_sampler|, as sampler_logp_diff_mean / _max; with `--correction` (a TRL vllm_i
 importance weight's min, mean and max too. The table prints per step and policy, then the mean over steps.
 
     .venv/bin/python benchmarks/sampler_mismatch.py [--profile smoke] [--steps 8] [--correction token_truncate]
+    .venv/bin/python benchmarks/sampler_mismatch.py --smoke    # 1 step, a tiny zoo and step
 """
 import argparse
 import dataclasses
@@ -22,6 +23,7 @@ from mrl.core.probes import probe_config  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
 from mrl.runtime.runner import RunSpec, run_concurrent  # noqa: E402
 from mrl.runtime.zoo import build_zoo  # noqa: E402
+from smoke import add_smoke_flag, tiny_profile  # noqa: E402
 
 
 def main():
@@ -30,8 +32,11 @@ def main():
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--probe", default="sgt")
     parser.add_argument("--correction", default="off", choices=SAMPLER_CORRECTIONS)
+    add_smoke_flag(parser)
     args = parser.parse_args()
     config = load_profile(args.profile)
+    if args.smoke:
+        config, args.steps = tiny_profile(config), 1
     zoo = build_zoo(config.task, config.zoo, progress=False)
     paths = {name: str(zoo[name].path) for name in ("A", "B")}
     grpo = dataclasses.replace(config.grpo, steps=args.steps, eval_every=10**9, sampler_correction=args.correction)
