@@ -272,17 +272,20 @@ replicated
 # The committed ledger of before ran RL seed s with the same prompt stream and sampling seeds on every warm-up
 # (crossed), so the warm-ups' means shared a seed effect that a t interval over them leaves out. Now each RL seed is
 # nested in its warm-up (`mrl.core.seeding.nested_rl_seed`; warm-up 0 keeps its streams). The RL seed's main effect
-# per claim from a two-way ANOVA, on the crossed runs (`paper_tables/claims_runs_crossed.csv`) and on these.
+# per claim from a two-way ANOVA, on these runs and, in the default profile, on the crossed runs of before
+# (`paper_tables/claims_runs_crossed.csv`).
 
 # %%
-crossed = read_endpoint_values(repo_root() / "paper_tables" / "claims_runs_crossed.csv")
-seed_effect = seed_effect_table({"crossed (before the nesting)": crossed[crossed.zoo_seed.isin(heldout.zoo_seeds)],
-                                 "nested (these runs)": values})
+designs = {"nested (these runs)": values}
+if profile == "default":   # the crossed runs of before are the default profile's committed ledger
+    crossed = read_endpoint_values(repo_root() / "paper_tables" / "claims_runs_crossed.csv")
+    designs = {"crossed (before the nesting)": crossed[crossed.zoo_seed.isin(heldout.zoo_seeds)], **designs}
+seed_effect = seed_effect_table(designs)
 write_table(seed_effect, "claims_seed_effect", run.tables,
             caption=f"The RL seed's main effect per primary claim on overall accuracy, two-way ANOVA without "
-                    f"interaction over the warm-ups x RL seeds: F (df), p and each seed's mean difference, under the "
-                    f"crossed design the ledger ran before (RL seed s drew the same streams on every warm-up) and the "
-                    f"nested one of these runs. It holds {len(seed_effect)} tests, unadjusted (descriptive): about "
+                    f"interaction over the warm-ups x RL seeds: F (df), p and each seed's mean difference, per design: "
+                    f"{' and '.join(designs)} (crossed: RL seed s drew the same streams on every warm-up; nested: "
+                    f"each warm-up's own). It holds {len(seed_effect)} tests, unadjusted (descriptive): about "
                     f"{0.05 * len(seed_effect):.1f} would fall below 0.05 by chance alone if no seed had an effect.")
 seed_effect
 
