@@ -52,9 +52,10 @@ from IPython.display import Markdown
 from mrl.experiments import run_many
 from mrl.experiments.heldout import confirmatory_runs
 from mrl.notebook import setup_notebook
-from mrl.reports.claims import endpoint_values
-from mrl.reports.confirmatory import (DESIGN, complete_warmups, confirmatory_test, fewest_warmups, leave_one_out,
-                                      plan_table, registered_plan, result_sentence, result_table)
+from mrl.reports.claims import seed_differences
+from mrl.reports.confirmatory import (DESIGN, confirmatory_analysis, fewest_warmups, leave_one_out, plan_table,
+                                      registered_plan, result_sentence, result_table)
+from mrl.reports.statistics import nested_variance_components
 from mrl.runtime.results import listing, write_table
 
 run = setup_notebook("75_confirmatory", profile)
@@ -92,10 +93,9 @@ plan_table(plan)
 confirm_runs = confirmatory_runs(config, progress)
 if confirm_runs:
     _, confirm_evals = run_many(confirm_runs, config.packed_runs, backend, progress=progress)
-    confirm_values = endpoint_values(confirm_evals)
+    confirm_values, confirm_d, confirmed = confirmatory_analysis(confirm_evals, block.seeds, heldout.pairing,
+                                                                 planned=len(block.zoo_seeds))
     confirm_values.to_csv(run.tables / "confirmatory_runs.csv", index=False)
-    confirm_d = complete_warmups(confirm_values, DESIGN, block.seeds)
-    confirmed = confirmatory_test(confirm_d, planned=len(block.zoo_seeds))
     write_table(result_table(confirmed), "confirmatory", run.tables,
                 caption=f"The confirmatory test (registered before its runs, docs/registration.md): "
                         f"{DESIGN.comparison} on {DESIGN.endpoint} held-out accuracy over {confirmed.warmups} fresh "
@@ -109,7 +109,11 @@ if confirm_runs:
                 caption="The confirmatory test with each warm-up left out (descriptive, deciding nothing): the mean "
                         "of the others and their t against 0, read at the full sample's two-sided critical t, so a "
                         "warm-up is flagged for what it moves, not for the degree of freedom its removal costs.")
-    confirm_text = result_sentence(confirmed)
+    components = nested_variance_components(seed_differences(confirm_values, DESIGN.comparison.probe,
+                                                             DESIGN.comparison.reference, DESIGN.endpoint))
+    confirm_text = (result_sentence(confirmed) + f" Beside it, deciding nothing: the SD between warm-ups "
+                    f"{components['between-warm-up SD']:.4f} and between RL seeds within one "
+                    f"{components['RL-seed SD']:.4f} (REML).")
 else:
     confirm_text = ("This profile has no confirmatory block (experiments.heldout.confirmatory): the default profile "
                     "holds the registered one.")

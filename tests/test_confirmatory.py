@@ -28,8 +28,16 @@ def test_a_null_result_is_not_confirmed_and_rules_out_the_papers_size():
 
 
 def test_a_clear_loss_reads_the_opposite_sign():
-    result = confirmatory_test(series([-0.01, -0.02, -0.015, -0.012, -0.018, -0.011]), planned=12)
-    assert result.reading is Reading.OPPOSITE and result.warmups == 6
+    result = confirmatory_test(series([-0.01, -0.02, -0.015, -0.012, -0.018, -0.011, -0.014, -0.016, -0.013, -0.017]),
+                               planned=12)
+    assert result.reading is Reading.OPPOSITE and result.warmups == 10
+
+
+def test_fewer_complete_warmups_than_registered_give_no_result_whatever_the_data_say():
+    result = confirmatory_test(series([0.02, 0.021, 0.019, 0.022, 0.02, 0.018, 0.021, 0.02, 0.019]), planned=12)
+    assert result.low > 0 and result.warmups == DESIGN.min_warmups - 1
+    assert result.reading is Reading.NO_RESULT and result.size is SizeReading.NO_RESULT
+    assert confirmatory_test(series([]), planned=12).reading is Reading.NO_RESULT
 
 
 def test_the_two_tests_keep_the_family_wise_error_at_alpha_on_either_null():
@@ -43,17 +51,19 @@ def test_the_two_tests_keep_the_family_wise_error_at_alpha_on_either_null():
         assert errors < DESIGN.alpha + 4 * np.sqrt(DESIGN.alpha * (1 - DESIGN.alpha) / 2000)
 
 
-def test_only_warmups_with_both_arms_on_every_seed_enter():
+def test_only_warmups_with_both_arms_on_every_seed_for_every_policy_of_the_pairing_enter():
     rows = []
-    for zoo in (100, 101, 102):
-        for seed in (0, 1):
-            for probe, value in (("grpo", 0.5), ("sgt", 0.52)):
-                for policy in ("A", "B"):
-                    if not (zoo == 102 and seed == 1 and probe == "sgt"):   # one run of warm-up 102 is missing
+    for zoo in (100, 101, 102, 103, 104):
+        for seed in (0, 1, 2):
+            for probe, value in (("grpo", 0.5), ("sgt", 0.52), ("prp", 0.9)):
+                for policy in ("A", "B", "C"):
+                    missing = (zoo == 102 and seed == 1 and probe == "sgt") or (zoo == 103 and policy == "B")
+                    if not missing:
                         rows.append({"pairing": "A+B", "probe": probe, "policy": policy, "seed": seed,
-                                     "zoo_seed": zoo, "overall": value})
-    d = complete_warmups(pd.DataFrame(rows), DESIGN, seeds=[0, 1])
-    assert list(d.index) == [100, 101] and d.to_numpy() == pytest.approx([0.02, 0.02])
+                                     "zoo_seed": zoo, "overall": value + (0.01 if policy == "C" else 0.0)})
+    rows.append({**rows[0]})   # warm-up 100's first row twice: that warm-up is left out
+    d = complete_warmups(pd.DataFrame(rows), DESIGN, seeds=[0, 1], policies=["A", "B"])
+    assert list(d.index) == [101, 104] and d.to_numpy() == pytest.approx([0.02, 0.02])
 
 
 def test_leave_one_out_reads_t_at_the_full_samples_critical_value():

@@ -14,9 +14,9 @@ from mrl.experiments.heldout import ConfirmatoryConfig
 from mrl.paths import repo_root
 from mrl.profiles import load_profile
 from mrl.reports import registration
-from mrl.reports.confirmatory import (DESIGN, PLAN, Design, Reading, fewest_warmups, registered_plan,
+from mrl.reports.confirmatory import (DESIGN, PLAN, Design, Reading, fewest_warmups, registered_plan, sd_at_seeds,
                                       t_p_value)
-from mrl.reports.statistics import t_power
+from mrl.reports.statistics import expected_power, t_power
 
 PAGE = repo_root() / "docs" / "registration.md"
 
@@ -67,6 +67,14 @@ def test_the_checksum_moves_with_a_setting_or_the_code_and_not_with_a_docstring(
         assert (registration.registration_checksum(config) != before) is moves, replacement.__name__
 
 
+def test_the_code_is_written_the_same_whatever_its_comments_and_docstrings():
+    plain = "def f(x):\n    return x + 1\n"
+    noted = 'def f(x):\n    """Adds one."""\n    # a comment\n\n    return (x\n            + 1)\n'
+    assert registration.canonical_code(plain) == registration.canonical_code(noted)
+    assert registration.canonical_code(plain) != registration.canonical_code(plain.replace("+ 1", "+ 2"))
+    assert "type_params" not in registration.canonical_code(plain)
+
+
 def test_the_pages_plan_is_the_computed_one():
     """Every number docs/registration.md's plan states, from mrl.reports.confirmatory."""
     text = " ".join(PAGE.read_text().split())
@@ -78,6 +86,12 @@ def test_the_pages_plan_is_the_computed_one():
     half = t_power(two, confirmatory.DESIGN.paper_effect / 2, PLAN.sd, confirmatory.DESIGN.alpha)
     assert f"{two} warm-ups have about {half:.0%} power" in text
     size = t_power(two, confirmatory.DESIGN.paper_effect, PLAN.sd, confirmatory.DESIGN.alpha, "less")
-    assert f"with about {size:.0%} power" in text
+    size_averaged = expected_power(two, confirmatory.DESIGN.paper_effect, PLAN.sd, PLAN.sd_df,
+                                   confirmatory.DESIGN.alpha, "less")
+    assert f"with about {size:.0%} power at the plug-in SD ({size_averaged:.0%} averaged over it)" in text
+    nested = expected_power(two, confirmatory.DESIGN.paper_effect, sd_at_seeds(PLAN, 1), PLAN.sd_df,
+                            confirmatory.DESIGN.alpha)
+    assert f"{sd_at_seeds(PLAN, 1):.4f}, the plan's 1-RL-seed SD, at which {two} warm-ups have {nested:.0%}" in text
+    assert f"fewer than {confirmatory.DESIGN.min_warmups} complete warm-ups" in text
     assert f"{PLAN.sd} on {PLAN.sd_df} df" in text and f"({PLAN.rl_seed_sd}," in text
     assert re.search(rf"smallest two-sided value is 2/{2 ** two}\b", text)

@@ -37,6 +37,8 @@ def test_warmup_zero_keeps_the_rl_seed_and_its_run_identity():
 @pytest.mark.parametrize("profile", ["smoke", "default", "full"])
 def test_every_warmup_and_rl_seed_of_a_profile_draws_its_own_stream(profile):
     heldout = load_profile(profile).experiment("heldout")
-    zoo_seeds = [*heldout.zoo_seeds, *heldout.replication_zoo_seeds]
-    seeds = [nested_rl_seed(z, s) for z, s in itertools.product(zoo_seeds, heldout.seeds)]
+    pairs = list(itertools.product([*heldout.zoo_seeds, *heldout.replication_zoo_seeds], heldout.seeds))
+    if heldout.confirmatory is not None:
+        pairs += itertools.product(heldout.confirmatory.zoo_seeds, heldout.confirmatory.seeds)
+    seeds = [nested_rl_seed(z, s) for z, s in pairs]
     assert len(set(seeds)) == len(seeds)

@@ -26,7 +26,7 @@ def nested_rl_seed(zoo_seed: int, rl_seed: int) -> int:
     streams, and the warm-ups' means share no seed effect). Warm-up 0 keeps the RL seed itself, the streams every
     run drew before the nesting: the zoo every other experiment trains on keeps its runs' bits and cache keys.
     Distinct (zoo_seed, rl_seed) pairs give distinct seeds (a 63-bit hash never equals a small RL seed in practice;
-    tests/test_runner.py checks the profiles' pairs)."""
+    tests/test_seeding.py checks the profiles' pairs, the confirmatory block's included)."""
     return rl_seed if zoo_seed == 0 else derived_seed("rl-seed", zoo_seed, rl_seed)
 
 

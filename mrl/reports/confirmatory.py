@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from mrl.reports.claims import unit_differences
+from mrl.reports.claims import endpoint_values, unit_differences
 from mrl.reports.statistics import expected_power, sign_flip_p_value, t_interval, t_p_value, t_power
 
 
@@ -27,6 +27,7 @@ class Reading(enum.Enum):
     CONFIRMED = "confirmed"
     NOT_CONFIRMED = "not confirmed"
     OPPOSITE = "contradicted: the opposite sign"
+    NO_RESULT = "no result: too few complete warm-ups"
 
 
 class SizeReading(enum.Enum):
@@ -34,6 +35,7 @@ class SizeReading(enum.Enum):
 
     RULED_OUT = "not reproduced at the paper's size"
     NOT_RULED_OUT = "the paper's size not ruled out"
+    NO_RESULT = "no result: too few complete warm-ups"
 
 
 @dataclass(frozen=True)
@@ -57,9 +59,11 @@ class Design:
     paper_effect: float
     """the paper's own difference, probe - reference, in accuracy (docs/papers.md: MRL's main figure)"""
     alpha: float
+    min_warmups: int
+    """the fewest complete warm-ups that give a result (fewer: "no result", whatever the data say)"""
 
 
-DESIGN = Design(Comparison("sgt", "grpo"), "overall", 0.013, 0.05)
+DESIGN = Design(Comparison("sgt", "grpo"), "overall", 0.013, 0.05, min_warmups=10)
 """the registered analysis (docs/registration.md)"""
 
 
@@ -82,13 +86,17 @@ class Result:
     size: SizeReading
 
 
-def complete_warmups(values: pd.DataFrame, design: Design, seeds: list[int]) -> pd.Series:
-    """d_z (indexed by zoo seed) over the warm-ups where both arms finished on every RL seed in `seeds` for every
-    policy: the mean over policies of each policy's mean paired difference over the seeds. values: endpoint_values
-    rows (pairing, probe, policy, seed, zoo_seed, the endpoint)."""
-    units = unit_differences(values, design.comparison.probe, design.comparison.reference, design.endpoint)
-    policies = values.policy.nunique()
-    complete = units[units.seeds == len(seeds)].groupby("zoo_seed").filter(lambda g: len(g) == policies)
+def complete_warmups(values: pd.DataFrame, design: Design, seeds: list[int], policies: list[str]) -> pd.Series:
+    """d_z (indexed by zoo seed) over the warm-ups where both arms of the comparison finished on exactly the RL seeds
+    `seeds` for every policy of `policies` (the pairing): the mean over those policies of each one's mean paired
+    difference over the seeds. values: endpoint_values rows (pairing, probe, policy, seed, zoo_seed, the endpoint);
+    rows of other probes, seeds or policies are left out first, and a duplicated or NaN row leaves its warm-up out."""
+    arms = (design.comparison.probe, design.comparison.reference)
+    chosen = values[values.probe.isin(arms) & values.seed.isin(seeds) & values.policy.isin(policies)]
+    chosen = chosen[~chosen.duplicated(["probe", "policy", "seed", "zoo_seed"], keep=False)]
+    units = unit_differences(chosen, design.comparison.probe, design.comparison.reference, design.endpoint)
+    complete = units[units.seeds == len(set(seeds))].groupby("zoo_seed").filter(
+        lambda g: sorted(g.policy) == sorted(set(policies)))
     return complete.groupby("zoo_seed")["diff"].mean()
 
 
@@ -107,14 +115,27 @@ def size_test(d, design: Design = DESIGN) -> tuple[float, SizeReading]:
 
 
 def confirmatory_test(d: pd.Series, planned: int, design: Design = DESIGN) -> Result:
-    """The registered test on d_z (complete_warmups): both labels, the interval and the checks beside them."""
+    """The registered test on d_z (complete_warmups): both labels, the interval and the checks beside them; with
+    fewer than design.min_warmups warm-ups, both labels say "no result"."""
     values = d.to_numpy(dtype=float)
     mean, low, high = t_interval(values, 1 - design.alpha)
     p_zero, reading = gatekeeper(values, design)
     p_size, size = size_test(values, design)
+    if len(values) < design.min_warmups:
+        reading, size = Reading.NO_RESULT, SizeReading.NO_RESULT
     return Result(warmups=len(values), planned=planned, mean=mean, low=low, high=high, p_zero=p_zero, p_size=p_size,
                   p_sign_flip=sign_flip_p_value(values, 0.0, "two-sided"), positive=int((values > 0).sum()),
                   reading=reading, size=size)
+
+
+def confirmatory_analysis(evals: pd.DataFrame, seeds: list[int], policies: list[str], planned: int,
+                          design: Design = DESIGN) -> tuple[pd.DataFrame, pd.Series, Result]:
+    """The whole registered analysis from the confirmatory runs' evaluation rows: (the per-run endpoint values,
+    d_z per complete warm-up, the Result). seeds: the block's RL seeds; policies: the pairing; planned: the block's
+    warm-ups."""
+    values = endpoint_values(evals)
+    d = complete_warmups(values, design, seeds, policies)
+    return values, d, confirmatory_test(d, planned, design)
 
 
 def leave_one_out(d: pd.Series, design: Design = DESIGN) -> pd.DataFrame:
