@@ -1,22 +1,11 @@
-"""The `mrl` command line: reproduce a profile, run one concurrent run, run the benchmarks.
-
-    mrl reproduce --profile smoke                  # every notebook of a profile (python -m mrl.reproduce)
-    mrl run --policies A+B --probe sgt --steps 20  # one run: results/runs/<key>/, its models in results/trained/<key>/
-    mrl run --config my_run.yaml --seed 1          # the same from a YAML file (flags override it)
-    mrl run --policies out/A+B --set grpo.lr=3e-5 --output-dir out2   # a trained folder, a setting, the models kept
-    mrl run --resume out2                          # a killed run continues from its newest intact checkpoint
-    mrl bench rollout thl                          # benchmarks/bench_<name>.py; no name: all of them
-    mrl plan --profile paper --gpus 2x80           # each policy's GPU memory and GPU (mrl.runtime.resources)
-
-`mrl <command> --help` lists each command's options and their allowed values. A run's steps, evaluations and
-events are read back with `mrl.runtime.results.load_runs()`; its trained policies are transformers folders
-(`AutoModelForCausalLM.from_pretrained(out/A)`, mrl.runtime.saving).
+"""What the `mrl` commands do, once mrl.command has parsed their arguments (its USAGE lists the commands and
+examples): `mrl run` (RunRequest, run_request: one concurrent run, cached, its trained policies saved), `mrl bench`
+and `mrl plan`. A run's steps, evaluations and events are read back with `mrl.runtime.results.load_runs()`; its
+trained policies are transformers folders (`AutoModelForCausalLM.from_pretrained(out/A)`, mrl.runtime.saving).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import os
 import re
 import shutil
 import subprocess
@@ -29,9 +18,10 @@ from typing import Annotated, Literal
 
 import yaml
 
-from mrl import reproduce
-from mrl.core.config import BACKENDS, REPORT_TO, RunConfig
-from mrl.core.probes import PROBES, as_probe_config
+from mrl.command import BENCHMARKS
+from mrl.core.choices import BACKENDS, REPORT_TO
+from mrl.core.config import RunConfig
+from mrl.core.probes import as_probe_config
 from mrl.core.validation import ConfigError, Count, PositiveInt, StrictLoader, Str, config_dataclass, to_dict
 from mrl.experiments import Run, policy_paths, run_one
 from mrl.experiments.runs import trained_folder
@@ -40,8 +30,6 @@ from mrl.profiles import PROFILES, load_profile
 from mrl.runtime.checkpoint import latest as latest_checkpoint
 from mrl.runtime.resources import parse_gpus, plan_resources, plan_trl
 
-BENCHMARKS = ("grpo_step", "rollout", "thl", "probes", "packing", "warmup", "mwra")
-"""benchmarks/bench_<name>.py, in the order `make bench` runs them"""
 
 
 @config_dataclass
@@ -280,76 +268,15 @@ def _plan(args) -> int:
     return 0
 
 
-def parser() -> argparse.ArgumentParser:
-    main = argparse.ArgumentParser(prog="mrl", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = main.add_subparsers(dest="command", required=True, metavar="{reproduce,run,bench,plan}")
-    commands.add_parser("reproduce", help="run every notebook of a profile (papermill) and regenerate its outputs",
-                        add_help=False)
-    run = commands.add_parser("run", help="one concurrent run of the profile's policies under one probe",
-                              description="One concurrent run into results/runs/<key>/ (cached: the same run "
-                                          "is read back unless --recompute), its trained policies saved as "
-                                          "transformers folders into --output-dir (default results/trained/<key>/). "
-                                          "Flags override the --config file.")
-    run.add_argument("--config", help="a YAML file of these fields (profile, policies, probe, steps, seed, "
-                                      "backend, report_to, set)")
-    run.add_argument("--profile", choices=PROFILES, help="whose zoo, task and GRPO settings (default smoke)")
-    run.add_argument("--policies", help="policies joined by '+', each a profile's policy name, a local transformers "
-                                        "folder or a Hub id in the local cache, e.g. A+B, out/A+B (default A+B)")
-    run.add_argument("--probe", help=f"a probe name ({', '.join(PROBES)}) or a YAML mapping of one and its knobs, "
-                                     "e.g. '{name: sgt, lam: 0.3}' (default grpo)")
-    run.add_argument("--steps", type=int, help="RL steps (default: the profile's)")
-    run.add_argument("--seed", type=int, help="seed (default 0)")
-    run.add_argument("--backend", choices=BACKENDS, help="MWRA backend (default: the profile's)")
-    run.add_argument("--report-to", dest="report_to", choices=REPORT_TO, help="live metrics (default none)")
-    run.add_argument("--set", action="append", metavar="PATH=VALUE",
-                     help="a setting of the profile's config by dotted path, validated as its YAML is, e.g. --set "
-                          "grpo.lr=1e-6 --set grpo.group_size=8 --set runner.checkpoint_every=2 (repeatable)")
-    run.add_argument("--output-dir", dest="output_dir",
-                     help="where the trained policies go, as transformers folders DIR/<policy>/, with the "
-                          "checkpoints (DIR/checkpoints/), the tables and request.yaml (default: "
-                          "results/trained/<key>/)")
-    run.add_argument("--resume", metavar="DIR",
-                     help="continue the run in DIR (an earlier --output-dir) from its newest intact checkpoint; a "
-                          "checkpoint of another experiment is refused")
-    run.add_argument("--recompute", action="store_true",
-                     help="run again even when the cache holds the run, discarding earlier checkpoints")
-    bench = commands.add_parser("bench", help="run benchmarks/bench_<name>.py (all when no name is given)")
-    bench.add_argument("names", nargs="*", metavar="NAME", help=f"benchmarks to run, from {list(BENCHMARKS)}")
-    plan = commands.add_parser("plan", help="the GPU memory of each policy of a profile and the GPU that holds it",
-                               description="Each policy's weights, gradients, Adam states, frozen models, KV "
-                                           "cache and activations (GB, estimated from its architecture and the "
-                                           "profile's batch and placement) and its GPU; a plan that does not fit "
-                                           "is refused, naming the policy and the shortfall.")
-    plan.add_argument("--profile", choices=PROFILES, default="paper", help="a profile with pretrained policies")
-    plan.add_argument("--gpus", default="1x80", help="GB per GPU: NxGB (2x80) or GB,GB,... (default 1x80)")
-    plan.add_argument("--prompt-tokens", dest="prompt_tokens", type=int, default=256,
-                      help="tokens of a prompt with its chat template (default 256)")
-    plan.add_argument("--teachers", action="store_true", help="plan for a probe with a teacher (trrd)")
-    plan.add_argument("--pairing", help="plan only these policies, e.g. A+B (default: all the profile's)")
-    plan.add_argument("--trainer", choices=("runner", "trl"), default="runner",
-                      help="mrl's runner (default) or TRL's GRPOTrainer, one trainer per policy (docs/trl.md)")
-    plan.add_argument("--vllm", action="store_true", help="with --trainer trl: sampling by a colocated vLLM engine")
-    plan.add_argument("--vllm-share", dest="vllm_share", type=float, default=0.3,
-                      help="with --vllm: the share of a GPU vLLM takes (TRL's vllm_gpu_memory_utilization, 0.3)")
-    return main
+COMMANDS = {"run": _run, "bench": _bench, "plan": _plan}
+"""what `mrl <command>` runs once mrl.command has parsed its arguments"""
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    if argv[:1] == ["reproduce"]:
-        return reproduce.main(argv[1:], prog="mrl reproduce")
-    cli = parser()
-    args = cli.parse_args(argv)
-    if args.command == "bench" and set(args.names) - set(BENCHMARKS):
-        cli.error(f"bench: {sorted(set(args.names) - set(BENCHMARKS))} not allowed; expected names from "
-                  f"{list(BENCHMARKS)}")
-    try:
-        return {"run": _run, "bench": _bench, "plan": _plan}[args.command](args)
-    except (ConfigError, FileNotFoundError) as err:
-        cli.exit(2, f"mrl {args.command}: error: {err}\n")
+    """`mrl` (mrl.command.main, which parses the arguments before importing this module)."""
+    from mrl.command import main as command_main
+
+    return command_main(argv)
 
 
 if __name__ == "__main__":

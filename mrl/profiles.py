@@ -9,14 +9,20 @@ the grids.
 """
 from __future__ import annotations
 
-from mrl.core.config import RunConfig, load_config
+from typing import TYPE_CHECKING
+
 from mrl.paths import repo_root
+
+if TYPE_CHECKING:
+    from mrl.core.config import RunConfig
 
 PROFILES = ("smoke", "default", "full", "paper")
 
 
 def load_profile(profile: str) -> RunConfig:
     """The RunConfig of a profile; an unknown profile names the allowed ones, a bad probe entry its probe."""
+    from mrl.core.config import load_config   # here: `mrl --help` reads PROFILES without importing torch
+
     if profile not in PROFILES:
         raise ValueError(f"profile={profile!r} is not allowed; expected one of {list(PROFILES)}")
     config = load_config(repo_root() / "configs" / f"{profile}.yaml")

@@ -127,3 +127,22 @@ def test_load_runs_skips_unfinished_runs_and_checks_the_table(tmp_path):
     assert load_runs(tmp_path, "events").event.tolist() == ["dropped B"]
     with pytest.raises(ValueError, match="allowed values"):
         load_runs(tmp_path, "rewards")
+
+
+def test_help_imports_nothing_heavy():
+    """`mrl --help` and `mrl run --help` are answered by mrl.command, whose imports stop short of torch,
+    transformers and the runtime (no time is asserted: what is imported is)."""
+    code = ("import sys\nfrom mrl.command import parser\n"
+            "for argv in (['--help'], ['run', '--help']):\n"
+            "    try:\n        parser().parse_args(argv)\n    except SystemExit:\n        pass\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'mrl.cli', 'mrl.core.config', 'pandas') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+
+
+def test_the_built_in_probes_the_help_lists_are_the_registrys():
+    from mrl.core.choices import BUILTIN_PROBES
+    from mrl.core.probes import PROBES
+
+    assert set(BUILTIN_PROBES) == {name for name, probe in PROBES.items() if probe.module.startswith("mrl.core.")}

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "mrl"
 LAYERS = {"mrl.paths": 0, "mrl.numerics": 0, "mrl.fingerprint": 0, "mrl.core": 1, "mrl.runtime": 2,
           "mrl.experiments": 3, "mrl.integrations": 3, "mrl.profiles": 3, "mrl.reports": 4, "mrl.notebook": 4,
-          "mrl.cli": 4, "mrl.reproduce": 4}
+          "mrl.cli": 4, "mrl.command": 4, "mrl.reproduce": 4}
 
 
 def layer(module: str) -> int:

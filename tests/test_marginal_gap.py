@@ -4,6 +4,7 @@ ratio definitions differ by exactly the gap over the THL groups, the cost is bot
 count what they say on small hand-made inputs; the marginal arms of the ledger are read by the ledger's rule."""
 import dataclasses
 import math
+import types
 from pathlib import Path
 
 import numpy as np
@@ -290,8 +291,8 @@ def test_the_marginal_comparison_runs_its_pairs_warm_up_by_warm_up(monkeypatch):
     from mrl.profiles import load_profile
 
     full = load_profile("full")
-    monkeypatch.setattr(heldout_module, "policy_paths", lambda c, progress=True: {
-        f.name: f"/zoo/{f.name}-{c.zoo.warmup.seed}" for f in c.zoo.families})
+    monkeypatch.setattr(heldout_module, "build_zoos", lambda task, zoos, root=None, progress=True: [
+        {f.name: types.SimpleNamespace(path=f"/zoo/{f.name}-{zoo.warmup.seed}") for f in zoo.families} for zoo in zoos])
     labelled = heldout_module.marginal_arm_runs(full, progress=False)
     heldout = full.experiment("heldout")
     arms = [label for pair in heldout_module.marginal_arms(heldout) for label in pair]

@@ -16,17 +16,13 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 
 from mrl.core import validation
+from mrl.core.choices import BACKENDS, REPORT_TO
 from mrl.core.grpo import LEVELS, LOSS_TYPES, Surrogate
 from mrl.core.mismatch import SAMPLER_CORRECTIONS
 from mrl.core.validation import (Bool, ConfigError, Count, Float, Fraction, Int, NonEmpty, Positive, PositiveInt, Str,
                             config_dataclass, require)
 
 ENGINES = ("fast", "hf", "generate", "batched", "graphs")
-BACKENDS = ("inline", "process", "ray")
-"""MWRA's backends (mrl.runtime.mwra.make_backend): actors in this process, one spawned process each, one Ray actor
-each"""
-REPORT_TO = ("none", "tensorboard", "trackio", "wandb")
-"""the trackers that can receive a run's live metrics (mrl.runtime.tracking.make_reporters)"""
 PRECISIONS = ("fp32", "bf16")
 TASKS = ("arith-ops", "arith-forms", "gsm8k")
 SKILLS = ("S1", "S2", "S3")
