@@ -17,7 +17,7 @@ from mrl.runtime.results import RunCacheWarning, load_runs, write_run_record
 
 
 def help_text(*args) -> str:
-    done = subprocess.run([sys.executable, "-m", "mrl.cli", *args, "--help"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "mrl.command", *args, "--help"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
