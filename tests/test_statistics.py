@@ -5,7 +5,6 @@ versions live here, as the independent reference."""
 import itertools
 
 import numpy as np
-import pandas as pd
 import pytest
 from scipy import stats
 
