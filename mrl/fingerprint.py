@@ -28,8 +28,8 @@ log-probs it trains on (rollout.py's forward, token_logprobs.py's softmax) and t
 under (config.py's values that matter are in the key itself)"""
 
 
-def code_without_docs(text: str) -> str:
-    """ast.dump of a module with every docstring removed: a body's first string and the strings that document an
+def tree_without_docs(text: str) -> ast.Module:
+    """The syntax tree of `text` with every docstring removed: a body's first string and the strings that document an
     attribute after its assignment, i.e. every statement that is a bare string and so does nothing (comments never
     reach the tree)."""
     tree = ast.parse(text)
@@ -39,7 +39,12 @@ def code_without_docs(text: str) -> str:
             if isinstance(statements, list) and statements and isinstance(statements[0], ast.stmt):
                 kept = [s for s in statements if not is_bare_string(s)]
                 setattr(node, name, kept or ([ast.Pass()] if name == "body" else []))
-    return ast.dump(tree)
+    return tree
+
+
+def code_without_docs(text: str) -> str:
+    """ast.dump of tree_without_docs(text): the code a fingerprint hashes."""
+    return ast.dump(tree_without_docs(text))
 
 
 def is_bare_string(statement: ast.stmt) -> bool:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from mrl.profiles import load_profile
 from mrl.reports.claims import MIN_WARMUPS
+from mrl.reports.confirmatory import DESIGN
 from mrl.reports.marginal import marginal_arms_result
 
 NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the results are in the files)
@@ -166,7 +167,7 @@ def confirmatory_block(tables: Path) -> str:
                 "runs, on warm-ups no one had run) and has not run yet. Until it has, every verdict below is "
                 "exploratory.\n")
     row = pd.read_csv(tables / "confirmatory.csv", dtype=str, keep_default_na=False).iloc[0]
-    interval = next(column for column in row.index if column.endswith("t interval"))
+    interval = f"{1 - DESIGN.alpha:.0%} t interval"   # result_table's column
     size = row["paper's size"]
     return (f"**The confirmatory test** (registered before its runs, `docs/registration.md`): `{row['comparison']}` "
             f"on {row['endpoint']} held-out accuracy over {row['warm-ups (planned)']} fresh warm-ups is "

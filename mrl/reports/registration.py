@@ -20,7 +20,7 @@ from mrl.core import seeding
 from mrl.core.config import RunConfig
 from mrl.core.validation import to_dict
 from mrl.experiments import heldout, runs
-from mrl.fingerprint import is_bare_string
+from mrl.fingerprint import tree_without_docs
 from mrl.reports import claims, confirmatory, probes, statistics
 
 REGISTERED_FUNCTIONS = (
@@ -60,12 +60,7 @@ def canonical_code(source: str) -> str:
     """A function's or module's syntax tree, docstrings left out, written out field by field with empty fields and
     type parameters omitted: the same text on Python 3.11, 3.12 and 3.13 (ast.dump's own format differs between them),
     and the same whatever the comments, blank lines or line breaks."""
-    tree = ast.parse(textwrap.dedent(source))
-    for node in ast.walk(tree):
-        for name in ("body", "orelse", "finalbody"):
-            statements = getattr(node, name, None)
-            if isinstance(statements, list) and statements and isinstance(statements[0], ast.stmt):
-                setattr(node, name, [s for s in statements if not is_bare_string(s)] or [ast.Pass()])
+    tree = tree_without_docs(textwrap.dedent(source))
 
     def written(value) -> str:
         if isinstance(value, ast.AST):
