@@ -241,9 +241,9 @@ power = claims_power(values, ledger)
 write_table(power_table(power), "claims_power", run.tables,
             caption=f"The primary ledger's power ({runs_text}): per claim with a size to detect, the effect under the "
                     f"paper's size against the test's null, the between-warm-up and RL-seed SDs of the paired "
-                    f"difference (one-way random effects), the SD of the warm-up means, the power of the two-sided t "
-                    f"test at Holm's strictest level, and the warm-ups needed for {POWER_TARGET:.0%} power with 1 RL "
-                    f"seed and with this grid's seeds.")
+                    f"difference (REML, a random intercept per warm-up), the SD of the warm-up means, the power of the "
+                    f"two-sided t test at Holm's strictest level, and the warm-ups needed for {POWER_TARGET:.0%} power "
+                    f"with 1 RL seed and with this grid's seeds.")
 power_table(power)
 
 # %% [markdown]
