@@ -8,6 +8,7 @@ import dataclasses
 import re
 
 import numpy as np
+import pandas as pd
 
 import mrl.reports.confirmatory as confirmatory
 from mrl.experiments.heldout import ConfirmatoryConfig
@@ -93,5 +94,22 @@ def test_the_pages_plan_is_the_computed_one():
                             confirmatory.DESIGN.alpha)
     assert f"{sd_at_seeds(PLAN, 1):.4f}, the plan's 1-RL-seed SD, at which {two} warm-ups have {nested:.0%}" in text
     assert f"fewer than {confirmatory.DESIGN.min_warmups} complete warm-ups" in text
-    assert f"{PLAN.sd} on {PLAN.sd_df} df" in text and f"({PLAN.rl_seed_sd}," in text
+    assert "is 6.75 + 11.5 minutes of one core" in text and 6.75 + 11.5 == PLAN.zoo_core_minutes
+    assert f"about {PLAN.run_core_minutes} minutes of one core" in text
+    assert f"as much as about {round(PLAN.zoo_core_minutes / PLAN.run_core_minutes)} runs" in text
     assert re.search(rf"smallest two-sided value is 2/{2 ** two}\b", text)
+
+
+def test_the_pages_numbers_from_the_committed_ledger_are_its_tables():
+    """The ledger's SD of d_z and the crossed seed effect of sgt - grpo, as paper_tables/ hold them."""
+    from mrl.reports.claims import read_endpoint_values, seed_differences
+    from mrl.reports.statistics import seed_main_effect
+
+    text = " ".join(PAGE.read_text().split())
+    tables = repo_root() / "paper_tables"
+    power = pd.read_csv(tables / "claims_power.csv", dtype=str).set_index("comparison")
+    assert f"the ledger's {power.loc['sgt - grpo', 'SD of d_z']} on 4 df" in text
+    crossed = seed_main_effect(seed_differences(read_endpoint_values(tables / "claims_runs_crossed.csv"), "sgt",
+                                                "grpo", "overall"))
+    assert f"F(1, 4) = {crossed['F']:.2f}" in text
+    assert f"{PLAN.sd} on {PLAN.sd_df} df" in text and f"({PLAN.rl_seed_sd}," in text
