@@ -44,9 +44,13 @@
 #   probe is paired with its reference run by run; the differences are averaged within each zoo seed, and the 95% t
 #   interval is over the zoo seeds (df = warm-ups - 1). A hierarchical bootstrap (warm-ups, then RL seeds) is a check.
 # - *Verdicts:* each claim's tests (against 0, two-sided, read by the sign; against the paper's own effect size; or
-#   against the margin) form one Holm family with every other claim's on the primary endpoints: supported,
-#   contradicted or inconclusive. Beside each verdict: an exact sign-flip p, the verdict with each warm-up left out,
-#   and rule v1's verdict.
+#   against the margin) form one Holm family with every other claim's on the primary endpoints: supported (smaller
+#   than the paper's when its size is ruled out too), contradicted (the opposite sign, or outside the margin), not
+#   reproduced at the paper's size (the paper's effect ruled out, the sign undetermined) or inconclusive. The
+#   secondary family runs the same tests on the other endpoint and its labels describe that endpoint ("in the
+#   claim's direction"); they are not verdicts on the claims. Beside each verdict: an exact sign-flip p, the verdict
+#   with each warm-up left out (the reduced sample read at the full sample's degrees of freedom, so that a change
+#   flags that warm-up's influence, not the lost degree of freedom), and rule v1's verdict.
 # - *Like for like:* HACPO and its baselines run with 4 optimizer updates per step, and so does a GRPO arm, so GRAFT's
 #   claim compares HACPO with GRPO at the same number of updates.
 # - *Beside the ledger:* GRAFT (a reconstruction) and the ledger's HACPO arm and GRAFT with `tokenization: marginal`
@@ -213,7 +217,8 @@ ledger_caption = (f"the mean paired difference over the warm-ups with its unadju
                   f"warm-up) units above 0, the paper's own effect (docs/papers.md), the Holm-adjusted p of the test "
                   f"against 0 (or the margin) and against the paper's size, all of the family's tests corrected "
                   f"together, the exact sign-flip p of the first (unadjusted), the verdict under rule v2 (at least "
-                  f"{MIN_WARMUPS} warm-ups; margin {MARGIN}), the verdict with each warm-up left out, and rule v1's "
+                  f"{MIN_WARMUPS} warm-ups; margin {MARGIN}; the secondary family's labels describe its endpoint), the "
+                  f"verdict with each warm-up left out (read at the full sample's degrees of freedom), and rule v1's "
                   f"verdict on these same comparisons and endpoints (docs/claims.md).")
 ledgers = {}
 for family, name in (("primary", "claims"), ("secondary", "claims_secondary")):

@@ -13,10 +13,11 @@ from mrl.reports.claims import (CLAIMS, claims_ledger, claims_power, endpoint_va
                                 hierarchical_bootstrap, ledger_interval_count, ledger_sentence, ledger_table,
                                 like_for_like_table, read_endpoint_values, replication_column, unit_differences,
                                 variance_split)
-from mrl.reports.claims_rule import MARGIN, Claim, claim_hypotheses, v1_tests, verdict_v2
+from mrl.reports.claims_rule import (MARGIN, Claim, Verdict, VerdictKind, claim_hypotheses, judge, leave_one_out,
+                                     v1_tests, verdict_v2)
 from mrl.reports.statistics import holm_adjusted as holm
 from mrl.reports.statistics import sign_flip_p_value as sign_flip_p
-from mrl.reports.statistics import t_p_value, t_power, warmups_for_power
+from mrl.reports.statistics import t_p_value, t_p_value_at_df, t_power, warmups_for_power
 from mrl.reports.paired import chance_note
 from mrl.runtime.results import repo_root
 
@@ -111,12 +112,12 @@ BETTER = Claim("P", "x beats y", "x", "y", "better", 0.05, "")
 @pytest.mark.parametrize("diff, p_sign, p_size, expected", [
     (0.08, 0.001, 0.9, "supported"),
     (0.02, 0.01, 0.01, "supported, smaller than the paper's"),        # real, and below the paper's effect
-    (-0.005, 0.4, 0.001, "contradicted: the paper's size ruled out, sign undetermined"),
+    (-0.005, 0.4, 0.001, "not reproduced at the paper's size"),     # the paper's +0.05 ruled out, sign open
     (-0.06, 0.001, 0.001, "contradicted: the opposite sign"),         # its own two-sided test, read by the sign
     (0.03, 0.3, 0.4, "inconclusive"),                                 # holds both 0 and +0.05
 ])
 def test_rule_v2_verdicts_read_each_label_from_a_holm_adjusted_test(diff, p_sign, p_size, expected):
-    assert verdict_v2(BETTER, diff, {"sign": p_sign, "size": p_size}) == expected
+    assert verdict_v2(BETTER, diff, {"sign": p_sign, "size": p_size}).value == expected
 
 
 def test_a_claim_is_never_tested_twice_on_one_statistic():
@@ -133,11 +134,11 @@ def test_a_claim_is_never_tested_twice_on_one_statistic():
 def test_no_loss_and_no_gain_claims_use_the_margin():
     no_loss = Claim("P", "", "x", "y", "no_loss", 0.0, "")
     no_gain = Claim("P", "", "x", "y", "no_gain", 0.0, "")
-    assert verdict_v2(no_loss, 0.001, {"margin": 0.01}) == "supported"
-    assert verdict_v2(no_loss, -0.05, {"margin": 0.01}) == "contradicted"
-    assert verdict_v2(no_gain, 0.001, {"margin": 0.01}) == "supported"
-    assert verdict_v2(no_gain, 0.05, {"margin": 0.01}) == "contradicted"
-    assert verdict_v2(no_gain, 0.001, {"margin": 0.2}) == "inconclusive"
+    assert verdict_v2(no_loss, 0.001, {"margin": 0.01}) is VerdictKind.SUPPORTED
+    assert verdict_v2(no_loss, -0.05, {"margin": 0.01}) is VerdictKind.CONTRADICTED
+    assert verdict_v2(no_gain, 0.001, {"margin": 0.01}) is VerdictKind.SUPPORTED
+    assert verdict_v2(no_gain, 0.05, {"margin": 0.01}) is VerdictKind.CONTRADICTED
+    assert verdict_v2(no_gain, 0.001, {"margin": 0.2}) is VerdictKind.INCONCLUSIVE
     small = np.array([0.001, -0.002, 0.0015, 0.0, -0.001])   # rule v1's complements, kept for the side-by-side
     assert v1_tests(no_loss, small)["support"] < 0.05 and v1_tests(no_gain, small)["support"] < 0.05
     assert MARGIN == 0.01
@@ -176,10 +177,10 @@ def test_the_ledger_on_known_effects():
     """SGT +0.03 over GRPO everywhere; PRP 0.05 below SGT; nothing else ran."""
     evals = make_evals({"sgt": 0.03, "prp": -0.02}, noise=0.002)
     ledger = claims_ledger(endpoint_values(evals)).set_index("comparison")
-    assert ledger.loc["sgt - grpo", "verdict"] == "supported"
-    assert ledger.loc["prp - sgt", "verdict"] == "supported"   # -0.05, as the paper's -0.050
-    assert ledger.loc["sgt - grpo", "leave-one-out"] == "stable" and ledger.loc["sgt - grpo", "tests"] == 4
-    assert (ledger.drop(index=["sgt - grpo", "prp - sgt"]).verdict == "not run").all()
+    assert ledger.loc["sgt - grpo", "verdict"].kind is VerdictKind.SUPPORTED
+    assert ledger.loc["prp - sgt", "verdict"].kind is VerdictKind.SUPPORTED   # -0.05, as the paper's -0.050
+    assert not ledger.loc["sgt - grpo", "leave-one-out"].fragile and ledger.loc["sgt - grpo", "tests"] == 4
+    assert all(v.kind is VerdictKind.NOT_RUN for v in ledger.drop(index=["sgt - grpo", "prp - sgt"]).verdict)
     table = ledger_table(ledger.reset_index())
     assert table.loc[0, "warm-ups x seeds"] == "5 x 2" and table.loc[0, "paper's effect"] == "+0.013"
     sentence = ledger_sentence(ledger.reset_index(), "overall held-out accuracy")
@@ -191,20 +192,21 @@ def test_the_ledger_on_known_effects():
     assert list(evidence.columns[-6:]) == ["zoo 0", "zoo 1", "zoo 2", "zoo 3", "zoo 4", "positive"]
 
 
-def test_an_effect_far_below_the_papers_is_contradicted():
+def test_an_effect_far_below_the_papers_is_not_reproduced_at_its_size():
     evals = make_evals({"hacpo (minibatches=4)": 0.0, "gspo (minibatches=4)": 0.0, "naive (minibatches=4)": 0.0},
                        noise=0.002)
     ledger = claims_ledger(endpoint_values(evals)).set_index("comparison")
     # the paper's +0.032 lies far above an interval around 0; so does its -0.069 for naive sharing, below it
-    smaller = "contradicted: the paper's size ruled out, sign undetermined"
-    assert ledger.loc["hacpo (minibatches=4) - gspo (minibatches=4)", "verdict"] == smaller
-    assert ledger.loc["naive (minibatches=4) - gspo (minibatches=4)", "verdict"] == smaller
+    for comparison in ("hacpo (minibatches=4) - gspo (minibatches=4)", "naive (minibatches=4) - gspo (minibatches=4)"):
+        assert ledger.loc[comparison, "verdict"].label(edge=False) == "not reproduced at the paper's size"
+    assert "1 not reproduced at the paper's size" not in ledger_sentence(ledger.reset_index(), "x")
+    assert "2 not reproduced at the paper's size (hacpo" in ledger_sentence(ledger.reset_index(), "x")
 
 
 def test_fewer_than_three_warm_ups_get_no_verdict():
     ledger = claims_ledger(endpoint_values(make_evals({"sgt": 0.05}, zoos=(0, 1), noise=0.001))).set_index(
         "comparison")
-    assert ledger.loc["sgt - grpo", "verdict"] == "too few warm-ups (2)"
+    assert ledger.loc["sgt - grpo", "verdict"].label() == "too few warm-ups (2)"
     assert ledger_sentence(ledger.reset_index(), "x").startswith("No claim has a verdict on x: 1 ran on 2 warm-up(s)")
 
 
@@ -245,7 +247,29 @@ def test_one_warm_up_that_carries_a_verdict_is_flagged_fragile():
     sgt = values.probe == "sgt"
     values.loc[sgt, "overall"] += values.loc[sgt, "zoo_seed"].map(gain)
     row = claims_ledger(values).set_index("comparison").loc["sgt - grpo"]
-    assert row.verdict == "inconclusive" and row["leave-one-out"] == "fragile: without zoo 4, supported"
+    assert row.verdict.kind is VerdictKind.INCONCLUSIVE
+    assert row["leave-one-out"].label() == "fragile: without zoo 4, supported"
+
+
+def test_leave_one_out_reads_the_reduced_sample_at_the_full_samples_critical_value():
+    """Dropping a warm-up that does not move the estimate or its SD changes nothing: the four left are read on the
+    five's 4 df, so the lost degree of freedom alone cannot flip a verdict."""
+    d = pd.Series([0.010, 0.022, 0.016, 0.016, 0.016], index=range(5))
+    claim = (Claim("P", "x beats y", "x", "y", "better", None, ""),)
+    (full,) = judge(claim, [d.to_numpy()])
+    (without,) = leave_one_out(claim, [d], [2])
+    assert full["verdict"].kind is VerdictKind.SUPPORTED and without[2].kind is VerdictKind.SUPPORTED
+    reduced = d.drop(2).to_numpy()
+    assert t_p_value_at_df(reduced, 0.0, "two-sided", 4) < t_p_value(reduced, 0.0, "two-sided")
+    assert t_p_value_at_df(reduced, 0.0, "two-sided", 3) == pytest.approx(t_p_value(reduced, 0.0, "two-sided"))
+
+
+def test_the_secondary_family_describes_and_does_not_judge():
+    evals = make_evals({"sgt": 0.03, "prp": -0.02}, noise=0.002)
+    secondary = claims_ledger(endpoint_values(evals), "secondary").set_index("comparison")
+    assert secondary.loc["sgt - grpo", "verdict"].label(edge=False) == "in the claim's direction"
+    assert ledger_sentence(secondary.reset_index(), "x").startswith(
+        "On x, 2 claims were described on 5 warm-ups, their 4 tests in one Holm family: 2 in the claim's direction")
 
 
 def test_the_variance_split_recovers_warm_up_and_seed_spread():
@@ -285,9 +309,11 @@ def row_tests(ledger: pd.DataFrame) -> int:
 
 
 def test_replication_reads_each_verdict_kind():
-    primary = pd.DataFrame({"verdict": ["supported", "contradicted: the opposite sign", "inconclusive",
-                                        "supported, smaller than the paper's"]})
-    second = pd.DataFrame({"verdict": ["supported (near)", "inconclusive", "supported", "supported"]})
+    kinds = VerdictKind
+    primary = pd.DataFrame({"verdict": [Verdict(k) for k in (kinds.SUPPORTED, kinds.OPPOSITE, kinds.INCONCLUSIVE,
+                                                              kinds.SMALLER)]})
+    second = pd.DataFrame({"verdict": [Verdict(kinds.SUPPORTED, near_edge=True), Verdict(kinds.INCONCLUSIVE),
+                                       Verdict(kinds.SUPPORTED), Verdict(kinds.SUPPORTED)]})
     assert replication_column(primary, second) == ["replicated", "not replicated: inconclusive",
                                                    "primary inconclusive; replication supported",
                                                    "replicated"]

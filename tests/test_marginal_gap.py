@@ -258,19 +258,21 @@ def test_the_arms_result_reads_each_pair_from_its_table():
 
 
 def test_a_verdict_that_only_moves_near_the_alpha_edge_is_the_same_verdict():
-    from mrl.reports.marginal import as_reading, same_verdict
+    from mrl.reports.claims_rule import Fragility, Verdict, VerdictKind
+    from mrl.reports.marginal import fragility_reading, same_verdict
 
-    contradicted = "contradicted: the paper's size ruled out, sign undetermined"
-    assert same_verdict(contradicted, contradicted) == "yes"
-    assert same_verdict(contradicted, contradicted + " (near the alpha edge)") == ("yes, near the alpha edge with "
-                                                                                   "the marginal")
-    assert same_verdict("inconclusive (near the alpha edge)", "inconclusive") == ("yes, near the alpha edge with the "
-                                                                                  "canonical")
-    assert same_verdict("inconclusive", "supported") == "no"
-    assert as_reading("fragile: without zoo 1, supported") == "fragile: without zoo 1, higher with the marginal"
-    assert as_reading("fragile: without zoo 0 or 2, contradicted: the opposite sign") == (
+    unsized = Verdict(VerdictKind.NOT_AT_PAPER_SIZE)
+    assert same_verdict(unsized, unsized) == "yes"
+    assert same_verdict(unsized, Verdict(VerdictKind.NOT_AT_PAPER_SIZE, near_edge=True)) == (
+        "yes, near the alpha edge with the marginal")
+    assert same_verdict(Verdict(VerdictKind.INCONCLUSIVE, near_edge=True), Verdict(VerdictKind.INCONCLUSIVE)) == (
+        "yes, near the alpha edge with the canonical")
+    assert same_verdict(Verdict(VerdictKind.INCONCLUSIVE), Verdict(VerdictKind.SUPPORTED)) == "no"
+    assert fragility_reading(Fragility(((Verdict(VerdictKind.SUPPORTED), (1,)),))) == (
+        "fragile: without zoo 1, higher with the marginal")
+    assert fragility_reading(Fragility(((Verdict(VerdictKind.OPPOSITE), (0, 2)),))) == (
         "fragile: without zoo 0 or 2, lower with the marginal")
-    assert as_reading("stable") == "stable"
+    assert fragility_reading(Fragility()) == "stable" and fragility_reading(None) == ""
 
 
 def test_a_marginal_arm_needs_its_canonical_twin():

@@ -12,11 +12,13 @@ The analysis (docs/claims.md gives its reasons and history; the decision rule is
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
-from mrl.reports.claims_rule import (ALPHA, MARGIN, MIN_WARMUPS, Claim, claim_hypotheses, fragility, judge, judge_v1,
-                                     leave_one_out)
+from mrl.reports.claims_rule import (ALPHA, MARGIN, MIN_WARMUPS, Claim, Verdict, VerdictKind, claim_hypotheses,
+                                     fragility, judge, judge_v1, leave_one_out)
 from mrl.reports.paired import interval_cell, paired_differences, t_interval
 from mrl.reports.palette import policy_colour, probe_colour
 from mrl.reports.probes import rescue_skills, with_overall
@@ -172,7 +174,7 @@ def warmup_differences(values: pd.DataFrame, claim: Claim, column: str) -> pd.Se
 
 def p_cell(p: float) -> str:
     """A p-value with 3 significant digits ("" when not tested)."""
-    return "" if p is None or p != p else f"{p:.3g}"
+    return "" if p is None or math.isnan(p) else f"{p:.3g}"
 
 
 def claims_ledger(values: pd.DataFrame, family: str = "primary", claims: tuple[Claim, ...] = CLAIMS) -> pd.DataFrame:
@@ -180,14 +182,15 @@ def claims_ledger(values: pd.DataFrame, family: str = "primary", claims: tuple[C
     the other one; FAMILIES), from the per-run endpoint values (endpoint_values or the committed claims_runs.csv): the
     warm-ups, the mean difference with its t interval and the hierarchical bootstrap's, the sign counts per (policy,
     zoo), the paper's effect, every test's raw, Holm and sign-flip p (claims_rule.judge), the verdict under rule v2,
-    whether it is near the alpha edge, the leave-one-warm-up-out verdicts and their fragility, and rule v1's verdict.
-    Arms that did not run: "not run".
+    as a Verdict (with whether it is near the alpha edge), its leave-one-warm-up-out Fragility, and rule v1's verdict.
+    Arms that did not run: VerdictKind.NOT_RUN. The secondary family's verdicts carry descriptive labels.
     claims: the family's claims (the ledger's CLAIMS; another question judged by the same rule passes its own)."""
     columns = [family_endpoint(claim, family) for claim in claims]
     differences = [warmup_differences(values, claim, column) for claim, column in zip(claims, columns)]
-    judged = judge(claims, [d.to_numpy() for d in differences])
+    judged = judge(claims, [d.to_numpy() for d in differences], family)
     warmups = sorted(set().union(*(d.index for d in differences)))
-    without = leave_one_out(claims, differences, warmups) if len(warmups) > MIN_WARMUPS else [{} for _ in claims]
+    without = leave_one_out(claims, differences, warmups, family) if len(warmups) > MIN_WARMUPS else \
+        [{} for _ in claims]
     v1 = judge_v1(claims, [d.to_numpy() for d in differences])
     rows = []
     for claim, column, d, result, dropped, old in zip(claims, columns, differences, judged, without, v1):
@@ -202,7 +205,7 @@ def claims_ledger(values: pd.DataFrame, family: str = "primary", claims: tuple[C
                         "positive units": f"{int((units['diff'] > 0).sum())}/{len(units)}"})
             row["bootstrap low"], row["bootstrap high"] = hierarchical_bootstrap(values, claim.probe, claim.reference,
                                                                                  column)
-        row["leave-one-out"] = fragility(result["verdict"], dropped) if dropped else ""
+        row["leave-one-out"] = fragility(result["verdict"], dropped) if dropped else None
         row["rule v1 verdict"] = old
         rows.append(row)
     return pd.DataFrame(rows)
@@ -213,10 +216,6 @@ def deciding_p(row: dict, kind: str = "Holm") -> float:
     claim."""
     role = "margin" if row["kind"] in ("no_loss", "no_gain") else "sign"
     return row.get(f"p {role} ({kind})", float("nan"))
-
-
-NEAR_EDGE = " (near the alpha edge)"
-"""what ledger_table adds to a verdict whose deciding p lies near alpha"""
 
 
 def ledger_table(ledger: pd.DataFrame) -> pd.DataFrame:
@@ -237,13 +236,14 @@ def ledger_table(ledger: pd.DataFrame) -> pd.DataFrame:
         "95% t over warm-ups": [interval(r, "low", "high") for r in records],
         "95% bootstrap": [interval(r, "bootstrap low", "bootstrap high") for r in records],
         "positive units": [r.get("positive units", "") if r["zoos"] else "" for r in records],
-        "paper's effect": ["not reported" if e is None or e != e else f"{e:+.3f}" for e in ledger["paper's effect"]],
+        "paper's effect": ["not reported" if e is None or math.isnan(e) else f"{e:+.3f}"
+                           for e in ledger["paper's effect"]],
         "p vs 0 or margin (Holm)": [p_cell(deciding_p(r)) for r in records],
         "p vs paper's size (Holm)": [p_cell(r.get("p size (Holm)")) for r in records],
         "p sign-flip (raw)": [p_cell(deciding_p(r, "sign-flip")) for r in records],
-        "verdict": [r["verdict"] + (NEAR_EDGE if r.get("near edge") is True else "")
-                    for r in records],
-        "leave one warm-up out": ledger["leave-one-out"], "rule v1": ledger["rule v1 verdict"]})
+        "verdict": [r["verdict"].label() for r in records],
+        "leave one warm-up out": ["" if f is None else f.label() for f in ledger["leave-one-out"]],
+        "rule v1": ledger["rule v1 verdict"]})
 
 
 def evidence_table(values: pd.DataFrame, column: str = "overall") -> pd.DataFrame:
@@ -283,7 +283,7 @@ def claims_power(values: pd.DataFrame, ledger: pd.DataFrame) -> pd.DataFrame:
         for seeds in sorted({1, k}):   # var(d_z) at `seeds` seeds: the observed one, moved by the RL-seed term
             extra = split["RL-seed SD"] ** 2 * (1 / seeds - 1 / k) if seeds != k else 0.0
             sd = np.sqrt(row["sd"] ** 2 + extra)
-            needed = warmups_for_power(effect, sd, level, POWER_TARGET, fewest=MIN_WARMUPS) if sd == sd else None
+            needed = None if math.isnan(sd) else warmups_for_power(effect, sd, level, POWER_TARGET, fewest=MIN_WARMUPS)
             out[f"warm-ups for {POWER_TARGET:.0%} ({seeds} RL seed{'s' * (seeds > 1)})"] = needed
         rows.append(out)
     return pd.DataFrame(rows)
@@ -293,28 +293,37 @@ def power_table(power: pd.DataFrame) -> pd.DataFrame:
     """claims_power rounded for the paper, each comparison named with its claim's kind where it has two."""
     out = power.assign(comparison=claim_labels(power)).drop(columns="claim")
     for name in ("between-warm-up SD", "RL-seed SD", "SD of d_z"):
-        out[name] = out[name].map(lambda v: "" if v != v else f"{v:.4f}")
+        out[name] = out[name].map(lambda v: "" if math.isnan(v) else f"{v:.4f}")
     out["level"] = out["level"].map(lambda v: f"{v:.2g}")
-    out["power"] = out["power"].map(lambda v: "" if v != v else f"{v:.0%}")
+    out["power"] = out["power"].map(lambda v: "" if math.isnan(v) else f"{v:.0%}")
     for name in [c for c in out if c.startswith("warm-ups for")]:
-        out[name] = out[name].map(lambda v: "over 200" if v is None or v != v else str(int(v)))
+        out[name] = out[name].map(lambda v: "over 200" if v is None or math.isnan(v) else str(int(v)))
     return out
 
 
-def replication_column(primary: pd.DataFrame, replication: pd.DataFrame) -> list[str]:
-    """Per claim: "replicated" when the replication's rule v2 verdict has the primary's kind (supported or
-    contradicted, with its sign), "not replicated: <the replication's verdict>" when it does not, and for a primary
-    that was inconclusive or untested, "primary <verdict>; replication <verdict>" (a claim the first set could not
-    decide can still be decided by the second)."""
-    def kind(verdict: str) -> str:   # "supported, smaller than the paper's" replicates "supported"
-        return verdict.split(" (")[0].split(",")[0]
+DECIDED = (VerdictKind.SUPPORTED, VerdictKind.SMALLER, VerdictKind.CONTRADICTED, VerdictKind.OPPOSITE,
+           VerdictKind.NOT_AT_PAPER_SIZE)
+"""the verdicts a replication can repeat (the others decide nothing)"""
 
+
+def replication_kind(verdict: Verdict) -> VerdictKind:
+    """The verdict's kind as a replication reads it: supported, smaller than the paper's, replicates supported."""
+    return VerdictKind.SUPPORTED if verdict.kind is VerdictKind.SMALLER else verdict.kind
+
+
+def replication_column(primary: pd.DataFrame, replication: pd.DataFrame) -> list[str]:
+    """Per claim: "replicated" when the replication's rule v2 verdict has the primary's kind (replication_kind),
+    "not replicated: <the replication's verdict>" when it does not, and for a primary that decided nothing (DECIDED),
+    "primary <verdict>; replication <verdict>" (a claim the first set could not decide can still be decided by the
+    second). primary, replication: claims_ledger of the two sets of warm-ups."""
     out = []
     for first, second in zip(primary.verdict, replication.verdict):
-        if not kind(first).startswith(("supported", "contradicted")):
-            out.append(f"primary {kind(first)}; replication {kind(second)}")
+        shown = replication_kind(second).value
+        if first.kind not in DECIDED:
+            out.append(f"primary {first.label(edge=False)}; replication {shown}")
         else:
-            out.append("replicated" if kind(second) == kind(first) else f"not replicated: {kind(second)}")
+            out.append("replicated" if replication_kind(second) is replication_kind(first) else
+                       f"not replicated: {shown}")
     return out
 
 
@@ -339,8 +348,8 @@ def like_for_like_table(values: pd.DataFrame) -> pd.DataFrame:
 
 
 def verdict_counts(ledger: pd.DataFrame) -> pd.Series:
-    """How many claims got each verdict."""
-    return ledger.verdict.value_counts().sort_index()
+    """How many claims got each verdict (its label without the near-the-edge note)."""
+    return ledger.verdict.map(lambda v: v.label(edge=False)).value_counts().sort_index()
 
 
 KIND_LABELS = {"no_loss": " (no loss)", "no_gain": " (no gain)"}
@@ -355,43 +364,59 @@ def claim_labels(rows: pd.DataFrame) -> list[str]:
 
 
 def verdict_kinds(ledger: pd.DataFrame) -> pd.Series:
-    """supported / contradicted / inconclusive / not run, the first word of each verdict."""
-    return ledger.verdict.str.split(r"[,:]", regex=True).str[0]
+    """Each verdict's outcome (VerdictKind.outcome): supported, contradicted, not reproduced at the paper's size,
+    inconclusive or not judged."""
+    return ledger.verdict.map(lambda v: v.kind.outcome)
+
+
+OUTCOME_WORDS = {"supported": "supported", "contradicted": "contradicted",
+                 "not reproduced at the paper's size": "not reproduced at the paper's size",
+                 "inconclusive": "inconclusive"}
+DESCRIPTIVE_OUTCOME_WORDS = {"supported": "in the claim's direction or inside its margin",
+                             "contradicted": "against the claim's direction or outside its margin",
+                             "not reproduced at the paper's size": "below the paper's size with the direction "
+                                                                   "undetermined",
+                             "inconclusive": "undetermined after Holm"}
+"""how ledger_sentence counts the outcomes of a family of verdicts, and of the secondary family's descriptions"""
 
 
 def ledger_sentence(ledger: pd.DataFrame, endpoint: str) -> str:
     """The ledger in one sentence, from the table: how many claims got a verdict on how many warm-ups, in one Holm
     family of how many tests, and how many were supported, contradicted and inconclusive on `endpoint`."""
-    ran = ledger[ledger.verdict != "not run"]
+    ran = ledger[ledger.verdict.map(lambda v: v.kind is not VerdictKind.NOT_RUN)]
     judged = ran[ran.zoos >= MIN_WARMUPS]
     if judged.empty:
         return (f"No claim has a verdict on {endpoint}: " + (f"{len(ran)} ran on {int(ran.zoos.max())} warm-up(s), "
                 f"fewer than {MIN_WARMUPS}." if len(ran) else "their arms did not run."))
     kinds = verdict_kinds(judged)
+    descriptive = judged.verdict.iloc[0].descriptive
+    words = DESCRIPTIVE_OUTCOME_WORDS if descriptive else OUTCOME_WORDS
     named = lambda kind: "; ".join(claim_labels(judged[kinds == kind])) or "none"  # noqa: E731
-    return (f"On {endpoint}, {len(judged)} claims were judged on {int(judged.zoos.max())} warm-ups, their "
-            f"{int(judged.tests.max())} tests in one Holm family: "
-            f"{int((kinds == 'supported').sum())} supported ({named('supported')}), "
-            f"{int((kinds == 'contradicted').sum())} contradicted ({named('contradicted')}) and "
-            f"{int((kinds == 'inconclusive').sum())} inconclusive.")
+    counts = [f"{int((kinds == kind).sum())} {words[kind]}" + (f" ({named(kind)})" if kind != "inconclusive" else "")
+              for kind in words if kind != "not reproduced at the paper's size" or (kinds == kind).any()]
+    what = "claims were described" if descriptive else "claims were judged"
+    return (f"On {endpoint}, {len(judged)} {what} on {int(judged.zoos.max())} warm-ups, their "
+            f"{int(judged.tests.max())} tests in one Holm family: " + ", ".join(counts[:-1]) + f" and {counts[-1]}.")
 
 
 def claim_sentence(row: dict) -> str:
     """One ledger row as a sentence: the comparison, the mean difference and its t interval over the warm-ups, the
     paper's effect, the deciding Holm p, the verdict on this substrate, and its fragility."""
-    head = f"`{row['comparison']}`"
-    if not row["zoos"] or row["verdict"] == "not run":
+    head, verdict = f"`{row['comparison']}`", row["verdict"]
+    if not row["zoos"] or verdict.kind is VerdictKind.NOT_RUN:
         return f"{head}: not run."
     if row["zoos"] < MIN_WARMUPS:
-        return f"{head}: {row['verdict']}."
+        return f"{head}: {verdict.label()}."
     effect = row["paper's effect"]
-    paper = "the paper gives no size" if effect is None or effect != effect else f"the paper's effect is {effect:+.3f}"
-    edge = ", near the alpha edge" if row.get("near edge") is True else ""
-    fragile = f"; {row['leave-one-out']}" if str(row.get("leave-one-out", "")).startswith("fragile") else ""
+    paper = "the paper gives no size" if effect is None or math.isnan(effect) else \
+        f"the paper's effect is {effect:+.3f}"
+    edge = ", near the alpha edge" if verdict.near_edge else ""
+    without = row.get("leave-one-out")
+    fragile = f"; {without.label()}" if without is not None and without.fragile else ""
     return (f"{head}: {row['diff']:+.3f} [{row['low']:+.3f}, {row['high']:+.3f}] over {int(row['zoos'])} warm-ups x "
             f"{int(row['seeds per zoo'])} RL seeds; {paper}; Holm p {p_cell(deciding_p(row))} against "
-            f"{'the margin' if row['kind'] in ('no_loss', 'no_gain') else '0'}; **{row['verdict']}** on this "
-            f"substrate{edge}{fragile}.")
+            f"{'the margin' if row['kind'] in ('no_loss', 'no_gain') else '0'}; **{verdict.label(edge=False)}** on "
+            f"this substrate{edge}{fragile}.")
 
 
 def ledger_result(ledgers: dict[str, pd.DataFrame]) -> str:
@@ -419,19 +444,25 @@ def ledger_discussion(ledger: pd.DataFrame, power: pd.DataFrame | None = None) -
     def listed(kind: str) -> str:
         rows = judged[kinds == kind]
         return ", ".join(f"`{label}` (Holm p {p_cell(deciding_p(r))}"
-                         + (", fragile" if str(r["leave-one-out"]).startswith("fragile") else "") + ")"
+                         + (", fragile" if r["leave-one-out"] is not None and r["leave-one-out"].fragile else "")
+                         + ")"
                          for label, r in zip(claim_labels(rows), rows.to_dict("records")))
 
     sentences = [f"On this substrate the data support {listed('supported') or 'no claim'}."]
-    opposite = judged[judged.verdict.str.contains("opposite sign")]
-    sized = judged[judged.verdict.str.contains("size ruled out|smaller than the paper", regex=True)]
+    verdicts = judged.verdict.map(lambda v: v.kind)
+    opposite = judged[verdicts == VerdictKind.OPPOSITE]
+    smaller = judged[verdicts == VerdictKind.SMALLER]
+    unsigned = judged[verdicts == VerdictKind.NOT_AT_PAPER_SIZE]
     if len(opposite):
         sentences.append(f"They show the opposite sign to the claim for "
                          f"{', '.join(f'`{c}`' for c in claim_labels(opposite))}.")
-    if len(sized):
-        sentences.append(f"They rule out the paper's own effect size for "
-                         f"{', '.join(f'`{c}`' for c in claim_labels(sized))}: the effect here is smaller than the "
-                         f"paper reports (where the sign stays undetermined the verdict says so).")
+    if len(smaller):
+        sentences.append(f"They support {', '.join(f'`{c}`' for c in claim_labels(smaller))} with an effect "
+                         f"smaller than the paper's own.")
+    if len(unsigned):
+        sentences.append(f"They do not reproduce the paper's size for "
+                         f"{', '.join(f'`{c}`' for c in claim_labels(unsigned))}: the paper's effect is ruled out, "
+                         f"and the sign of the effect here is undetermined.")
     if (kinds == "inconclusive").any():
         sized_claims = judged["paper's effect"].notna() & judged["kind"].isin(["better", "worse"])
         undecided = "the data neither confirm these claims nor rule out the papers' effects" \
@@ -535,7 +566,7 @@ def endpoint_table(evals: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     table = pd.DataFrame({"policy": numbers.policy,
                           "weak form": [weak.get((p, q), "") for p, q in zip(numbers.pairing, numbers.policy)],
                           "probe": numbers.probe, "runs": numbers.runs,
-                          "warm-ups": ["" if n != n else str(int(n)) for n in numbers["weak Δ n"]],
+                          "warm-ups": ["" if math.isnan(n) else str(int(n)) for n in numbers["weak Δ n"]],
                           "weak": numbers.weak.round(3)})
     for column in ("weak", "overall"):
         if column == "overall":

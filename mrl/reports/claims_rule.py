@@ -6,12 +6,13 @@ is regenerated. docs/claims.md gives both rules, the reason for every change and
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import Enum
 
 import numpy as np
 from scipy import stats
 
-from mrl.reports.statistics import holm_adjusted, sign_flip_p_value, t_p_value
+from mrl.reports.statistics import holm_adjusted, sign_flip_p_value, t_p_value, t_p_value_at_df
 
 MARGIN = 0.01
 """non-inferiority and non-superiority margin, in accuracy (docs/claims.md: below the smallest gain the papers
@@ -89,85 +90,177 @@ def claim_hypotheses(claim: Claim) -> tuple[Hypothesis, ...]:
     return tuple(tests)
 
 
-SUPPORTED, SMALLER = "supported", "supported, smaller than the paper's"
-OPPOSITE, SIZE_RULED_OUT = "contradicted: the opposite sign", \
-    "contradicted: the paper's size ruled out, sign undetermined"
-VERDICTS = (SUPPORTED, SMALLER, "contradicted", OPPOSITE, SIZE_RULED_OUT, "inconclusive")
-"""rule v2's verdicts (a margin claim is supported, contradicted or inconclusive)"""
+class VerdictKind(Enum):
+    """Rule v2's verdicts; the value is the label the primary family shows. A margin claim (no_loss, no_gain) is
+    supported, contradicted or inconclusive; a directional one (better, worse) is supported (smaller than the paper's
+    when the size test rejects too), of the opposite sign, not reproduced at the paper's size (the size test rejects,
+    the sign test does not), or inconclusive."""
+
+    SUPPORTED = "supported"
+    SMALLER = "supported, smaller than the paper's"
+    CONTRADICTED = "contradicted"
+    OPPOSITE = "contradicted: the opposite sign"
+    NOT_AT_PAPER_SIZE = "not reproduced at the paper's size"
+    INCONCLUSIVE = "inconclusive"
+    TOO_FEW = "too few warm-ups"
+    NOT_RUN = "not run"
+
+    @property
+    def outcome(self) -> str:
+        """What the verdict says of the claim, in the ledger's counts: supported, contradicted, not reproduced at the
+        paper's size, inconclusive or not judged."""
+        return OUTCOMES[self]
 
 
-def verdict_v2(claim: Claim, diff: float, adjusted: dict[str, float]) -> str:
+OUTCOMES = {VerdictKind.SUPPORTED: "supported", VerdictKind.SMALLER: "supported",
+            VerdictKind.CONTRADICTED: "contradicted", VerdictKind.OPPOSITE: "contradicted",
+            VerdictKind.NOT_AT_PAPER_SIZE: "not reproduced at the paper's size",
+            VerdictKind.INCONCLUSIVE: "inconclusive", VerdictKind.TOO_FEW: "not judged",
+            VerdictKind.NOT_RUN: "not judged"}
+"""each verdict's outcome (VerdictKind.outcome)"""
+DESCRIPTIVE = {VerdictKind.SUPPORTED: "in the claim's direction",
+               VerdictKind.SMALLER: "in the claim's direction, below the paper's size",
+               VerdictKind.OPPOSITE: "against the claim's direction",
+               VerdictKind.NOT_AT_PAPER_SIZE: "below the paper's size, direction undetermined",
+               VerdictKind.INCONCLUSIVE: "direction undetermined after Holm"}
+DESCRIPTIVE_MARGIN = {VerdictKind.SUPPORTED: "inside the margin", VerdictKind.CONTRADICTED: "outside the margin",
+                      VerdictKind.INCONCLUSIVE: "undetermined against the margin after Holm"}
+"""the secondary family's labels: the same tests read as descriptions of the other endpoint, not as verdicts on the
+claim (the claim's verdict is its primary endpoint's)"""
+NEAR_EDGE_NOTE = " (near the alpha edge)"
+"""what a label adds when its deciding Holm-adjusted p lies near alpha"""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One claim's verdict as data; tables and sentences format it (label).
+
+    kind: rule v2's verdict. near_edge: its deciding Holm-adjusted p lies within NEAR_EDGE of ALPHA. warmups: the
+    warm-ups it read (named in "too few warm-ups (2)"). margin: the claim is a no_loss or no_gain one. descriptive:
+    it belongs to the secondary family, whose labels describe (DESCRIPTIVE) rather than judge."""
+
+    kind: VerdictKind
+    near_edge: bool = False
+    warmups: int = 0
+    margin: bool = False
+    descriptive: bool = False
+
+    def label(self, edge: bool = True) -> str:
+        """The verdict as a table shows it, with the near-the-edge note when `edge`."""
+        if self.kind is VerdictKind.TOO_FEW:
+            return f"too few warm-ups ({self.warmups})"
+        text = (DESCRIPTIVE_MARGIN if self.margin else DESCRIPTIVE).get(self.kind, self.kind.value) \
+            if self.descriptive else self.kind.value
+        return text + (NEAR_EDGE_NOTE if edge and self.near_edge else "")
+
+    def __str__(self) -> str:
+        return self.label()
+
+
+@dataclass(frozen=True)
+class Fragility:
+    """Leave-one-warm-up-out as data: {other verdict: the warm-ups whose removal gives it}; empty when no single
+    warm-up's removal changes the verdict (stable)."""
+
+    changes: tuple[tuple[Verdict, tuple], ...] = ()
+
+    @property
+    def fragile(self) -> bool:
+        return bool(self.changes)
+
+    def label(self, reading=None) -> str:
+        """"stable", or "fragile: without zoo 0 or 3, <verdict>; ..."; reading: a function from a Verdict to the
+        words to show for it (its label by default)."""
+        if not self.changes:
+            return "stable"
+        named = lambda zoos: ", ".join(zoos[:-1]) + f" or {zoos[-1]}" if len(zoos) > 1 else zoos[0]  # noqa: E731
+        shown = reading or (lambda v: v.label(edge=False))
+        return "fragile: " + "; ".join(f"without zoo {named([str(z) for z in zoos])}, {shown(verdict)}"
+                                       for verdict, zoos in self.changes)
+
+    def __str__(self) -> str:
+        return self.label()
+
+
+def verdict_v2(claim: Claim, diff: float, adjusted: dict[str, float]) -> VerdictKind:
     """Rule v2's verdict from the Holm-adjusted p-values of the claim's tests ({role: p}) and the mean difference,
     whose sign reads a rejected two-sided test. A margin claim: supported when d is inside the margin, contradicted
     outside it. A directional claim: supported (smaller than the paper's when the size test rejects too), the
-    opposite sign, the paper's size ruled out with the sign undetermined, or inconclusive."""
+    opposite sign, not reproduced at the paper's size (the size test alone rejects), or inconclusive."""
     passes = {role: p < ALPHA for role, p in adjusted.items()}
     if not claim.directional:
         if not passes["margin"]:
-            return "inconclusive"
+            return VerdictKind.INCONCLUSIVE
         inside = diff > -MARGIN if claim.kind == "no_loss" else diff < MARGIN
-        return SUPPORTED if inside else "contradicted"
+        return VerdictKind.SUPPORTED if inside else VerdictKind.CONTRADICTED
     if passes["sign"]:
         if diff * claim.sign < 0:
-            return OPPOSITE
-        return SMALLER if passes.get("size", False) else SUPPORTED
-    return SIZE_RULED_OUT if passes.get("size", False) else "inconclusive"
+            return VerdictKind.OPPOSITE
+        return VerdictKind.SMALLER if passes.get("size", False) else VerdictKind.SUPPORTED
+    return VerdictKind.NOT_AT_PAPER_SIZE if passes.get("size", False) else VerdictKind.INCONCLUSIVE
 
 
-def deciding_role(claim: Claim, verdict: str) -> str:
+def deciding_role(claim: Claim, kind: VerdictKind) -> str:
     """The test whose adjusted p decides the verdict's label (for the near-the-edge flag)."""
     if not claim.directional:
         return "margin"
-    return "size" if verdict == SIZE_RULED_OUT else "sign"
+    return "size" if kind is VerdictKind.NOT_AT_PAPER_SIZE else "sign"
 
 
-def judge(claims: tuple[Claim, ...], differences: list[np.ndarray]) -> list[dict]:
+def judge(claims: tuple[Claim, ...], differences: list[np.ndarray], family: str = "primary",
+          dfs: list[int] | None = None) -> list[dict]:
     """Rule v2 over one endpoint: every claim's tests (claim_hypotheses) on its warm-ups' differences form one Holm
     family (claims with fewer than MIN_WARMUPS warm-ups left out). Per claim: {"p <role>": raw t p, "p <role> (Holm)",
-    "p <role> (sign-flip)": raw exact sign-flip p, "verdict", "tests": the family's size, "near edge": bool}."""
+    "p <role> (sign-flip)": raw exact sign-flip p, "verdict": a Verdict, "tests": the family's size}.
+    family: "secondary" gives descriptive labels (Verdict.descriptive). dfs: per claim, the t tests' degrees of
+    freedom in place of n - 1 (leave_one_out reads a reduced sample at the full sample's critical values; no
+    sign-flip p then)."""
     tests = [(i, h) for i, claim in enumerate(claims) for h in claim_hypotheses(claim)
              if len(differences[i]) >= MIN_WARMUPS]
-    raw = [t_p_value(differences[i], h.null, h.alternative) for i, h in tests]
+    raw = [t_p_value(differences[i], h.null, h.alternative) if dfs is None else
+           t_p_value_at_df(differences[i], h.null, h.alternative, dfs[i]) for i, h in tests]
     adjusted = holm_adjusted(raw)
-    family = int(np.isfinite(raw).sum())
-    rows = [{"tests": family} for _ in claims]
+    rows = [{"tests": int(np.isfinite(raw).sum())} for _ in claims]
     for (i, h), p, p_holm in zip(tests, raw, adjusted):
-        rows[i].update({f"p {h.role}": p, f"p {h.role} (Holm)": p_holm,
-                        f"p {h.role} (sign-flip)": sign_flip_p_value(differences[i], h.null, h.alternative)})
+        rows[i].update({f"p {h.role}": p, f"p {h.role} (Holm)": p_holm})
+        if dfs is None:
+            rows[i][f"p {h.role} (sign-flip)"] = sign_flip_p_value(differences[i], h.null, h.alternative)
     for i, (claim, row) in enumerate(zip(claims, rows)):
         d = differences[i]
+        record = dict(warmups=len(d), margin=not claim.directional, descriptive=family == "secondary")
         if len(d) < MIN_WARMUPS:
-            row["verdict"] = "not run" if len(d) == 0 else f"too few warm-ups ({len(d)})"
+            row["verdict"] = Verdict(VerdictKind.NOT_RUN if len(d) == 0 else VerdictKind.TOO_FEW, **record)
             continue
         holm_p = {h.role: row[f"p {h.role} (Holm)"] for h in claim_hypotheses(claim)}
-        row["verdict"] = verdict_v2(claim, float(np.mean(d)), holm_p)
-        deciding = holm_p[deciding_role(claim, row["verdict"])]
-        row["near edge"] = bool(ALPHA / NEAR_EDGE <= deciding < ALPHA * NEAR_EDGE)
+        kind = verdict_v2(claim, float(np.mean(d)), holm_p)
+        deciding = holm_p[deciding_role(claim, kind)]
+        row["verdict"] = Verdict(kind, near_edge=bool(ALPHA / NEAR_EDGE <= deciding < ALPHA * NEAR_EDGE), **record)
     return rows
 
 
-def leave_one_out(claims: tuple[Claim, ...], differences: list, warmups: list) -> list[dict[object, str]]:
-    """Per claim, {dropped warm-up: rule v2's verdict with that warm-up left out of every claim} (the whole family is
-    re-judged on the remaining warm-ups). differences: per claim a pandas Series of d_z indexed by zoo seed."""
+def leave_one_out(claims: tuple[Claim, ...], differences: list, warmups: list, family: str = "primary") \
+        -> list[dict[object, Verdict]]:
+    """Per claim, {dropped warm-up: rule v2's verdict with that warm-up left out of every claim}: the whole family
+    re-judged on the remaining warm-ups, each t test read at the full sample's degrees of freedom (n - 1, not n - 2),
+    so that a change flags the dropped warm-up's influence on the estimate and its SD, not the loss of one df.
+    differences: per claim a pandas Series of d_z indexed by zoo seed."""
+    full = [max(len(d) - 1, 1) for d in differences]
     out = [{} for _ in claims]
     for dropped in warmups:
         kept = [d.drop(dropped, errors="ignore").to_numpy() for d in differences]
-        for i, row in enumerate(judge(claims, kept)):
+        for i, row in enumerate(judge(claims, kept, family, dfs=full)):
             out[i][dropped] = row["verdict"]
     return out
 
 
-def fragility(verdict: str, without: dict[object, str]) -> str:
-    """"stable" when no single warm-up's removal changes the verdict, else "fragile: without zoo 0 or 3,
-    <verdict>; ..." (the warm-ups whose removal gives each other verdict)."""
-    changed: dict[str, list] = {}
+def fragility(verdict: Verdict, without: dict[object, Verdict]) -> Fragility:
+    """The warm-ups whose removal changes the verdict's kind, grouped by the verdict each gives (in the order they
+    first appear); a move only across the near-the-edge line is no change."""
+    changed: dict[Verdict, list] = {}
     for zoo, other in without.items():
-        if other != verdict:
-            changed.setdefault(other, []).append(str(zoo))
-    if not changed:
-        return "stable"
-    named = lambda zoos: ", ".join(zoos[:-1]) + f" or {zoos[-1]}" if len(zoos) > 1 else zoos[0]  # noqa: E731
-    return "fragile: " + "; ".join(f"without zoo {named(zoos)}, {other}" for other, zoos in changed.items())
+        if other.kind is not verdict.kind:
+            changed.setdefault(replace(other, near_edge=False), []).append(zoo)
+    return Fragility(tuple((v, tuple(zoos)) for v, zoos in changed.items()))
 
 
 # ---- rule v1, kept beside rule v2 until the ledger is regenerated (docs/claims.md) ----
@@ -196,11 +289,11 @@ def judge_v1(claims: tuple[Claim, ...], differences: list[np.ndarray]) -> list[s
         if not ok:
             verdicts.append("not run" if len(d) == 0 else f"too few warm-ups ({len(d)})")
         elif p_s < ALPHA:
-            verdicts.append(SMALLER if claim.directional and p_c < ALPHA else SUPPORTED)
+            verdicts.append((VerdictKind.SMALLER if claim.directional and p_c < ALPHA else VerdictKind.SUPPORTED).value)
         elif p_c < ALPHA:
             half = stats.t.ppf(0.975, len(d) - 1) * np.std(d, ddof=1) / np.sqrt(len(d))
             beyond = np.mean(d) + half < 0 if claim.sign > 0 else np.mean(d) - half > 0
-            verdicts.append("contradicted" if not claim.directional else OPPOSITE
+            verdicts.append("contradicted" if not claim.directional else VerdictKind.OPPOSITE.value
                             if beyond or claim.paper_effect is None else "contradicted: smaller than the paper's")
         else:
             verdicts.append("inconclusive")

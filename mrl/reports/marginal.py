@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from mrl.reports.claims import NEAR_EDGE, Claim, claims_ledger, ledger_table
-from mrl.reports.claims_rule import MARGIN, OPPOSITE, SUPPORTED
+from mrl.reports.claims import CLAIMS, Claim, claims_ledger, ledger_table
+from mrl.reports.claims_rule import MARGIN, Fragility, Verdict, VerdictKind
 from mrl.reports.palette import policy_colour
 
 PAIR = ["point", "learner", "source"]
@@ -138,7 +138,7 @@ def gap_figure(gaps: pd.DataFrame):
 
 
 def _percent(value: float) -> str:
-    return "n/a" if value != value else f"{value:.1%}"
+    return "n/a" if math.isnan(value) else f"{value:.1%}"
 
 
 def _pair_sentence(gap: pd.DataFrame) -> str:
@@ -194,8 +194,8 @@ def marginal_result(gap: pd.DataFrame, ratios: pd.DataFrame, cost: pd.DataFrame,
 
 # ---- the ledger's HACPO arm and GRAFT with the marginal ratio, against their canonical twins ----
 
-READINGS = {SUPPORTED: "higher with the marginal", OPPOSITE: "lower with the marginal",
-            "inconclusive": "no difference detected"}
+READINGS = {VerdictKind.SUPPORTED: "higher with the marginal", VerdictKind.OPPOSITE: "lower with the marginal",
+            VerdictKind.INCONCLUSIVE: "no difference detected"}
 """rule v2's verdicts of a two-sided test against 0 (a "better" claim with no paper effect), read as the marginal
 arm against its canonical twin"""
 
@@ -208,22 +208,26 @@ def marginal_claims(pairs: list[tuple[str, str]]) -> tuple[Claim, ...]:
                  for marginal, canonical in pairs)
 
 
-def as_reading(text: str) -> str:
-    """A ledger text with every verdict in it read as READINGS says (the leave-one-out column: 'fragile: without zoo
-    1, supported' -> 'fragile: without zoo 1, higher with the marginal')."""
-    for verdict in sorted(READINGS, key=len, reverse=True):
-        text = text.replace(verdict, READINGS[verdict])
-    return text
+def as_reading(verdict: Verdict) -> str:
+    """A verdict of a marginal arm against its canonical twin in READINGS' words ("higher with the marginal"; a
+    verdict READINGS does not name, such as too few warm-ups, keeps its label)."""
+    return READINGS.get(verdict.kind, verdict.label())
 
 
-def same_verdict(canonical: str, marginal: str) -> str:
+def fragility_reading(without: Fragility | None) -> str:
+    """The leave-one-warm-up-out column in READINGS' words ("fragile: without zoo 1, higher with the marginal");
+    "" where the ledger had too few warm-ups to leave one out."""
+    return "" if without is None else without.label(reading=as_reading)
+
+
+def same_verdict(canonical: Verdict, marginal: Verdict) -> str:
     """'yes', 'no', or 'yes, near the alpha edge with the marginal' (or '... with the canonical') where the verdicts
-    agree and only one of them sits near the alpha edge (claims.ledger_table's annotation)."""
-    if canonical == marginal:
-        return "yes"
-    if canonical.replace(NEAR_EDGE, "") != marginal.replace(NEAR_EDGE, ""):
+    agree and only one of them sits near the alpha edge."""
+    if canonical.kind is not marginal.kind:
         return "no"
-    return f"yes, near the alpha edge with the {'marginal' if NEAR_EDGE in marginal else 'canonical'}"
+    if canonical.near_edge == marginal.near_edge:
+        return "yes"
+    return f"yes, near the alpha edge with the {'marginal' if marginal.near_edge else 'canonical'}"
 
 
 def marginal_arms_table(values: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
@@ -238,10 +242,10 @@ def marginal_arms_table(values: pd.DataFrame, pairs: list[tuple[str, str]]) -> p
         ledger = claims_ledger(values, family, claims)
         table = ledger_table(ledger).drop(columns=["paper", "claim", "paper's effect", "p vs paper's size (Holm)",
                                                    "rule v1"])
-        table["reading"] = [READINGS.get(v.split(" (")[0], v) for v in ledger.verdict]
-        table["leave one warm-up out"] = table["leave one warm-up out"].map(as_reading)
+        table["reading"] = [as_reading(v) for v in ledger.verdict]
+        table["leave one warm-up out"] = [fragility_reading(f) for f in ledger["leave-one-out"]]
         low, high = (ledger[c] if c in ledger else pd.Series(np.nan, index=ledger.index) for c in ("low", "high"))
-        table[f"inside +-{MARGIN:g}"] = ["" if lo != lo else "yes" if -MARGIN < lo and hi < MARGIN else "no"
+        table[f"inside +-{MARGIN:g}"] = ["" if math.isnan(lo) else "yes" if -MARGIN < lo and hi < MARGIN else "no"
                                          for lo, hi in zip(low, high)]
         tables.append(table.drop(columns=["verdict"]))
     return pd.concat(tables, ignore_index=True)
@@ -267,17 +271,16 @@ def marginal_ledger_verdicts(values: pd.DataFrame, pairs: list[tuple[str, str]])
     arms = {c for _, c in pairs}
     out = []
     for family in ("primary", "secondary"):
-        canonical, marginal = (ledger_table(claims_ledger(v, family))
-                               for v in (values, with_arm_replaced(values, pairs)))
-        for a, b in zip(canonical.to_dict("records"), marginal.to_dict("records")):
-            probe, reference = a["comparison"].split(" - ")
-            if not {probe, reference} & arms:
+        canonical, marginal = (claims_ledger(v, family) for v in (values, with_arm_replaced(values, pairs)))
+        shown = zip(ledger_table(canonical).to_dict("records"), ledger_table(marginal).to_dict("records"))
+        for claim, before, after, (a, b) in zip(CLAIMS, canonical.verdict, marginal.verdict, shown):
+            if not {claim.probe, claim.reference} & arms:
                 continue
             out.append({"family": family, "claim": a["claim"], "comparison": a["comparison"], "endpoint": a["endpoint"],
                         "canonical: difference [95% t]": f"{a['difference']} {a['95% t over warm-ups']}".strip(),
                         "canonical: verdict": a["verdict"],
                         "marginal: difference [95% t]": f"{b['difference']} {b['95% t over warm-ups']}".strip(),
-                        "marginal: verdict": b["verdict"], "same verdict": same_verdict(a["verdict"], b["verdict"])})
+                        "marginal: verdict": b["verdict"], "same verdict": same_verdict(before, after)})
     return pd.DataFrame(out, columns=VERDICT_COLUMNS)
 
 
@@ -312,10 +315,10 @@ def arms_training_result(training: pd.DataFrame) -> str:
     (where the probe clips) and the gap the marginal arm met in training."""
     lines = []
     for r in training.to_dict("records"):
-        kept = ("" if r["peer kept canonical"] != r["peer kept canonical"] else
+        kept = ("" if math.isnan(r["peer kept canonical"]) else
                 f"; peer samples kept inside the clip range {_percent(r['peer kept canonical'])} canonical, "
                 f"{_percent(r['peer kept marginal'])} marginal")
-        gap = "" if r["gap in training"] != r["gap in training"] else f"; mean gap {r['gap in training']:.4f} nats"
+        gap = "" if math.isnan(r["gap in training"]) else f"; mean gap {r['gap in training']:.4f} nats"
         lines.append(f"- `{r['comparison']}`, learner {r['learner']} ({r['runs']} runs): update "
                      f"{r['update ratio']:.2f}x the canonical's wall time per step{kept}{gap}.")
     return "\n".join(lines)

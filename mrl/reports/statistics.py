@@ -54,6 +54,22 @@ def t_p_value(d, null: float, alternative: str) -> float:
     return float(stats.ttest_1samp(d, null, alternative=alternative).pvalue)
 
 
+def t_p_value_at_df(d, null: float, alternative: str, df: int) -> float:
+    """p of the one-sample t statistic of mean(d) against `null`, t = (mean - null) / (s / sqrt(n)), read on `df`
+    degrees of freedom in place of n - 1 (scipy's t distribution): a reduced sample judged at the full sample's
+    critical values; NaN below two values or with no spread."""
+    _check_alternative(alternative)
+    d = np.asarray(d, dtype=float)
+    if len(d) < 2 or not d.std(ddof=1) > 0:
+        return float("nan")
+    t = (d.mean() - null) / (d.std(ddof=1) / math.sqrt(len(d)))
+    if alternative == "greater":
+        return float(stats.t.sf(t, df))
+    if alternative == "less":
+        return float(stats.t.cdf(t, df))
+    return float(min(1.0, 2 * stats.t.sf(abs(t), df)))
+
+
 def t_interval(d, level: float = 0.95) -> tuple[float, float, float]:
     """(mean, low, high): the two-sided `level` t interval of mean(d) over its n values (scipy ttest_1samp's
     confidence_interval, df = n - 1); NaN bounds below two values."""
