@@ -37,10 +37,10 @@ nbval: $(STAMP)
 	$(MAKE) --no-print-directory nbval-run
 
 unit-run:
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 nbval-run:
-	$(PY) -m pytest -q --nbval-lax --nbval-current-env notebooks/smoke
+	$(PY) -m pytest -q --durations=25 --nbval-lax --nbval-current-env notebooks/smoke
 
 # several minutes: a 200-step run under random worker kills, run kills and checkpoint damage (tests/test_soak.py)
 soak: $(STAMP)

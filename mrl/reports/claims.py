@@ -126,17 +126,18 @@ def seed_differences(values: pd.DataFrame, probe: str, reference: str, column: s
 def hierarchical_bootstrap(values: pd.DataFrame, probe: str, reference: str, column: str, draws: int = BOOTSTRAP,
                            seed: int = 0) -> tuple[float, float]:
     """95% percentile interval of the mean paired difference, resampling zoo seeds, then RL seeds within each (a
-    zoo's policies share its seeds, so a seed is drawn for all of them)."""
+    zoo's policies share its seeds, so a seed is drawn for all of them): per draw b, mean_j mean(resample of the RL
+    seeds of zoo Z_bj), Z_b1..Z_bK drawn with replacement from the K zoos. All draws at once: each zoo's seed
+    resamples are drawn for every (draw, slot), and each slot reads its picked zoo's."""
     paired = seed_differences(values, probe, reference, column)
-    zoos = {z: group.to_numpy() for z, group in paired.groupby(level="zoo_seed")}
+    zoos = [group.to_numpy() for _, group in sorted(paired.groupby(level="zoo_seed"), key=lambda item: item[0])]
     if len(zoos) < 2:
         return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
-    keys = sorted(zoos)
-    means = np.empty(draws)
-    for i in range(draws):
-        picked = rng.choice(len(keys), len(keys))
-        means[i] = np.mean([rng.choice(zoos[keys[k]], len(zoos[keys[k]])).mean() for k in picked])
+    picked = rng.integers(0, len(zoos), size=(draws, len(zoos)))                 # (draws, K) zoo per slot
+    resampled = np.stack([seeds[rng.integers(0, len(seeds), size=(draws, len(zoos), len(seeds)))].mean(axis=-1)
+                          for seeds in zoos], axis=-1)                           # (draws, K slots, K zoos)
+    means = np.take_along_axis(resampled, picked[..., None], axis=-1)[..., 0].mean(axis=1)
     return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
@@ -160,7 +161,7 @@ def seed_effect_table(designs: dict[str, pd.DataFrame], column: str = "overall")
             effect = seed_main_effect(seed_differences(values, claim.probe, claim.reference, column))
             means = ", ".join(f"seed {seed}: {mean:+.4f}" for seed, mean in effect["seed means"].items())
             rows.append({"design": name, "comparison": f"{claim.probe} - {claim.reference}",
-                         "F (df)": "" if effect["F"] != effect["F"] else
+                         "F (df)": "" if math.isnan(effect["F"]) else
                          f"{effect['F']:.2f} ({effect['df seed']:.0f}, {effect['df residual']:.0f})",
                          "p": p_cell(effect["p"]), "mean difference per RL seed": means})
     return pd.DataFrame(rows)
