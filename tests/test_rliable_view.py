@@ -1,0 +1,55 @@
+"""rliable's view (mrl.reports.rliable_view): its run matrix, its scores, and its stratified bootstrap, which
+resamples runs within each task and never across."""
+import numpy as np
+import pandas as pd
+import pytest
+from rliable import metrics
+
+from mrl.reports.rliable_view import (aggregate_table, improvement_table, rliable_sentence, run_scores,
+                                      stratified_interval)
+
+
+def runs(probe: str, level: float, zoos: int = 4, seeds: int = 2) -> list[dict]:
+    """Endpoint rows of one arm: policy A at `level` + a spread over runs, policy B 0.3 below it."""
+    return [{"pairing": "A+B", "probe": probe, "policy": policy, "seed": seed, "zoo_seed": zoo,
+             "overall": level - 0.3 * (policy == "B") + 0.01 * (zoo * seeds + seed)}
+            for zoo in range(zoos) for seed in range(seeds) for policy in ("A", "B")]
+
+
+def test_the_run_matrix_has_a_row_per_run_and_a_column_per_policy():
+    scores = run_scores(pd.DataFrame(runs("sgt", 0.6)), "sgt")
+    assert scores.shape == (8, 2)
+    assert scores[0, 0] == pytest.approx(0.6) and scores[0, 1] == pytest.approx(0.3)
+
+
+def test_the_bootstrap_resamples_within_each_task_only():
+    """A statistic that reads each task's spread apart: resampling within tasks never mixes A's runs with B's, so the
+    mean of task 0 stays inside task 0's range."""
+    a, b = np.array([0.1, 0.2, 0.3]), np.array([10.0, 20.0, 30.0])
+    low, high = stratified_interval([a, b], lambda x, y: np.mean(x))
+    assert 0.1 <= low <= high <= 0.3
+
+
+def test_a_dominating_arm_improves_with_probability_one():
+    values = pd.DataFrame(runs("sgt", 0.9) + runs("grpo", 0.5))
+    table = improvement_table(values, [("sgt", "grpo")]).iloc[0]
+    assert table["P(X > Y)"] == 1.0 and table["low"] == 1.0 and table["runs X"] == 8
+    same = improvement_table(pd.DataFrame(runs("sgt", 0.5) + runs("grpo", 0.5)), [("sgt", "grpo")]).iloc[0]
+    assert same["P(X > Y)"] == 0.5 and same["low"] < 0.5 < same["high"]
+
+
+def test_the_aggregates_are_rliables_scores_with_their_intervals():
+    values = pd.DataFrame(runs("sgt", 0.6) + runs("grpo", 0.5))
+    table = aggregate_table(values, ["grpo", "sgt"]).set_index(["arm", "metric"])
+    scores = run_scores(values, "sgt")
+    assert table.loc[("sgt", "IQM"), "estimate"] == pytest.approx(metrics.aggregate_iqm(scores))
+    assert table.loc[("sgt", "mean"), "estimate"] == pytest.approx(scores.mean())
+    assert (table.low <= table.estimate).all() and (table.estimate <= table.high).all()
+    improvement = improvement_table(values, [("sgt", "grpo")])
+    assert rliable_sentence(table.reset_index(), improvement).startswith("As rliable reads the runs (descriptive): "
+                                                                         "P(sgt > grpo) = ")
+
+
+def test_the_interval_is_the_same_for_the_same_seed():
+    values = pd.DataFrame(runs("sgt", 0.6) + runs("grpo", 0.5))
+    pd.testing.assert_frame_equal(aggregate_table(values, ["sgt"]), aggregate_table(values, ["sgt"]))
