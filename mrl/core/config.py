@@ -17,12 +17,12 @@ from pydantic import AfterValidator, Field
 
 from mrl.core import validation
 from mrl.core.choices import BACKENDS, REPORT_TO
+from mrl.core.engines import ENGINES
 from mrl.core.grpo import LEVELS, LOSS_TYPES, Surrogate
 from mrl.core.mismatch import SAMPLER_CORRECTIONS
 from mrl.core.validation import (Bool, ConfigError, Count, Float, Fraction, Int, NonEmpty, Positive, PositiveInt, Str,
                             config_dataclass, require)
 
-ENGINES = ("fast", "hf", "generate", "batched", "graphs")
 PRECISIONS = ("fp32", "bf16")
 TASKS = ("arith-ops", "arith-forms", "gsm8k")
 SKILLS = ("S1", "S2", "S3")

@@ -21,6 +21,7 @@ from transformers import PreTrainedTokenizerFast
 from mrl import numerics
 from mrl.core.batch import RolloutBatch, completion_texts, prompt_renderer, score
 from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, TaskConfig
+from mrl.core.engines import CAPABILITIES, Engine
 from mrl.core.microbatch import MicroBatchedLogprobs
 from mrl.core.mismatch import mismatch_stats, sampler_weights, weight_stats
 from mrl.core.probes import PeerView, ProbeConfig, get_probe
@@ -206,7 +207,7 @@ class PolicyActor:
         cfg = self.cfg
         # the loops' sampling log-probs come free (the sampler's own, as it drew); in float32 they are the ratio's
         # old log-probs, otherwise the training forward scores the samples
-        loop = cfg.engine not in ("generate", "batched")
+        loop = CAPABILITIES[Engine(cfg.engine)].own_logprobs
         rescore = self.bf16 or not loop
         prompt_ids, prompt_mask, completion_ids, completion_mask, drawn_logp = sample_groups(
             self.sampler, self.tokenizer, [self.render(p.prompt) for p in problems],

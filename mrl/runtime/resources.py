@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 
 from mrl.core.config import ConfigError, PlacementConfig, RunConfig
+from mrl.core.engines import CAPABILITIES, Engine, engine_named
 from mrl.core.probes import as_probe_config, get_probe
 from mrl.paths import PACKAGE
 from mrl.runtime.graphs_engine import GRAPHS_PREFILL_TOKENS, cache_shape
@@ -80,8 +81,9 @@ class Workload:
     """tokens of a completion (GrpoConfig.max_new_tokens)"""
     reference: bool = False
     """whether a frozen reference model is held (GrpoConfig.beta > 0)"""
-    engine: str = "generate"
-    """the sampling engine, which sets the prefill and the KV cache's shape (GrpoConfig.engine)"""
+    engine: str = Engine.GENERATE
+    """the sampling engine's name, whose capabilities (mrl.core.engines) set the prefill and the KV cache's shape
+    (GrpoConfig.engine)"""
     eval_sequences: int = 0
     """prompts per greedy evaluation (GrpoConfig.eval_batch); 0: no evaluation"""
     eval_new_tokens: int = 0
@@ -103,16 +105,19 @@ def policy_memory(arch: Architecture, workload: Workload, placement: PlacementCo
     kept = 2 * arch.hidden * residual + (5 * arch.hidden + 3 * arch.kv + 4 * arch.mlp) * e  # bytes per token, layer
     passing = (3 * arch.mlp + 2 * arch.hidden + 2 * arch.kv) * e + 2 * arch.hidden * residual
 
+    capability = CAPABILITIES[engine_named(engine)]
+
     def prefill(count: int) -> float:
-        if engine == "batched":
+        if capability.prefill == "bounded":
             return passing * min(count * prompt_tokens, BATCHED_STEP_TOKENS)
-        if engine == "graphs":
+        if capability.prefill == "graphs":
             rows = min(count, max(1, GRAPHS_PREFILL_TOKENS // prompt_tokens))
             return max(passing * rows * prompt_tokens, cache_shape(count, prompt_tokens, 0)[0] * arch.vocab * (e + 8))
-        return passing * count * (min(prompt_tokens, GENERATE_PREFILL_CHUNK) if engine == "generate" else prompt_tokens)
+        chunk = min(prompt_tokens, GENERATE_PREFILL_CHUNK) if capability.prefill == "chunked" else prompt_tokens
+        return passing * count * chunk
 
     def kv_cache(count: int, length: int) -> float:
-        if engine == "graphs":
+        if capability.padded_cache:
             count, length = cache_shape(count, length, 0)
         return 2 * arch.layers * count * length * arch.kv * e
 
@@ -244,7 +249,8 @@ def plan_trl(config: RunConfig, gpus: list[float], use_vllm: bool = False, vllm_
         raise ResourceError(f"the TRL path runs one trainer per policy, each on a GPU of its own: {len(names)} "
                             f"policies ({', '.join(names)}) need {len(names)} GPUs, {len(gpus)} given")
     # TRL: generate's one-pass prefill, and no evaluation (check_trl_args refuses eval_strategy)
-    workload = replace(profile_workload(config, prompt_tokens), engine="hf", eval_sequences=0, eval_new_tokens=0)
+    workload = replace(profile_workload(config, prompt_tokens), engine=Engine.HF, eval_sequences=0,
+                       eval_new_tokens=0)
     rows = []
     for name in names:
         placement = config.placement_of(name)
@@ -270,7 +276,7 @@ def plan_trl(config: RunConfig, gpus: list[float], use_vllm: bool = False, vllm_
     return pd.DataFrame(rows)
 
 
-def _advice(placement, memory: dict, engine: str = "generate") -> str:
+def _advice(placement, memory: dict, engine: str = Engine.GENERATE) -> str:
     """What would shrink a policy's peak: the batch when the rollout's KV cache and prefill set it, the evaluation's
     batch when the evaluation does, else the update's settings it does not use yet."""
     rollout = memory["KV cache"] + memory["prefill"]
@@ -279,7 +285,7 @@ def _advice(placement, memory: dict, engine: str = "generate") -> str:
         return (f"the evaluation ({memory['evaluation']:.1f} GB) sets it: lower grpo.eval_batch or "
                 f"eval_max_new_tokens, or give more or larger GPUs")
     if rollout >= max(memory["scoring"], update):
-        batched = ("" if engine == "batched" else
+        batched = ("" if engine == Engine.BATCHED else
                    f", use engine batched (its prefill takes at most {BATCHED_STEP_TOKENS:,} tokens a forward)")
         return (f"the rollout's KV cache and prefill ({rollout:.1f} GB) set it: lower grpo.prompts_per_step or "
                 f"group_size{batched}, or give more or larger GPUs")

@@ -15,7 +15,8 @@ from torch import Tensor
 from mrl.core.batch import (CHAT_DATE, Decoding, LogProbs, RolloutBatch, StopIds, as_written,  # noqa: F401
                             chat_prompt, completion_texts, encode_prompts, is_stop, pad_completions, prompt_renderer,
                             score)
-from mrl.core.config import ENGINES, GrpoConfig
+from mrl.core.config import GrpoConfig
+from mrl.core.engines import CAPABILITIES, Engine, engine_named
 from mrl.core.stop_tokens import stop_ids
 from mrl.core.token_logprobs import token_logprobs
 from mrl.runtime.fast import FastForward, fast_forward
@@ -28,9 +29,7 @@ _FAST: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def engine_for(model, engine: str) -> FastForward | None:
     """The fast forward of `model` when engine is "fast" and the model is one it implements, else None (the
     `transformers` forward: engine "hf", or a checkpoint the fast path does not know)."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine={engine!r} is not allowed; expected one of {list(ENGINES)}")
-    if engine in ("hf", "generate", "batched", "graphs"):
+    if not CAPABILITIES[engine_named(engine)].fast_forward:
         return None
     if model not in _FAST:
         _FAST[model] = fast_forward(model)
@@ -58,10 +57,11 @@ def sample_completions(model, prompt_ids: Tensor, prompt_mask: Tensor, decoding:
     whose log-probs are the sampler's own, as the loops'). with_logprobs: False lets the generate and batched engines
     skip their log-prob forward and return None (the loops get them for free).
     """
-    if engine == "graphs":
+    engine = engine_named(engine)
+    if engine is Engine.GRAPHS:
         return graphs_completions(model, prompt_ids, prompt_mask, decoding, generator)
-    if engine in ("generate", "batched"):
-        draw = generate_completions if engine == "generate" else batched_completions
+    if not CAPABILITIES[engine].own_logprobs:   # transformers draws; a forward scores what it drew
+        draw = generate_completions if engine is Engine.GENERATE else batched_completions
         ids, mask = draw(model, prompt_ids, prompt_mask, decoding, generator)
         logp = None
         if with_logprobs:
