@@ -18,16 +18,21 @@ def runs(probe: str, level: float, zoos: int = 4, seeds: int = 2) -> list[dict]:
 
 def test_the_run_matrix_has_a_row_per_run_and_a_column_per_policy():
     scores = run_scores(pd.DataFrame(runs("sgt", 0.6)), "sgt")
-    assert scores.shape == (8, 2)
-    assert scores[0, 0] == pytest.approx(0.6) and scores[0, 1] == pytest.approx(0.3)
+    assert scores.shape == (8, 2) and list(scores.columns) == ["A", "B"]
+    assert scores.iloc[0, 0] == pytest.approx(0.6) and scores.iloc[0, 1] == pytest.approx(0.3)
+    with pytest.raises(ValueError):   # a run counted twice is refused, not averaged
+        run_scores(pd.DataFrame(runs("sgt", 0.6) + runs("sgt", 0.6)[:1]), "sgt")
 
 
-def test_the_bootstrap_resamples_within_each_task_only():
-    """A statistic that reads each task's spread apart: resampling within tasks never mixes A's runs with B's, so the
-    mean of task 0 stays inside task 0's range."""
+def test_the_bootstrap_resamples_within_each_sample_and_each_apart():
+    """Within: the mean of the first sample stays inside its own range, never mixed with the second's. Apart: two
+    equal samples resampled with shared indices would give mean(x) - mean(y) = 0 every time; drawn apart they
+    spread."""
     a, b = np.array([0.1, 0.2, 0.3]), np.array([10.0, 20.0, 30.0])
     low, high = stratified_interval([a, b], lambda x, y: np.mean(x))
     assert 0.1 <= low <= high <= 0.3
+    low, high = stratified_interval([a, a.copy()], lambda x, y: np.mean(x) - np.mean(y))
+    assert low < 0 < high
 
 
 def test_a_dominating_arm_improves_with_probability_one():
@@ -40,10 +45,10 @@ def test_a_dominating_arm_improves_with_probability_one():
 
 def test_the_aggregates_are_rliables_scores_with_their_intervals():
     values = pd.DataFrame(runs("sgt", 0.6) + runs("grpo", 0.5))
-    table = aggregate_table(values, ["grpo", "sgt"]).set_index(["arm", "metric"])
+    table = aggregate_table(values, ["grpo", "sgt"]).set_index(["arm", "policy", "metric"])
     scores = run_scores(values, "sgt")
-    assert table.loc[("sgt", "IQM"), "estimate"] == pytest.approx(metrics.aggregate_iqm(scores))
-    assert table.loc[("sgt", "mean"), "estimate"] == pytest.approx(scores.mean())
+    assert table.loc[("sgt", "B", "IQM"), "estimate"] == pytest.approx(metrics.aggregate_iqm(scores[["B"]].to_numpy()))
+    assert table.loc[("sgt", "A", "mean"), "estimate"] == pytest.approx(scores["A"].mean())
     assert (table.low <= table.estimate).all() and (table.estimate <= table.high).all()
     improvement = improvement_table(values, [("sgt", "grpo")])
     assert rliable_sentence(table.reset_index(), improvement).startswith("As rliable reads the runs (descriptive): "

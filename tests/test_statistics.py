@@ -89,9 +89,14 @@ def test_t_test_and_sign_flip_equal_the_hand_written_on_the_committed_runs(value
         assert sign_flip_p_value(d, null, alternative) == hand_sign_flip(d, null, alternative), (claim.claim, column)
 
 
-def test_holm_equals_the_hand_written_on_the_ledgers_family(values):
+def test_holm_equals_statsmodels_and_the_hand_written_on_the_ledgers_family(values):
+    from statsmodels.stats.multitest import multipletests
+
     raw = [t_p_value(d, 0.0, "two-sided") for _, _, d in committed_differences(values)]
     assert holm_adjusted(raw) == pytest.approx(hand_holm(raw), rel=1e-12)
+    assert holm_adjusted(raw) == pytest.approx(multipletests(raw, method="holm")[1], rel=1e-12)
+    ties = [0.01, 0.01, 0.03, 0.2, 0.04]
+    assert holm_adjusted(ties) == pytest.approx(multipletests(ties, method="holm")[1], rel=1e-12)
     with_nan = holm_adjusted([0.01, np.nan, 0.04])
     assert np.isnan(with_nan[1]) and with_nan[[0, 2]] == pytest.approx([0.02, 0.04])
 

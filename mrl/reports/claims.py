@@ -375,8 +375,8 @@ OUTCOME_WORDS = {"supported": "supported", "contradicted": "contradicted",
                  "inconclusive": "inconclusive"}
 DESCRIPTIVE_OUTCOME_WORDS = {"supported": "in the claim's direction or inside its margin",
                              "contradicted": "against the claim's direction or outside its margin",
-                             "not reproduced at the paper's size": "below the paper's size with the direction "
-                                                                   "undetermined",
+                             "not reproduced at the paper's size": "below the paper's overall effect with the "
+                                                                   "direction undetermined",
                              "inconclusive": "undetermined after Holm"}
 """how ledger_sentence counts the outcomes of a family of verdicts, and of the secondary family's descriptions"""
 
@@ -458,8 +458,8 @@ def ledger_discussion(ledger: pd.DataFrame, power: pd.DataFrame | None = None) -
         sentences.append(f"They show the opposite sign to the claim for "
                          f"{', '.join(f'`{c}`' for c in claim_labels(opposite))}.")
     if len(smaller):
-        sentences.append(f"They support {', '.join(f'`{c}`' for c in claim_labels(smaller))} with an effect "
-                         f"smaller than the paper's own.")
+        sentences.append(f"For {', '.join(f'`{c}`' for c in claim_labels(smaller))} the effect is smaller than the "
+                         f"paper's own, which is ruled out.")
     if len(unsigned):
         sentences.append(f"They do not reproduce the paper's size for "
                          f"{', '.join(f'`{c}`' for c in claim_labels(unsigned))}: the paper's effect is ruled out, "

@@ -119,14 +119,15 @@ OUTCOMES = {VerdictKind.SUPPORTED: "supported", VerdictKind.SMALLER: "supported"
             VerdictKind.NOT_RUN: "not judged"}
 """each verdict's outcome (VerdictKind.outcome)"""
 DESCRIPTIVE = {VerdictKind.SUPPORTED: "in the claim's direction",
-               VerdictKind.SMALLER: "in the claim's direction, below the paper's size",
+               VerdictKind.SMALLER: "in the claim's direction, below the paper's overall effect",
                VerdictKind.OPPOSITE: "against the claim's direction",
-               VerdictKind.NOT_AT_PAPER_SIZE: "below the paper's size, direction undetermined",
+               VerdictKind.NOT_AT_PAPER_SIZE: "below the paper's overall effect, direction undetermined",
                VerdictKind.INCONCLUSIVE: "direction undetermined after Holm"}
 DESCRIPTIVE_MARGIN = {VerdictKind.SUPPORTED: "inside the margin", VerdictKind.CONTRADICTED: "outside the margin",
                       VerdictKind.INCONCLUSIVE: "undetermined against the margin after Holm"}
 """the secondary family's labels: the same tests read as descriptions of the other endpoint, not as verdicts on the
-claim (the claim's verdict is its primary endpoint's)"""
+claim (the claim's verdict is its primary endpoint's). Its size test holds the weak form against the paper's effect on
+overall accuracy (the papers size no weak-form effect), and the labels say so."""
 NEAR_EDGE_NOTE = " (near the alpha edge)"
 """what a label adds when its deciding Holm-adjusted p lies near alpha"""
 
@@ -241,8 +242,10 @@ def judge(claims: tuple[Claim, ...], differences: list[np.ndarray], family: str 
 def leave_one_out(claims: tuple[Claim, ...], differences: list, warmups: list, family: str = "primary") \
         -> list[dict[object, Verdict]]:
     """Per claim, {dropped warm-up: rule v2's verdict with that warm-up left out of every claim}: the whole family
-    re-judged on the remaining warm-ups, each t test read at the full sample's degrees of freedom (n - 1, not n - 2),
-    so that a change flags the dropped warm-up's influence on the estimate and its SD, not the loss of one df.
+    re-judged on the remaining warm-ups, each t statistic read at the full sample's degrees of freedom (n - 1, not
+    n - 2), so that a change flags the dropped warm-up's influence on the estimate and its SD (net of one observation
+    fewer, which still shrinks t by sqrt((n - 1) / n)), not the heavier tails of one df fewer. The reading is lenient
+    toward a reduced sample: its own t distribution would have heavier tails.
     differences: per claim a pandas Series of d_z indexed by zoo seed."""
     full = [max(len(d) - 1, 1) for d in differences]
     out = [{} for _ in claims]
@@ -258,8 +261,9 @@ def fragility(verdict: Verdict, without: dict[object, Verdict]) -> Fragility:
     first appear); a move only across the near-the-edge line is no change."""
     changed: dict[Verdict, list] = {}
     for zoo, other in without.items():
-        if other.kind is not verdict.kind:
-            changed.setdefault(replace(other, near_edge=False), []).append(zoo)
+        if other.kind is not verdict.kind:   # grouped by what the label says: its kind (and a too-few's count)
+            shown = replace(other, near_edge=False, warmups=other.warmups if other.kind is VerdictKind.TOO_FEW else 0)
+            changed.setdefault(shown, []).append(zoo)
     return Fragility(tuple((v, tuple(zoos)) for v, zoos in changed.items()))
 
 

@@ -80,7 +80,7 @@ def rule_v2_block(primary: pd.DataFrame, secondary: pd.DataFrame) -> str:
         lines.append(f"| {o['paper']} | {o['claim']} | `{o['comparison']}` | {o['endpoint']} | {o['warm-ups x seeds']} "
                      f"| {interval_text(o)} | {o['p vs 0 or margin (Holm)']} | {o['verdict']} "
                      f"| {o['leave one warm-up out']} | {o['rule v1']} | {interval_text(w)} | {w['verdict']} |")
-    intervals = sum(ledger_interval_count(ledger) for ledger in (primary, secondary))
+    intervals = ledger_interval_count(pd.concat([primary, secondary]))   # a comparison and endpoint once
     return (f"Exploratory: {len(primary)} claims, each in the primary family (its primary endpoint: "
             f"{verdict_summary(primary)}) and the secondary one, whose labels describe the other endpoint "
             f"({verdict_summary(secondary)}). The table holds {intervals} distinct intervals; about "
