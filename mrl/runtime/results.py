@@ -164,7 +164,7 @@ def write_table(df, name: str, folder: Path, caption: str = "", float_format: st
     for column in df.columns:
         if df[column].dtype.kind == "f":
             shown = "{:.0f}" if counts_as_floats(df[column]) else float_format
-            formatted[column] = df[column].map(lambda v: "" if v != v else shown.format(v))
+            formatted[column] = df[column].map(lambda v: "" if is_missing(v) else shown.format(v))
     header = f"{caption}\n\n" if caption else ""
     paths["md"].write_text(header + formatted.to_markdown(index=False, disable_numparse=True) + "\n")
     paths["tex"].write_text(latex_table(formatted.map(latex_text), [latex_text(c) for c in df.columns],
