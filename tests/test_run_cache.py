@@ -178,3 +178,66 @@ def test_a_torn_cached_run_is_recomputed_not_returned(tiny_zoo_paths, tmp_path, 
         steps.drop(columns=[c for c in steps if c.endswith("seconds")]))
     assert read_run(run.folder()).evals.equals(evals)
     assert [p.name for p in (tmp_path / "results" / "runs").iterdir()] == [run.folder().name]
+
+
+KILLED_GRID = """
+import sys
+from pathlib import Path
+from conftest import TINY_TASK
+from mrl.core.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+from mrl.core.probes import probe_config
+from mrl.experiments import Run, run_many
+
+if __name__ == "__main__":
+    grpo = GrpoConfig(steps=8, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=4, seed=0)
+    config = RunConfig(task=TaskConfig(**TINY_TASK), grpo=grpo, runner=RunnerConfig(checkpoint_every=2))
+    runs = [({"seed": seed}, Run(config, {"A": sys.argv[1]}, probe_config("grpo"), seed, 8)) for seed in (0, 1)]
+    run_many(runs, packed_runs=2, progress=False)
+"""
+"""a packed grid of two runs that checkpoint every 2 steps, run from the folder it is started in"""
+
+
+@pytest.mark.slow
+def test_a_killed_packed_grid_resumes_each_run_from_its_checkpoint(tiny_zoo_paths, tmp_path, monkeypatch):
+    """SIGKILL a packed grid script once both runs have checkpointed; asked for again, each run adopts the
+    checkpoints its dead process left, resumes from the newest (its run.json says so) and gives the same steps and
+    evals as the same run computed uninterrupted."""
+    import signal
+
+    from conftest import TINY_TASK
+    from mrl.core.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+    from mrl.core.probes import probe_config
+    from mrl.experiments import Run, run_one
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "mrl").mkdir()
+    (tmp_path / "grid.py").write_text(KILLED_GRID)
+    tests = os.path.dirname(__file__)
+    script = subprocess.Popen([sys.executable, "grid.py", tiny_zoo_paths["A"]], cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])},
+                              start_new_session=True)
+    partial = tmp_path / "results" / "runs" / ".partial"
+    deadline = time.monotonic() + 240
+    while len(list(partial.glob("*.checkpoints/step-000002"))) < 2 and time.monotonic() < deadline:
+        assert script.poll() is None, "the grid ended before it was killed"
+        time.sleep(0.2)
+    os.killpg(script.pid, signal.SIGKILL)   # the script and its packed processes
+    script.wait()
+    assert len(list(partial.glob("*.checkpoints"))) == 2
+
+    grpo = GrpoConfig(steps=8, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=4, seed=0)
+    config = RunConfig(task=TaskConfig(**TINY_TASK), grpo=grpo, runner=RunnerConfig(checkpoint_every=2))
+    runs = [Run(config, {"A": tiny_zoo_paths["A"]}, probe_config("grpo"), seed, 8) for seed in (0, 1)]
+    reference = tmp_path / "reference"   # the same runs uninterrupted, in a run cache of their own
+    (reference / "mrl").mkdir(parents=True)
+    (reference / "pyproject.toml").write_text("")
+    monkeypatch.chdir(reference)
+    fresh = [run_one(run) for run in runs]
+    monkeypatch.chdir(tmp_path)   # the killed grid's run cache
+    timing = lambda frame: frame.drop(columns=[c for c in frame if c.endswith("seconds")])  # noqa: E731
+    for run, (steps, evals) in zip(runs, fresh):
+        resumed = run_one(run)
+        events = [e["event"] for e in read_run(run.folder()).record["events"]]
+        assert any(event.startswith("resumed from step-") for event in events), events
+        assert timing(resumed[0]).equals(timing(steps)) and resumed[1].equals(evals)
+    assert not list(partial.glob("*.checkpoints"))   # published runs leave no checkpoints behind

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, wait
@@ -37,8 +38,8 @@ from mrl.core.validation import ConfigError, Str, config_hash, require, to_dict
 from mrl.fingerprint import code_fingerprint
 from mrl.paths import repo_root
 from mrl.runtime.pools import GUARD_HINT, spawn_executor
-from mrl.runtime.results import (CachedRun, clear_work_folders, git_sha, publish_run, read_run, work_folder,
-                                 write_run_record)
+from mrl.runtime.results import (CachedRun, clear_work_folders, git_sha, process_alive, publish_run, read_run,
+                                 work_folder, write_run_record)
 from mrl.runtime.runner import run_concurrent
 from mrl.runtime.saving import RunCard
 from mrl.runtime.spec import OfflinePeers, RunSpec, run_identity
@@ -196,6 +197,41 @@ class Run:
         return self.cached() is not None
 
 
+GRID_CHECKPOINT_EVERY = 20
+"""a run's checkpoint cadence in the run cache when its profile sets none (runner.checkpoint_every): a killed grid
+loses at most this many steps of each run it had in flight"""
+
+
+def grid_checkpoints(folder: Path) -> Path:
+    """results/runs/.partial/<key>-<pid>.checkpoints/: where this process checkpoints the run cached in `folder`
+    (each process its own, so two computing one key never write into one folder)."""
+    return folder.parent / ".partial" / f"{folder.name}-{os.getpid()}.checkpoints"
+
+
+def adopt_checkpoints(folder: Path) -> Path:
+    """This process's checkpoint folder for the run cached in `folder`, holding the checkpoints a killed process left
+    for the same run: the newest such folder of a process that is gone is renamed to this process's (the others are
+    removed). Returns grid_checkpoints(folder), which may not exist."""
+    own = grid_checkpoints(folder)
+    if own.is_dir():
+        return own
+    left = []
+    for other in folder.parent.glob(f".partial/{folder.name}-*.checkpoints"):
+        pid = other.name.rpartition("-")[2].removesuffix(".checkpoints")
+        if pid.isdigit() and not process_alive(int(pid)):
+            left.append(other)
+    left.sort(key=lambda path: max((c.name for c in path.glob("step-*")), default=""), reverse=True)
+    for index, other in enumerate(left):
+        if index == 0:
+            try:
+                os.rename(other, own)
+            except OSError:   # another process adopted it first
+                continue
+        else:
+            shutil.rmtree(other, ignore_errors=True)
+    return own
+
+
 def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progress: bool = False,
             report_to: str = "none", output_dir: str | Path | None = None, resume: bool = False,
             profile: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -204,7 +240,9 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
 
     output_dir: where the run leaves its trained policies (<output_dir>/<policy>/, transformers folders,
     mrl.runtime.saving), its checkpoints (<output_dir>/checkpoints/, every runner.checkpoint_every steps) and a copy of
-    its tables; the run is then computed (the cache holds no weights). Without one, a profile with runner.save_policies
+    its tables; the run is then computed (the cache holds no weights). Without one, the run checkpoints into the run
+    cache's work area (adopt_checkpoints: every runner.checkpoint_every steps, else GRID_CHECKPOINT_EVERY) and
+    resumes from what a killed process left there; the checkpoints go when the run is published. Without one, a profile with runner.save_policies
     saves the policies into trained_folder(run). resume: continue from the newest intact checkpoint in
     <output_dir>/checkpoints (a different experiment's is refused). profile: named in the model cards and run.json
     (default: the run's config's, RunConfig.profile)."""
@@ -213,16 +251,24 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
         return cached.steps, cached.evals
     config = run.config
     out = Path(output_dir) if output_dir is not None else trained_folder(run) if config.runner.save_policies else None
-    checkpoints = Path(output_dir) / "checkpoints" if output_dir is not None and config.runner.checkpoint_every \
-        else None
-    clear_work_folders(folder)   # what a killed computation of this run left
+    clear_work_folders(folder)   # what a killed computation of this run left (its checkpoints are adopted)
+    if output_dir is None:
+        checkpoints = adopt_checkpoints(folder)
+        resume = resume or checkpoints.is_dir()
+        every = config.runner.checkpoint_every or GRID_CHECKPOINT_EVERY
+    else:
+        checkpoints = Path(output_dir) / "checkpoints" if config.runner.checkpoint_every else None
+        every = config.runner.checkpoint_every
     experience = work_folder(folder) / "experience" if run.variant.log_experience else None
     card = RunCard(run_key=run.key(), profile=profile or config.profile, probe=probe_label(run.probe), seed=run.seed,
                    steps=run.steps)
     spec = run.spec(backend, report_to, experience, out, card)
+    spec = dataclasses.replace(spec, runner=dataclasses.replace(spec.runner, checkpoint_every=every))
     start = time.perf_counter()
     record = run_concurrent(spec, checkpoint_dir=checkpoints, resume=resume, progress=progress)
     tables = save_run(folder, record, spec, time.perf_counter() - start, run.variant.log_experience)
+    if output_dir is None:
+        shutil.rmtree(checkpoints, ignore_errors=True)
     if output_dir is not None:
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         for name in ("steps.csv", "evals.csv", "run.json"):
