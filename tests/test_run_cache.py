@@ -188,10 +188,11 @@ from mrl.core.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import probe_config
 from mrl.experiments import Run, run_many
 
+STEPS = int(sys.argv[2])
 if __name__ == "__main__":
-    grpo = GrpoConfig(steps=8, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=4, seed=0)
+    grpo = GrpoConfig(steps=STEPS, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=10, seed=0)
     config = RunConfig(task=TaskConfig(**TINY_TASK), grpo=grpo, runner=RunnerConfig(checkpoint_every=2))
-    runs = [({"seed": seed}, Run(config, {"A": sys.argv[1]}, probe_config("grpo"), seed, 8)) for seed in (0, 1)]
+    runs = [({"seed": seed}, Run(config, {"A": sys.argv[1]}, probe_config("grpo"), seed, STEPS)) for seed in (0, 1)]
     run_many(runs, packed_runs=2, progress=False)
 """
 """a packed grid of two runs that checkpoint every 2 steps, run from the folder it is started in"""
@@ -213,21 +214,22 @@ def test_a_killed_packed_grid_resumes_each_run_from_its_checkpoint(tiny_zoo_path
     (tmp_path / "mrl").mkdir()
     (tmp_path / "grid.py").write_text(KILLED_GRID)
     tests = os.path.dirname(__file__)
-    script = subprocess.Popen([sys.executable, "grid.py", tiny_zoo_paths["A"]], cwd=tmp_path,
+    steps = 40   # long enough that the grid is killed mid-run, not after it
+    script = subprocess.Popen([sys.executable, "grid.py", tiny_zoo_paths["A"], str(steps)], cwd=tmp_path,
                               env={**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])},
                               start_new_session=True)
     partial = tmp_path / "results" / "runs" / ".partial"
     deadline = time.monotonic() + 240
     while len(list(partial.glob("*.checkpoints/step-000002"))) < 2 and time.monotonic() < deadline:
         assert script.poll() is None, "the grid ended before it was killed"
-        time.sleep(0.2)
+        time.sleep(0.05)
     os.killpg(script.pid, signal.SIGKILL)   # the script and its packed processes
     script.wait()
     assert len(list(partial.glob("*.checkpoints"))) == 2
 
-    grpo = GrpoConfig(steps=8, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=4, seed=0)
+    grpo = GrpoConfig(steps=steps, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=10, seed=0)
     config = RunConfig(task=TaskConfig(**TINY_TASK), grpo=grpo, runner=RunnerConfig(checkpoint_every=2))
-    runs = [Run(config, {"A": tiny_zoo_paths["A"]}, probe_config("grpo"), seed, 8) for seed in (0, 1)]
+    runs = [Run(config, {"A": tiny_zoo_paths["A"]}, probe_config("grpo"), seed, steps) for seed in (0, 1)]
     reference = tmp_path / "reference"   # the same runs uninterrupted, in a run cache of their own
     (reference / "mrl").mkdir(parents=True)
     (reference / "pyproject.toml").write_text("")

@@ -267,8 +267,12 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
     start = time.perf_counter()
     record = run_concurrent(spec, checkpoint_dir=checkpoints, resume=resume, progress=progress)
     tables = save_run(folder, record, spec, time.perf_counter() - start, run.variant.log_experience)
-    if output_dir is None:
+    if output_dir is None:   # published: its checkpoints go, and the work area when nothing else is in it
         shutil.rmtree(checkpoints, ignore_errors=True)
+        try:
+            checkpoints.parent.rmdir()
+        except OSError:
+            pass
     if output_dir is not None:
         Path(output_dir).mkdir(parents=True, exist_ok=True)
         for name in ("steps.csv", "evals.csv", "run.json"):
