@@ -289,6 +289,12 @@ class RunnerConfig:
     checkpoint_every: Count = 0
     """write a checkpoint every this many steps (0: never); `mrl run` writes them into its output folder's
     checkpoints/, where `mrl run --resume` continues from the newest intact one"""
+    keep_checkpoints: Count = 0
+    """keep only this many newest checkpoints, removing older ones after each save (0: keep all)"""
+    grid_checkpoint_every: Count = 20
+    """a grid run's checkpoint cadence in the run cache's work area (mrl.experiments.runs.run_one without an output
+    folder; the newest one kept), from which a killed grid resumes each run it had in flight; 0: never. Only sync runs
+    that log no experience and whose wall time is not what they measure checkpoint there"""
     save_policies: Bool = False
     """save every trained policy as a transformers folder at the end of each run of a grid (mrl.runtime.saving), into
     results/trained/<key>/<policy>/; off for the CPU profiles, to spare the disk (`mrl run` always saves)"""

@@ -38,6 +38,7 @@ from mrl.core.validation import ConfigError, Str, config_hash, require, to_dict
 from mrl.fingerprint import code_fingerprint
 from mrl.paths import repo_root
 from mrl.runtime.pools import GUARD_HINT, spawn_executor
+from mrl.runtime.checkpoint import latest
 from mrl.runtime.results import (CachedRun, clear_work_folders, git_sha, process_alive, publish_run, read_run,
                                  work_folder, write_run_record)
 from mrl.runtime.runner import run_concurrent
@@ -197,39 +198,48 @@ class Run:
         return self.cached() is not None
 
 
-GRID_CHECKPOINT_EVERY = 20
-"""a run's checkpoint cadence in the run cache when its profile sets none (runner.checkpoint_every): a killed grid
-loses at most this many steps of each run it had in flight"""
-
-
 def grid_checkpoints(folder: Path) -> Path:
     """results/runs/.partial/<key>-<pid>.checkpoints/: where this process checkpoints the run cached in `folder`
     (each process its own, so two computing one key never write into one folder)."""
     return folder.parent / ".partial" / f"{folder.name}-{os.getpid()}.checkpoints"
 
 
-def adopt_checkpoints(folder: Path) -> Path:
-    """This process's checkpoint folder for the run cached in `folder`, holding the checkpoints a killed process left
-    for the same run: the newest such folder of a process that is gone is renamed to this process's (the others are
-    removed). Returns grid_checkpoints(folder), which may not exist."""
-    own = grid_checkpoints(folder)
-    if own.is_dir():
-        return own
+def dead_checkpoints(folder: Path) -> list[Path]:
+    """The checkpoint folders that processes now gone left for the run cached in `folder`, the one with the newest
+    intact checkpoint first (mrl.runtime.checkpoint.latest)."""
     left = []
     for other in folder.parent.glob(f".partial/{folder.name}-*.checkpoints"):
         pid = other.name.rpartition("-")[2].removesuffix(".checkpoints")
-        if pid.isdigit() and not process_alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
             left.append(other)
-    left.sort(key=lambda path: max((c.name for c in path.glob("step-*")), default=""), reverse=True)
-    for index, other in enumerate(left):
-        if index == 0:
+    newest = {other: (latest(other) or Path("")).name for other in left}
+    return sorted(left, key=lambda other: newest[other], reverse=True)
+
+
+def adopt_checkpoints(folder: Path) -> Path:
+    """This process's checkpoint folder for the run cached in `folder`, holding the newest checkpoints a killed
+    process left for the same run (its folder renamed to this process's; the other dead ones removed). Returns
+    grid_checkpoints(folder), which may not exist."""
+    own = grid_checkpoints(folder)
+    for other in dead_checkpoints(folder):
+        if not own.is_dir():
             try:
                 os.rename(other, own)
-            except OSError:   # another process adopted it first
                 continue
-        else:
-            shutil.rmtree(other, ignore_errors=True)
+            except OSError:   # another process adopted it first
+                pass
+        shutil.rmtree(other, ignore_errors=True)
     return own
+
+
+def checkpoints_in_grid(run: Run, spec: RunSpec) -> int:
+    """Steps between a grid run's checkpoints in the run cache (runner.grid_checkpoint_every), or 0 where it writes
+    none: an async run (its checkpoints are barriers that change the schedule), a run whose wall time is what it
+    measures (backend_pinned), one that logs its experience (the log would restart at the resume)."""
+    runner = spec.runner
+    if runner.mode != "sync" or spec.backend_pinned or run.variant.log_experience:
+        return 0
+    return runner.grid_checkpoint_every
 
 
 def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progress: bool = False,
@@ -240,34 +250,39 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
 
     output_dir: where the run leaves its trained policies (<output_dir>/<policy>/, transformers folders,
     mrl.runtime.saving), its checkpoints (<output_dir>/checkpoints/, every runner.checkpoint_every steps) and a copy of
-    its tables; the run is then computed (the cache holds no weights). Without one, the run checkpoints into the run
-    cache's work area (adopt_checkpoints: every runner.checkpoint_every steps, else GRID_CHECKPOINT_EVERY) and
-    resumes from what a killed process left there; the checkpoints go when the run is published. Without one, a profile with runner.save_policies
-    saves the policies into trained_folder(run). resume: continue from the newest intact checkpoint in
-    <output_dir>/checkpoints (a different experiment's is refused). profile: named in the model cards and run.json
-    (default: the run's config's, RunConfig.profile)."""
+    its tables; the run is then computed (the cache holds no weights). Without an output folder, a sync run
+    checkpoints into the run cache's work area every runner.grid_checkpoint_every steps (checkpoints_in_grid; the
+    newest kept) and resumes from what a killed process left there (adopt_checkpoints); its checkpoints go when it
+    is published, and cache=False starts it afresh; a profile with runner.save_policies saves its policies into
+    trained_folder(run). resume: continue from the newest intact checkpoint in <output_dir>/checkpoints (a different
+    experiment's is refused). profile: named in the model cards and run.json (default: the run's config's,
+    RunConfig.profile)."""
     folder = run.folder()
     if cache and output_dir is None and (cached := run.cached()) is not None:
         return cached.steps, cached.evals
     config = run.config
     out = Path(output_dir) if output_dir is not None else trained_folder(run) if config.runner.save_policies else None
-    clear_work_folders(folder)   # what a killed computation of this run left (its checkpoints are adopted)
-    if output_dir is None:
-        checkpoints = adopt_checkpoints(folder)
-        resume = resume or checkpoints.is_dir()
-        every = config.runner.checkpoint_every or GRID_CHECKPOINT_EVERY
-    else:
-        checkpoints = Path(output_dir) / "checkpoints" if config.runner.checkpoint_every else None
-        every = config.runner.checkpoint_every
+    clear_work_folders(folder)   # what a killed computation of this run left (its checkpoints apart)
     experience = work_folder(folder) / "experience" if run.variant.log_experience else None
     card = RunCard(run_key=run.key(), profile=profile or config.profile, probe=probe_label(run.probe), seed=run.seed,
                    steps=run.steps)
     spec = run.spec(backend, report_to, experience, out, card)
-    spec = dataclasses.replace(spec, runner=dataclasses.replace(spec.runner, checkpoint_every=every))
+    in_grid = checkpoints_in_grid(run, spec) if output_dir is None else 0
+    if in_grid:   # a grid run: checkpoints in the run cache's work area, the newest kept, resumed after a kill
+        if not cache:
+            for left in [grid_checkpoints(folder), *dead_checkpoints(folder)]:
+                shutil.rmtree(left, ignore_errors=True)
+        checkpoints = adopt_checkpoints(folder)
+        resume = resume or checkpoints.is_dir()
+        spec = dataclasses.replace(spec, log_beside_checkpoints=False, runner=dataclasses.replace(
+            spec.runner, checkpoint_every=in_grid, keep_checkpoints=1))
+    else:
+        checkpoints = Path(output_dir) / "checkpoints" if output_dir is not None and spec.runner.checkpoint_every \
+            else None
     start = time.perf_counter()
     record = run_concurrent(spec, checkpoint_dir=checkpoints, resume=resume, progress=progress)
     tables = save_run(folder, record, spec, time.perf_counter() - start, run.variant.log_experience)
-    if output_dir is None:   # published: its checkpoints go, and the work area when nothing else is in it
+    if in_grid:   # published: its checkpoints go, and the work area when nothing else is in it
         shutil.rmtree(checkpoints, ignore_errors=True)
         try:
             checkpoints.parent.rmdir()

@@ -58,8 +58,9 @@ def _short(value) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def save(folder: str | Path, step: int, state: dict, identity: dict) -> Path:
-    """Write `state` (torch.save) and its manifest as folder/step-NNNNNN, atomically; returns the folder."""
+def save(folder: str | Path, step: int, state: dict, identity: dict, keep: int = 0) -> Path:
+    """Write `state` (torch.save) and its manifest as folder/step-NNNNNN, atomically; returns the folder. keep > 0:
+    then remove all but the `keep` newest finished checkpoints."""
     target = Path(folder) / STEP_DIR.format(step)
     staging = Path(folder) / (STEP_DIR.format(step) + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
@@ -74,6 +75,8 @@ def save(folder: str | Path, step: int, state: dict, identity: dict) -> Path:
             os.fsync(handle.fileno())
     shutil.rmtree(target, ignore_errors=True)
     os.replace(staging, target)
+    for older in checkpoints(folder)[keep:] if keep else ():
+        shutil.rmtree(older, ignore_errors=True)
     return target
 
 

@@ -109,7 +109,7 @@ def plan_run(spec: RunSpec, checkpoint_dir: str | Path | None = None, resume: bo
     if resume and checkpoint_dir is not None:
         found, saved, skipped = checkpoint.load_latest(checkpoint_dir, identity)
     experience_dir = spec.experience_dir
-    if experience_dir is None and checkpoint_dir is not None:
+    if experience_dir is None and checkpoint_dir is not None and spec.log_beside_checkpoints:
         experience_dir = Path(checkpoint_dir) / "experience"
     task = make_task(spec.task)
     thread_plan = _plan_threads(spec.threads, policy_paths)
@@ -583,4 +583,4 @@ def save_checkpoint(folder: str | Path, step: int, backend, exchange: Exchange, 
     state = {"step": step, "workers": states, "exchange": exchange.state_dict(),
              "record": {k: v for k, v in record.__dict__.items()
                         if k not in ("timeline", "startup_seconds", "wall_seconds")}}
-    return checkpoint.save(folder, step, state, identity)
+    return checkpoint.save(folder, step, state, identity, keep=cfg.keep_checkpoints)

@@ -73,7 +73,10 @@ class RunSpec:
     the run's identity; otherwise every backend gives the same metrics and it does not"""
     experience_dir: str | Path | None = None
     """where the exchange logs its accepted records (mrl.runtime.experience_log.replay reads them); None:
-    checkpoint_dir/experience when checkpointing, else no log"""
+    checkpoint_dir/experience when checkpointing (and log_beside_checkpoints), else no log"""
+    log_beside_checkpoints: bool = True
+    """without an experience_dir, log the experience into checkpoint_dir/experience (`mrl run`); a grid run's
+    checkpoints in the run cache need no log (the exchange's state is in each checkpoint)"""
     output_dir: str | Path | None = None
     """save every trained policy at the end as a transformers folder output_dir/<policy>/
     (mrl.runtime.saving.save_policy); None: nothing is saved"""
