@@ -2,8 +2,8 @@
 
 GrpoConfig.engine holds an engine's name (a string in the profiles' YAML); `Engine(name)` is the member, and
 `CAPABILITIES[engine]` says where its sampling log-probs come from, whether it runs the fast path's forward, how it
-prefills a batch of prompts and how its KV cache is shaped. mrl.runtime.rollout dispatches on it, the actor reads where its old log-probs come from, and
-mrl.runtime.resources sizes the prefill and the KV cache from it.
+prefills a batch of prompts and how its KV cache is shaped. mrl.runtime.rollout dispatches on it, the actor reads
+where its old log-probs come from, and mrl.runtime.resources sizes the prefill and the KV cache from it.
 """
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ CAPABILITIES = {
     Engine.GRAPHS: Capabilities(own_logprobs=True, fast_forward=False, prefill="graphs", padded_cache=True),
 }
 """every engine's capabilities"""
+assert set(CAPABILITIES) == set(Engine), "every engine has its capabilities"
 ENGINES = tuple(engine.value for engine in Engine)
 """the engines' names, as GrpoConfig.engine and the command line take them"""
 

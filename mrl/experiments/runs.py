@@ -328,7 +328,8 @@ def save_run(folder: Path, record, spec: RunSpec, wall_seconds: float,
     evals_df.to_csv(work / "evals.csv", index=False)
     identity = run_identity(spec)
     write_run_record(work, {
-        "profile": spec.card.profile if spec.card else "", "task": to_dict(spec.task), "grpo": to_dict(spec.grpo), "probe": to_dict(spec.probe_config()),
+        "profile": spec.card.profile if spec.card else "", "task": to_dict(spec.task), "grpo": to_dict(spec.grpo),
+        "probe": to_dict(spec.probe_config()),
         "policies": spec.policies, "clock": identity["clock"], "peers": identity["peers"],
         "offline": identity["offline"], "experience": experience, "counters": record.counters,
         "events": record.events, "backend": spec.runner.backend, "git_sha": git_sha(), "numerics": numerics.state(),
