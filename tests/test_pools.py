@@ -131,3 +131,40 @@ def test_sigint_stops_a_pools_workers(tmp_path, pool):
         for pid in pids:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+SLOW_IMPORT_SCRIPT = '''
+import multiprocessing, os, sys, time
+
+if __name__ == "__mp_main__":   # a spawned worker re-importing this script, as slow as torch and mrl on a loaded CPU
+    time.sleep(120)
+
+if __name__ == "__main__":
+    from mrl.runtime.pools import spawn_executor
+    executor = spawn_executor(2)
+    for _ in range(2):
+        executor.submit(os.getpid)
+    time.sleep(1)
+    print(" ".join(str(child.pid) for child in multiprocessing.active_children()), flush=True)
+    time.sleep(3600)
+'''
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
+def test_workers_still_importing_die_with_their_killed_parent(tmp_path):
+    """SIGKILL the parent while its pool's workers are still re-importing its script (two minutes each here, as a
+    loaded machine's import of torch can take): they exit within 10 s, long before any of their own code runs."""
+    (tmp_path / "slow.py").write_text(SLOW_IMPORT_SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(tmp_path / "slow.py")], cwd=tmp_path, stdout=subprocess.PIPE,
+                              text=True)
+    pids = [int(pid) for pid in parent.stdout.readline().split()]
+    try:
+        assert len(pids) == 2 and all(alive(pid) for pid in pids), "the pool's two workers did not start"
+        parent.kill()
+        parent.wait(timeout=60)
+        assert gone_within(pids, 10) == [], "workers still importing outlived their parent's SIGKILL"
+    finally:
+        parent.kill()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -15,7 +15,6 @@ raise `WorkerFailed`, the last complete checkpoint stays on disk; `continue`: `d
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 import time
@@ -26,7 +25,7 @@ from multiprocessing.connection import wait
 from mrl import numerics
 from mrl.core.config import BACKENDS
 from mrl.runtime.placement import cap_gpu_memory, resolve_device
-from mrl.runtime.pools import GUARD_HINT, watch_parent
+from mrl.runtime.pools import GUARD_HINT, WatchedSpawnContext
 from mrl.runtime.worker import PingCall, WorkerCall
 
 
@@ -148,10 +147,10 @@ def _own_process_actor(cls, config):
     return cls(config)
 
 
-def _serve(conn, cls, config, parent: int) -> None:
-    """Worker process main loop: build the actor, then answer each WorkerCall until None (close); it dies with the
-    process `parent` (mrl.runtime.pools.watch_parent), even in the middle of a call."""
-    watch_parent(parent)
+def _serve(conn, cls, config) -> None:
+    """Worker process main loop: build the actor, then answer each WorkerCall until None (close). Started by a
+    WatchedSpawnContext, it dies with the process that started it from its first instruction, even in the middle of
+    a call (mrl.runtime.pools.watch_parent)."""
     try:
         actor = _own_process_actor(cls, config)
         conn.send(("ok", None))
@@ -177,12 +176,12 @@ class ProcessBackend(Backend):
 
     def __init__(self, specs: list[WorkerSpec], start_timeout: float = 300.0):
         super().__init__(specs)
-        context = multiprocessing.get_context("spawn")
+        context = WatchedSpawnContext()
         self.conns, self.processes = {}, {}
         self._inflight, self._failed_sends = {}, []
         for spec in specs:
             parent, child = context.Pipe()
-            process = context.Process(target=_serve, args=(child, spec.cls, spec.config, os.getpid()),
+            process = context.Process(target=_serve, args=(child, spec.cls, spec.config),
                                       name=f"mrl-{spec.name}", daemon=True)
             process.start()
             child.close()

@@ -7,7 +7,9 @@ instead marks itself broken when a worker dies; `map_in_processes` turns that in
 names the guard.
 
 Every worker dies with its parent (`watch_parent`): a script killed by SIGKILL or SIGTERM, which runs no cleanup of
-its own, leaves no worker training on into the run cache.
+its own, leaves no worker training on into the run cache. The watch starts before a spawned worker imports anything
+of its parent's (`WatchedSpawnContext`), so a worker still importing torch and the parent's script when the parent
+dies exits too.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import os
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from multiprocessing.context import SpawnContext, SpawnProcess
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable
 
@@ -32,19 +35,60 @@ class PoolBroken(RuntimeError):
 def spawn_executor(processes: int, modules: Iterable[str] = ()) -> ProcessPoolExecutor:
     """A pool of `processes` spawned processes (no fork: torch and Ray threads do not survive one), each of which
     imports `modules` first (a user's probe module, whose probe a job names but whose config may not import it)."""
-    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"), initializer=start_worker,
-                               initargs=(os.getpid(), tuple(modules)))
+    return ProcessPoolExecutor(processes, mp_context=WatchedSpawnContext(), initializer=start_worker,
+                               initargs=(tuple(modules),))
 
 
-def start_worker(parent: int, modules: tuple[str, ...]) -> None:
-    """A pool worker's initializer: die with the process `parent`, then import each module."""
-    watch_parent(parent)
+def start_worker(modules: tuple[str, ...]) -> None:
+    """A pool worker's initializer: import each module (its parent is watched from the worker's start)."""
     for module in modules:
         importlib.import_module(module)
 
 
+class ParentWatchingName(str):
+    """A spawned process's name that starts `watch_parent(parent)` in the child as it is unpickled.
+
+    A spawned child reads its name first, in the preparation data, before it imports its parent's `__main__` (a
+    script re-imported with torch and mrl: seconds, and tens of seconds on a loaded machine) and long before a pool's
+    initializer runs; a parent that died meanwhile would otherwise leave the child importing, then working."""
+
+    parent: int
+
+    def __new__(cls, name: str, parent: int):
+        named = super().__new__(cls, name)
+        named.parent = parent
+        return named
+
+    def __reduce__(self):
+        return named_and_watching, (str(self), self.parent)
+
+
+def named_and_watching(name: str, parent: int) -> str:
+    """In a spawned child, unpickling its name: watch the process `parent`, then give the name back."""
+    watch_parent(parent)
+    return name
+
+
+class WatchedSpawnProcess(SpawnProcess):
+    """A spawned process that watches the process that started it from its first unpickled object."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._name = ParentWatchingName(self._name, os.getpid())
+
+
+class WatchedSpawnContext(SpawnContext):
+    """multiprocessing's spawn context whose processes die with their parent, from their start (WatchedSpawnProcess);
+    for pools (`ProcessPoolExecutor(mp_context=...)`) and single processes (`.Process(...)`) alike."""
+
+    Process = WatchedSpawnProcess
+
+
 PARENT_POLL_SECONDS = 0.5
 """how often a worker looks whether its parent still lives"""
+
+WATCHED: set[int] = set()
+"""the parents this process watches (one thread each)"""
 
 
 def watch_parent(parent: int) -> None:
@@ -54,9 +98,13 @@ def watch_parent(parent: int) -> None:
     A daemon thread compares os.getppid() with `parent` (an orphan is adopted by another process). Not Linux's
     parent-death signal (prctl PR_SET_PDEATHSIG): that fires when the *thread* that started the worker ends, and a
     pool started from a thread that then ends would lose its workers while its parent still uses them. The thread
-    runs whenever the worker's main thread releases the GIL, which torch's kernels and every wait do."""
+    runs whenever the worker's main thread releases the GIL, which torch's kernels and every wait do. A second call
+    for the same parent starts no second thread."""
     if os.getppid() != parent:
         os._exit(1)   # the parent died before this worker started watching it
+    if parent in WATCHED:
+        return
+    WATCHED.add(parent)
 
     def watch():
         while os.getppid() == parent:
