@@ -4,6 +4,8 @@ Equality: on the same sampled completions, a probe's loss and gradients through 
 actor within 1e-5, for A (GPT-2 + BPE) learning beside B (Llama + Unigram): two tokenizers, the peer's records
 crossing through the FileExchange on one side and the runner's Exchange on the other.
 """
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -18,6 +20,7 @@ from mrl.core.seeding import step_prompts
 from mrl.core.tasks import make_task
 from mrl.core.validation import ConfigError
 from mrl.integrations.file_exchange import FileExchange
+from mrl.runtime.experience_log import ExperienceLogError
 from mrl.integrations.trl import MRLGRPOTrainer, MrlSharing, PromptOrderMismatch, check_trl_args, problem_dataset
 from mrl.runtime.actor import ActorConfig, PolicyActor
 from mrl.runtime.mwra import WorkerFailed
@@ -159,6 +162,30 @@ def test_an_exchange_folder_of_an_earlier_run_is_refused(tmp_path):
         FileExchange(tmp_path, "A", ("B",), spec).publish(1, [])
 
 
+def test_a_resumed_exchange_moves_later_steps_aside_and_waits_for_its_peers_to_resume(tmp_path):
+    """A and B published steps 1-3 and checkpointed after step 2; resumed, A continues after step 2: its step 3 moved
+    aside, B's old step 3 not read (B has not resumed) until B resumes and publishes it again; a trainer that did not
+    resume refuses a peer that did."""
+    spec = PolicySpec(vocab_size=40, tokenizer_id="A:bpe")
+    for name, peer in (("A", "B"), ("B", "A")):
+        end = FileExchange(tmp_path, name, (peer,), spec, deadline=0.2, run_id="r")
+        for step in (1, 2, 3):
+            end.publish(step, [])
+        end.record_checkpoint(2)
+    stale = FileExchange(tmp_path, "A", ("B",), spec, deadline=0.2, run_id="r")
+    a = FileExchange(tmp_path, "A", ("B",), spec, deadline=0.2, run_id="r")
+    assert a.common_checkpoint([2, 4]) == 2 and a.common_checkpoint([4]) is None
+    assert a.resume(2) == tmp_path / "A" / "aside-1" and (tmp_path / "A" / "aside-1" / "step-000003.json").exists()
+    assert a.read_peer_step("B", 2) == [] and a.read_peer_step("B", 3) is None   # B's step 3 is from before
+    b = FileExchange(tmp_path, "B", ("A",), spec, deadline=0.2, run_id="r")
+    b.resume(2)
+    assert a.read_peer_step("B", 3) is None   # moved aside: published again once B has run it
+    b.publish(3, [])
+    assert a.read_peer_step("B", 3) == []
+    with pytest.raises(ExperienceLogError, match="resumed 1 times, this trainer 0"):
+        stale.read_peer_step("B", 3)
+
+
 def test_a_peer_on_other_prompts_is_refused():
     from mrl.integrations.trl import check_same_prompts
     from mrl.core.see import GroupStats
@@ -171,40 +198,79 @@ def test_a_peer_on_other_prompts_is_refused():
         check_same_prompts(exchange, [Problem("1+1=", "2", "S1", "p1")], "A")
 
 
-def test_a_killed_trainer_is_named_by_its_peer_within_the_deadline(tiny_zoo_paths, tmp_path):
-    """Two trainers in two processes (A and B: two tokenizers) share SGT through the exchange folder; B is killed
-    after its step 2, and A stops at step 3 naming B, within its deadline."""
+def start_trainers(paths, exchange: Path, outputs: Path, *extra: str) -> dict:
+    """Trainers of A and B (two tokenizers) sharing SGT through `exchange`, 6 steps with a checkpoint every 2, each
+    writing into outputs/<policy>: {policy: its process}."""
     import os
-    import re
-    import signal
     import subprocess
     import sys
-    import time
 
-    deadline = 10.0
-    exchange = tmp_path / "exchange"
     command = [sys.executable, "-m", "mrl.integrations.trl_train", "--policies",
-               *(f"{name}={tiny_zoo_paths[name]}" for name in ("A", "B")), "--probe", "sgt", "--steps", "8",
-               "--task", str(TINY_TASK), "--exchange", str(exchange), "--deadline", str(deadline)]
+               *(f"{name}={paths[name]}" for name in ("A", "B")), "--probe", "sgt", "--steps", "6", "--save-steps",
+               "2", "--task", str(TINY_TASK), "--exchange", str(exchange), "--deadline", "10", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    trainers = {name: subprocess.Popen([*command, "--policy", name, "--output", str(tmp_path / name)],
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-                for name in ("A", "B")}
+    return {name: subprocess.Popen([*command, "--policy", name, "--output", str(outputs / name)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            for name in ("A", "B")}
+
+
+def finish(trainers: dict) -> dict:
+    """{policy: (exit status, output)} once every trainer ended (a hang fails at the timeout)."""
     try:
-        start = time.monotonic()
-        while not (exchange / "B" / "step-000002.json").exists():
-            assert time.monotonic() - start < 300 and trainers["B"].poll() is None, "B never reached step 2"
-            time.sleep(0.05)
-        trainers["B"].send_signal(signal.SIGKILL)
-        output, _ = trainers["A"].communicate(timeout=deadline + 120)   # a hang fails here
+        return {name: (process.communicate(timeout=600)[0], process.returncode)[::-1]
+                for name, process in trainers.items()}
     finally:
         for process in trainers.values():
             process.kill()
-    assert trainers["A"].returncode != 0
-    # B was killed after its step 2 (or, on a loaded machine, a step later): A names it at the step B never wrote
-    assert re.search(r"worker 'B' failed: published no records for step [34] within the deadline of 10 s", output), \
+
+
+def logged_steps(output: Path) -> list[dict]:
+    """Each step's loss and exchange counters in TRL's trainer_state.json of `output`."""
+    import json
+
+    history = json.loads((output / "trainer_state.json").read_text())["log_history"]
+    return [{key: value for key, value in row.items() if key == "loss" or key.startswith("exchange/")} | {
+        "step": row["step"]} for row in history if "loss" in row]
+
+
+def test_a_killed_trainer_is_named_and_both_resume_as_if_never_stopped(tiny_zoo_paths, tmp_path):
+    """Two trainers share SGT through the exchange folder, checkpointing every 2 steps; B is killed (SIGKILL) once it
+    published step 3, A stops naming B within its deadline, and both resumed with --resume continue from step 2 (the
+    newest step both checkpointed; the exchange's later steps moved aside): every step's loss equals that of an
+    uninterrupted pair within the equality tests' 1e-5, with the same records read per step."""
+    import re
+    import signal
+    import time
+
+    whole = start_trainers(tiny_zoo_paths, tmp_path / "whole-exchange", tmp_path / "whole")
+    exchange = tmp_path / "exchange"
+    trainers = start_trainers(tiny_zoo_paths, exchange, tmp_path)
+    try:
+        start = time.monotonic()
+        while not (exchange / "B" / "step-000003.json").exists():
+            assert time.monotonic() - start < 300 and trainers["B"].poll() is None, "B never reached step 3"
+            time.sleep(0.05)
+        trainers["B"].send_signal(signal.SIGKILL)
+    finally:
+        stopped = finish(trainers)
+    status, output = stopped["A"]
+    assert status != 0
+    # B was killed after its step 3 (or, on a loaded machine, a step later): A names it at the step B never wrote
+    assert re.search(r"worker 'B' failed: published no records for step [45] within the deadline of 10 s", output), \
         output[-3000:]
     assert "probe/rescue_candidates" in output   # TRL logged A's steps before, the probe's statistics among them
+
+    resumed = finish(start_trainers(tiny_zoo_paths, exchange, tmp_path, "--resume"))
+    uninterrupted = finish(whole)
+    for name in ("A", "B"):
+        assert resumed[name][0] == 0 and uninterrupted[name][0] == 0, resumed[name][1][-3000:]
+        assert (exchange / name / "aside-1" / "step-000003.json").exists()   # moved aside, not deleted
+        got, want = logged_steps(tmp_path / name), logged_steps(tmp_path / "whole" / name)
+        assert [row["step"] for row in got] == list(range(1, 7)) == [row["step"] for row in want]
+        for row, reference in zip(got, want):
+            assert row.keys() == reference.keys()
+            for key in row:
+                assert row[key] == pytest.approx(reference[key], abs=1e-5), (name, row["step"], key)
 
 
 def test_the_dataset_is_the_task_s_prompts_as_text_or_one_user_message():

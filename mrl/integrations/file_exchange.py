@@ -5,6 +5,11 @@ Each policy writes the records of a step into its own folder, `root/<policy>/`, 
 waiting for each up to a deadline; every record read is validated again by a fresh SEE Exchange, as in the runner.
 A peer that is silent, killed mid-step, torn, altered or another run's is named, and the failure policy raises
 WorkerFailed or drops it. Why a folder and not a Ray actor, and each fault: docs/trl.md.
+
+Resuming: each policy's RUN_FILE lists the steps its trainer checkpointed. A resumed run continues from the newest
+step every trainer checkpointed (`common_checkpoint`); each trainer moves its own steps after it aside (`resume`, into
+`<policy>/aside-<generation>/`, nothing deleted) and counts one more generation, and a trainer reads a peer's step
+after the resume only once the peer has resumed too (its generation), so no step is read twice or from before.
 """
 from __future__ import annotations
 
@@ -17,8 +22,8 @@ from pathlib import Path
 from mrl.core.config import FAILURE_POLICIES
 from mrl.core.see import Exchange, Limits, PolicySpec
 from mrl.core.validation import ConfigError
-from mrl.runtime.experience_log import (LOG_FILE, ExperienceLogError, last_logged_step, manifest_name, read_log_step,
-                                        read_manifest, write_log_step)
+from mrl.runtime.experience_log import (LOG_FILE, LOG_MANIFEST, ExperienceLogError, last_logged_step, manifest_name,
+                                        read_log_step, read_manifest, write_log_step)
 from mrl.runtime.mwra import WorkerFailed
 
 
@@ -31,7 +36,8 @@ class FileExchange:
     deadline: seconds to wait for a peer's step; failure_policy: "fail" raises WorkerFailed naming a peer that
     published nothing in time or a step that is refused, "continue" goes on without it; run_id: this run's name,
     written beside the policy's steps (its folder's RUN_FILE), so a peer folder another run wrote is refused ('' for
-    none: no peer folder's name is checked)."""
+    none: no peer folder's name is checked). A resumed end (`resume`) has its generation (how many times the run
+    resumed) and the step it resumed after."""
 
     root: Path
     policy: str
@@ -47,6 +53,7 @@ class FileExchange:
         self.root = Path(self.root)
         self.dropped: set[str] = set()   # peers missed at a deadline under "continue": never waited for again
         self.published = False
+        self.generation, self.resumed_after = 0, None
         if self.failure_policy not in FAILURE_POLICIES:
             raise ValueError(f"FileExchange.failure_policy = {self.failure_policy!r}; expected one of "
                              f"{list(FAILURE_POLICIES)}")
@@ -59,11 +66,12 @@ class FileExchange:
     def publish(self, step: int, records: list) -> None:
         """Write this policy's records of `step` (its folder's next log step; steps only increase)."""
         folder = self.folder(self.policy)
-        if not self.published and last_logged_step(folder, step + 1) is not None:
+        if not self.published and self.resumed_after is None and last_logged_step(folder, step + 1) is not None:
             raise ConfigError(f"exchange folder {folder} already holds steps of an earlier run; its peers would read "
-                              f"them as this run's: give every run a fresh exchange folder")
+                              f"them as this run's: give every run a fresh exchange folder, or resume this one "
+                              f"(trl_train --resume)")
         if not self.published:
-            write_run_file(folder, self.run_id)
+            update_run_file(folder, run_id=self.run_id, generation=self.generation)
         self.published = True
         write_log_step(folder, step, records, {self.policy: self.spec}, previous=last_logged_step(folder, step),
                        clock=step, limits=self.limits)
@@ -105,15 +113,56 @@ class FileExchange:
         return exchange, sorted(missing)
 
     def read_peer_step(self, peer: str, step: int) -> list | None:
-        """A peer's records of `step` (None while its manifest is not on disk), from a folder this run wrote:
-        ExperienceLogError when the step fails its checks or the folder's RUN_FILE names another run."""
+        """A peer's records of `step` (None while its manifest is not on disk, or, after a resume, while the peer
+        has not resumed too), from a folder this run wrote: ExperienceLogError when the step fails its checks, the
+        folder's RUN_FILE names another run, or the peer resumed more often than this trainer."""
         folder = self.folder(peer)
-        if self.run_id and (folder / manifest_name(step)).exists():
-            other = read_run_file(folder)
-            if other != self.run_id:
-                raise ExperienceLogError(f"{folder} was written by run {other!r}, not by this run {self.run_id!r} (a "
-                                         f"folder left by another run: give every run a fresh exchange folder)")
+        if not (folder / manifest_name(step)).exists():
+            return None
+        written = read_run_file(folder)
+        if self.run_id and written.get("run_id") != self.run_id:
+            raise ExperienceLogError(f"{folder} was written by run {written.get('run_id')!r}, not by this run "
+                                     f"{self.run_id!r} (a folder left by another run: give every run a fresh "
+                                     f"exchange folder)")
+        peer_generation = written.get("generation", 0)
+        if self.resumed_after is not None and step > self.resumed_after and peer_generation < self.generation:
+            return None   # the peer's step from before the resume: it is moved aside when the peer resumes
+        if peer_generation > self.generation:
+            raise ExperienceLogError(f"{folder} was resumed {peer_generation} times, this trainer {self.generation}: "
+                                     f"resume every trainer of the run together")
         return read_log_step(folder, step, self.limits)
+
+    def record_checkpoint(self, step: int) -> None:
+        """Note in this policy's RUN_FILE that its trainer checkpointed after `step` (a resume starts from a step
+        every trainer checkpointed)."""
+        folder = self.folder(self.policy)
+        steps = read_run_file(folder).get("checkpoints", [])
+        update_run_file(folder, run_id=self.run_id, generation=self.generation,
+                        checkpoints=sorted({*steps, int(step)}))
+
+    def common_checkpoint(self, own: list[int]) -> int | None:
+        """The newest of this trainer's checkpointed steps `own` that every peer's RUN_FILE lists too (None:
+        none)."""
+        listed = [set(read_run_file(self.folder(peer)).get("checkpoints", [])) for peer in self.peers]
+        common = [step for step in own if all(step in steps for steps in listed)]
+        return max(common) if common else None
+
+    def resume(self, step: int) -> Path | None:
+        """Continue this policy's end of the exchange after `step`: its log steps after it are moved aside (not
+        deleted) into `<policy>/aside-<generation>/`, the generation counted up in its RUN_FILE and peers' steps
+        after `step` read only from peers that resumed too. Returns the aside folder (None: nothing moved)."""
+        folder = self.folder(self.policy)
+        written = read_run_file(folder)
+        self.generation, self.resumed_after = written.get("generation", 0) + 1, step
+        later = [p for p in folder.glob("*step-*") if (n := logged_step(p.name)) is not None and n > step]
+        aside = folder / f"aside-{self.generation}"
+        if later:
+            aside.mkdir(exist_ok=True)
+            for path in sorted(later, key=lambda p: p.suffix != ".json"):   # manifests first: no step looks whole
+                os.replace(path, aside / path.name)
+        update_run_file(folder, run_id=self.run_id, generation=self.generation,
+                        checkpoints=[s for s in written.get("checkpoints", []) if s <= step])
+        return aside if later else None
 
     def refuse(self, peer: str, reason: str) -> None:
         """A peer whose step is not read: WorkerFailed naming it under "fail"; dropped (never waited for again)
@@ -124,23 +173,33 @@ class FileExchange:
 
 
 RUN_FILE = "run.json"
-"""beside a policy's steps: {"run_id": the run that writes them, "pid": its process}"""
+"""beside a policy's steps: {"run_id": the run that writes them, "pid": its process, "generation": how many times
+it resumed, "checkpoints": the steps its trainer checkpointed after}"""
 
 
-def write_run_file(folder: Path, run_id: str) -> None:
-    """Name the run that writes `folder` (written whole: a temporary file renamed into place)."""
+def update_run_file(folder: Path, **fields) -> None:
+    """Set `fields` (and this process's pid) in `folder`'s RUN_FILE, keeping the others (written whole: a temporary
+    file renamed into place)."""
     folder.mkdir(parents=True, exist_ok=True)
-    temporary = folder / f".{RUN_FILE}.tmp"
-    temporary.write_text(json.dumps({"run_id": run_id, "pid": os.getpid()}))
+    temporary = folder / f".{RUN_FILE}.{os.getpid()}.tmp"
+    temporary.write_text(json.dumps({**read_run_file(folder), **fields, "pid": os.getpid()}))
     os.replace(temporary, folder / RUN_FILE)
 
 
-def read_run_file(folder: Path) -> str | None:
-    """The run that wrote `folder` (None: no readable RUN_FILE, a folder of something else)."""
+def read_run_file(folder: Path) -> dict:
+    """What `folder`'s RUN_FILE says ({}: none readable, a folder of something else)."""
     try:
-        return json.loads((folder / RUN_FILE).read_text())["run_id"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        written = json.loads((folder / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return written if isinstance(written, dict) else {}
+
+
+def logged_step(name: str) -> int | None:
+    """The step of an experience-log file's name (a manifest, a data file or their temporaries), else None."""
+    name = name.removeprefix(".").removesuffix(".tmp")
+    match = LOG_FILE.fullmatch(name) or LOG_MANIFEST.fullmatch(name)
+    return int(match.group(1)) if match else None
 
 
 def torn_files(folder: Path, step: int) -> list[str]:
@@ -148,9 +207,7 @@ def torn_files(folder: Path, step: int) -> list[str]:
     left (its data files, or their temporaries)."""
     if not folder.is_dir() or (folder / manifest_name(step)).exists():
         return []
-    return sorted(p.name for p in folder.iterdir()
-                  if (match := LOG_FILE.fullmatch(p.name.removeprefix(".").removesuffix(".tmp")))
-                  and int(match.group(1)) == step)
+    return sorted(p.name for p in folder.iterdir() if logged_step(p.name) == step)
 
 
 def peer_specs(folder: Path, step: int) -> dict[str, PolicySpec]:

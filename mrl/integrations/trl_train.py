@@ -12,18 +12,25 @@ every logged step (`log_history`), the probe's statistics as `probe/<name>` and 
 The trained policy is saved into `<output>` as TRL saves it (`trainer.save_model`: safetensors, the tokenizer, TRL's
 model card), its generation config listing every stop id; `--save-steps N` adds TRL's own checkpoints
 (`<output>/checkpoint-N/`) every N steps.
+
+`--resume` (every trainer of the run, with the same command and `--resume`) continues each trainer from TRL's own
+checkpoint (model, optimizer, scheduler, RNG states, global step: `resume_from_checkpoint`) at the newest step that
+every trainer checkpointed, and the exchange from that step: the steps and checkpoints after it are moved aside into
+`aside-<n>/` folders, not deleted (mrl.integrations.file_exchange, Resuming).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import re
 import sys
 from pathlib import Path
 
 import mrl  # noqa: F401  (first: the numerics contract, before torch)
 import torch  # noqa: E402
 import yaml  # noqa: E402
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerCallback  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 from mrl.core.batch import CHAT_DATE
@@ -31,6 +38,7 @@ from mrl.core.config import GrpoConfig, PlacementConfig, TaskConfig
 from mrl.core.probes import as_probe_config, probe_label
 from mrl.core.stop_tokens import stop_ids
 from mrl.core.tasks import make_task
+from mrl.core.validation import ConfigError
 from mrl.experiments import policy_paths
 from mrl.integrations.file_exchange import FileExchange
 from mrl.integrations.trl import MRLGRPOTrainer, MrlSharing, problem_dataset, trl_settings
@@ -62,22 +70,67 @@ def trl_args(output: Path, grpo, placement, report_to: str = "none", use_vllm: b
     return GRPOConfig(**{**settings, **overrides})
 
 
-def train(sharing: MrlSharing, args: GRPOConfig):
+class ExchangeCheckpoints(TrainerCallback):
+    """After each of TRL's checkpoints, note its step in the exchange (a resume starts from a step every trainer
+    checkpointed)."""
+
+    def __init__(self, sharing: MrlSharing):
+        self.sharing = sharing
+
+    def on_save(self, args, state, control, **kwargs):
+        self.sharing.exchange.record_checkpoint(state.global_step)
+
+
+def train(sharing: MrlSharing, args: GRPOConfig, resume_from: Path | None = None):
     """Train sharing.policy (its checkpoint folder sharing.peer_paths[sharing.policy]) with sharing.probe beside the
-    other policies of sharing.peer_paths, each in its own process, under TRL's GRPOConfig `args` (trl_args); returns
-    the trainer after args.max_steps steps, its state (log_history), the trained model, its tokenizer and TRL's
-    model card saved in args.output_dir (save_model), the generation config listing every stop id the rollouts
-    stopped at."""
+    other policies of sharing.peer_paths, each in its own process, under TRL's GRPOConfig `args` (trl_args), from TRL's
+    checkpoint `resume_from` if given (resume_point); returns the trainer after args.max_steps steps, its state
+    (log_history), the trained model, its tokenizer and TRL's model card saved in args.output_dir (save_model), the
+    generation config listing every stop id the rollouts stopped at."""
     path = sharing.peer_paths[sharing.policy]
     tokenizer = PreTrainedTokenizerFast.from_pretrained(path, padding_side="left")
     trainer = MRLGRPOTrainer(AutoModelForCausalLM.from_pretrained(path), args, problem_dataset(sharing.task),
-                             tokenizer, sharing=sharing)
-    trainer.train()
+                             tokenizer, sharing=sharing, callbacks=[ExchangeCheckpoints(sharing)])
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     trainer.save_state()
     trainer.model.generation_config.eos_token_id = list(stop_ids(tokenizer))
     trainer.save_model(args.output_dir)
     trainer.create_model_card(model_name=sharing.policy, tags=["mrl", sharing.probe.name])
     return trainer
+
+
+CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+"""the name of TRL's checkpoint folder after a step"""
+
+
+def checkpoints(output: Path) -> dict[int, Path]:
+    """TRL's intact checkpoints in `output` ({step: folder}; a folder without its trainer_state.json is a save
+    killed midway)."""
+    found = {int(m.group(1)): p for p in output.glob("checkpoint-*") if (m := CHECKPOINT.fullmatch(p.name))}
+    return {step: folder for step, folder in sorted(found.items()) if (folder / "trainer_state.json").exists()}
+
+
+def resume_point(output: Path, exchange: FileExchange, asked: str) -> Path:
+    """The checkpoint this trainer resumes from: `asked` (a checkpoint folder), or with "newest" the newest step
+    every trainer of the run checkpointed (FileExchange.common_checkpoint). The exchange resumes after that step
+    (FileExchange.resume) and this trainer's later checkpoints are moved aside into `<output>/aside-<n>/`. A clear
+    ConfigError where there is nothing to resume from."""
+    own = checkpoints(output)
+    if not own:
+        raise ConfigError(f"--resume: no intact checkpoint in {output} (trl_train saves them with --save-steps N)")
+    step = (exchange.common_checkpoint(list(own)) if asked == "newest"
+            else int(m.group(1)) if (m := CHECKPOINT.fullmatch(Path(asked).name)) else None)
+    if step is None or step not in own:
+        raise ConfigError(f"--resume {asked}: no checkpoint of this trainer (steps {list(own)} in {output}) that every "
+                          f"trainer of the run checkpointed too (the exchange's run files in {exchange.root})")
+    exchange.resume(step)
+    later = [folder for checkpointed, folder in own.items() if checkpointed > step]
+    if later:
+        aside = output / f"aside-{exchange.generation}"
+        aside.mkdir(exist_ok=True)
+        for folder in later:
+            os.replace(folder, aside / folder.name)
+    return own[step]
 
 
 SMALL_RUN = {"steps": 20, "prompts_per_step": 4, "group_size": 8, "max_new_tokens": 6, "lr": 1e-4, "seed": 0}
@@ -107,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--use-vllm", action="store_true", help="sample with vLLM (a GPU and the [vllm] extra)")
     parser.add_argument("--save-steps", type=int, default=0, help="TRL's checkpoints every N steps into "
                         "<output>/checkpoint-N/ (default 0: none; the trained model is saved into <output> at the end)")
+    parser.add_argument("--resume", nargs="?", const="newest", metavar="CHECKPOINT",
+                        help="continue from TRL's checkpoint at the newest step every trainer checkpointed (or from "
+                             "CHECKPOINT), and the exchange from that step; give every trainer of the run --resume")
     args = parser.parse_args(argv)
 
     config = load_profile(args.profile) if args.profile else None
@@ -131,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     exchange = FileExchange(args.exchange, args.policy, tuple(sorted(set(paths) - {args.policy})),
                             deadline=args.deadline, failure_policy=args.failure_policy,
                             run_id=exchange_run_id(paths, probe, grpo.seed, args.profile))
+    resume_from = resume_point(args.output, exchange, args.resume) if args.resume else None
     train(MrlSharing(task=make_task(task), probe=probe, exchange=exchange, peer_paths=paths,
-                     micro_batch=placement.micro_batch), trainer_args)
+                     micro_batch=placement.micro_batch), trainer_args, resume_from)
     return 0
 
 
