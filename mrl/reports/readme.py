@@ -41,7 +41,8 @@ NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the r
                    "claims_power, claims_evidence, claims_runs",   # claims_seed_effect joins when 70 re-runs
                    "heldout_weak_skill, heldout_base_rate"),
     "75_confirmatory": ("the confirmatory test of SGT against GRPO on 12 warm-ups no one had run, registered before "
-                        "its runs", "confirmatory_plan", ""),   # its result's tables join once its runs have run
+                        "its runs", "confirmatory_plan, confirmatory, confirmatory_leave_one_out, confirmatory_runs",
+                        ""),
     "80_beyond": ("beyond the papers: TRRD, GRAFT online and offline, a poisoned peer, more policies, the exact "
                   "cross-tokenizer probability",
                   "beyond_main, beyond_poison, beyond_scaling, beyond_marginal_gap, beyond_marginal_ratio, "
@@ -122,7 +123,8 @@ def notebooks_block(tables: Path) -> str:
     cores = f", {machine['cpus']} cores" if machine.get("cpus") else ""
     numerics = machine.get("numerics", {}).get("mode", "native")
     reruns = "".join(f" Re-run alone on {r['started'][:10]} (commit {short_sha(r['git_sha'])}), their times above: "
-                     f"{', '.join(n.removesuffix('.ipynb') for n in r['notebooks'])}." for r in record.get("reruns", []))
+                     f"{', '.join(n.removesuffix('.ipynb') for n in r['notebooks'])}."
+                     + (f" {r['note']}" if r.get("note") else "") for r in record.get("reruns", []))
     return (f"Times from the reproduce record `paper_tables/{RECORD}` ({record['started'][:10]}, {cpu}{cores}, "
             f"numerics {numerics}): "
             f"{record['total_seconds'] / 60:.0f} minutes in all, installation not included.{reruns}\n\n"
