@@ -48,13 +48,15 @@ progress = True
 import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 import time
 start = time.perf_counter()
-from IPython.display import Markdown
+from IPython.display import Markdown, display
 from mrl.experiments import run_many
 from mrl.experiments.heldout import confirmatory_runs
 from mrl.notebook import setup_notebook
 from mrl.reports.claims import seed_differences
 from mrl.reports.confirmatory import (DESIGN, confirmatory_analysis, fewest_warmups, leave_one_out, plan_table,
                                       registered_plan, result_sentence, result_table)
+from mrl.reports.figure_inputs import draw_and_save
+from mrl.reports.rliable_view import LEVEL, aggregate_table, improvement_table, rliable_figure, rliable_sentence
 from mrl.reports.statistics import nested_variance_components
 from mrl.runtime.results import listing, write_table
 
@@ -118,6 +120,38 @@ else:
     confirm_text = ("This profile has no confirmatory block (experiments.heldout.confirmatory): the default profile "
                     "holds the registered one.")
 Markdown(confirm_text)
+
+# %% [markdown]
+# ## rliable's view (descriptive)
+#
+# The view RL readers expect (rliable): each arm's interquartile mean of the runs' accuracy per policy, and the
+# probability that a run of SGT beats a run of GRPO, with stratified bootstrap intervals, on the runs the test read.
+# It treats every run as independent within its policy and compares runs unpaired, so its intervals cover the
+# spread of runs, not of warm-ups; the registered test above is the answer, and this decides nothing.
+
+# %%
+if confirm_runs:
+    arms = [DESIGN.comparison.reference, DESIGN.comparison.probe]
+    tested = confirm_values[confirm_values.zoo_seed.isin(confirm_d.index) & confirm_values.seed.isin(block.seeds)]
+    aggregates = aggregate_table(tested, arms, DESIGN.endpoint)
+    improvement = improvement_table(tested, [(DESIGN.comparison.probe, DESIGN.comparison.reference)],
+                                    DESIGN.endpoint)
+    write_table(aggregates, "confirmatory_rliable", run.tables,
+                caption=f"rliable's view of the confirmatory test's runs (descriptive, deciding nothing): per arm "
+                        f"and policy the mean and the interquartile mean of {DESIGN.endpoint} held-out accuracy over "
+                        f"its runs (the tested warm-ups x RL seeds) with {LEVEL:.0%} bootstrap intervals, which treat "
+                        f"runs as independent and so cover the spread of runs, not of warm-ups. The table holds "
+                        f"{len(aggregates)} intervals of accuracy levels, none of a difference, so none is read "
+                        f"against 0.")
+    display(aggregates)
+    rliable_text = rliable_sentence(aggregates, improvement)
+else:
+    rliable_text = "No confirmatory runs in this profile."
+Markdown(rliable_text)
+
+# %%
+(draw_and_save(rliable_figure, "confirmatory_rliable", run.figures, aggregates=aggregates, improvement=improvement)
+ if confirm_runs else None)
 
 # %%
 print(f"75_confirmatory ran in {time.perf_counter() - start:.0f} s ({profile} profile, backend {backend})")
