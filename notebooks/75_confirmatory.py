@@ -125,9 +125,9 @@ Markdown(confirm_text)
 # ## rliable's view (descriptive)
 #
 # The view RL readers expect (rliable): each arm's interquartile mean of the runs' accuracy per policy, and the
-# probability that a run of SGT beats a run of GRPO, with stratified bootstrap intervals, on the runs the test read. It treats every run as independent within
-# its policy and compares runs unpaired, so its intervals cover the spread of runs, not of warm-ups; the registered
-# test above is the answer, and this decides nothing.
+# probability that a run of SGT beats a run of GRPO, with stratified bootstrap intervals, on the runs the test read.
+# It treats every run as independent within its policy and compares runs unpaired, so its intervals cover the
+# spread of runs, not of warm-ups; the registered test above is the answer, and this decides nothing.
 
 # %%
 if confirm_runs:

@@ -1,4 +1,5 @@
 """The README is a front page: short, and every result it quotes generated from the committed outputs."""
+import pandas as pd
 import pytest
 
 from mrl.profiles import load_profile
@@ -39,3 +40,23 @@ def test_a_missing_or_unknown_block_is_refused(tmp_path):
         render_readme("<!-- generated:ledger -->\n<!-- /generated:ledger -->\n<!-- generated:other -->\n"
                       "<!-- /generated:other -->\n<!-- generated:notebooks -->\n<!-- /generated:notebooks -->\n",
                       tmp_path)
+
+
+def test_the_confirmatory_block_says_how_fragile_its_answer_is(tmp_path):
+    """The first screen's answer, from the committed tables: the reading, its interval, which warm-up alone would
+    change whether it passes, and the registered design's averaged power."""
+    import shutil
+
+    from mrl.reports.readme import confirmatory_block
+
+    shutil.copy(ROOT / "paper_tables" / "confirmatory_plan.csv", tmp_path)
+    pd.DataFrame([{"comparison": "sgt - grpo", "endpoint": "overall", "warm-ups (planned)": "12 (12)",
+                   "difference": "+0.0100", "95% t interval": "[+0.0010, +0.0190]", "p vs 0 (two-sided)": "0.0321",
+                   "warm-ups above 0": "9/12", "gatekeeper": "confirmed", "paper's size": "not ruled out"}]
+                 ).to_csv(tmp_path / "confirmatory.csv", index=False)
+    pd.DataFrame({"zoo seed left out": range(100, 112), "passes the full sample's critical t": [True] * 11 + [False]}
+                 ).to_csv(tmp_path / "confirmatory_leave_one_out.csv", index=False)
+    text = confirmatory_block(tmp_path)
+    assert "is **confirmed**: +0.0100 [+0.0010, +0.0190]" in text
+    assert "Leaving out zoo seed 111 alone would change whether it passes" in text
+    assert "power at the paper's +0.013 (averaged over the SD's uncertainty)" in text

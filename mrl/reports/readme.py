@@ -41,7 +41,8 @@ NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the r
                    "claims_power, claims_evidence, claims_runs",   # claims_seed_effect joins when 70 re-runs
                    "heldout_weak_skill, heldout_base_rate"),
     "75_confirmatory": ("the confirmatory test of SGT against GRPO on 12 warm-ups no one had run, registered before "
-                        "its runs", "confirmatory_plan", ""),   # its result's tables join once its runs have run
+                        "its runs", "confirmatory_plan, confirmatory, confirmatory_leave_one_out, confirmatory_runs, "
+                        "confirmatory_rliable", "confirmatory_rliable"),
     "80_beyond": ("beyond the papers: TRRD, GRAFT online and offline, a poisoned peer, more policies, the exact "
                   "cross-tokenizer probability",
                   "beyond_main, beyond_poison, beyond_scaling, beyond_marginal_gap, beyond_marginal_ratio, "
@@ -122,7 +123,8 @@ def notebooks_block(tables: Path) -> str:
     cores = f", {machine['cpus']} cores" if machine.get("cpus") else ""
     numerics = machine.get("numerics", {}).get("mode", "native")
     reruns = "".join(f" Re-run alone on {r['started'][:10]} (commit {short_sha(r['git_sha'])}), their times above: "
-                     f"{', '.join(n.removesuffix('.ipynb') for n in r['notebooks'])}." for r in record.get("reruns", []))
+                     f"{', '.join(n.removesuffix('.ipynb') for n in r['notebooks'])}."
+                     + (f" {r['note']}" if r.get("note") else "") for r in record.get("reruns", []))
     return (f"Times from the reproduce record `paper_tables/{RECORD}` ({record['started'][:10]}, {cpu}{cores}, "
             f"numerics {numerics}): "
             f"{record['total_seconds'] / 60:.0f} minutes in all, installation not included.{reruns}\n\n"
@@ -173,7 +175,35 @@ def confirmatory_block(tables: Path) -> str:
             f"on {row['endpoint']} held-out accuracy over {row['warm-ups (planned)']} fresh warm-ups is "
             f"**{row['gatekeeper']}**: {row['difference']} {row[interval]} ({interval}, two-sided p "
             f"{row['p vs 0 (two-sided)']}, {row['warm-ups above 0']} warm-ups above 0); against the paper's size: "
-            f"{size}. On this substrate; every other verdict below is exploratory.\n")
+            f"{size}.{confirmatory_context(tables, float(row['p vs 0 (two-sided)']) < DESIGN.alpha)} On this "
+            f"substrate; every other verdict below is exploratory.\n")
+
+
+def confirmatory_context(tables: Path, passed: bool) -> str:
+    """How fragile the confirmatory answer is and what it could detect, from its committed tables: which warm-ups'
+    removal alone would change whether the gatekeeper passes (at the full sample's critical t;
+    confirmatory_leave_one_out.csv), and the registered design's power at the paper's effect, averaged over the SD's
+    uncertainty (confirmatory_plan.csv, at the default profile's registered block); "" where they are not
+    committed."""
+    text = ""
+    leave_one_out = tables / "confirmatory_leave_one_out.csv"
+    if leave_one_out.exists():
+        loo = pd.read_csv(leave_one_out)
+        moved = loo.loc[loo["passes the full sample's critical t"] != passed, "zoo seed left out"].tolist()
+        seeds = f"zoo seed {moved[0]}" if len(moved) == 1 else f"any one of zoo seeds {', '.join(map(str, moved))}"
+        text += (" No single warm-up left out changes whether it passes" if not moved else
+                 f" Leaving out {seeds} alone would change whether it passes")
+        text += " (at the full sample's critical t)."
+    plan = tables / "confirmatory_plan.csv"
+    block = load_profile("default").experiment("heldout").confirmatory
+    if plan.exists() and block is not None:
+        designed = pd.read_csv(plan, dtype=str)
+        row = designed[(designed["RL seeds"] == str(len(block.seeds)))
+                       & (designed["warm-ups"] == str(len(block.zoo_seeds)))]
+        if len(row):
+            text += (f" The design had {row['power (averaged over the SD)'].iloc[0]} power at the paper's "
+                     f"{DESIGN.paper_effect:+.3f} (averaged over the SD's uncertainty).")
+    return text
 
 
 BLOCKS = {"confirmatory": confirmatory_block, "substrate": substrate_block, "ledger": ledger_block,
