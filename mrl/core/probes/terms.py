@@ -15,7 +15,7 @@ from torch import Tensor
 
 from mrl.core.batch import RolloutBatch, encode_prompts, pad_completions
 from mrl.core.grpo import policy_loss
-from mrl.core.probes.advantages import get_advantage
+from mrl.core.probes.advantages import AdvantageEstimator, group_estimator
 from mrl.core.probes.contract import PeerView, ProbeConfig
 from mrl.core.stop_tokens import stop_ids
 from mrl.core.thl import ThlError, align_batch, lattice, tokenizations
@@ -80,10 +80,11 @@ class OwnTerm(NamedTuple):
 
 
 def own_term(batch: RolloutBatch, peers: PeerView | None = None, cfg: ProbeConfig | None = None,
-             estimator: str = "group", anchor: Callable[[Tensor], Tensor] | None = None) -> OwnTerm:
-    """own_grpo_loss with the advantages of a registered estimator (mrl.core.probes.advantages): the prelude every probe
-    that trains on its own samples with GRPO shares."""
-    advantages, advantage_stats = get_advantage(estimator)(batch, peers or PeerView(), cfg or ProbeConfig())
+             estimator: AdvantageEstimator = group_estimator,
+             anchor: Callable[[Tensor], Tensor] | None = None) -> OwnTerm:
+    """own_grpo_loss with the advantages of `estimator` (mrl.core.probes.advantages: GRPO's group_estimator, or
+    xgrpo_estimator): the prelude every probe that trains on its own samples with GRPO shares."""
+    advantages, advantage_stats = estimator(batch, peers or PeerView(), cfg or ProbeConfig())
     loss, active, stats = own_grpo_loss(batch, advantages, anchor)
     return OwnTerm(loss, active, stats, advantage_stats)
 

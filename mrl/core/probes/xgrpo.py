@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Literal
 
 from mrl.core.batch import RolloutBatch
+from mrl.core.probes.advantages import xgrpo_estimator
 from mrl.core.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.core.probes.terms import own_term
 from mrl.core.validation import Fraction, config_dataclass
@@ -24,5 +25,5 @@ class XgrpoConfig(ProbeConfig):
 def xgrpo_loss(batch: RolloutBatch, peers: PeerView, cfg: XgrpoConfig) -> ProbeOutput:
     """L_GRPO on the own samples with the mixed baseline (advantages.xgrpo_advantages); stats: the mean baseline shift
     |b - mean(own r)| and the prompts without peer statistics."""
-    loss, active, _, advantage_stats = own_term(batch, peers, cfg, estimator="xgrpo")
+    loss, active, _, advantage_stats = own_term(batch, peers, cfg, estimator=xgrpo_estimator)
     return ProbeOutput.single(loss, active, advantage_stats)
