@@ -141,6 +141,10 @@ def resolve_policies(spec: str, config: RunConfig, profile: str, progress: bool 
     run of one is always computed."""
     known = list(config.policies) if config.policies else [f.name for f in config.zoo.families] if config.zoo else []
     entries, paths, cacheable = spec.split("+"), {}, True
+    unknown = [e for e in entries if e not in known and not Path(e).is_dir() and not HUB_ID.match(e)]
+    if unknown:   # before the zoo is built (minutes on a CPU)
+        raise ConfigError(f"RunRequest.policies = {spec!r} is not allowed: {unknown[0]!r} is neither one of the "
+                          f"{profile} profile's policies {known}, nor a local folder, nor a Hub id (org/name)")
     zoo = policy_paths(config, progress) if set(entries) & set(known) else {}
     for entry in entries:
         if entry in known:
@@ -150,11 +154,8 @@ def resolve_policies(spec: str, config: RunConfig, profile: str, progress: bool 
             if not (Path(path) / "config.json").is_file():
                 raise ConfigError(f"RunRequest.policies: the folder {entry!r} holds no config.json; expected a "
                                   f"transformers checkpoint folder (save_pretrained's)")
-        elif HUB_ID.match(entry):
-            name, path = entry.split("/")[-1], hub_snapshot(entry)
         else:
-            raise ConfigError(f"RunRequest.policies = {spec!r} is not allowed: {entry!r} is neither one of the "
-                              f"{profile} profile's policies {known}, nor a local folder, nor a Hub id (org/name)")
+            name, path = entry.split("/")[-1], hub_snapshot(entry)
         if name in paths:
             raise ConfigError(f"RunRequest.policies = {spec!r} is not allowed: two policies are named {name!r}; "
                               f"expected distinct names joined by '+'")
