@@ -10,6 +10,15 @@ it bf16 autocast is emulated and slower than fp32.
 
 --zoo heldout: the held-out experiment's task (arith-forms) and zoo (its families A and B, batch 128) instead of the
 default profile's.
+
+--per-run (with --zoo heldout): what one zoo build costs in units of one of the ledger's runs, both measured in this
+process on one thread. The zoo's cost is each family's fast fp32 ms per step times the warm-up's steps, summed over
+the families; a run's cost is its RL steps (the held-out experiment's, sgt) times the seconds per step of --run-steps
+steps of an sgt run inline on a zoo warmed up --run-zoo-steps steps (a packed grid runs one such run per core, so the
+ratio is also zoo builds to packed runs on the same cores). A barely trained zoo samples longer completions than a
+trained one, so the run's cost is on the high side and the ratio on the low side.
+
+    .venv/bin/python benchmarks/bench_warmup.py --zoo heldout --families A B --per-run
 """
 import argparse
 import dataclasses
@@ -52,9 +61,14 @@ def main():
     parser.add_argument("--families", nargs="+", default=["A", "B", "C"])
     parser.add_argument("--zoo", choices=["default", "heldout"], default="default",
                         help="the default profile's zoo and task, or the held-out experiment's")
+    parser.add_argument("--per-run", action="store_true", help="with --zoo heldout: a zoo build in units of one run")
+    parser.add_argument("--run-steps", type=int, default=5, help="--per-run: RL steps timed")
+    parser.add_argument("--run-zoo-steps", type=int, default=100, help="--per-run: warm-up steps of the timed run's zoo")
     add_numerics_flag(parser)
     add_smoke_flag(parser)
     args = parser.parse_args()
+    if args.per_run and args.zoo != "heldout":
+        parser.error("--per-run compares the held-out zoo with the ledger's runs: add --zoo heldout")
     if args.numerics == "both":
         return compare(__file__, sys.argv[1:])
     torch.set_num_threads(1)
@@ -85,7 +99,39 @@ def main():
         print(f"{family.name} ({family.arch}): " + ", ".join(f"{label} {ms:.0f} ms ({reference / ms:.2f}x)"
                                                          for label, ms in times.items()))
         timings.update({f"{family.name} {label}": ms for label, ms in times.items()})
+    if args.per_run:
+        fast = [ms for label, ms in timings.items() if label.endswith(VARIANTS[1][0])]
+        zoo_seconds = sum(fast) / 1000 * load_profile("default").experiment("heldout").zoo.warmup.steps
+        run_seconds = run_cost(config, 1 if args.smoke else args.run_steps, 2 if args.smoke else args.run_zoo_steps)
+        print(f"one zoo build ({len(fast)} warm-ups of the default's steps at the fast fp32 step) {zoo_seconds:.0f} s; "
+              f"one sgt run "
+              f"({config.experiment('heldout').steps} RL steps) {run_seconds:.0f} s; "
+              f"zoo build / run {zoo_seconds / run_seconds:.1f}")
+        timings["zoo build / run"] = zoo_seconds / run_seconds
     hand_back(timings)
+
+
+def run_cost(config, steps: int, zoo_steps: int) -> float:
+    """Seconds of one held-out sgt run on one thread, inline: its RL steps times the mean seconds of `steps` steps on
+    the held-out zoo warmed up `zoo_steps` steps (built into a temporary folder)."""
+    import tempfile
+
+    from mrl.core.probes import probe_config
+    from mrl.experiments.runs import Run
+    from mrl.runtime.runner import run_concurrent
+    from mrl.runtime.zoo import build_zoo
+
+    heldout = config.experiment("heldout")
+    zoo = dataclasses.replace(config.zoo, workers=1, warmup=dataclasses.replace(
+        config.zoo.warmup, steps=zoo_steps, lr_warmup_steps=min(config.zoo.warmup.lr_warmup_steps, zoo_steps)))
+    with tempfile.TemporaryDirectory() as root:
+        paths = {name: str(policy.path) for name, policy in build_zoo(config.task, zoo, root=root,
+                                                                       progress=False).items()}
+        run = Run(dataclasses.replace(config, runner=dataclasses.replace(config.runner, backend="inline")),
+                  paths, probe_config("sgt"), 0, steps)
+        start = time.perf_counter()
+        run_concurrent(run.spec(), progress=False)
+        return (time.perf_counter() - start) / steps * heldout.steps
 
 
 if __name__ == "__main__":
