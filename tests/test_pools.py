@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 
 SCRIPT = '''
-import os, sys, threading, time
+import os, signal, sys, threading, time
 from pathlib import Path
+
+# SIGINT raises KeyboardInterrupt, as in a Jupyter kernel, however the tests were started (a shell's background job,
+# `make test &` or `nohup`, starts with SIGINT ignored, and Python then keeps it ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 FOLDER = Path(sys.argv[2])
 

@@ -3,20 +3,11 @@
     python -m mrl.integrations.trl_train --policy A --policies A=data/models/.../A-x B=data/models/.../B-y \\
         --probe sgt --steps 20 --exchange results/trl/exchange --output results/trl/A
 
-Start one such process per policy (each under `accelerate launch` on its own GPUs, or as a Ray task); they share
-experience through the `--exchange` folder and must agree on the task, the seed and the batch shape, so that they
-sample the same prompts at every step. A peer that publishes nothing within `--deadline` seconds is named (its
-process died or hangs) and, under the default failure policy, stops this trainer. TRL's metrics go where TRL puts
-them: `--report-to tensorboard` writes them under `<output>/runs/`, and `trainer_state.json` in `<output>` keeps
-every logged step (`log_history`), the probe's statistics as `probe/<name>` and SEE's counters as `exchange/<name>`.
-The trained policy is saved into `<output>` as TRL saves it (`trainer.save_model`: safetensors, the tokenizer, TRL's
-model card), its generation config listing every stop id; `--save-steps N` adds TRL's own checkpoints
-(`<output>/checkpoint-N/`) every N steps.
-
-`--resume` (every trainer of the run, with the same command and `--resume`) continues each trainer from TRL's own
-checkpoint (model, optimizer, scheduler, RNG states, global step: `resume_from_checkpoint`) at the newest step that
-every trainer checkpointed, and the exchange from that step: the steps and checkpoints after it are moved aside into
-`aside-<n>/` folders, not deleted (mrl.integrations.file_exchange, Resuming).
+Start one such process per policy; they share experience through the `--exchange` folder and must agree on the
+task, the seed and the batch shape. A peer silent for `--deadline` seconds is named and, under the default failure
+policy, stops this trainer. TRL's metrics and the trained policy go where TRL puts them (`<output>`); `--save-steps N`
+adds TRL's checkpoints, and `--resume` continues every trainer of the run, and their exchange, from the newest step
+all of them checkpointed (docs/trl.md: Running it, Resuming a run).
 """
 from __future__ import annotations
 
