@@ -182,8 +182,20 @@ def test_a_resumed_exchange_moves_later_steps_aside_and_waits_for_its_peers_to_r
     assert a.read_peer_step("B", 3) is None   # moved aside: published again once B has run it
     b.publish(3, [])
     assert a.read_peer_step("B", 3) == []
-    with pytest.raises(ExperienceLogError, match="resumed 1 times, this trainer 0"):
+    with pytest.raises(ExperienceLogError, match="resumed into generation 1, this trainer is in 0"):
         stale.read_peer_step("B", 3)
+    assert (a.generation, b.generation) == (1, 1)   # restarted together: the second joins the first's generation
+    a.gather(3, [])   # A completed a step in round 1: a crash after it needs round 2
+    again, late = (FileExchange(tmp_path, name, (peer,), spec, deadline=0.2, run_id="r")
+                   for name, peer in (("A", "B"), ("B", "A")))
+    again.resume(2)
+    late.resume(2)
+    assert (again.generation, late.generation) == (2, 2)
+    stuck, joined = (FileExchange(tmp_path, name, (peer,), spec, deadline=0.2, run_id="r")
+                     for name, peer in (("B", "A"), ("A", "B")))
+    stuck.resume(2)   # B restarted first after a round no step of which completed: it re-enters that round
+    joined.resume(2)
+    assert (stuck.generation, joined.generation) == (2, 2)
 
 
 def test_a_peer_on_other_prompts_is_refused():
@@ -260,11 +272,14 @@ def test_a_killed_trainer_is_named_and_both_resume_as_if_never_stopped(tiny_zoo_
         output[-3000:]
     assert "probe/rescue_candidates" in output   # TRL logged A's steps before, the probe's statistics among them
 
+    first = {name: (exchange / name / "step-000001.json").stat().st_mtime_ns for name in ("A", "B")}
     resumed = finish(start_trainers(tiny_zoo_paths, exchange, tmp_path, "--resume"))
     uninterrupted = finish(whole)
     for name in ("A", "B"):
         assert resumed[name][0] == 0 and uninterrupted[name][0] == 0, resumed[name][1][-3000:]
-        assert (exchange / name / "aside-1" / "step-000003.json").exists()   # moved aside, not deleted
+        # resumed, not restarted: step 1 was not written again, and the steps after the resume are moved aside
+        assert (exchange / name / "step-000001.json").stat().st_mtime_ns == first[name]
+        assert any((exchange / name / "aside-1").glob("step-*.json"))   # (step 3; 5 if B reached checkpoint 4)
         got, want = logged_steps(tmp_path / name), logged_steps(tmp_path / "whole" / name)
         assert [row["step"] for row in got] == list(range(1, 7)) == [row["step"] for row in want]
         for row, reference in zip(got, want):

@@ -8,8 +8,8 @@ WorkerFailed or drops it. Why a folder and not a Ray actor, and each fault: docs
 
 Resuming: each policy's RUN_FILE lists the steps its trainer checkpointed. A resumed run continues from the newest
 step every trainer checkpointed (`common_checkpoint`); each trainer moves its own steps after it aside (`resume`, into
-`<policy>/aside-<generation>/`, nothing deleted) and counts one more generation, and a trainer reads a peer's step
-after the resume only once the peer has resumed too (its generation), so no step is read twice or from before.
+`<policy>/aside-<generation>/`, nothing deleted) and enters the run's next generation (or the one a peer already
+entered), and a trainer reads a peer's step after the resume only once the peer has resumed into its generation.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ class FileExchange:
         self.root = Path(self.root)
         self.dropped: set[str] = set()   # peers missed at a deadline under "continue": never waited for again
         self.published = False
-        self.generation, self.resumed_after = 0, None
+        self.generation, self.resumed_after, self.round_completed = 0, None, False
         if self.failure_policy not in FAILURE_POLICIES:
             raise ValueError(f"FileExchange.failure_policy = {self.failure_policy!r}; expected one of "
                              f"{list(FAILURE_POLICIES)}")
@@ -70,8 +70,9 @@ class FileExchange:
             raise ConfigError(f"exchange folder {folder} already holds steps of an earlier run; its peers would read "
                               f"them as this run's: give every run a fresh exchange folder, or resume this one "
                               f"(trl_train --resume)")
-        if not self.published:
-            update_run_file(folder, run_id=self.run_id, generation=self.generation)
+        if not self.published:   # a fresh run's file is written whole; a resumed one keeps its checkpoints
+            update_run_file(folder, keep=self.resumed_after is not None, run_id=self.run_id,
+                            generation=self.generation)
         self.published = True
         write_log_step(folder, step, records, {self.policy: self.spec}, previous=last_logged_step(folder, step),
                        clock=step, limits=self.limits)
@@ -110,6 +111,9 @@ class FileExchange:
                 break
             if waiting:
                 time.sleep(self.poll_seconds)
+        if self.resumed_after is not None and not missing and not self.round_completed:
+            update_run_file(self.folder(self.policy), round_completed_a_step=True)   # a new crash needs a new round
+            self.round_completed = True
         return exchange, sorted(missing)
 
     def read_peer_step(self, peer: str, step: int) -> list | None:
@@ -128,8 +132,9 @@ class FileExchange:
         if self.resumed_after is not None and step > self.resumed_after and peer_generation < self.generation:
             return None   # the peer's step from before the resume: it is moved aside when the peer resumes
         if peer_generation > self.generation:
-            raise ExperienceLogError(f"{folder} was resumed {peer_generation} times, this trainer {self.generation}: "
-                                     f"resume every trainer of the run together")
+            raise ExperienceLogError(f"{folder} was resumed into generation {peer_generation}, this trainer is in "
+                                     f"{self.generation}: a peer was restarted alone; resume every trainer of the run "
+                                     f"together (trl_train --resume)")
         return read_log_step(folder, step, self.limits)
 
     def record_checkpoint(self, step: int) -> None:
@@ -140,27 +145,41 @@ class FileExchange:
         update_run_file(folder, run_id=self.run_id, generation=self.generation,
                         checkpoints=sorted({*steps, int(step)}))
 
+    def checkpointed(self, step: int) -> bool:
+        """Whether this trainer and every peer noted a checkpoint after `step` in their RUN_FILEs."""
+        return all(step in read_run_file(self.folder(policy)).get("checkpoints", [])
+                   for policy in (self.policy, *self.peers))
+
     def common_checkpoint(self, own: list[int]) -> int | None:
-        """The newest of this trainer's checkpointed steps `own` that every peer's RUN_FILE lists too (None:
-        none)."""
-        listed = [set(read_run_file(self.folder(peer)).get("checkpoints", [])) for peer in self.peers]
-        common = [step for step in own if all(step in steps for steps in listed)]
+        """The newest of this trainer's intact checkpoints' steps `own` that this trainer and every peer noted in
+        their RUN_FILEs (None: none). A checkpoint saved but not yet noted (its trainer killed in between) is not
+        one: its peers may not have reached it."""
+        common = [step for step in own if self.checkpointed(step)]
         return max(common) if common else None
 
     def resume(self, step: int) -> Path | None:
         """Continue this policy's end of the exchange after `step`: its log steps after it are moved aside (not
-        deleted) into `<policy>/aside-<generation>/`, the generation counted up in its RUN_FILE and peers' steps
-        after `step` read only from peers that resumed too. Returns the aside folder (None: nothing moved)."""
+        deleted) into `<policy>/aside-<generation>/`, and peers' steps after `step` are read only from peers in this
+        trainer's generation. The generation is the one a peer already resumed into when it is ahead of this
+        trainer's, else this trainer's own when its round never completed a step (its peers may be joining it),
+        else its next: trainers restarted together meet in one generation whichever resumes first, and restarting
+        every trainer again after a round that failed before its first step meets in that round. Returns the aside
+        folder (None: nothing moved)."""
         folder = self.folder(self.policy)
         written = read_run_file(folder)
-        self.generation, self.resumed_after = written.get("generation", 0) + 1, step
+        own, ahead = written.get("generation", 0), max(
+            (read_run_file(self.folder(peer)).get("generation", 0) for peer in self.peers), default=0)
+        stalled = own > 0 and not written.get("round_completed_a_step", False)   # its peers may be joining it
+        self.generation = ahead if ahead > own else own if stalled else own + 1
+        self.resumed_after = step
         later = [p for p in folder.glob("*step-*") if (n := logged_step(p.name)) is not None and n > step]
         aside = folder / f"aside-{self.generation}"
         if later:
             aside.mkdir(exist_ok=True)
             for path in sorted(later, key=lambda p: p.suffix != ".json"):   # manifests first: no step looks whole
                 os.replace(path, aside / path.name)
-        update_run_file(folder, run_id=self.run_id, generation=self.generation,
+        update_run_file(folder, run_id=self.run_id, generation=self.generation, resumed_after=step,
+                        round_completed_a_step=False,
                         checkpoints=[s for s in written.get("checkpoints", []) if s <= step])
         return aside if later else None
 
@@ -173,16 +192,17 @@ class FileExchange:
 
 
 RUN_FILE = "run.json"
-"""beside a policy's steps: {"run_id": the run that writes them, "pid": its process, "generation": how many times
-it resumed, "checkpoints": the steps its trainer checkpointed after}"""
+"""beside a policy's steps: {"run_id": the run that writes them, "pid": its process, "generation": the run's resume
+round it is in, "resumed_after": the step it last resumed after, "round_completed_a_step": whether a step after it
+was read from every peer, "checkpoints": the steps its trainer checkpointed after}"""
 
 
-def update_run_file(folder: Path, **fields) -> None:
-    """Set `fields` (and this process's pid) in `folder`'s RUN_FILE, keeping the others (written whole: a temporary
-    file renamed into place)."""
+def update_run_file(folder: Path, keep: bool = True, **fields) -> None:
+    """Set `fields` (and this process's pid) in `folder`'s RUN_FILE, keeping its other fields (keep=False: none of
+    them); written whole, a temporary file renamed into place."""
     folder.mkdir(parents=True, exist_ok=True)
     temporary = folder / f".{RUN_FILE}.{os.getpid()}.tmp"
-    temporary.write_text(json.dumps({**read_run_file(folder), **fields, "pid": os.getpid()}))
+    temporary.write_text(json.dumps({**(read_run_file(folder) if keep else {}), **fields, "pid": os.getpid()}))
     os.replace(temporary, folder / RUN_FILE)
 
 

@@ -109,8 +109,12 @@ def resume_point(output: Path, exchange: FileExchange, asked: str) -> Path:
     own = checkpoints(output)
     if not own:
         raise ConfigError(f"--resume: no intact checkpoint in {output} (trl_train saves them with --save-steps N)")
-    step = (exchange.common_checkpoint(list(own)) if asked == "newest"
-            else int(m.group(1)) if (m := CHECKPOINT.fullmatch(Path(asked).name)) else None)
+    if asked == "newest":
+        step = exchange.common_checkpoint(list(own))
+    else:
+        m = CHECKPOINT.fullmatch(Path(asked).name)
+        mine = m and Path(asked).resolve().parent == output.resolve()
+        step = int(m.group(1)) if mine and exchange.checkpointed(int(m.group(1))) else None
     if step is None or step not in own:
         raise ConfigError(f"--resume {asked}: no checkpoint of this trainer (steps {list(own)} in {output}) that every "
                           f"trainer of the run checkpointed too (the exchange's run files in {exchange.root})")

@@ -150,7 +150,7 @@ def _own_process_actor(cls, config):
 def _serve(conn, cls, config) -> None:
     """Worker process main loop: build the actor, then answer each WorkerCall until None (close). Started by a
     WatchedSpawnContext, it dies with the process that started it from its first instruction, even in the middle of
-    a call (mrl.runtime.pools.watch_parent)."""
+    a call (mrl.runtime.pools.WATCH_PARENT)."""
     try:
         actor = _own_process_actor(cls, config)
         conn.send(("ok", None))

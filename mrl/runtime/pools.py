@@ -6,7 +6,7 @@ bootstrapping, and be started again, while the script waits at 0% CPU. `concurre
 instead marks itself broken when a worker dies; `map_in_processes` turns that into a `PoolBroken` error that
 names the guard.
 
-Every worker dies with its parent (`watch_parent`): a script killed by SIGKILL or SIGTERM, which runs no cleanup of
+Every worker dies with its parent (`WATCH_PARENT`): a script killed by SIGKILL or SIGTERM, which runs no cleanup of
 its own, leaves no worker training on into the run cache. The watch starts before a spawned worker imports anything
 of its parent's (`WatchedSpawnContext`), so a worker still importing torch and the parent's script when the parent
 dies exits too.
@@ -16,8 +16,6 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
-import threading
-import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.context import SpawnContext, SpawnProcess
 from concurrent.futures.process import BrokenProcessPool
@@ -45,12 +43,38 @@ def start_worker(modules: tuple[str, ...]) -> None:
         importlib.import_module(module)
 
 
-class ParentWatchingName(str):
-    """A spawned process's name that starts `watch_parent(parent)` in the child as it is unpickled.
+PARENT_POLL_SECONDS = 0.5
+"""how often a worker looks whether its parent still lives"""
 
-    A spawned child reads its name first, in the preparation data, before it imports its parent's `__main__` (a
-    script re-imported with torch and mrl: seconds, and tens of seconds on a loaded machine) and long before a pool's
-    initializer runs; a parent that died meanwhile would otherwise leave the child importing, then working."""
+WATCH_PARENT = f"""
+import os, threading, time
+if os.getpid() != parent:   # unpickled in a child (a copy of the name in the parent itself watches nothing)
+    if os.getppid() != parent:
+        os._exit(1)   # the parent died before this worker started watching it
+    def watch():
+        while os.getppid() == parent:
+            time.sleep({PARENT_POLL_SECONDS})
+        os._exit(1)
+    threading.Thread(target=watch, name="mrl-watch-parent", daemon=True).start()
+"""
+"""The parent watch, run in a spawned child with `parent` bound: it ends the child (exit status 1, no cleanup) within
+PARENT_POLL_SECONDS once the process `parent` is gone, whatever killed it, SIGKILL included.
+
+A daemon thread compares os.getppid() with `parent` (an orphan is adopted by another process). Not Linux's
+parent-death signal (prctl PR_SET_PDEATHSIG): that fires when the *thread* that started the worker ends, and a pool
+started from a thread that then ends would lose its workers while its parent still uses them. The thread runs
+whenever the worker's main thread releases the GIL, which torch's kernels and every wait do. Only the standard
+library: it runs before the child has its parent's sys.path, so it must not import mrl."""
+
+
+class ParentWatchingName(str):
+    """A spawned process's name that starts the parent watch (WATCH_PARENT) in the child as it is unpickled.
+
+    A spawned child unpickles its name first, in the preparation data, before it takes its parent's sys.path and
+    imports its parent's `__main__` (a script re-imported with torch and mrl: seconds, and tens of seconds on a
+    loaded machine) and long before a pool's initializer runs; a parent that died meanwhile would otherwise leave the
+    child importing, then working. The name unpickles as a plain str, by `eval` of a standard-library expression
+    (multiprocessing trusts what a parent pickles for its child in any case)."""
 
     parent: int
 
@@ -60,13 +84,7 @@ class ParentWatchingName(str):
         return named
 
     def __reduce__(self):
-        return named_and_watching, (str(self), self.parent)
-
-
-def named_and_watching(name: str, parent: int) -> str:
-    """In a spawned child, unpickling its name: watch the process `parent`, then give the name back."""
-    watch_parent(parent)
-    return name
+        return eval, (f"exec({WATCH_PARENT!r}, {{'parent': {self.parent}}}) or {str(self)!r}",)
 
 
 class WatchedSpawnProcess(SpawnProcess):
@@ -82,36 +100,6 @@ class WatchedSpawnContext(SpawnContext):
     for pools (`ProcessPoolExecutor(mp_context=...)`) and single processes (`.Process(...)`) alike."""
 
     Process = WatchedSpawnProcess
-
-
-PARENT_POLL_SECONDS = 0.5
-"""how often a worker looks whether its parent still lives"""
-
-WATCHED: set[int] = set()
-"""the parents this process watches (one thread each)"""
-
-
-def watch_parent(parent: int) -> None:
-    """End this process (exit status 1, no cleanup) within PARENT_POLL_SECONDS once the process `parent` is gone,
-    whatever killed it, SIGKILL included.
-
-    A daemon thread compares os.getppid() with `parent` (an orphan is adopted by another process). Not Linux's
-    parent-death signal (prctl PR_SET_PDEATHSIG): that fires when the *thread* that started the worker ends, and a
-    pool started from a thread that then ends would lose its workers while its parent still uses them. The thread
-    runs whenever the worker's main thread releases the GIL, which torch's kernels and every wait do. A second call
-    for the same parent starts no second thread."""
-    if os.getppid() != parent:
-        os._exit(1)   # the parent died before this worker started watching it
-    if parent in WATCHED:
-        return
-    WATCHED.add(parent)
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(PARENT_POLL_SECONDS)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="mrl-watch-parent", daemon=True).start()
 
 
 def map_in_processes(fn: Callable, jobs: Iterable, processes: int, what: str) -> list:
