@@ -235,11 +235,12 @@ def test_the_arms_result_reads_each_pair_from_its_table():
     arms = marginal_arms_table(values, ARMS)
     verdicts = pd.DataFrame([{"family": "primary", "claim": "c", "comparison": "hacpo (minibatches=4) - grpo",
                               "endpoint": "overall", "canonical: verdict": "inconclusive",
-                              "marginal: verdict": "supported", "same verdict": "no"},
+                              "marginal: verdict": "supported", "same verdict": "no",
+                              "near the alpha edge only with": ""},
                              {"family": "secondary", "claim": "c", "comparison": "hacpo (minibatches=4) - grpo",
                               "endpoint": "weak", "canonical: verdict": "inconclusive",
                               "marginal: verdict": "inconclusive (near the alpha edge)",
-                              "same verdict": "yes, near the alpha edge with the marginal"}])
+                              "same verdict": "yes", "near the alpha edge only with": "marginal"}])
     text = marginal_arms_result(arms, verdicts)
     interval = arms.set_index("endpoint")["95% t over warm-ups"]
     assert text.splitlines()[0] == (
@@ -253,20 +254,20 @@ def test_the_arms_result_reads_each_pair_from_its_table():
     graft_only = [("graft (tokenization=marginal)", "graft")]
     none_read = marginal_ledger_verdicts(pd.DataFrame(endpoint_rows("graft") + endpoint_rows(graft_only[0][0])),
                                          graft_only)
-    assert none_read.empty and list(none_read.columns)[-1] == "same verdict"   # a CSV that reads back
+    assert none_read.empty and list(none_read.columns)[-2:] == ["same verdict", "near the alpha edge only with"]
     assert marginal_arms_result(arms, none_read).endswith("No claim of the ledger reads these arms.")
 
 
 def test_a_verdict_that_only_moves_near_the_alpha_edge_is_the_same_verdict():
     from mrl.reports.claims_rule import Fragility, Verdict, VerdictKind
-    from mrl.reports.marginal import fragility_reading, same_verdict
+    from mrl.reports.marginal import fragility_reading, near_edge_only, same_verdict
 
     unsized = Verdict(VerdictKind.NOT_AT_PAPER_SIZE)
-    assert same_verdict(unsized, unsized) == "yes"
-    assert same_verdict(unsized, Verdict(VerdictKind.NOT_AT_PAPER_SIZE, near_edge=True)) == (
-        "yes, near the alpha edge with the marginal")
-    assert same_verdict(Verdict(VerdictKind.INCONCLUSIVE, near_edge=True), Verdict(VerdictKind.INCONCLUSIVE)) == (
-        "yes, near the alpha edge with the canonical")
+    assert (same_verdict(unsized, unsized), near_edge_only(unsized, unsized)) == ("yes", "")
+    edge = Verdict(VerdictKind.NOT_AT_PAPER_SIZE, near_edge=True)
+    assert (same_verdict(unsized, edge), near_edge_only(unsized, edge)) == ("yes", "marginal")
+    assert near_edge_only(Verdict(VerdictKind.INCONCLUSIVE, near_edge=True), Verdict(VerdictKind.INCONCLUSIVE)) == (
+        "canonical")
     assert same_verdict(Verdict(VerdictKind.INCONCLUSIVE), Verdict(VerdictKind.SUPPORTED)) == "no"
     assert fragility_reading(Fragility(((Verdict(VerdictKind.SUPPORTED), (1,)),))) == (
         "fragile: without zoo 1, higher with the marginal")

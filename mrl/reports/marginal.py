@@ -221,13 +221,16 @@ def fragility_reading(without: Fragility | None) -> str:
 
 
 def same_verdict(canonical: Verdict, marginal: Verdict) -> str:
-    """'yes', 'no', or 'yes, near the alpha edge with the marginal' (or '... with the canonical') where the verdicts
-    agree and only one of them sits near the alpha edge."""
-    if canonical.kind is not marginal.kind:
-        return "no"
+    """'yes' where the two verdicts are of one kind, else 'no' (the same kind near the alpha edge on one side only
+    is the same verdict: near_edge_only)."""
+    return "yes" if canonical.kind is marginal.kind else "no"
+
+
+def near_edge_only(canonical: Verdict, marginal: Verdict) -> str:
+    """Which arm's verdict alone sits near the alpha edge: 'marginal', 'canonical', or '' (both or neither)."""
     if canonical.near_edge == marginal.near_edge:
-        return "yes"
-    return f"yes, near the alpha edge with the {'marginal' if marginal.near_edge else 'canonical'}"
+        return ""
+    return "marginal" if marginal.near_edge else "canonical"
 
 
 def marginal_arms_table(values: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
@@ -260,14 +263,15 @@ def with_arm_replaced(values: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.
 
 
 VERDICT_COLUMNS = ["family", "claim", "comparison", "endpoint", "canonical: difference [95% t]", "canonical: verdict",
-                   "marginal: difference [95% t]", "marginal: verdict", "same verdict"]
+                   "marginal: difference [95% t]", "marginal: verdict", "same verdict", "near the alpha edge only with"]
 """marginal_ledger_verdicts' columns, which its table keeps when no claim reads the arms"""
 
 
 def marginal_ledger_verdicts(values: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
     """The ledger's claims that read a canonical arm of `pairs`, in both Holm families, judged with the canonical
     arm and again with its marginal twin in its place (with_arm_replaced; the other claims of the family unchanged):
-    the difference with its t interval and the verdict of each, and whether the verdict is the same."""
+    the difference with its t interval and the verdict of each, whether the verdict is the same (same_verdict) and
+    which arm's alone sits near the alpha edge (near_edge_only)."""
     arms = {c for _, c in pairs}
     out = []
     for family in ("primary", "secondary"):
@@ -280,7 +284,8 @@ def marginal_ledger_verdicts(values: pd.DataFrame, pairs: list[tuple[str, str]])
                         "canonical: difference [95% t]": f"{a['difference']} {a['95% t over warm-ups']}".strip(),
                         "canonical: verdict": a["verdict"],
                         "marginal: difference [95% t]": f"{b['difference']} {b['95% t over warm-ups']}".strip(),
-                        "marginal: verdict": b["verdict"], "same verdict": same_verdict(before, after)})
+                        "marginal: verdict": b["verdict"], "same verdict": same_verdict(before, after),
+                        "near the alpha edge only with": near_edge_only(before, after)})
     return pd.DataFrame(out, columns=VERDICT_COLUMNS)
 
 
@@ -344,11 +349,12 @@ def marginal_arms_result(arms: pd.DataFrame, verdicts: pd.DataFrame) -> str:
     if verdicts.empty:
         return "\n".join([*lines, "- No claim of the ledger reads these arms."])
     changed = verdicts[verdicts["same verdict"] == "no"]
-    edge = verdicts[verdicts["same verdict"].str.startswith("yes, ")]
+    edge = verdicts[(verdicts["same verdict"] == "yes") & (verdicts["near the alpha edge only with"] != "")]
     lines.append(f"- The ledger's claims on these arms: {len(verdicts) - len(changed)} of {len(verdicts)} verdicts "
                  f"are the same with the marginal arm" + (": " + "; ".join(
                      f"`{r['comparison']}` ({r['family']}) goes from {r['canonical: verdict']} to "
                      f"{r['marginal: verdict']}" for r in changed.to_dict("records")) if len(changed) else "")
-                 + ("; " + ", ".join(f"`{r['comparison']}` ({r['family']}) is {r['same verdict'].removeprefix('yes, ')}"
+                 + ("; " + ", ".join(f"`{r['comparison']}` ({r['family']}) is near the alpha edge with the "
+                                     f"{r['near the alpha edge only with']}"
                                      for r in edge.to_dict("records")) if len(edge) else "") + ".")
     return "\n".join(lines)
