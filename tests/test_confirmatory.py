@@ -101,3 +101,24 @@ def test_the_readme_block_reads_the_committed_result_or_says_it_is_pending(tmp_p
     block = confirmatory_block(tmp_path)
     assert f"**{result.reading.value}**" in block and "6 (12)" in block and f"{result.mean:+.4f}" in block
     assert result.size.value in block
+
+
+def test_the_committed_result_is_recomputed_from_its_committed_runs():
+    """paper_tables/confirmatory.csv and confirmatory_leave_one_out.csv follow from confirmatory_runs.csv, on whatever
+    CPU this runs (the numerics contract): the result table cell for cell, leave-one-out to 1e-12."""
+    from mrl.profiles import load_profile
+    from mrl.reports.claims import read_endpoint_values
+    from mrl.runtime.results import repo_root
+
+    tables = repo_root() / "paper_tables"
+    if not (tables / "confirmatory_runs.csv").exists():
+        pytest.skip("the confirmatory test has not run: `make reproduce` writes its runs and tables")
+    heldout = load_profile("default").experiment("heldout")
+    block = heldout.confirmatory
+    d = complete_warmups(read_endpoint_values(tables / "confirmatory_runs.csv"), DESIGN, block.seeds,
+                         heldout.pairing)
+    committed = pd.read_csv(tables / "confirmatory.csv", dtype=str, keep_default_na=False)
+    recomputed = result_table(confirmatory_test(d, planned=len(block.zoo_seeds)))
+    assert recomputed.to_dict("records") == committed.to_dict("records")
+    committed_loo = pd.read_csv(tables / "confirmatory_leave_one_out.csv")
+    pd.testing.assert_frame_equal(leave_one_out(d), committed_loo, check_exact=False, rtol=1e-12, atol=0)

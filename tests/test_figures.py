@@ -102,11 +102,14 @@ def assert_palette(fig, labels):
     return colours
 
 
-def test_every_registered_probe_has_its_own_colour_and_grpo_is_black():
+def test_every_builtin_probe_has_its_own_colour_and_grpo_is_black():
+    """The built-in probes, every one registered (a test file run earlier in this process may have registered a
+    probe of its own, which has no colour of the palette)."""
+    from mrl.core.choices import BUILTIN_PROBES
     from mrl.core.probes import PROBES as REGISTERED
 
-    assert set(REGISTERED) <= set(PROBE_COLOURS)
-    colours = [PROBE_COLOURS[name] for name in REGISTERED]
+    assert set(BUILTIN_PROBES) <= set(REGISTERED) and set(BUILTIN_PROBES) <= set(PROBE_COLOURS)
+    colours = [PROBE_COLOURS[name] for name in BUILTIN_PROBES]
     assert len(set(colours)) == len(colours)
     assert PROBE_COLOURS["grpo"] == "#000000"
 
