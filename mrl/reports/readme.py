@@ -38,7 +38,7 @@ NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the r
                   "bandit, bandit_dynamics", "bandit_plane, bandit_dynamics"),
     "70_heldout": ("the held-out experiment on five warm-ups and the claims ledger",
                    "heldout_zoo, heldout_warmup, heldout_main, claims_like_for_like, claims, claims_secondary, "
-                   "claims_power, claims_evidence, claims_runs",   # claims_seed_effect joins when 70 re-runs
+                   "claims_power, claims_evidence, claims_runs, claims_seed_effect",
                    "heldout_weak_skill, heldout_base_rate"),
     "75_confirmatory": ("the confirmatory test of SGT against GRPO on 12 warm-ups no one had run, registered before "
                         "its runs", "confirmatory_plan, confirmatory, confirmatory_leave_one_out, confirmatory_runs, "
