@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import mrl
-from conftest import TINY_TASK
+from testsupport import TINY_TASK
 from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, RunConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import PROBES, PeerView, probe_config
 from mrl.core.tasks import make_task

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from mrl.runtime.actor import PolicyActor, policy_optimizer
-from conftest import TINY_TASK
+from testsupport import TINY_TASK
 from mrl.core.batch import Decoding, completion_texts, encode_prompts, score
 from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.grpo import Surrogate, group_advantages, policy_loss
@@ -271,6 +271,7 @@ def test_hung_worker_misses_the_deadline(paths):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_ray_backend_equals_inline_and_detects_a_dead_actor(paths, inline_run):
     pytest.importorskip("ray")
     on_ray = run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(backend="ray", step_timeout=120)), progress=False)

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from conftest import TINY_TASK
+from testsupport import TINY_TASK
 from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import PROBES, get_probe, probe_code, probe_config, require_importable
 from mrl.runtime.runner import RunSpec, run_concurrent
@@ -64,6 +64,7 @@ def losses(record) -> list:
     return [(row["policy"], row["step"], row["loss"]) for row in record.steps]
 
 
+@pytest.mark.ray
 def test_a_probe_in_a_users_module_runs_on_every_backend(user_module, tiny_zoo_paths):
     pytest.importorskip("ray")
     _, module = user_module
@@ -212,7 +213,7 @@ def test_a_probe_written_in_notebook_cells_is_rerun_after_an_edit(tiny_zoo_paths
     import nbformat
     from nbclient import NotebookClient
 
-    from conftest import TINY_TASK
+    from testsupport import TINY_TASK
 
     (tmp_path / "pyproject.toml").write_text("")   # the run cache goes under this folder's results/
     (tmp_path / "mrl").mkdir()
