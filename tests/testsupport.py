@@ -1,5 +1,5 @@
 """What the tests share besides fixtures: the tiny zoo's task and families, and runs several test files repeat.
-Test files import these from here, not from conftest.py: a Ray or spawned worker that unpickles a test-defined class
+Test files import these from here, not from conftest.py: a Ray or process worker that unpickles a test-defined class
 re-imports its test module, and `conftest` there may name the repository root's conftest.py (make test's xdist
 hooks), which would kill the worker as it starts."""
 from pathlib import Path

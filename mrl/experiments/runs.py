@@ -37,7 +37,7 @@ from mrl.core.seeding import nested_rl_seed
 from mrl.core.validation import ConfigError, Str, config_hash, require, to_dict
 from mrl.fingerprint import code_fingerprint
 from mrl.paths import repo_root
-from mrl.runtime.pools import GUARD_HINT, spawn_executor
+from mrl.runtime.pools import GUARD_HINT, worker_executor
 from mrl.runtime.checkpoint import latest
 from mrl.runtime.results import (CachedRun, clear_work_folders, git_sha, process_alive, publish_run, read_run,
                                  work_folder, write_run_record)
@@ -345,7 +345,7 @@ def _run_inline(job: tuple[Run, bool]) -> None:
 
 def run_packed(runs: list[Run], processes: int, progress: bool = True, recompute: bool = False,
                job=_run_inline) -> None:
-    """Run independent runs `processes` at a time, each inline in its own spawned process (its policies one after
+    """Run independent runs `processes` at a time, each inline in its own worker process (its policies one after
     another on one core, so no core waits at a barrier for a slower policy), into the run cache.
 
     Inline gives the metrics of every other backend, so the cached results are those of a run on the profile's
@@ -357,7 +357,7 @@ def run_packed(runs: list[Run], processes: int, progress: bool = True, recompute
         return
     processes = min(processes, len(runs))
     before = set(multiprocessing.active_children())
-    executor = spawn_executor(processes, sorted({get_probe(run.probe.name).module for run in runs}))
+    executor = worker_executor(processes, sorted({get_probe(run.probe.name).module for run in runs}))
     try:
         pending = {executor.submit(job, (run, recompute)): run for run in runs}
         with tqdm(total=len(runs), desc=f"runs, {processes} at a time", disable=not progress) as bar:
