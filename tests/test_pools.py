@@ -41,7 +41,8 @@ def warmup():
 
 
 def grid():
-    from mrl.core.config import RunConfig, RunnerConfig
+    from mrl.core.config import RunnerConfig
+    from mrl.core.run_config import RunConfig
     from mrl.experiments.runs import Run, run_packed
     from mrl.core.probes import probe_config
     config = RunConfig(runner=RunnerConfig(step_timeout=3600))

@@ -158,7 +158,8 @@ def test_a_torn_cached_run_is_recomputed_not_returned(tiny_zoo_paths, tmp_path, 
     """The fault as a user met it: a cached run's evals.csv cut to its header and one row; asked for again, the run
     is computed afresh (a warning names its folder) and the whole table comes back, and goes back into the cache."""
     from testsupport import TINY_TASK
-    from mrl.core.config import GrpoConfig, RunConfig, TaskConfig
+    from mrl.core.config import GrpoConfig, TaskConfig
+    from mrl.core.run_config import RunConfig
     from mrl.experiments import Run, run_one
     from mrl.core.probes import probe_config
 
@@ -184,8 +185,9 @@ KILLED_GRID = """
 import sys
 from pathlib import Path
 from testsupport import TINY_TASK
-from mrl.core.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import probe_config
+from mrl.core.run_config import RunConfig
 from mrl.experiments import Run, run_many
 
 STEPS = int(sys.argv[2])
@@ -206,8 +208,9 @@ def test_a_killed_packed_grid_resumes_each_run_from_its_checkpoint(tiny_zoo_path
     import signal
 
     from testsupport import TINY_TASK
-    from mrl.core.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+    from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
     from mrl.core.probes import probe_config
+    from mrl.core.run_config import RunConfig
     from mrl.experiments import Run, run_one
 
     (tmp_path / "pyproject.toml").write_text("")

@@ -88,7 +88,7 @@ def test_packed_runs_import_a_users_probe_module_in_their_processes(user_module,
     monkeypatch.chdir(tmp_path)   # the run cache goes under this folder's results/
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "mrl").mkdir()
-    from mrl.core.config import RunConfig
+    from mrl.core.run_config import RunConfig
 
     config = RunConfig(task=TaskConfig(**TINY_TASK), grpo=GRPO, runner=RunnerConfig(step_timeout=300), packed_runs=2)
     paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
@@ -167,9 +167,10 @@ def test_a_notebook_cell_probe_is_refused_on_worker_backends_with_the_fix(monkey
 CELLS = [
     '''import json
 import mrl
-from mrl.core.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import PeerView, ProbeConfig, ProbeOutput, probe_config, register_probe
 from mrl.core.probes.terms import own_term
+from mrl.core.run_config import RunConfig
 from mrl.experiments.runs import Run, run_one
 paths = json.loads({paths!r})
 config = RunConfig(task=TaskConfig(**json.loads({task!r})), grpo=GrpoConfig(steps=2, prompts_per_step=4, group_size=4,

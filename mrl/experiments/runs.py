@@ -25,16 +25,17 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import pandas as pd
 from tqdm.auto import tqdm
 
 from mrl import numerics
-from mrl.core.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+from mrl.core.config import GrpoConfig, RunnerConfig
 from mrl.core.probes import ProbeConfig, as_probe_config, get_probe, probe_code, probe_label
+from mrl.core.run_config import RunConfig
 from mrl.core.seeding import nested_rl_seed
-from mrl.core.validation import ConfigError, Str, config_hash, require, to_dict
+from mrl.core.validation import ConfigError, config_hash, require, to_dict
 from mrl.fingerprint import code_fingerprint
 from mrl.paths import repo_root
 from mrl.runtime.pools import GUARD_HINT, worker_executor
@@ -45,30 +46,6 @@ from mrl.runtime.runner import run_concurrent
 from mrl.runtime.saving import RunCard
 from mrl.runtime.spec import OfflinePeers, RunSpec, run_identity
 from mrl.runtime.zoo import build_zoo
-
-ProbeEntry = Union[Str, dict[Str, Any]]
-"""a probe of a grid: a registered name, or a mapping {name: ..., knob: value} (mrl.core.probes.as_probe_config)"""
-
-
-def check_probes(cls: str, name: str, values: list) -> None:
-    """Every entry a registered probe with valid knobs (checked against mrl.core.probes' registry)."""
-    require(len(values) > 0, cls, name, values, "a non-empty list of probe names or mappings {name: ..., knob: value}")
-    for entry in values:
-        require(isinstance(entry, str) or isinstance(entry.get("name"), str), cls, name, entry,
-                "a probe name or a mapping with a name: {name: ..., knob: value}")
-        try:
-            as_probe_config(entry)
-        except (ConfigError, ValueError, TypeError) as err:
-            raise ConfigError(f"{cls}.{name}: entry {entry!r} is not a valid probe: {err}") from None
-
-
-def check_panels(cls: str, panels: dict) -> None:
-    """A figure's panels {title: [probe entries]}: a string is a probe label as the tables show it (a registered
-    name, its changed knobs in brackets, ' (offline)' for a replayed peer); a mapping a probe entry."""
-    for title, entries in panels.items():
-        for entry in entries:
-            check_probes(cls, f"panels[{title!r}]", [entry.split(" (")[0] if isinstance(entry, str) else entry])
-
 
 def panel_labels(panels: dict) -> dict[str, list[str]]:
     """{title: [probe labels]} of a config's panels (mappings turned into their labels, as the tables show them)."""
