@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mrl-installed
 PROFILE ?= default
 
-.PHONY: install latex test unit nbval unit-run nbval-run soak test-browser reproduce smoke bench lab sync clean-models
+.PHONY: install latex test unit nbval soak test-browser reproduce smoke bench lab sync clean-models
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,11 +16,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# unit tests and nbval side by side, one core each (both run one torch thread); each one's output kept together.
-# The two jobs have no prerequisites: GNU make (4.3) starts a goal's recipe only on its next pass over the goals, after
-# it reaps a child, so `unit nbval` (unit waiting for latex) ran unit after all of nbval
+# the unit tests and the smoke notebooks (nbval) in one pytest over two xdist workers, one core each (each runs one
+# torch thread): a worker that finishes a test file takes the next, the notebooks run in order as one unit (conftest.py)
 test: $(STAMP) latex
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit-run nbval-run
+	$(PY) -m pytest -q --durations=25 -n 2 --nbval-lax --nbval-current-env notebooks/smoke tests
 
 # pdflatex for tests/test_tables.py (every paper_tables/*.tex must compile); without root or a Debian
 # mirror the install fails softly and that test is skipped with its reason
@@ -31,15 +30,9 @@ latex:
 		echo "pdflatex could not be installed: tests/test_tables.py will skip the LaTeX compile"
 
 unit: $(STAMP) latex
-	$(MAKE) --no-print-directory unit-run
-
-nbval: $(STAMP)
-	$(MAKE) --no-print-directory nbval-run
-
-unit-run:
 	$(PY) -m pytest -q --durations=25 tests
 
-nbval-run:
+nbval: $(STAMP)
 	$(PY) -m pytest -q --durations=25 --nbval-lax --nbval-current-env notebooks/smoke
 
 # several minutes: a 200-step run under random worker kills, run kills and checkpoint damage (tests/test_soak.py)

@@ -35,7 +35,7 @@ def main():
     parser.add_argument("--smoke", action="store_true", help="a tiny warm-up, seconds not minutes: checks that the "
                                                              "script runs and prints its figure (meaningless)")
     args = parser.parse_args()
-    from mrl.core.config import load_config
+    from mrl.core.run_config import load_config
     from mrl.runtime.zoo import build_zoo
 
     config = load_config(args.config)

@@ -20,8 +20,8 @@ import yaml
 
 from mrl.command import BENCHMARKS
 from mrl.core.choices import BACKENDS, REPORT_TO
-from mrl.core.config import RunConfig
 from mrl.core.probes import as_probe_config
+from mrl.core.run_config import RunConfig
 from mrl.core.validation import ConfigError, Count, PositiveInt, StrictLoader, Str, config_dataclass, to_dict
 from mrl.experiments import Run, policy_paths, run_one
 from mrl.experiments.runs import trained_folder

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mrl.core.config import RunConfig
+from mrl.core.run_config import RunConfig
 from mrl.profiles import load_profile
 from mrl.runtime.results import output_dirs, start_run
 

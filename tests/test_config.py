@@ -2,7 +2,8 @@ import dataclasses
 
 import pytest
 
-from mrl.core.config import FamilyConfig, GrpoConfig, RunConfig, load_config
+from mrl.core.config import FamilyConfig, GrpoConfig
+from mrl.core.run_config import RunConfig, load_config
 from mrl.core.validation import ConfigError, config_hash, override
 from mrl.profiles import load_profile
 
@@ -99,7 +100,7 @@ def test_every_grid_field_is_checked_at_load_naming_it(experiment, changes, mess
 
 
 def test_an_experiment_has_no_code_defaults_and_a_profile_only_the_experiments_it_runs():
-    from mrl.experiments.probe import ProbeGridConfig
+    from mrl.core.grids import ProbeGridConfig
 
     with pytest.raises(ConfigError, match=r"ProbeGridConfig.pairings is missing"):
         ProbeGridConfig()

@@ -108,7 +108,7 @@ def test_a_forged_success_never_enters_graft(bpe_tokenizer, arith_task, problems
 def test_graft_runs_between_families_and_is_deterministic(tiny_zoo_paths):
     """A (GPT-2 + BPE) and B (Llama + Unigram) under graft through the runner: THL across tokenizers, the same
     metrics twice."""
-    from conftest import pair_run_twice
+    from testsupport import pair_run_twice
 
     steps, evals = pair_run_twice(tiny_zoo_paths, "graft")
     assert steps[0] == steps[1] and evals[0] == evals[1]

@@ -174,7 +174,7 @@ def test_the_sampler_log_probs_are_its_own_so_the_mismatch_is_measured_as_under_
 
 
 def test_a_bf16_actor_on_the_graphs_engine_logs_the_mismatch_from_its_sampler(tiny_zoo_paths):
-    from conftest import TINY_TASK
+    from testsupport import TINY_TASK
 
     from mrl.runtime.actor import ActorConfig, PolicyActor
     from mrl.core.config import GrpoConfig, PlacementConfig, TaskConfig

@@ -277,7 +277,7 @@ def test_a_verdict_that_only_moves_near_the_alpha_edge_is_the_same_verdict():
 
 
 def test_a_marginal_arm_needs_its_canonical_twin():
-    from mrl.experiments.heldout import HeldoutConfig, marginal_arms
+    from mrl.core.grids import HeldoutConfig, marginal_arms
     from mrl.profiles import load_profile
 
     heldout = load_profile("smoke").experiment("heldout")
@@ -334,7 +334,7 @@ def test_the_result_prose_carries_the_tables_numbers():
 def test_the_committed_marginal_arms_are_recomputed_from_the_ledgers_runs():
     """The committed arms and verdicts tables follow from the committed per-run endpoint values (claims_runs.csv,
     70_heldout) on the ledger's warm-ups, as 80_beyond computes them."""
-    from mrl.experiments.heldout import marginal_arms
+    from mrl.core.grids import marginal_arms
     from mrl.profiles import load_profile
     from mrl.reports.claims import read_endpoint_values
     from mrl.runtime.results import repo_root

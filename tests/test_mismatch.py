@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import TINY_TASK
+from testsupport import TINY_TASK
 from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, TaskConfig
 from mrl.core.grpo import Surrogate, policy_loss
 from mrl.core.mismatch import SAMPLER_CORRECTIONS, mismatch_stats, sampler_weights, weight_stats

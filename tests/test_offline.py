@@ -15,7 +15,7 @@ def records_of(log_dir, policy):
 
 @pytest.mark.slow
 def test_a_learner_with_an_offline_peer_receives_the_logged_records_step_by_step(tiny_zoo_paths, tmp_path):
-    from conftest import TINY_TASK
+    from testsupport import TINY_TASK
 
     task, grpo = TaskConfig(**TINY_TASK), GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4,
                                                       eval_every=3, seed=0)

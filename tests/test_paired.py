@@ -136,7 +136,7 @@ def test_heldout_config_names_the_bad_field(knobs, field):
     import dataclasses
 
     from mrl.core.config import ConfigError
-    from mrl.experiments.heldout import HeldoutConfig
+    from mrl.core.grids import HeldoutConfig
 
     profile = dataclasses.asdict(load_profile("smoke").experiment("heldout"))
     with pytest.raises(ConfigError, match=f"HeldoutConfig.{field}"):

@@ -67,6 +67,7 @@ def test_paper_profile_loads_and_names_its_notebooks():
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_paper_code_path_runs_sgt_on_ray_with_stand_ins(stand_ins):
     data, paths = stand_ins
     config = load_profile("paper")

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 import mrl
-from conftest import TINY_TASK
-from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, RunConfig, RunnerConfig, TaskConfig
+from testsupport import TINY_TASK
+from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import PROBES, PeerView, probe_config
+from mrl.core.run_config import RunConfig
 from mrl.core.tasks import make_task
 from mrl.runtime.actor import ActorConfig, PolicyActor
 from mrl.runtime.placement import DeviceGuard, PlacementError, precision, resolve_device

@@ -108,7 +108,7 @@ def test_lying_group_statistics_move_xgrpo_even_with_reverification(bpe_tokenize
 
 
 def test_runner_config_names_the_poisoned_policy_and_the_attack(tiny_zoo_paths):
-    from conftest import TINY_TASK
+    from testsupport import TINY_TASK
     from mrl.core.config import GrpoConfig, TaskConfig
     from mrl.runtime.runner import RunSpec, run_concurrent
 
@@ -126,7 +126,7 @@ def test_beside_a_poisoned_peer_with_reverification_a_run_equals_the_honest_run(
     """A (GPT-2 + BPE) learns from B (Llama + Unigram) through the runner; B forges successes. With re-verification
     every policy's losses, gradient norms, rewards and evaluations equal those beside an honest B, and SEE counts
     the forged successes it dropped; without it A's losses differ."""
-    from conftest import TINY_TASK
+    from testsupport import TINY_TASK
     from mrl.core.config import GrpoConfig, TaskConfig
     from mrl.runtime.runner import RunSpec, run_concurrent
 

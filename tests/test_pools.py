@@ -41,7 +41,8 @@ def warmup():
 
 
 def grid():
-    from mrl.core.config import RunConfig, RunnerConfig
+    from mrl.core.config import RunnerConfig
+    from mrl.core.run_config import RunConfig
     from mrl.experiments.runs import Run, run_packed
     from mrl.core.probes import probe_config
     config = RunConfig(runner=RunnerConfig(step_timeout=3600))
@@ -140,12 +141,12 @@ def test_sigint_stops_a_pools_workers(tmp_path, pool):
 SLOW_IMPORT_SCRIPT = '''
 import multiprocessing, os, sys, time
 
-if __name__ == "__mp_main__":   # a spawned worker re-importing this script, as slow as torch and mrl on a loaded CPU
+if __name__ == "__mp_main__":   # a worker re-importing this script, as slow as torch and mrl on a loaded CPU
     time.sleep(120)
 
 if __name__ == "__main__":
-    from mrl.runtime.pools import spawn_executor
-    executor = spawn_executor(2)
+    from mrl.runtime.pools import worker_executor
+    executor = worker_executor(2)
     for _ in range(2):
         executor.submit(os.getpid)
     time.sleep(1)

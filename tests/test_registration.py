@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 import mrl.reports.confirmatory as confirmatory
-from mrl.experiments.heldout import ConfirmatoryConfig
+from mrl.core.grids import ConfirmatoryConfig
 from mrl.paths import repo_root
 from mrl.profiles import load_profile
 from mrl.reports import registration

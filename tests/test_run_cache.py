@@ -157,8 +157,9 @@ def test_a_killed_processes_work_folder_is_cleared(tmp_path):
 def test_a_torn_cached_run_is_recomputed_not_returned(tiny_zoo_paths, tmp_path, monkeypatch):
     """The fault as a user met it: a cached run's evals.csv cut to its header and one row; asked for again, the run
     is computed afresh (a warning names its folder) and the whole table comes back, and goes back into the cache."""
-    from conftest import TINY_TASK
-    from mrl.core.config import GrpoConfig, RunConfig, TaskConfig
+    from testsupport import TINY_TASK
+    from mrl.core.config import GrpoConfig, TaskConfig
+    from mrl.core.run_config import RunConfig
     from mrl.experiments import Run, run_one
     from mrl.core.probes import probe_config
 
@@ -183,9 +184,10 @@ def test_a_torn_cached_run_is_recomputed_not_returned(tiny_zoo_paths, tmp_path, 
 KILLED_GRID = """
 import sys
 from pathlib import Path
-from conftest import TINY_TASK
-from mrl.core.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+from testsupport import TINY_TASK
+from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import probe_config
+from mrl.core.run_config import RunConfig
 from mrl.experiments import Run, run_many
 
 STEPS = int(sys.argv[2])
@@ -205,9 +207,10 @@ def test_a_killed_packed_grid_resumes_each_run_from_its_checkpoint(tiny_zoo_path
     evals as the same run computed uninterrupted."""
     import signal
 
-    from conftest import TINY_TASK
-    from mrl.core.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+    from testsupport import TINY_TASK
+    from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
     from mrl.core.probes import probe_config
+    from mrl.core.run_config import RunConfig
     from mrl.experiments import Run, run_one
 
     (tmp_path / "pyproject.toml").write_text("")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from mrl.runtime.actor import PolicyActor, policy_optimizer
-from conftest import TINY_TASK
+from testsupport import TINY_TASK
 from mrl.core.batch import Decoding, completion_texts, encode_prompts, score
 from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.grpo import Surrogate, group_advantages, policy_loss
@@ -271,6 +271,7 @@ def test_hung_worker_misses_the_deadline(paths):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_ray_backend_equals_inline_and_detects_a_dead_actor(paths, inline_run):
     pytest.importorskip("ray")
     on_ray = run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(backend="ray", step_timeout=120)), progress=False)
@@ -398,7 +399,7 @@ def test_gspo_x2_samples_twice_the_rollouts(paths):
 def test_packed_runs_give_the_one_at_a_time_results(paths, tmp_path, monkeypatch):
     """A grid run two at a time, each inline in its own process, caches exactly what one run at a time on the
     process backend gives."""
-    from mrl.core.config import RunConfig
+    from mrl.core.run_config import RunConfig
     from mrl.experiments import grid_runs, run_many
 
     monkeypatch.chdir(tmp_path)            # the run cache goes under this folder's results/
@@ -432,7 +433,7 @@ def stuck_job(job):
 @pytest.mark.parametrize("job, error, timeout", [(dying_job, "process died .* seed 1", 60.0),
                                                  (stuck_job, "no packed run finished", 2.0)])
 def test_a_packed_run_that_dies_or_hangs_never_hangs_the_grid(job, error, timeout):
-    from mrl.core.config import RunConfig
+    from mrl.core.run_config import RunConfig
     from mrl.experiments.runs import Run, run_packed
 
     config = RunConfig(task=TASK, grpo=dataclasses.replace(GRPO, steps=1, eval_every=1),

@@ -264,7 +264,7 @@ def test_a_transformers_folder_and_a_cached_hub_model_train_beside_a_zoo_policy(
 
 @pytest.mark.slow
 def test_the_trl_trainer_saves_its_trained_policy(tiny_zoo_paths, tmp_path):
-    from conftest import TINY_TASK
+    from testsupport import TINY_TASK
     from mrl.core.config import GrpoConfig, PlacementConfig, TaskConfig
     from mrl.integrations.file_exchange import FileExchange
     from mrl.integrations.trl import MrlSharing

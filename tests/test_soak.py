@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from conftest import TINY_TASK
+from testsupport import TINY_TASK
 from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
 from mrl.runtime import checkpoint
 from mrl.runtime.experience_log import replay

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conftest import TINY_TASK
+from testsupport import TINY_TASK
 from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import probe_config
 from mrl.runtime import checkpoint
@@ -112,7 +112,7 @@ def test_trackio_stores_the_run_locally(tiny_zoo_paths, tmp_path):
     script = textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {str(os.path.dirname(__file__))!r})
-        from conftest import TINY_TASK
+        from testsupport import TINY_TASK
         from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
         from mrl.runtime.runner import RunSpec, run_concurrent
         record = run_concurrent(RunSpec({{"A": {tiny_zoo_paths["A"]!r}}}, TaskConfig(**TINY_TASK),
@@ -162,7 +162,7 @@ def test_wandb_stores_the_run_offline(tiny_zoo_paths, tmp_path):
     script = textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {str(os.path.dirname(__file__))!r})
-        from conftest import TINY_TASK
+        from testsupport import TINY_TASK
         from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
         from mrl.core.probes import probe_config
         from mrl.runtime.runner import RunSpec, run_concurrent

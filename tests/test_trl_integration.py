@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig
 
-from conftest import TINY_TASK
+from testsupport import TINY_TASK
 from mrl.core.batch import completion_texts, score
 from mrl.core.config import GrpoConfig, TaskConfig
 from mrl.core.probes import PeerView, probe_config

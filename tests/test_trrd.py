@@ -116,7 +116,7 @@ def test_a_teacher_equal_to_the_learner_scores_its_tokens_as_the_learner(bpe_tok
 
 
 def test_trrd_config_and_a_run_without_a_teacher_are_refused(tiny_zoo_paths):
-    from conftest import TINY_TASK
+    from testsupport import TINY_TASK
     from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
     from mrl.runtime.runner import RunSpec, run_concurrent
 
@@ -131,7 +131,7 @@ def test_trrd_config_and_a_run_without_a_teacher_are_refused(tiny_zoo_paths):
 def test_trrd_runs_between_families_and_is_deterministic(tiny_zoo_paths):
     """A (GPT-2 + BPE) with B's starting checkpoint as its teacher and B with A's, through the runner: THL across
     tokenizers, the same metrics twice, the teacher's statistics reported."""
-    from conftest import pair_run_twice
+    from testsupport import pair_run_twice
 
     steps, evals = pair_run_twice(tiny_zoo_paths, "trrd")
     assert steps[0] == steps[1] and evals[0] == evals[1]

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from conftest import TINY_TASK
+from testsupport import TINY_TASK
 from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import PROBES, get_probe, probe_code, probe_config, require_importable
 from mrl.runtime.runner import RunSpec, run_concurrent
@@ -64,6 +64,7 @@ def losses(record) -> list:
     return [(row["policy"], row["step"], row["loss"]) for row in record.steps]
 
 
+@pytest.mark.ray
 def test_a_probe_in_a_users_module_runs_on_every_backend(user_module, tiny_zoo_paths):
     pytest.importorskip("ray")
     _, module = user_module
@@ -87,7 +88,7 @@ def test_packed_runs_import_a_users_probe_module_in_their_processes(user_module,
     monkeypatch.chdir(tmp_path)   # the run cache goes under this folder's results/
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "mrl").mkdir()
-    from mrl.core.config import RunConfig
+    from mrl.core.run_config import RunConfig
 
     config = RunConfig(task=TaskConfig(**TINY_TASK), grpo=GRPO, runner=RunnerConfig(step_timeout=300), packed_runs=2)
     paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
@@ -166,9 +167,10 @@ def test_a_notebook_cell_probe_is_refused_on_worker_backends_with_the_fix(monkey
 CELLS = [
     '''import json
 import mrl
-from mrl.core.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import PeerView, ProbeConfig, ProbeOutput, probe_config, register_probe
 from mrl.core.probes.terms import own_term
+from mrl.core.run_config import RunConfig
 from mrl.experiments.runs import Run, run_one
 paths = json.loads({paths!r})
 config = RunConfig(task=TaskConfig(**json.loads({task!r})), grpo=GrpoConfig(steps=2, prompts_per_step=4, group_size=4,
@@ -212,7 +214,7 @@ def test_a_probe_written_in_notebook_cells_is_rerun_after_an_edit(tiny_zoo_paths
     import nbformat
     from nbclient import NotebookClient
 
-    from conftest import TINY_TASK
+    from testsupport import TINY_TASK
 
     (tmp_path / "pyproject.toml").write_text("")   # the run cache goes under this folder's results/
     (tmp_path / "mrl").mkdir()

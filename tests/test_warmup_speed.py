@@ -40,7 +40,7 @@ def test_longer_warmups_start_first():
 
 def test_build_zoos_equals_build_zoo_per_seed(tmp_path):
     """Two warm-up seeds' zoos built in one pool of two processes: the same folders and bits as build_zoo of each."""
-    from conftest import TINY_TASK
+    from testsupport import TINY_TASK
 
     task_cfg = TaskConfig(**TINY_TASK)
     families = [FamilyConfig(name="A", arch="gpt2", tokenizer="bpe", **SMALL),

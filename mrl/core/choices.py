@@ -3,7 +3,7 @@ offer them without importing torch): the MWRA backends, the trackers, the built-
 mrl.core.probes hold the same values (tests/test_cli.py checks the probes against the registry)."""
 
 BACKENDS = ("inline", "process", "ray")
-"""MWRA's backends (mrl.runtime.mwra.make_backend): actors in this process, one spawned process each, one Ray actor
+"""MWRA's backends (mrl.runtime.mwra.make_backend): actors in this process, one worker process each, one Ray actor
 each"""
 REPORT_TO = ("none", "tensorboard", "trackio", "wandb")
 """the trackers that can receive a run's live metrics (mrl.runtime.tracking.make_reporters)"""

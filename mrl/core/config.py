@@ -1,17 +1,14 @@
-"""Typed, YAML-loadable training configs: the task, the model zoo and its warm-up, GRPO, placement, the runner, and
-RunConfig (a profile, configs/<profile>.yaml).
+"""Typed, YAML-loadable training configs: the task, the model zoo and its warm-up, GRPO, placement and the runner,
+the parts of a profile (mrl.core.run_config.RunConfig).
 
 The validation machinery (strict types, ConfigError, load_config, override, to_dict, config_hash) is
-mrl.core.validation's; the notebooks' experiment configs live in their modules of mrl.experiments, named here
-(EXPERIMENT_CLASSES), so RunConfig validates `experiments:` whenever this module is importable.
+mrl.core.validation's; the notebooks' experiment configs are mrl.core.grids'.
 """
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import field
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
@@ -319,123 +316,3 @@ NOTEBOOKS = ("00_zoo", "01_tour", "10_grpo_baseline", "20_thl", "30_mwra", "40_p
              "70_heldout", "75_confirmatory", "80_beyond")
 PAIRING_NAME = re.compile(r"^[A-Za-z0-9]+(\+[A-Za-z0-9]+)*$")
 PairingName = Annotated[Str, matching(PAIRING_NAME, "a pairing name like 'A+B'")]
-
-EXPERIMENT_CLASSES = {"bandit": "mrl.experiments.bandit:BanditConfig", "beyond": "mrl.experiments.beyond:BeyondConfig",
-                      "hacpo": "mrl.experiments.hacpo:HacpoGridConfig",
-                      "heldout": "mrl.experiments.heldout:HeldoutConfig",
-                      "mwra": "mrl.experiments.mwra:MwraTimingConfig", "probe": "mrl.experiments.probe:ProbeGridConfig"}
-"""{name: "module:class"} of the notebooks' experiments' config classes, complete whenever this module is importable:
-RunConfig validates `experiments:` by it, loading a class the first time a config names its experiment (its module,
-in mrl.experiments, sits above this one and imports it)"""
-EXPERIMENTS: dict[str, type] = {}
-"""{name: config class} of the experiments whose class is loaded (EXPERIMENT_CLASSES) or registered in Python by
-`register_experiment` (a user's own experiment)"""
-
-
-def register_experiment(name: str):
-    """Class decorator: the config class of experiment `name` (a key of RunConfig.experiments). A class may define
-    `pairings_used()`, the RunConfig.pairings it names, checked when the profile loads."""
-    def wrap(cls):
-        EXPERIMENTS[name] = cls
-        return cls
-    return wrap
-
-
-def experiment_class(name: str) -> type:
-    """The config class of experiment `name`: a registered one, else the one EXPERIMENT_CLASSES names (its module
-    imported by name, which registers it)."""
-    if name not in EXPERIMENTS:
-        module, _, cls = EXPERIMENT_CLASSES[name].partition(":")
-        EXPERIMENTS[name] = getattr(importlib.import_module(module), cls)
-    return EXPERIMENTS[name]
-
-
-@config_dataclass
-class RunConfig:
-    """A profile: everything `make reproduce` runs on one kind of machine, in one YAML file (configs/<profile>.yaml)."""
-
-    task: TaskConfig = field(default_factory=TaskConfig)
-    """the task and its splits"""
-    zoo: ZooConfig | None = None
-    """the families and their warm-up (None: the profile names pretrained `policies` instead)"""
-    grpo: GrpoConfig = field(default_factory=GrpoConfig)
-    """GRPO training of each policy (every probe's own-sample term)"""
-    policies: dict[Str, Str] = field(default_factory=dict)
-    """paper profile: {name: local folder of a pretrained checkpoint}; empty: the zoo built from `zoo`"""
-    pairings: dict[PairingName, Annotated[list[Str], NonEmpty]] = field(default_factory=dict)
-    """the policy groups trained together: {name: [policy names]}, e.g. {A+B: [A, B]}"""
-    runner: RunnerConfig = field(default_factory=RunnerConfig)
-    """how the experiments' runs run: backend (inline, process, ray: same metrics, different wall time),
-    step_timeout, max_staleness, ... (a run's own variant sets its mode, peers and poisoning)"""
-    threads: PositiveInt = 1
-    """torch threads per policy worker (1 keeps CPU runs bit-reproducible)"""
-    packed_runs: PositiveInt = 1
-    """independent runs of a grid executed at once, each inline in its own process (no core waits at a barrier);
-    1: one run at a time on `runner.backend`"""
-    placement: dict[Str, PlacementConfig] = field(default_factory=dict)
-    """{policy name: its device, dtype, checkpointing, micro-batch and GPU share}; a policy not named takes the
-    defaults (this CPU)"""
-    notebooks: list[Literal[NOTEBOOKS]] = field(default_factory=lambda: list(NOTEBOOKS))
-    """the notebooks `python -m mrl.reproduce` runs for this profile, in order"""
-    profile: Str = ""
-    """the profile's name (load_profile sets it; '' for a config built otherwise): named in model cards and run.json,
-    never in a run's key, so renaming a profile re-runs nothing"""
-    experiments: dict[Str, Any] = field(default_factory=dict)
-    """{experiment: its grid and budgets}, each validated by the config class its module of mrl.experiments
-    registered (probe: ProbeGridConfig, heldout: HeldoutConfig, ...); a profile holds the experiments its
-    notebooks run"""
-
-    def __post_init__(self):
-        c = "RunConfig"
-        require((self.runner.poisoned, self.runner.attack, self.runner.reverify) == ("", "forged_success", True), c,
-                "runner", f"poisoned={self.runner.poisoned!r}, attack={self.runner.attack!r}, "
-                f"reverify={self.runner.reverify!r}", "the defaults: an experiment sets a run's poisoned peer (its "
-                "Variant), not the profile")
-        if self.policies or self.zoo:   # (a config built in Python for given checkpoint folders may name neither)
-            known = set(self.policies) if self.policies else {f.name for f in self.zoo.families}
-            for name, members in self.pairings.items():
-                require(set(members) <= known, c, f"pairings[{name!r}]", members,
-                        f"policies drawn from {sorted(known)}")
-            require(set(self.placement) <= known, c, "placement", sorted(self.placement),
-                    f"policy names drawn from {sorted(known)}")
-        known = sorted({*EXPERIMENT_CLASSES, *EXPERIMENTS})
-        unknown = sorted(set(self.experiments) - set(known))
-        require(not unknown, c, "experiments", unknown,
-                f"experiment names drawn from {known} (mrl.core.config.EXPERIMENT_CLASSES, or register_experiment)")
-        self.experiments = {name: _experiment(name, value) for name, value in self.experiments.items()}
-        for experiment in self.experiments.values():
-            for name in getattr(experiment, "pairings_used", list)():
-                require(name in self.pairings, c, "experiments", name,
-                        f"a pairing defined in pairings {list(self.pairings)}")
-
-    def placement_of(self, name: str) -> PlacementConfig:
-        """The placement of one policy (the defaults when the profile does not name it)."""
-        return self.placement.get(name, PlacementConfig())
-
-    def pairing(self, name: str) -> list[str]:
-        """The policy names of a pairing."""
-        if name not in self.pairings:
-            raise ConfigError(f"pairing={name!r} is not allowed; expected one of {list(self.pairings)}")
-        return list(self.pairings[name])
-
-    def experiment(self, name: str) -> Any:
-        """The config of one experiment of this profile (e.g. experiment('heldout') -> HeldoutConfig)."""
-        if name not in self.experiments:
-            raise ConfigError(f"RunConfig.experiments has no {name!r} experiment in this profile; it holds "
-                              f"{sorted(self.experiments)}")
-        return self.experiments[name]
-
-
-def _experiment(name: str, value: Any) -> Any:
-    """An experiment's config: kept when already built, else built from its mapping by the registered class."""
-    cls = experiment_class(name)
-    if isinstance(value, cls):
-        return value
-    require(isinstance(value, dict), "RunConfig", f"experiments.{name}", value, "a mapping of its settings")
-    return cls(**value)
-
-
-def load_config(source: str | Path | dict, cls: type = RunConfig) -> Any:
-    """Load a config (a RunConfig unless `cls` says otherwise) from a YAML file, a YAML string or a dict
-    (mrl.core.validation.load_config)."""
-    return validation.load_config(source, cls)

@@ -7,81 +7,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Annotated, Literal
 
 import pandas as pd
-from pydantic import Field
 from tqdm.auto import tqdm
 
-from mrl.core.config import ATTACKS, MODES, FamilyConfig, RunConfig, register_experiment
 from mrl.core.probes import as_probe_config, get_probe, probe_config, probe_label
+from mrl.core.run_config import RunConfig
 from mrl.core.tasks import make_task
-from mrl.core.validation import Int, NonEmpty, PositiveInt, Seeds, Str, config_dataclass, require
+from mrl.core.validation import require
 from mrl.experiments.heldout import heldout_base, heldout_config
 from mrl.experiments.marginal_gap import measure_policies
-from mrl.experiments.runs import (Labelled, ProbeEntry, Run, Variant, check_panels, check_probes, policy_paths,
-                                  run_many, trained_paths)
-from mrl.runtime.mwra import BACKENDS
+from mrl.experiments.runs import Labelled, Run, Variant, policy_paths, run_many, trained_paths
 from mrl.runtime.zoo import load_policy
-
-
-@register_experiment("beyond")
-@config_dataclass
-class BeyondConfig:
-    """80_beyond: methods beyond the papers on the held-out experiment (its zoo seed 0, pairing, steps and GRPO
-    settings), every arm paired with GRPO on the same RL seeds."""
-
-    probes: list[ProbeEntry]
-    """probes run online between the pairing's policies (the MRL probes and HACPO come from the held-out grid)"""
-    offline_probes: list[ProbeEntry]
-    """probes run by one learner at a time against its peer replayed from the grpo run's experience log"""
-    poison_probes: list[ProbeEntry]
-    """probes run beside a poisoned peer; each meets the attacks on the record kinds it reads"""
-    attacks: Annotated[list[Literal[ATTACKS]], NonEmpty]
-    """what the poisoned peer publishes (mrl.runtime.poison)"""
-    poisoned: Str
-    """the policy that lies; the other learns beside it"""
-    seeds: Seeds
-    """RL seeds of every arm (and of its GRPO pair)"""
-    reverified_seeds: Seeds
-    """RL seeds of the poisoned runs with re-verification on (each must equal the honest run: a check, not an
-    estimate)"""
-    scaling_families: list[FamilyConfig]
-    """families added to the held-out pairing, in order, for the n-policy runs (built into the held-out zoo on its
-    first zoo seed)"""
-    scaling_sizes: Annotated[list[Annotated[Int, Field(ge=2)]], NonEmpty]
-    """numbers of policies n: the pairing plus the first n - 2 scaling families"""
-    scaling_probe: ProbeEntry
-    """the probe every n-policy run shares with"""
-    scaling_modes: Annotated[list[Literal[MODES]], NonEmpty]
-    """step clocks compared (RunnerConfig.mode): sync, async (each worker up to one step ahead)"""
-    scaling_async_staleness: PositiveInt
-    """async runs: SEE keeps peer records up to this many steps old (RunnerConfig.max_staleness; sync runs take the
-    profile's runner.max_staleness)"""
-    scaling_seeds: Seeds
-    """RL seeds of the n-policy runs"""
-    scaling_steps: PositiveInt
-    """RL steps of the n-policy runs"""
-    scaling_backend: Literal[BACKENDS]
-    """the backend the n-policy runs use, one run at a time, so their wall times compare the clocks (not packed)"""
-    panels: Annotated[dict[Str, list[ProbeEntry]], NonEmpty]
-    """the weak-skill figure's panels: {title: the probes it draws (names, mappings or labels as the tables show
-    them, e.g. 'graft (offline)')}"""
-    marginal_prompts: PositiveInt
-    """the marginal measurement (run_marginal_gap): held-out test prompts per skill, the first of each, on which every
-    policy of the pairing samples G completions at each point (its CPU time grows with it)"""
-
-    def __post_init__(self):
-        c = "BeyondConfig"
-        names = [f.name for f in self.scaling_families]
-        require(len(set(names)) == len(names) and not set(names) & {"A", "B"}, c, "scaling_families", names,
-                "families with distinct names other than the pairing's A and B")
-        require(all(n <= 2 + len(names) for n in self.scaling_sizes), c, "scaling_sizes", self.scaling_sizes,
-                f"integers from 2 to {2 + len(names)} (2 + the scaling families)")
-        check_probes(c, "scaling_probe", [self.scaling_probe])
-        for name in ("probes", "offline_probes", "poison_probes"):
-            check_probes(c, name, getattr(self, name))
-        check_panels(c, self.panels)
 
 
 def beyond_runs(config: RunConfig) -> Labelled:

@@ -3,114 +3,12 @@ algorithm): its own task and zoo, and a grid paired on GRPO (the same RL seeds a
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
 
-from mrl.core.config import RunConfig, TaskConfig, ZooConfig, register_experiment
+from mrl.core.grids import HeldoutConfig, marginal_arms
 from mrl.core.probes import as_probe_config, probe_config, probe_label
-from mrl.core.validation import Count, NonEmpty, PositiveInt, Seeds, Str, config_dataclass, require
-from mrl.experiments.runs import Labelled, ProbeEntry, Run, check_panels, check_probes, policy_paths
+from mrl.core.run_config import RunConfig
+from mrl.experiments.runs import Labelled, Run, policy_paths
 from mrl.runtime.zoo import build_zoos
-
-
-@config_dataclass
-class ConfirmatoryConfig:
-    """The confirmatory block of the held-out experiment (docs/registration.md): the arms its test reads, on warm-ups
-    never run before the block was fixed, each RL seed nested in its warm-up (mrl.core.seeding.nested_rl_seed). The
-    runs take the held-out experiment's task, zoo (warm-up seed replaced), steps and evaluation cadence."""
-
-    zoo_seeds: Seeds
-    """warm-up seeds of the confirmatory zoos: fresh, disjoint from every other warm-up seed of the profile"""
-    probes: list[Str]
-    """the arms the confirmatory test reads (mrl.reports.confirmatory.DESIGN): grpo and sgt"""
-    seeds: Seeds
-    """RL seeds of every arm on every confirmatory warm-up"""
-
-
-@register_experiment("heldout")
-@config_dataclass
-class HeldoutConfig:
-    """70_heldout: the held-out experiment (arith-forms, fresh RL prompts every step, a form gap over one shared
-    algorithm): its own task and zoo, and a grid paired on GRPO (the same RL seeds and zoo seeds for every probe)."""
-
-    task: TaskConfig
-    """the task and its splits: arith-forms, pool_per_skill 0 (fresh training prompts every RL step)"""
-    zoo: ZooConfig
-    """the families and their warm-up (its warmup.seed is replaced by each of zoo_seeds)"""
-    pairing: list[Str]
-    """the policies trained together (each one's weak form is another's own form)"""
-    probes: list[ProbeEntry]
-    """the probes (names or mappings, as in ProbeGridConfig.probes); grpo is the paired baseline and must be one"""
-    seeds: Seeds
-    """RL seeds of every probe (on every zoo seed that probe runs on)"""
-    zoo_seeds: Seeds
-    """warm-up seeds (initialisation and data stream) of the zoos; the first runs every probe"""
-    zoo_seed_probes: list[Str]
-    """the probes that also run on the zoo seeds after the first, so their interval covers the warm-up"""
-    steps: PositiveInt
-    """RL steps of every run"""
-    eval_every: PositiveInt
-    """greedy held-out evaluation every this many steps"""
-    knob_probes: list[ProbeEntry]
-    """knob variants of the probes (mappings {name: ..., knob: value}), each paired with its probe's default on the
-    first zoo seed; [] for none"""
-    knob_seeds: Seeds
-    """RL seeds of the knob variants and of their defaults (one seed: the differences are shown, never called real)"""
-    panels: Annotated[dict[Str, list[ProbeEntry]], NonEmpty]
-    """the weak-skill figure's panels: {title: the probes it draws (names, mappings or labels as the tables show
-    them)}"""
-
-    replication_zoo_seeds: list[Count] = dataclasses.field(default_factory=list)
-    """a second, disjoint set of warm-up seeds, fixed before it runs, on which the zoo_seed_probes run again and the
-    claims ledger is computed alone (the confirmatory replication); () for none"""
-    confirmatory: ConfirmatoryConfig | None = None
-    """the confirmatory test's runs (docs/registration.md); None: the profile runs none"""
-
-    def __post_init__(self):
-        c = "HeldoutConfig"
-        require(self.task.name == "arith-forms" and self.task.pool_per_skill == 0, c, "task",
-                f"name={self.task.name}, pool_per_skill={self.task.pool_per_skill}",
-                "arith-forms with pool_per_skill 0 (fresh prompts)")
-        families = [f.name for f in self.zoo.families]
-        require(len(set(self.pairing)) == len(self.pairing) >= 2 and set(self.pairing) <= set(families), c,
-                "pairing", self.pairing, f"two or more distinct policies drawn from {families}")
-        check_probes(c, "probes", self.probes)
-        names = [p if isinstance(p, str) else p.get("name") for p in self.probes]
-        require("grpo" in names, c, "probes", names, "a list that includes grpo (the paired baseline)")
-        require(set(self.zoo_seed_probes) <= set(names)
-                and ("grpo" in self.zoo_seed_probes or len(self.zoo_seeds) == 1),
-                c, "zoo_seed_probes", self.zoo_seed_probes,
-                f"probe names drawn from {names}, grpo among them (each zoo seed needs its baseline)")
-        require(len(set(self.replication_zoo_seeds)) == len(self.replication_zoo_seeds)
-                and not set(self.replication_zoo_seeds) & set(self.zoo_seeds), c, "replication_zoo_seeds",
-                self.replication_zoo_seeds, f"distinct zoo seeds disjoint from zoo_seeds {self.zoo_seeds}")
-        if self.confirmatory is not None:
-            earlier = {*self.zoo_seeds, *self.replication_zoo_seeds}
-            require(not set(self.confirmatory.zoo_seeds) & earlier, c, "confirmatory.zoo_seeds",
-                    self.confirmatory.zoo_seeds, f"warm-up seeds disjoint from every other one {sorted(earlier)}")
-            require(sorted(self.confirmatory.probes) == ["grpo", "sgt"], c, "confirmatory.probes",
-                    self.confirmatory.probes, "the arms the confirmatory test reads: grpo and sgt")
-        if self.knob_probes:
-            check_probes(c, "knob_probes", self.knob_probes)
-        check_panels(c, self.panels)
-        labels = [probe_label(as_probe_config(entry)) for entry in self.probes]
-        for marginal, canonical in marginal_arms(self):
-            require(canonical in labels, c, "probes", marginal,
-                    f"an arm with tokenization marginal beside its canonical twin {canonical!r} (the comparison)")
-
-    @property
-    def pairing_name(self) -> str:
-        return "+".join(self.pairing)
-
-
-def marginal_arms(heldout: HeldoutConfig) -> list[tuple[str, str]]:
-    """[(label, its canonical twin's label)] of the probes run with tokenization "marginal" (docs/marginal.md): the
-    same probe and knobs with the canonical tokenization is the arm each is paired with."""
-    arms = []
-    for entry in heldout.probes:
-        probe = as_probe_config(entry)
-        if getattr(probe, "tokenization", "canonical") == "marginal":
-            arms.append((probe_label(probe), probe_label(dataclasses.replace(probe, tokenization="canonical"))))
-    return arms
 
 
 def heldout_config(config: RunConfig, zoo_seed: int) -> RunConfig:

@@ -25,19 +25,20 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import pandas as pd
 from tqdm.auto import tqdm
 
 from mrl import numerics
-from mrl.core.config import GrpoConfig, RunConfig, RunnerConfig, TaskConfig
+from mrl.core.config import GrpoConfig, RunnerConfig
 from mrl.core.probes import ProbeConfig, as_probe_config, get_probe, probe_code, probe_label
+from mrl.core.run_config import RunConfig
 from mrl.core.seeding import nested_rl_seed
-from mrl.core.validation import ConfigError, Str, config_hash, require, to_dict
+from mrl.core.validation import ConfigError, config_hash, require, to_dict
 from mrl.fingerprint import code_fingerprint
 from mrl.paths import repo_root
-from mrl.runtime.pools import GUARD_HINT, spawn_executor
+from mrl.runtime.pools import GUARD_HINT, worker_executor
 from mrl.runtime.checkpoint import latest
 from mrl.runtime.results import (CachedRun, clear_work_folders, git_sha, process_alive, publish_run, read_run,
                                  work_folder, write_run_record)
@@ -45,30 +46,6 @@ from mrl.runtime.runner import run_concurrent
 from mrl.runtime.saving import RunCard
 from mrl.runtime.spec import OfflinePeers, RunSpec, run_identity
 from mrl.runtime.zoo import build_zoo
-
-ProbeEntry = Union[Str, dict[Str, Any]]
-"""a probe of a grid: a registered name, or a mapping {name: ..., knob: value} (mrl.core.probes.as_probe_config)"""
-
-
-def check_probes(cls: str, name: str, values: list) -> None:
-    """Every entry a registered probe with valid knobs (checked against mrl.core.probes' registry)."""
-    require(len(values) > 0, cls, name, values, "a non-empty list of probe names or mappings {name: ..., knob: value}")
-    for entry in values:
-        require(isinstance(entry, str) or isinstance(entry.get("name"), str), cls, name, entry,
-                "a probe name or a mapping with a name: {name: ..., knob: value}")
-        try:
-            as_probe_config(entry)
-        except (ConfigError, ValueError, TypeError) as err:
-            raise ConfigError(f"{cls}.{name}: entry {entry!r} is not a valid probe: {err}") from None
-
-
-def check_panels(cls: str, panels: dict) -> None:
-    """A figure's panels {title: [probe entries]}: a string is a probe label as the tables show it (a registered
-    name, its changed knobs in brackets, ' (offline)' for a replayed peer); a mapping a probe entry."""
-    for title, entries in panels.items():
-        for entry in entries:
-            check_probes(cls, f"panels[{title!r}]", [entry.split(" (")[0] if isinstance(entry, str) else entry])
-
 
 def panel_labels(panels: dict) -> dict[str, list[str]]:
     """{title: [probe labels]} of a config's panels (mappings turned into their labels, as the tables show them)."""
@@ -345,7 +322,7 @@ def _run_inline(job: tuple[Run, bool]) -> None:
 
 def run_packed(runs: list[Run], processes: int, progress: bool = True, recompute: bool = False,
                job=_run_inline) -> None:
-    """Run independent runs `processes` at a time, each inline in its own spawned process (its policies one after
+    """Run independent runs `processes` at a time, each inline in its own worker process (its policies one after
     another on one core, so no core waits at a barrier for a slower policy), into the run cache.
 
     Inline gives the metrics of every other backend, so the cached results are those of a run on the profile's
@@ -357,7 +334,7 @@ def run_packed(runs: list[Run], processes: int, progress: bool = True, recompute
         return
     processes = min(processes, len(runs))
     before = set(multiprocessing.active_children())
-    executor = spawn_executor(processes, sorted({get_probe(run.probe.name).module for run in runs}))
+    executor = worker_executor(processes, sorted({get_probe(run.probe.name).module for run in runs}))
     try:
         pending = {executor.submit(job, (run, recompute)): run for run in runs}
         with tqdm(total=len(runs), desc=f"runs, {processes} at a time", disable=not progress) as bar:

@@ -17,7 +17,7 @@ from pathlib import Path
 import mrl.core.probes.grpo as grpo_probe
 import mrl.core.probes.sgt as sgt_probe
 from mrl.core import seeding
-from mrl.core.config import RunConfig
+from mrl.core.run_config import RunConfig
 from mrl.core.validation import to_dict
 from mrl.experiments import heldout, runs
 from mrl.fingerprint import tree_without_docs

@@ -1,6 +1,6 @@
 """A policy actor: one policy's model, optimizer, optional reference model and task, driven step by step.
 
-The same class runs inline, in a spawned process or as a Ray actor (MWRA builds it from an `ActorConfig`).
+The same class runs inline, in a worker process or as a Ray actor (MWRA builds it from an `ActorConfig`).
 Each step has two phases: `rollout` (sample G completions per prompt, score them, keep them as this
 step's `RolloutBatch` and return the experience records to share) and `update` (the probe's losses over
 the batch and what the runner collected from the peers, one optimizer step after each). Sampling draws

@@ -2,7 +2,8 @@
 API, three backends.
 
 - `inline`: actors in this process, called one after another (deterministic: tests, nbval).
-- `process`: one spawned OS process per actor, commands over a pipe (the fast CPU default).
+- `process`: one OS process per actor (forked from a fork server that imported torch once: mrl.runtime.pools),
+  commands over a pipe (the fast CPU default).
 - `ray`: one Ray actor per policy with num_cpus / num_gpus (local `ray.init` or a cluster address).
 
 `Backend.call({worker: call}, timeout)` runs one phase (each call a `mrl.runtime.worker.WorkerCall`: a typed record of
@@ -25,7 +26,7 @@ from multiprocessing.connection import wait
 from mrl import numerics
 from mrl.core.config import BACKENDS
 from mrl.runtime.placement import cap_gpu_memory, resolve_device
-from mrl.runtime.pools import GUARD_HINT, WatchedSpawnContext
+from mrl.runtime.pools import GUARD_HINT, WatchedContext
 from mrl.runtime.worker import PingCall, WorkerCall
 
 
@@ -149,7 +150,7 @@ def _own_process_actor(cls, config):
 
 def _serve(conn, cls, config) -> None:
     """Worker process main loop: build the actor, then answer each WorkerCall until None (close). Started by a
-    WatchedSpawnContext, it dies with the process that started it from its first instruction, even in the middle of
+    WatchedContext, it dies with the process that started it from its first instruction, even in the middle of
     a call (mrl.runtime.pools.WATCH_PARENT)."""
     try:
         actor = _own_process_actor(cls, config)
@@ -172,11 +173,12 @@ def _serve(conn, cls, config) -> None:
 
 
 class ProcessBackend(Backend):
-    """One spawned process per actor; a dead process is seen at once through its sentinel."""
+    """One worker process per actor (mrl.runtime.pools.WatchedContext); a dead process is seen at once through its
+    sentinel."""
 
     def __init__(self, specs: list[WorkerSpec], start_timeout: float = 300.0):
         super().__init__(specs)
-        context = WatchedSpawnContext()
+        context = WatchedContext()
         self.conns, self.processes = {}, {}
         self._inflight, self._failed_sends = {}, []
         for spec in specs:
@@ -319,7 +321,7 @@ class RayBackend(Backend):
         if self._owns:
             local = {} if address else {
                 "num_cpus": max(os.cpu_count() or 1, int(sum(s.num_cpus for s in specs))),
-                # workers import what this process can (as spawned processes do), e.g. test-defined actors
+                # workers import what this process can (as the process backend's do), e.g. test-defined actors
                 "runtime_env": {"env_vars": {"PYTHONPATH": import_path()}}}
             ray.init(address=address, include_dashboard=False, log_to_driver=False, **local)
         bundles = [{"CPU": s.num_cpus, **({"GPU": s.num_gpus} if s.num_gpus else {})} for s in specs]

@@ -1,15 +1,16 @@
-"""Process pools that fail with a clear error instead of hanging.
+"""Process pools whose workers start in milliseconds, die with their parent, and fail with a clear error, not a hang.
 
-`multiprocessing.Pool` restarts a worker that dies while it starts, forever: a script that runs mrl at its top level
-without an `if __name__ == "__main__":` guard has every spawned worker re-import the script, fail while
-bootstrapping, and be started again, while the script waits at 0% CPU. `concurrent.futures.ProcessPoolExecutor`
-instead marks itself broken when a worker dies; `map_in_processes` turns that into a `PoolBroken` error that
-names the guard.
+Workers are forked from a fork server (multiprocessing's forkserver) that imported torch, transformers and the model
+code once (PRELOAD), not started as fresh interpreters that import them again (about 6 s of CPU each here). The server
+is a fresh interpreter that has only imported, so the parent's torch, Ray and Jupyter threads never reach a worker; a
+worker still re-imports its parent's script, as a spawned one does, and takes the environment the server started with.
 
-Every worker dies with its parent (`WATCH_PARENT`): a script killed by SIGKILL or SIGTERM, which runs no cleanup of
-its own, leaves no worker training on into the run cache. The watch starts before a spawned worker imports anything
-of its parent's (`WatchedSpawnContext`), so a worker still importing torch and the parent's script when the parent
-dies exits too.
+`multiprocessing.Pool` restarts a worker that dies while it starts, forever (a script without an `if __name__ ==
+"__main__":` guard waits at 0% CPU); `concurrent.futures.ProcessPoolExecutor` marks itself broken instead, and
+`map_in_processes` turns that into a `PoolBroken` error that names the guard.
+
+Every worker dies with the process that started it (WATCH_PARENT), from before it imports anything of its parent's:
+a script killed by SIGKILL or SIGTERM, which runs no cleanup, leaves no worker training on into the run cache.
 """
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ import importlib
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from multiprocessing.context import SpawnContext, SpawnProcess
+from multiprocessing.context import ForkServerContext, ForkServerProcess
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable
 
 GUARD_HINT = ("If this was started from a script, put the script's top-level code under "
-              "`if __name__ == \"__main__\":` (spawned workers re-import the script; Python's multiprocessing guide, "
+              "`if __name__ == \"__main__\":` (workers re-import the script; Python's multiprocessing guide, "
               "'Safe importing of main module'). Otherwise a worker was killed or ran out of memory.")
 
 
@@ -30,10 +31,10 @@ class PoolBroken(RuntimeError):
     """A worker process of a pool died, or could not start."""
 
 
-def spawn_executor(processes: int, modules: Iterable[str] = ()) -> ProcessPoolExecutor:
-    """A pool of `processes` spawned processes (no fork: torch and Ray threads do not survive one), each of which
-    imports `modules` first (a user's probe module, whose probe a job names but whose config may not import it)."""
-    return ProcessPoolExecutor(processes, mp_context=WatchedSpawnContext(), initializer=start_worker,
+def worker_executor(processes: int, modules: Iterable[str] = ()) -> ProcessPoolExecutor:
+    """A pool of `processes` worker processes (WatchedContext), each of which imports `modules` first (a user's probe
+    module, whose probe a job names but whose config may not import it)."""
+    return ProcessPoolExecutor(processes, mp_context=WatchedContext(), initializer=start_worker,
                                initargs=(tuple(modules),))
 
 
@@ -43,34 +44,39 @@ def start_worker(modules: tuple[str, ...]) -> None:
         importlib.import_module(module)
 
 
-PARENT_POLL_SECONDS = 0.5
-"""how often a worker looks whether its parent still lives"""
-
-WATCH_PARENT = f"""
-import os, threading, time
+WATCH_PARENT = """
+import os, select, threading, time
+def gone_pidfd(handle):
+    select.select([handle], [], [])   # a process's pidfd becomes readable when it ends
+def gone_polled(pid):
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
 if os.getpid() != parent:   # unpickled in a child (a copy of the name in the parent itself watches nothing)
-    if os.getppid() != parent:
+    try:
+        wait, arg = (gone_pidfd, os.pidfd_open(parent)) if hasattr(os, "pidfd_open") else (gone_polled, parent)
+        os.kill(parent, 0)
+    except ProcessLookupError:
         os._exit(1)   # the parent died before this worker started watching it
-    def watch():
-        while os.getppid() == parent:
-            time.sleep({PARENT_POLL_SECONDS})
-        os._exit(1)
-    threading.Thread(target=watch, name="mrl-watch-parent", daemon=True).start()
+    threading.Thread(target=lambda: (wait(arg), os._exit(1)), name="mrl-watch-parent", daemon=True).start()
 """
-"""The parent watch, run in a spawned child with `parent` bound: it ends the child (exit status 1, no cleanup) within
-PARENT_POLL_SECONDS once the process `parent` is gone, whatever killed it, SIGKILL included.
+"""The parent watch, run in a child with `parent` (the pid of the process that started it) bound: it ends the child
+(exit status 1, no cleanup) as soon as `parent` is gone, whatever killed it, SIGKILL included.
 
-A daemon thread compares os.getppid() with `parent` (an orphan is adopted by another process). Not Linux's
-parent-death signal (prctl PR_SET_PDEATHSIG): that fires when the *thread* that started the worker ends, and a pool
-started from a thread that then ends would lose its workers while its parent still uses them. The thread runs
-whenever the worker's main thread releases the GIL, which torch's kernels and every wait do. Only the standard
-library: it runs before the child has its parent's sys.path, so it must not import mrl."""
+A daemon thread waits on a pidfd of the parent (Linux 5.3; elsewhere it polls the pid every 0.5 s): the child of a
+fork server is not its starter's child, so os.getppid() cannot tell. Not Linux's parent-death signal (prctl
+PR_SET_PDEATHSIG) either: that fires when the *thread* that started the worker ends, and a pool started from a thread
+that then ends would lose its workers while its parent still uses them. Only the standard library: it runs before the
+child has its parent's sys.path."""
 
 
 class ParentWatchingName(str):
-    """A spawned process's name that starts the parent watch (WATCH_PARENT) in the child as it is unpickled.
+    """A worker process's name that starts the parent watch (WATCH_PARENT) in the child as it is unpickled.
 
-    A spawned child unpickles its name first, in the preparation data, before it takes its parent's sys.path and
+    A child unpickles its name first, in the preparation data, before it takes its parent's sys.path and
     imports its parent's `__main__` (a script re-imported with torch and mrl: seconds, and tens of seconds on a
     loaded machine) and long before a pool's initializer runs; a parent that died meanwhile would otherwise leave the
     child importing, then working. The name unpickles as a plain str, by `eval` of a standard-library expression
@@ -87,27 +93,39 @@ class ParentWatchingName(str):
         return eval, (f"exec({WATCH_PARENT!r}, {{'parent': {self.parent}}}) or {str(self)!r}",)
 
 
-class WatchedSpawnProcess(SpawnProcess):
-    """A spawned process that watches the process that started it from its first unpickled object."""
+PRELOAD = ["mrl.runtime.actor"]
+"""what the fork server imports before it forks a worker: the worker's own module with torch, transformers, the
+model families and the zoo (mrl.runtime.actor imports them all; the runs' pool imports little beyond it). A name, as
+multiprocessing takes it: pools sits below the actor, which imports it."""
+
+
+class WatchedProcess(ForkServerProcess):
+    """A worker forked from the fork server that watches the process that started it from its first unpickled
+    object."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._name = ParentWatchingName(self._name, os.getpid())
 
 
-class WatchedSpawnContext(SpawnContext):
-    """multiprocessing's spawn context whose processes die with their parent, from their start (WatchedSpawnProcess);
-    for pools (`ProcessPoolExecutor(mp_context=...)`) and single processes (`.Process(...)`) alike."""
+class WatchedContext(ForkServerContext):
+    """multiprocessing's forkserver context whose server preloads PRELOAD and whose processes die with the process that
+    started them, from their start (WatchedProcess); for pools (`ProcessPoolExecutor(mp_context=...)`) and single
+    processes (`.Process(...)`) alike."""
 
-    Process = WatchedSpawnProcess
+    Process = WatchedProcess
+
+    def __init__(self):
+        super().__init__()
+        self.set_forkserver_preload(PRELOAD)   # read when this process's server starts (its first worker)
 
 
 def map_in_processes(fn: Callable, jobs: Iterable, processes: int, what: str) -> list:
-    """[fn(job) for job in jobs], `processes` at a time in spawned processes, in job order. A worker that dies or
+    """[fn(job) for job in jobs], `processes` at a time in worker processes, in job order. A worker that dies or
     cannot start raises PoolBroken naming `what` and the script guard; the other workers are stopped, as they are
     when this call is interrupted."""
     before = set(multiprocessing.active_children())
-    executor = spawn_executor(processes)
+    executor = worker_executor(processes)
     try:
         results = list(executor.map(fn, jobs))
     except BrokenProcessPool:

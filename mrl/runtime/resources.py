@@ -16,9 +16,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from mrl.core.config import ConfigError, PlacementConfig, RunConfig
+from mrl.core.config import ConfigError, PlacementConfig
 from mrl.core.engines import CAPABILITIES, Engine, engine_named
 from mrl.core.probes import as_probe_config, get_probe
+from mrl.core.run_config import RunConfig
 from mrl.paths import PACKAGE
 from mrl.runtime.graphs_engine import GRAPHS_PREFILL_TOKENS, cache_shape
 from mrl.runtime.rollout import BATCHED_STEP_TOKENS, GENERATE_PREFILL_CHUNK

@@ -46,7 +46,7 @@ class RunRecord:
     events: list = field(default_factory=list)
     timeline: list = field(default_factory=list)
     startup_seconds: float = 0.0
-    """backend start-up (processes spawned, Ray initialised, actors built) before the first step"""
+    """backend start-up (worker processes started, Ray initialised, actors built) before the first step"""
     wall_seconds: float = 0.0
     """the training loop, from the first step to the last"""
     counters: dict = field(default_factory=dict)

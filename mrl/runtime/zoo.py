@@ -306,7 +306,7 @@ def build_zoos(task_cfg: TaskConfig, zoo_cfgs: list[ZooConfig], root: str | Path
 
     root: the cache folder, by default data/models/ of the checkout (whatever the working directory). Every missing
     family of every zoo is one job, each in the folder build_zoo gives it (family_dir) with the same bits; the jobs
-    run longest first (warmup_cost) in one pool of max(workers) spawned processes with one torch thread each, so a
+    run longest first (warmup_cost) in one pool of max(workers) worker processes with one torch thread each, so a
     process that finishes a short warm-up starts the next job while a long one runs. A family that two configs share
     is built once; cached ones are loaded. One worker (or one job) builds inline. A warm-up process that dies or
     cannot start (a script without its `if __name__ == "__main__":` guard) raises mrl.runtime.pools.PoolBroken.
@@ -336,7 +336,7 @@ def build_zoo(task_cfg: TaskConfig, zoo_cfg: ZooConfig, root: str | Path | None 
     """Build (or load from the cache) every family of the zoo; returns {name: Policy}: build_zoos of this one zoo.
 
     root: the cache folder, by default data/models/ of the checkout (whatever the working directory).
-    Missing families are built in `zoo_cfg.workers` spawned processes with one torch thread each
+    Missing families are built in `zoo_cfg.workers` worker processes with one torch thread each
     (deterministic for a fixed seed); cached ones are loaded. A warm-up process that dies or cannot start (a script
     without its `if __name__ == "__main__":` guard) raises mrl.runtime.pools.PoolBroken.
     """

@@ -7,7 +7,7 @@ The bandit analysis).
     plane        the stability-support plane over each method's knob and the support overlap kappa
     dynamics     both policies trained together on M prompts for T steps; held-out accuracy per type
 The figures are in mrl.reports.bandit; the notebook's budgets in the profile's YAML
-(experiments.bandit, validated by mrl.experiments.bandit.BanditConfig).
+(experiments.bandit, validated by mrl.core.grids.BanditConfig).
 """
 from mrl.core.bandit.closed_form import (chi2, ess_fraction, expected_grpo, expected_prp, expected_sgt, expected_xgrpo,
                                     gate_probability, prp_peer_second_moment, ratio_second_moment,
