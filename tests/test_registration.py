@@ -8,7 +8,6 @@ import dataclasses
 import re
 
 import numpy as np
-import pandas as pd
 
 import mrl.reports.confirmatory as confirmatory
 from mrl.core.grids import ConfirmatoryConfig
@@ -101,15 +100,15 @@ def test_the_pages_plan_is_the_computed_one():
 
 
 def test_the_pages_numbers_from_the_committed_ledger_are_its_tables():
-    """The ledger's SD of d_z and the crossed seed effect of sgt - grpo, as paper_tables/ hold them."""
-    from mrl.reports.claims import read_endpoint_values, seed_differences
+    """The ledger's SD of d_z and the crossed seed effect of sgt - grpo, as the ledger the registration read holds
+    them: its crossed runs (paper_tables/claims_runs_crossed.csv; the ledger re-ran on nested seeds afterwards)."""
+    from mrl.reports.claims import claims_ledger, read_endpoint_values, seed_differences
     from mrl.reports.statistics import seed_main_effect
 
     text = " ".join(PAGE.read_text().split())
-    tables = repo_root() / "paper_tables"
-    power = pd.read_csv(tables / "claims_power.csv", dtype=str).set_index("comparison")
-    assert f"the ledger's {power.loc['sgt - grpo', 'SD of d_z']} on 4 df" in text
-    crossed = seed_main_effect(seed_differences(read_endpoint_values(tables / "claims_runs_crossed.csv"), "sgt",
-                                                "grpo", "overall"))
-    assert f"F(1, 4) = {crossed['F']:.2f}" in text
+    crossed = read_endpoint_values(repo_root() / "paper_tables" / "claims_runs_crossed.csv")
+    ledger = claims_ledger(crossed).set_index("comparison")
+    assert f"the ledger's {ledger.loc['sgt - grpo', 'sd']:.4f} on {ledger.loc['sgt - grpo', 'zoos'] - 1} df" in text
+    effect = seed_main_effect(seed_differences(crossed, "sgt", "grpo", "overall"))
+    assert f"F(1, 4) = {effect['F']:.2f}" in text
     assert f"{PLAN.sd} on {PLAN.sd_df} df" in text and f"({PLAN.rl_seed_sd}," in text
