@@ -273,14 +273,23 @@ def test_hung_worker_misses_the_deadline(paths):
 @pytest.mark.slow
 @pytest.mark.ray
 def test_ray_backend_equals_inline_and_detects_a_dead_actor(paths, inline_run):
-    pytest.importorskip("ray")
-    on_ray = run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(backend="ray", step_timeout=120)), progress=False)
-    assert metrics(inline_run) == metrics(on_ray)
-    # the death itself is reported ("its actor died"), not the 60 s deadline ("no answer ... within"): no duration is
-    # asserted, since Ray's start-up alone can take minutes on a loaded 2-core machine
-    with pytest.raises(WorkerFailed, match="worker 'B' failed: its actor died"):
-        run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(backend="ray", step_timeout=60),
-                               actor_cls=CrashingActor), progress=False)
+    ray = pytest.importorskip("ray")
+    from mrl.runtime.mwra import import_path
+
+    # one local Ray for both runs (each backend joins a Ray already started): its start-up is the test's costliest part
+    ray.init(num_cpus=max(os.cpu_count() or 1, len(paths)), include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": import_path()}})
+    try:
+        on_ray = run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(backend="ray", step_timeout=120)),
+                                progress=False)
+        assert metrics(inline_run) == metrics(on_ray)
+        # the death itself is reported ("its actor died"), not the 60 s deadline ("no answer ... within"): no duration
+        # is asserted, since Ray's start-up alone can take minutes on a loaded 2-core machine
+        with pytest.raises(WorkerFailed, match="worker 'B' failed: its actor died"):
+            run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(backend="ray", step_timeout=60),
+                                   actor_cls=CrashingActor), progress=False)
+    finally:
+        ray.shutdown()
 
 
 @pytest.mark.slow
