@@ -35,7 +35,10 @@ def main():
     parser.add_argument("--smoke", action="store_true", help="a tiny warm-up, seconds not minutes: checks that the "
                                                              "script runs and prints its figure (meaningless)")
     args = parser.parse_args()
-    from mrl.core.run_config import load_config
+    try:
+        from mrl.core.run_config import load_config
+    except ImportError:   # an older checkout, before RunConfig moved out of mrl.core.config
+        from mrl.core.config import load_config
     from mrl.runtime.zoo import build_zoo
 
     config = load_config(args.config)

@@ -96,7 +96,9 @@ def test_a_run_under_random_kills_and_damage_ends_as_an_uninterrupted_one(paths,
         if process.poll() is not None:
             assert process.returncode == 0, "the run failed without a fault"
             break
-        workers = psutil.Process(process.pid).children()
+        # the run's policy workers: the children of its fork server (mrl.runtime.pools), a child of the run itself
+        workers = [worker for server in psutil.Process(process.pid).children()
+                   if "forkserver" in " ".join(server.cmdline()) for worker in server.children()]
         if workers and rng.random() < 0.5:
             os.kill(rng.choice(workers).pid, signal.SIGKILL)  # the run names it and exits within the deadline
             tally["worker kills"] += 1

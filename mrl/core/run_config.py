@@ -61,9 +61,8 @@ class RunConfig:
     """the profile's name (load_profile sets it; '' for a config built otherwise): named in model cards and run.json,
     never in a run's key, so renaming a profile re-runs nothing"""
     experiments: dict[Str, Any] = field(default_factory=dict)
-    """{experiment: its grid and budgets}, each validated by the config class its module of mrl.experiments
-    registered (probe: ProbeGridConfig, heldout: HeldoutConfig, ...); a profile holds the experiments its
-    notebooks run"""
+    """{experiment: its grid and budgets}, each validated by its config class in EXPERIMENTS (probe:
+    ProbeGridConfig, heldout: HeldoutConfig, ...); a profile holds the experiments its notebooks run"""
 
     def __post_init__(self):
         c = "RunConfig"

@@ -217,7 +217,7 @@ def _where(node) -> str:
 
 def load_config(source: str | Path | dict, cls: type[C]) -> C:
     """Load a `cls` config from a YAML file, a YAML string or a dict; an empty file, duplicate or unknown keys and
-    bad values raise ConfigError (mrl.core.config.load_config loads a RunConfig)."""
+    bad values raise ConfigError (mrl.core.run_config.load_config loads a RunConfig)."""
     if isinstance(source, dict):
         values = source
     else:

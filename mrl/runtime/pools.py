@@ -17,9 +17,12 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
+import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor
-from multiprocessing.context import ForkServerContext, ForkServerProcess
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import forkserver
+from multiprocessing.context import ForkServerContext, ForkServerProcess
 from typing import Callable, Iterable
 
 GUARD_HINT = ("If this was started from a script, put the script's top-level code under "
@@ -57,10 +60,12 @@ def gone_polled(pid):
         time.sleep(0.5)
 if os.getpid() != parent:   # unpickled in a child (a copy of the name in the parent itself watches nothing)
     try:
-        wait, arg = (gone_pidfd, os.pidfd_open(parent)) if hasattr(os, "pidfd_open") else (gone_polled, parent)
         os.kill(parent, 0)
+        wait, arg = gone_pidfd, os.pidfd_open(parent)
     except ProcessLookupError:
         os._exit(1)   # the parent died before this worker started watching it
+    except (AttributeError, OSError):   # no pidfd here (not Linux, a kernel before 5.3, a seccomp filter)
+        wait, arg = gone_polled, parent
     threading.Thread(target=lambda: (wait(arg), os._exit(1)), name="mrl-watch-parent", daemon=True).start()
 """
 """The parent watch, run in a child with `parent` (the pid of the process that started it) bound: it ends the child
@@ -117,7 +122,31 @@ class WatchedContext(ForkServerContext):
 
     def __init__(self):
         super().__init__()
-        self.set_forkserver_preload(PRELOAD)   # read when this process's server starts (its first worker)
+        start_server()
+
+
+SERVER_LOCK = threading.Lock()
+
+
+def start_server() -> None:
+    """Start this process's fork server (once) with PRELOAD and this process's sys.path: Python 3.11's server
+    runs `python -c` with the working directory first on its path and ignores the path it is given, so an `mrl/`
+    folder in the working directory (another checkout, a test's scratch folder) would otherwise be the package its
+    workers run. PYTHONSAFEPATH drops the working directory; PYTHONPATH is this process's sys.path (the server's
+    environment, and so its workers', keeps both; this process's is restored)."""
+    with SERVER_LOCK:
+        forkserver.set_forkserver_preload(PRELOAD)
+        saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
+        os.environ["PYTHONPATH"] = os.pathsep.join(path or os.getcwd() for path in sys.path)
+        os.environ["PYTHONSAFEPATH"] = "1"
+        try:
+            forkserver.ensure_running()
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def map_in_processes(fn: Callable, jobs: Iterable, processes: int, what: str) -> list:
