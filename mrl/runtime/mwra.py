@@ -17,7 +17,6 @@ raise `WorkerFailed`, the last complete checkpoint stays on disk; `continue`: `d
 from __future__ import annotations
 
 import os
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from multiprocessing.connection import wait
 from mrl import numerics
 from mrl.core.config import BACKENDS
 from mrl.runtime.placement import cap_gpu_memory, resolve_device
-from mrl.runtime.pools import GUARD_HINT, WatchedContext
+from mrl.runtime.pools import GUARD_HINT, WatchedContext, import_path
 from mrl.runtime.worker import PingCall, WorkerCall
 
 
@@ -61,12 +60,6 @@ def plan_threads(costs: dict[str, float], total_threads: int) -> dict[str, int]:
     for name in sorted(costs, key=costs.get, reverse=True)[:leftover]:
         shares[name] += 1
     return shares
-
-
-def import_path() -> str:
-    """This process's sys.path as a PYTHONPATH, so a Ray worker imports what this process can (a user's probe module,
-    a test's actor class)."""
-    return os.pathsep.join(p or os.getcwd() for p in sys.path)   # '' (python -c, a REPL): the current folder
 
 
 @dataclass

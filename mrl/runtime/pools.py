@@ -128,6 +128,12 @@ class WatchedContext(ForkServerContext):
 SERVER_LOCK = threading.Lock()
 
 
+def import_path() -> str:
+    """This process's sys.path as a PYTHONPATH, so a fork server or a Ray worker imports what this process can (a
+    user's probe module, a test's actor class)."""
+    return os.pathsep.join(p or os.getcwd() for p in sys.path)   # '' (python -c, a REPL): the current folder
+
+
 def start_server() -> None:
     """Start this process's fork server (once) with PRELOAD and this process's sys.path: Python 3.11's server
     runs `python -c` with the working directory first on its path and ignores the path it is given, so an `mrl/`
@@ -137,7 +143,7 @@ def start_server() -> None:
     with SERVER_LOCK:
         forkserver.set_forkserver_preload(PRELOAD)
         saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
-        os.environ["PYTHONPATH"] = os.pathsep.join(path or os.getcwd() for path in sys.path)
+        os.environ["PYTHONPATH"] = import_path()
         os.environ["PYTHONSAFEPATH"] = "1"
         try:
             forkserver.ensure_running()
