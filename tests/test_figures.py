@@ -408,8 +408,9 @@ def test_the_poison_figure_draws_each_seed_and_no_interval_below_three():
     from mrl.reports.beyond import poison_figure, poison_figure_inputs
 
     numbers = pd.DataFrame([
-        {"policy": "A", "probe": "sgt", "arm": "honest peer", "runs": 2, "weak Δ": None, "weak units": ()},
-        {"policy": "A", "probe": "sgt", "arm": "forged_success, trusting", "runs": 2,
+        {"policy": "A", "probe": "sgt", "arm": "honest peer", "re-verified": False, "runs": 2, "weak Δ": None,
+         "weak units": ()},
+        {"policy": "A", "probe": "sgt", "arm": "forged_success, trusting", "re-verified": False, "runs": 2,
          "weak Δ": (0.01, -0.1, 0.12, False), "weak units": (-0.02, 0.04)}])
     ax = poison_figure(**poison_figure_inputs(numbers)).axes[0]
     ticks = [line for line in ax.get_lines() if line.get_marker() == "|"]

@@ -123,7 +123,8 @@ def poison_numbers(equal: str = "yes") -> pd.DataFrame:
              equal),
             ("xgrpo", "honest peer", None, None, 0.0, ""),
             ("xgrpo", "lying_stats", None, (0.02, np.nan, np.nan, False), np.nan, "no")]
-    return pd.DataFrame([{"policy": "A", "probe": probe, "arm": arm, "runs": 3 if "trusting" in arm else 1,
+    return pd.DataFrame([{"policy": "A", "probe": probe, "arm": arm, "re-verified": arm.endswith("re-verified"),
+                          "runs": 3 if "trusting" in arm else 1,
                           "weak": 0.1, "overall": 0.2, "weak Δ": weak, "overall Δ": overall,
                           "rejected claims": claims, "equals honest": same}
                          for probe, arm, weak, overall, claims, same in rows])

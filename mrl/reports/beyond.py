@@ -3,7 +3,8 @@ probe beside an honest one) and its figure, and the n-policy scaling table and f
 
 A poisoned run is labelled "<probe> | <attack>, <trusting|re-verified>" (`arm_label`), so the paired machinery of
 mrl.reports.paired compares it with the honest run of its probe on the same seeds: same prompts, same sampling seeds,
-only the peer's records differ.
+only the peer's records differ. The label is only shown: the probe, attack and re-verification a table needs are read
+from the run's own columns (`with_arm_labels` keeps them), never parsed back out of the label.
 """
 from __future__ import annotations
 
@@ -25,20 +26,32 @@ successes and rewards the probe re-scored below the claim"""
 MARKERS = {"trusting": "o", "re-verified": "s"}
 
 
-def arm_label(probe: str, attack: str, reverify: bool) -> str:
-    """'sgt' for the honest arm, 'sgt | forged_success, trusting' (or 're-verified') for forged successes,
-    'xgrpo | lying_stats' for an attack re-verification cannot touch."""
+def is_reverified(attack: str, reverify: bool) -> bool:
+    """Whether the learner re-verifies the attack's claims: only forged successes carry a claim its verifier can
+    re-score, so only their arms are told apart by it."""
+    return attack == "forged_success" and bool(reverify)
+
+
+def attack_label(attack: str, reverify: bool) -> str:
+    """'honest peer'; 'forged_success, trusting' (or 're-verified') for forged successes; 'lying_stats' for an
+    attack re-verification cannot touch."""
     if attack == "none":
-        return probe
+        return "honest peer"
     if attack != "forged_success":
-        return f"{probe}{SEPARATOR}{attack}"
-    return f"{probe}{SEPARATOR}{attack}, {'re-verified' if reverify else 'trusting'}"
+        return attack
+    return f"{attack}, {'re-verified' if is_reverified(attack, reverify) else 'trusting'}"
+
+
+def arm_label(probe: str, attack: str, reverify: bool) -> str:
+    """'sgt' for the honest arm, 'sgt | forged_success, trusting' for the others (attack_label after the probe)."""
+    return probe if attack == "none" else f"{probe}{SEPARATOR}{attack_label(attack, reverify)}"
 
 
 def with_arm_labels(frame: pd.DataFrame) -> pd.DataFrame:
-    """The frame (columns probe, attack, reverify) with probe replaced by its arm label."""
-    return frame.assign(probe=[arm_label(p, a, bool(r)) for p, a, r in zip(frame.probe, frame.attack,
-                                                                                   frame.reverify)])
+    """The frame (columns probe, attack, reverify) with probe replaced by its arm label and the probe itself kept
+    as `base`."""
+    return frame.assign(base=frame.probe, probe=[arm_label(p, a, bool(r)) for p, a, r in
+                                                 zip(frame.probe, frame.attack, frame.reverify)])
 
 
 def _same_evals(evals: pd.DataFrame, arm: str, honest: str, policy: str) -> str:
@@ -58,9 +71,10 @@ def poison_table(evals: pd.DataFrame, steps: pd.DataFrame, poisoned: str,
     summed over steps: TURNED_AWAY) and whether every evaluation equals the honest run's.
     evals, steps: arm-labelled (with_arm_labels)."""
     learner_evals = evals[evals.policy != poisoned]
+    arms = evals.drop_duplicates("probe").set_index("probe")[["base", "attack", "reverify"]]
     values = final_values(evals, split)   # the weak skill is read off both policies' warm-up accuracies
     values = values[values.policy != poisoned]
-    values["base"] = values.probe.str.split(SEPARATOR, regex=False).str[0]
+    values["base"] = values.probe.map(arms.base)
     learner_steps = steps[steps.policy != poisoned]
     turned_away = learner_steps[[c for c in TURNED_AWAY if c in learner_steps]].fillna(0).sum(axis=1)
     rejected = (learner_steps.assign(turned_away=turned_away).groupby(["probe", *pair_columns(learner_steps)])
@@ -70,8 +84,9 @@ def poison_table(evals: pd.DataFrame, steps: pd.DataFrame, poisoned: str,
         diffs = {column: paired_differences(frame.drop(columns="base"), column, baseline=base).set_index(
             ["probe", "policy"]) for column in ("weak", "overall")}
         for (arm, policy), group in frame.groupby(["probe", "policy"], sort=False):
-            row = {"policy": policy, "probe": base,
-                   "arm": "honest peer" if arm == base else arm.split(SEPARATOR)[1],
+            attack, reverify = arms.attack[arm], arms.reverify[arm]
+            row = {"policy": policy, "probe": base, "arm": attack_label(attack, reverify),
+                   "re-verified": is_reverified(attack, reverify),
                    "runs": len(group), "weak": group.weak.mean(), "overall": group.overall.mean()}
             for column, table in diffs.items():
                 d = table.loc[(arm, policy)] if (arm, policy) in table.index else None
@@ -93,12 +108,12 @@ def poison_table(evals: pd.DataFrame, steps: pd.DataFrame, poisoned: str,
 
 def poison_figure_inputs(numbers: pd.DataFrame, column: str = "weak") -> dict[str, pd.DataFrame]:
     """What poison_figure draws of poison_table's numbers, as frames (the inputs mrl.reports.figure_inputs.draw_and_save
-    commits): `arms`, one row per poisoned arm (probe, arm, policy, runs; paired: whether it shares a seed with the
-    honest peer, and the paired difference of the learner's final `column` accuracy: mean, low, high), and `units`,
+    commits): `arms`, one row per poisoned arm (probe, arm, re-verified, policy, runs; paired: whether it shares a
+    seed with the honest peer, and the paired difference of the learner's final `column` accuracy: mean, low, high), and `units`,
     each shared seed's own difference (row: the arm's row in `arms`; difference)."""
     arms = numbers[numbers.arm != "honest peer"].reset_index(drop=True)
     cells = arms[f"{column} Δ"]
-    frame = arms[["probe", "arm", "policy", "runs"]].assign(
+    frame = arms[["probe", "arm", "re-verified", "policy", "runs"]].assign(
         paired=[cell is not None for cell in cells],
         **{part: [cell[i] if cell is not None else np.nan for cell in cells]
            for i, part in enumerate(("mean", "low", "high"))})
@@ -119,7 +134,7 @@ def poison_figure(arms: pd.DataFrame, units: pd.DataFrame, column: str = "weak")
             continue
         mean, low, high = row["mean"], row["low"], row["high"]
         colour = probe_colour(row.probe)
-        trusting = not row.arm.endswith("re-verified")
+        trusting = not row["re-verified"]
         own = seeds[y]
         if len(own) >= MIN_PAIRS and np.isfinite(low):
             ax.plot([low, high], [y, y], color=colour, lw=1.5)
@@ -274,7 +289,7 @@ def poison_result(numbers: pd.DataFrame) -> str:
     arms = numbers[numbers.arm != "honest peer"]
     if arms.empty:
         return "No run beside a poisoned peer in this profile."
-    checked = arms.arm.str.endswith("re-verified")
+    checked = arms["re-verified"].astype(bool)
     sentences = []
     trusting = arms[~checked].to_dict("records")
     if trusting:

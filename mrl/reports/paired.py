@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from mrl.reports.palette import fit_accuracy_axis, line_style, probe_palette
+from mrl.reports.palette import base_probe, fit_accuracy_axis, knobs_suffix, line_style, probe_palette
 from mrl.reports.probes import (KEYS, PEER_USE, ci95, final_accuracy, probe_order, rescue_skills,
                                 stability_sentence)
 
@@ -511,8 +511,8 @@ def hacpo_comparisons(evals: pd.DataFrame, split: str = "held-out", column: str 
     values = final_values(evals, split)
     ran = set(values.probe)
     rows = []
-    for arm in (p for p in dict.fromkeys(values.probe) if p.split(" (")[0] == "hacpo"):
-        knobs = arm[len("hacpo"):]
+    for arm in (p for p in dict.fromkeys(values.probe) if base_probe(p) == "hacpo"):
+        knobs = knobs_suffix(arm)
         for reference in (r + knobs for r in references if r + knobs in ran):
             pair = values[values.probe.isin([arm, reference])]
             rows.append(paired_differences(pair, column, baseline=reference).assign(reference=reference))
@@ -524,7 +524,7 @@ def hacpo_result(evals: pd.DataFrame, numbers: pd.DataFrame, split: str = "held-
     """50_hacpo's Result as Markdown, generated from its runs and paired table: per HACPO arm, its paired difference
     to GRPO on each policy's weak skill (paired_table's numbers) and to GSPO, GSPO x2 and naive sharing on overall
     accuracy (the HACPO paper's measure: hacpo_comparisons), then how many intervals exclude 0 against chance."""
-    arms = [p for p in dict.fromkeys(numbers.probe) if p.split(" (")[0] == "hacpo"]
+    arms = [p for p in dict.fromkeys(numbers.probe) if base_probe(p) == "hacpo"]
     if not arms:
         return "HACPO did not run in this profile."
     direct = hacpo_comparisons(evals, split, "overall")

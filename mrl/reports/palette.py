@@ -45,6 +45,14 @@ def base_probe(label: str) -> str:
     return alias if alias is not None else name.split(" ")[0].lower()
 
 
+def knobs_suffix(label: str) -> str:
+    """What a probe label adds to its name (mrl.core.probes.probe_label's knobs): 'hacpo (minibatches=4)' ->
+    ' (minibatches=4)', 'hacpo' -> ''. The one place besides base_probe that reads a label: run frames name their
+    probe by label (saved runs carry only it), and a comparison pairs an arm with the reference of the same knobs."""
+    name, sep, knobs = str(label).partition(" (")
+    return sep + knobs
+
+
 def probe_colour(label: str) -> str:
     """The colour of a probe label (its base probe's; grey for a label no probe claims)."""
     return PROBE_COLOURS.get(base_probe(label), OTHER)
