@@ -36,7 +36,7 @@ from mrl.profiles import load_profile  # noqa: E402
 from mrl.runtime.results import machine  # noqa: E402
 from mrl.core.tasks import ArithTask  # noqa: E402
 from numerics_cost import add_numerics_flag, compare, hand_back  # noqa: E402
-from smoke import add_smoke_flag, tiny_zoo  # noqa: E402
+from smoke import add_smoke_flag, tiny_profile  # noqa: E402
 from mrl.runtime.zoo import _collate, _encode_sources, build_model, train_tokenizer, warmup_step  # noqa: E402
 
 VARIANTS = (("transformers, fp32, AdamW per tensor", "hf", "fp32", False), ("fast, fp32", "fast", "fp32", True),
@@ -76,7 +76,7 @@ def main():
     if args.zoo == "heldout":
         config = heldout_config(config, config.experiment("heldout").zoo_seeds[0])
     if args.smoke:
-        config, args.steps = dataclasses.replace(config, zoo=tiny_zoo(config.zoo)), 2
+        config, args.steps = tiny_profile(config), 2
     task = ArithTask(config.task)
     cpu = machine()
     print(f"{args.zoo} zoo ({config.task.name}): warm-up steps of batch {config.zoo.warmup.batch_size}, "

@@ -67,8 +67,12 @@ def test_paper_profile_loads_and_names_its_notebooks():
 
 
 @pytest.mark.slow
-@pytest.mark.ray
-def test_paper_code_path_runs_sgt_on_ray_with_stand_ins(stand_ins):
+def test_paper_code_path_runs_sgt_on_worker_processes_with_stand_ins(stand_ins):
+    """The paper profile's path (pretrained-style checkpoints, chat templates, GSM8K and MATH test files) in worker
+    processes, each loading its checkpoint and task where it runs. On the process backend, not the profile's Ray: a
+    local Ray cluster's start-up was four fifths of this test (53 s of make test), and a Ray actor builds its policy
+    from the same ActorConfig a process worker does; Ray itself is covered by tests/test_runner.py (a Ray run equals
+    the inline one and a dead actor is named) and tests/test_user_probe.py (a user's probe on every backend)."""
     data, paths = stand_ins
     config = load_profile("paper")
     task_cfg = _chat_task(data)
@@ -79,7 +83,7 @@ def test_paper_code_path_runs_sgt_on_ray_with_stand_ins(stand_ins):
     assert load_policy(paths["A"]).family is None
     grpo = dataclasses.replace(config.grpo, steps=2, prompts_per_step=2, group_size=2, max_new_tokens=8,
                                eval_max_new_tokens=None, eval_every=2)   # stand-ins: 64 positions
-    record = run_concurrent(RunSpec(paths, task_cfg, grpo, RunnerConfig(backend="ray", step_timeout=300), threads=1,
+    record = run_concurrent(RunSpec(paths, task_cfg, grpo, RunnerConfig(backend="process", step_timeout=300), threads=1,
                                     probe=probe_config("sgt")), progress=False)
     assert {row["policy"] for row in record.steps} == {"A", "B"} and len(record.steps) == 4
     assert {(row["split"], row["skill"]) for row in record.evals} == {("held-out", "gsm8k"), ("held-out", "math500")}
