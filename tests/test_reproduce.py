@@ -42,7 +42,7 @@ def test_the_readme_names_the_notebooks_re_run_alone(tmp_path):
               "reruns": [{"git_sha": "b" * 40, "started": "2026-11-26T10:00:00+0000", "machine": {},
                           "notebooks": ["70_heldout.ipynb"]}]}
     (tmp_path / RECORD).write_text(json.dumps(record))
-    assert "Re-run alone on 2026-11-26 (commit bbbbbbb), their times above: 70_heldout." in notebooks_block(tmp_path)
+    assert "Re-run apart from the others on 2026-11-26 (commit bbbbbbb), their times above: 70_heldout." in notebooks_block(tmp_path)
     record["reruns"][0]["git_sha"] = "c" * 40 + "-dirty"   # uncommitted changes are said
     (tmp_path / RECORD).write_text(json.dumps(record))
     assert "(commit ccccccc-dirty)" in notebooks_block(tmp_path)

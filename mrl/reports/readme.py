@@ -122,7 +122,7 @@ def notebooks_block(tables: Path) -> str:
     cpu = machine.get("cpu") or "an unnamed CPU"
     cores = f", {machine['cpus']} cores" if machine.get("cpus") else ""
     numerics = machine.get("numerics", {}).get("mode", "native")
-    reruns = "".join(f" Re-run alone on {r['started'][:10]} (commit {short_sha(r['git_sha'])}), their times above: "
+    reruns = "".join(f" Re-run apart from the others on {r['started'][:10]} (commit {short_sha(r['git_sha'])}), their times above: "
                      f"{', '.join(n.removesuffix('.ipynb') for n in r['notebooks'])}."
                      + (f" {r['note']}" if r.get("note") else "") for r in record.get("reruns", []))
     return (f"Times from the reproduce record `paper_tables/{RECORD}` ({record['started'][:10]}, {cpu}{cores}, "
