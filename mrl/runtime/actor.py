@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
@@ -35,6 +36,25 @@ from mrl.runtime.rollout import completion_logprobs, sample_groups, stop_ids
 from mrl.runtime.teacher import LearnerSamples, teacher_logprobs
 from mrl.runtime.worker import FinishResult, RolloutResult, UpdateResult
 from mrl.runtime.zoo import load_policy
+
+
+SHARED_TASKS: OrderedDict = OrderedDict()
+"""the arithmetic tasks built in this process, by their config's repr, the most recent last (at most 4)"""
+
+
+def shared_task(config: TaskConfig):
+    """make_task(config), built once per process for an arithmetic task: its splits are a pure function of its config
+    (seeded) and nothing changes them after they are built, and the driver and every inline worker of a run, and every
+    run a packed process runs, build the same one (three builds were a fifth of a smoke run's time). A GSM8K-style
+    task reads its files and is built each time."""
+    if config.name == "gsm8k":
+        return make_task(config)
+    key = repr(config)
+    task = SHARED_TASKS.pop(key, None) or make_task(config)
+    SHARED_TASKS[key] = task
+    while len(SHARED_TASKS) > 4:
+        SHARED_TASKS.popitem(last=False)
+    return task
 
 
 def teacher_of(policy: str, policies: list[str]) -> str:
@@ -150,7 +170,7 @@ class PolicyActor:
         self.micro_batched = (MicroBatchedLogprobs(self._logprobs, placement.micro_batch)
                               if placement.micro_batch else None)
         self.optimizer = policy_optimizer(self.model.parameters(), self.cfg.lr)
-        self.task = make_task(config.task)
+        self.task = shared_task(config.task)
         self.render = prompt_renderer(self.tokenizer, config.task.chat_template)
         self.teacher_render = prompt_renderer(self.teacher.tokenizer, config.task.chat_template) if self.teacher \
             else None

@@ -249,11 +249,17 @@ def save_figure(fig, name: str, folder: Path):
     import matplotlib.pyplot as plt
 
     folder.mkdir(parents=True, exist_ok=True)
-    fig.savefig(folder / f"{name}.png", dpi=150, bbox_inches="tight", metadata={"Software": None})
+    save_png(fig, folder / f"{name}.png")
     fig.savefig(folder / f"{name}.pdf", bbox_inches="tight",
                 metadata={"CreationDate": None, "Producer": None, "Creator": None})
     plt.close(fig)
     return fig
+
+
+def save_png(fig, path: Path) -> None:
+    """The figure as a PNG at 150 dpi, without a timestamp: what save_figure commits, and what a redraw is compared
+    with byte for byte."""
+    fig.savefig(path, dpi=150, bbox_inches="tight", metadata={"Software": None})
 
 
 RUN_TABLES = ("evals", "steps", "events")

@@ -25,8 +25,7 @@ from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConf
 from mrl.core.probes import Probe, ProbeConfig, get_probe, require_importable
 from mrl.core.see import Exchange, PolicySpec
 from mrl.core.seeding import step_prompts
-from mrl.core.tasks import make_task
-from mrl.runtime.actor import ActorConfig, PolicyActor
+from mrl.runtime.actor import ActorConfig, PolicyActor, shared_task
 from mrl.runtime.experience_log import ExperienceLog
 from mrl.runtime.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads
 from mrl.runtime.poison import PoisonedActor
@@ -111,7 +110,7 @@ def plan_run(spec: RunSpec, checkpoint_dir: str | Path | None = None, resume: bo
     experience_dir = spec.experience_dir
     if experience_dir is None and checkpoint_dir is not None and spec.log_beside_checkpoints:
         experience_dir = Path(checkpoint_dir) / "experience"
-    task = make_task(spec.task)
+    task = shared_task(spec.task)
     thread_plan = _plan_threads(spec.threads, policy_paths)
     peer_paths = {peer: str(p) for peer, p in {**policy_paths, **(offline.paths if offline else {})}.items()}
     _check_peers(probe, peer_paths, policy_paths, cfg)
