@@ -233,7 +233,8 @@ class Session:
     plan: RunPlan
     cfg: RunnerConfig
     backend: object
-    exchange: Exchange
+    exchange: Exchange | None
+    """the run's exchange (None only while `open` asks the workers for their policy specs)"""
     record: RunRecord
     reporting: Reporting
     checkpoint_dir: str | Path | None = None
@@ -245,10 +246,11 @@ class Session:
         peers'), a checkpoint restored, skipped and resumed checkpoints named in the events, and the step-0
         evaluation of a fresh run."""
         at = plan.first_step - 1
-        policies = _phase(backend, {w: PolicySpecCall() for w in backend.workers}, at, record, cfg, "at start-up: ")
-        exchange = Exchange({**plan.offline_specs, **{name: PolicySpec(**spec) for name, spec in policies.items()}},
-                            log=None if plan.experience_dir is None else ExperienceLog(plan.experience_dir))
-        session = cls(plan, cfg, backend, exchange, record, reporting, checkpoint_dir)
+        session = cls(plan, cfg, backend, None, record, reporting, checkpoint_dir)
+        policies = session.phase({w: PolicySpecCall() for w in backend.workers}, at, "at start-up: ")
+        session.exchange = Exchange(
+            {**plan.offline_specs, **{name: PolicySpec(**spec) for name, spec in policies.items()}},
+            log=None if plan.experience_dir is None else ExperienceLog(plan.experience_dir))
         if plan.saved is not None:
             session.restore()
         for name, reason in plan.skipped:
@@ -277,12 +279,22 @@ class Session:
         self.exchange.load_state_dict(saved["exchange"])
 
     def phase(self, calls: dict, step: int, context: str = "") -> dict:
-        """One barrier over `calls` ({worker: WorkerCall}) within the step deadline (`_phase`)."""
-        return _phase(self.backend, calls, step, self.record, self.cfg, context)
+        """One barrier over `calls` ({worker: WorkerCall}) within the step deadline: the results of the workers that
+        answered; each failure goes to `lose` (the failure policy), and a barrier that leaves no worker raises."""
+        results, failures = self.backend.call(calls, timeout=self.cfg.step_timeout)
+        for name, reason in failures.items():
+            self.lose(name, reason, step, context)
+        if failures and not self.backend.workers:
+            raise WorkerFailed(next(iter(failures)), "no worker is left")
+        return results
 
     def lose(self, name: str, reason: str, step: int, context: str = "") -> None:
-        """A worker failed (`_lose`): raise under failure_policy fail, else drop it and name it in the events."""
-        _lose(self.backend, self.record, self.cfg, name, reason, step, context)
+        """A worker failed: under failure_policy fail, raise WorkerFailed naming it; under continue, drop it and add an
+        event with the first line of the reason."""
+        if self.cfg.failure_policy == "fail":
+            raise WorkerFailed(name, f"{context}{reason}")
+        self.backend.drop(name)
+        self.record.events.append({"step": step, "event": f"dropped {name}: {context}{reason.splitlines()[0]}"})
 
     def prompts(self, step: int) -> list:
         """The RL prompts of `step`, the same for every policy."""
@@ -301,9 +313,14 @@ class Session:
         return rollouts
 
     def collect(self, name: str, step: int, problems: list) -> tuple[dict, dict]:
-        """(the peers' records of the probe's kinds for learner `name` at `step`, what its step row says of them):
-        `collect_counted`."""
-        return collect_counted(self.exchange, self.plan.probe.kinds, name, problems, self.plan.task, self.cfg, step)
+        """(collect_for's records of the probe's kinds for learner `name` at `step`, what its step row records of
+        them): the peer successes SEE dropped because this learner's verifier rejected them (forged_dropped) and the
+        staleness of every record handed over (peer_staleness, JSON {staleness: records})."""
+        before = self.exchange.counters["forged"]
+        records = collect_for(self.exchange, self.plan.probe.kinds, name, problems, self.plan.task,
+                              self.cfg.max_staleness, self.cfg.reverify, step)
+        return records, {"forged_dropped": self.exchange.counters["forged"] - before,
+                         "peer_staleness": json.dumps(staleness_counts(records, step))}
 
     def update(self, step: int, problems: list, rollouts: dict) -> None:
         """The sync update barrier: every worker that rolled out updates with the records collected for it (in name
@@ -354,9 +371,14 @@ class Session:
         return None if not every else ((step + every - 1) // every) * every
 
     def checkpoint(self, step: int) -> Path:
-        """`save_checkpoint` of the run at `step` into the checkpoint folder."""
-        return save_checkpoint(self.checkpoint_dir, step, self.backend, self.exchange, self.record, self.identity,
-                               self.cfg)
+        """Every live worker's state at `step` (a barrier within the step deadline, failures under the failure
+        policy), the exchange and the metrics so far, written atomically into the checkpoint folder with the run's
+        identity (mrl.runtime.checkpoint.save)."""
+        states = self.phase({w: StateDictCall() for w in self.backend.workers}, step, "while checkpointing: ")
+        state = {"step": step, "workers": states, "exchange": self.exchange.state_dict(),
+                 "record": {k: v for k, v in self.record.__dict__.items()
+                            if k not in ("timeline", "startup_seconds", "wall_seconds")}}
+        return checkpoint.save(self.checkpoint_dir, step, state, self.identity, keep=self.cfg.keep_checkpoints)
 
     def save_policies(self, folder: str | Path, card: RunCard) -> None:
         """Every live policy's trained weights (its worker's state dict, within the step deadline) saved as a
@@ -426,7 +448,7 @@ class _Lanes:
     rollout_of: dict = field(default_factory=dict)
     """worker -> its current step's rollout result"""
     received: dict = field(default_factory=dict)
-    """(step, worker) -> what its step row records of the peers' records (collect_counted)"""
+    """(step, worker) -> what its step row records of the peers' records (Session.collect)"""
     pending_rows: dict = field(default_factory=dict)
     """(step, worker) -> its step row, appended to the record once every live worker has finished the step"""
 
@@ -502,27 +524,7 @@ class _Lanes:
         self.session.record.evals.sort(key=lambda row: (row["step"], row["policy"]))
 
 
-# --- barriers, collection, rows and checkpoints -------------------------------------------------------------
-
-def _phase(backend, calls: dict, step: int, record: RunRecord, cfg: RunnerConfig, context: str = "") -> dict:
-    """One barrier with the step deadline: results of the workers that answered; failures handled by the
-    failure policy (fail: raise WorkerFailed; continue: drop the worker, an event names it)."""
-    results, failures = backend.call(calls, timeout=cfg.step_timeout)
-    for name, reason in failures.items():
-        _lose(backend, record, cfg, name, reason, step, context)
-    if failures and not backend.workers:
-        raise WorkerFailed(next(iter(failures)), "no worker is left")
-    return results
-
-
-def _lose(backend, record: RunRecord, cfg: RunnerConfig, name: str, reason: str, step: int, context: str) -> None:
-    """A failed worker under the failure policy: fail raises WorkerFailed naming it; continue drops it and adds
-    an event with the first line of the reason."""
-    if cfg.failure_policy == "fail":
-        raise WorkerFailed(name, f"{context}{reason}")
-    backend.drop(name)
-    record.events.append({"step": step, "event": f"dropped {name}: {context}{reason.splitlines()[0]}"})
-
+# --- collection and rows --------------------------------------------------------------------------------------
 
 def collect_for(exchange: Exchange, kinds, receiver: str, problems, task, max_staleness: int | None,
                 reverify: bool = True, at: int | None = None) -> dict:
@@ -550,36 +552,13 @@ def staleness_counts(peer_records: dict, step: int) -> dict[int, int]:
     return dict(sorted(counts.items()))
 
 
-def collect_counted(exchange: Exchange, kinds, receiver: str, problems, task, cfg: RunnerConfig,
-                    step: int) -> tuple[dict, dict]:
-    """(collect_for's records for `receiver` at `step`, what its step row records of them): the peer successes SEE
-    dropped because this learner's verifier rejected them (forged_dropped) and the staleness of every record handed
-    over (peer_staleness, JSON {staleness: records})."""
-    before = exchange.counters["forged"]
-    records = collect_for(exchange, kinds, receiver, problems, task, cfg.max_staleness, cfg.reverify, step)
-    return records, {"forged_dropped": exchange.counters["forged"] - before,
-                     "peer_staleness": json.dumps(staleness_counts(records, step))}
-
-
 def step_row(name: str, step: int, rollout: RolloutResult, update: UpdateResult, received: dict) -> dict:
     """One policy's row of RunRecord.steps: its rollout's reward, completion tokens (those sampled this step, stop
     ids included), time and, under a bf16 sampler, the sampler/trainer mismatch (mrl.core.mismatch), its update's loss,
     gradient norm, active sequences, time and probe statistics, and what it received from its peers
-    (collect_counted)."""
+    (Session.collect)."""
     return {"policy": name, "step": step, "reward": rollout.reward, "loss": update.loss,
             "grad_norm": update.grad_norm, "active_sequences": update.active_sequences,
             "completion_tokens": rollout.tokens,
             "rollout_seconds": rollout.seconds, "update_seconds": update.seconds, **received,
             **rollout.sampler, **update.probe}
-
-
-def save_checkpoint(folder: str | Path, step: int, backend, exchange: Exchange, record: RunRecord, identity: dict,
-                    cfg: RunnerConfig) -> Path:
-    """Every live worker's state (within the step deadline, failures handled by the failure policy), the
-    exchange and the metrics so far, written atomically with the run's identity."""
-    states = _phase(backend, {w: StateDictCall() for w in backend.workers}, step, record, cfg,
-                    "while checkpointing: ")
-    state = {"step": step, "workers": states, "exchange": exchange.state_dict(),
-             "record": {k: v for k, v in record.__dict__.items()
-                        if k not in ("timeline", "startup_seconds", "wall_seconds")}}
-    return checkpoint.save(folder, step, state, identity, keep=cfg.keep_checkpoints)
