@@ -44,5 +44,5 @@ def test_the_reproduce_block_says_when_its_total_is_a_sum(tmp_path):
     assert "took 10 minutes in all, installation not included" in reproduce_block(tmp_path)
     rerun = {"git_sha": "b" * 40, "started": "2026-01-02T00:00:00", "machine": {}, "notebooks": ["70_heldout.ipynb"]}
     (tmp_path / RECORD).write_text(json.dumps({**record, "reruns": [rerun]}))
-    assert ("took 10 minutes in all (a sum: 70_heldout re-run alone later on the same kind of machine), installation"
-            in reproduce_block(tmp_path))
+    assert ("took 10 minutes in all (a sum: 70_heldout re-run apart from the others later on the same kind of "
+            "machine), installation" in reproduce_block(tmp_path))

@@ -48,8 +48,8 @@ def reproduce_block(tables: Path) -> str:
     times = sorted(record["notebooks"].items(), key=lambda item: -item[1])
     longest = ", ".join(f"`{name.removesuffix('.ipynb')}` {seconds / 60:.0f}" for name, seconds in times[:3])
     reruns = [n.removesuffix(".ipynb") for r in record.get("reruns", []) for n in r["notebooks"]]
-    summed = (f" (a sum: {', '.join(dict.fromkeys(reruns))} re-run alone later on the same kind of machine)"
-              if reruns else "")
+    summed = (f" (a sum: {', '.join(dict.fromkeys(reruns))} re-run apart from the others later on the same kind of "
+              f"machine)" if reruns else "")
     return (f"From `paper_tables/{RECORD}` ({record_source(tables)}): the default profile's {len(times)} notebooks "
             f"took {record['total_seconds'] / 60:.0f} minutes in all{summed}, installation not included; the longest "
             f"(minutes): {longest}. Each notebook's time: the README's table, generated from the same record.\n")

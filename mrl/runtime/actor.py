@@ -44,13 +44,15 @@ SHARED_TASKS: OrderedDict = OrderedDict()
 
 def shared_task(config: TaskConfig):
     """make_task(config), built once per process for an arithmetic task: its splits are a pure function of its config
-    (seeded) and nothing changes them after they are built, and the driver and every inline worker of a run, and every
-    run a packed process runs, build the same one (three builds were a fifth of a smoke run's time). A GSM8K-style
-    task reads its files and is built each time."""
+    (seeded), and the driver and every inline worker of a run, and every run a packed process runs, build the same
+    one (three builds were a fifth of a smoke run's time). The task is shared: it is built from a copy of the config
+    (a caller's later edit of its own config cannot reach it), and nothing in mrl changes a task once built; code
+    that patches a task's methods (a test's stand-in verifier) must patch a task of its own. A GSM8K-style task
+    reads its files and is built each time."""
     if config.name == "gsm8k":
         return make_task(config)
     key = repr(config)
-    task = SHARED_TASKS.pop(key, None) or make_task(config)
+    task = SHARED_TASKS.pop(key, None) or make_task(copy.deepcopy(config))
     SHARED_TASKS[key] = task
     while len(SHARED_TASKS) > 4:
         SHARED_TASKS.popitem(last=False)
