@@ -122,13 +122,27 @@ def notebooks_block(tables: Path) -> str:
     cpu = machine.get("cpu") or "an unnamed CPU"
     cores = f", {machine['cpus']} cores" if machine.get("cpus") else ""
     numerics = machine.get("numerics", {}).get("mode", "native")
-    reruns = "".join(f" Re-run apart from the others on {r['started'][:10]} (commit {short_sha(r['git_sha'])}), their times above: "
-                     f"{', '.join(n.removesuffix('.ipynb') for n in r['notebooks'])}."
-                     + (f" {r['note']}" if r.get("note") else "") for r in record.get("reruns", []))
+    reruns = "".join(f" Re-run apart from the others on {r['started'][:10]} (commit {short_sha(r['git_sha'])}), their "
+                     f"times above: {', '.join(n.removesuffix('.ipynb') for n in own)}."
+                     + (f" {r['note']}" if r.get("note") else "") for r, own in standing_reruns(record))
     return (f"Times from the reproduce record `paper_tables/{RECORD}` ({record['started'][:10]}, {cpu}{cores}, "
             f"numerics {numerics}): "
             f"{record['total_seconds'] / 60:.0f} minutes in all, installation not included.{reruns}\n\n"
             + "\n".join(lines) + "\n")
+
+
+def standing_reruns(record: dict) -> list[tuple[dict, list[str]]]:
+    """The record's re-runs, each with the notebooks whose time in the record is still its own: a later re-run of a
+    notebook replaced its time (mrl.reproduce.merged_record), so an earlier one no longer names it, and a re-run with
+    none left is not named at all (its note with it)."""
+    later: set[str] = set()
+    standing = []
+    for rerun in reversed(record.get("reruns", [])):
+        own = [name for name in rerun["notebooks"] if name not in later]
+        later.update(rerun["notebooks"])
+        if own:
+            standing.append((rerun, own))
+    return standing[::-1]
 
 
 def substrate_block(tables: Path) -> str:
