@@ -1,5 +1,6 @@
 """The runner on n = 1 and n = 3 policies: the grpo probe on one policy is the independent GRPO loop, beta > 0
-runs, a probe added in one file runs, backends agree, a SIGKILLed run resumes to the same metrics, a dead
+runs, a probe added in one file runs, backends agree (inline and process here; Ray in tests/test_user_probe.py, whose
+every-backend test holds make test's one local Ray start), a SIGKILLed run resumes to the same metrics, a dead
 worker is detected within the timeout and handled by the failure policy."""
 import dataclasses
 import json
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from mrl.runtime.actor import PolicyActor, policy_optimizer
-from testsupport import TINY_TASK
+from testsupport import TINY_TASK, CrashingActor
 from mrl.core.batch import Decoding, completion_texts, encode_prompts, score
 from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.grpo import Surrogate, group_advantages, policy_loss
@@ -224,15 +225,6 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_metrics(paths, tmp_path):
     assert metrics(resumed) == metrics(uninterrupted)
 
 
-class CrashingActor(PolicyActor):
-    """Worker B dies (SIGKILL of its own process) in the rollout of step 3."""
-
-    def rollout(self, step, problems):
-        if self.name == "B" and step == 3:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return super().rollout(step, problems)
-
-
 @pytest.mark.slow
 def test_killed_worker_fails_the_run_by_name_and_keeps_the_checkpoint(paths, tmp_path):
     cfg = RunnerConfig(backend="process", step_timeout=60, failure_policy="fail", checkpoint_every=2)
@@ -268,28 +260,6 @@ def test_hung_worker_misses_the_deadline(paths):
     with pytest.raises(WorkerFailed, match="worker 'C' failed: no answer to update within 5.0 s"):
         run_concurrent(RunSpec(paths, TASK, GRPO, cfg, actor_cls=HangingActor), progress=False)
     assert time.monotonic() - start < 60
-
-
-@pytest.mark.slow
-@pytest.mark.ray
-def test_ray_backend_equals_inline_and_detects_a_dead_actor(paths, inline_run):
-    ray = pytest.importorskip("ray")
-    from mrl.runtime.mwra import import_path
-
-    # one local Ray for both runs (each backend joins a Ray already started): its start-up is the test's costliest part
-    ray.init(num_cpus=max(os.cpu_count() or 1, len(paths)), include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": import_path()}})
-    try:
-        on_ray = run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(backend="ray", step_timeout=120)),
-                                progress=False)
-        assert metrics(inline_run) == metrics(on_ray)
-        # the death itself is reported ("its actor died"), not the 60 s deadline ("no answer ... within"): no duration
-        # is asserted, since Ray's start-up alone can take minutes on a loaded 2-core machine
-        with pytest.raises(WorkerFailed, match="worker 'B' failed: its actor died"):
-            run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(backend="ray", step_timeout=60),
-                                   actor_cls=CrashingActor), progress=False)
-    finally:
-        ray.shutdown()
 
 
 @pytest.mark.slow

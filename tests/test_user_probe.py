@@ -1,16 +1,20 @@
 """A user's own probe, written as a newcomer would: in a module outside mrl/, or in a notebook cell.
 
 It runs on every backend (its workers import its module), and editing it gives a new run key, so the run cache never
-hands back what the old code computed."""
+hands back what the old code computed. Its every-backend test is also the Ray backend's test (one local Ray start in
+make test's unit tests): Ray equals inline, and a dead actor is named."""
+import dataclasses
 import importlib
+import os
 import sys
 import textwrap
 
 import pytest
 
-from testsupport import TINY_TASK
+from testsupport import TINY_TASK, CrashingActor
 from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import PROBES, get_probe, probe_code, probe_config, require_importable
+from mrl.runtime.mwra import WorkerFailed
 from mrl.runtime.runner import RunSpec, run_concurrent
 
 USER_PROBE = '''
@@ -64,18 +68,30 @@ def losses(record) -> list:
     return [(row["policy"], row["step"], row["loss"]) for row in record.steps]
 
 
+@pytest.mark.slow
 @pytest.mark.ray
-def test_a_probe_in_a_users_module_runs_on_every_backend(user_module, tiny_zoo_paths):
-    pytest.importorskip("ray")
+def test_a_probe_in_a_users_module_runs_on_every_backend_and_a_dead_ray_actor_is_named(user_module, tiny_zoo_paths):
+    """One local Ray for the whole test (its start-up is the test's costliest part): the user's probe gives the same
+    losses inline, on worker processes and on Ray actors, and a Ray actor that dies is reported as dead, not as a
+    missed deadline (no duration is asserted: Ray's start-up alone can take minutes on a loaded 2-core machine)."""
+    ray = pytest.importorskip("ray")
     _, module = user_module
     assert get_probe("scaled").module == module
     paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
-    runs = {backend: run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), GRPO,
-                                            RunnerConfig(backend=backend, step_timeout=300),
-                                            probe=probe_config("scaled", offset=0.5)), progress=False)
-            for backend in ("inline", "process", "ray")}
-    assert losses(runs["inline"]) == losses(runs["process"]) == losses(runs["ray"])
-    assert any(row["loss"] != 0 for row in runs["inline"].steps)
+    ray.init(num_cpus=max(os.cpu_count() or 1, len(paths)), include_dashboard=False, log_to_driver=False)
+    try:
+        runs = {backend: run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), GRPO,
+                                                RunnerConfig(backend=backend, step_timeout=300),
+                                                probe=probe_config("scaled", offset=0.5)), progress=False)
+                for backend in ("inline", "process", "ray")}
+        assert losses(runs["inline"]) == losses(runs["process"]) == losses(runs["ray"])
+        assert any(row["loss"] != 0 for row in runs["inline"].steps)
+        with pytest.raises(WorkerFailed, match="worker 'B' failed: its actor died"):
+            run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), dataclasses.replace(GRPO, steps=3),
+                                   RunnerConfig(backend="ray", step_timeout=60), actor_cls=CrashingActor),
+                           progress=False)
+    finally:
+        ray.shutdown()
 
 
 def test_packed_runs_import_a_users_probe_module_in_their_processes(user_module, tiny_zoo_paths, tmp_path,
@@ -214,7 +230,7 @@ def test_a_probe_written_in_notebook_cells_is_rerun_after_an_edit(tiny_zoo_paths
     import nbformat
     from nbclient import NotebookClient
 
-    from testsupport import TINY_TASK
+    from testsupport import TINY_TASK, CrashingActor
 
     (tmp_path / "pyproject.toml").write_text("")   # the run cache goes under this folder's results/
     (tmp_path / "mrl").mkdir()

@@ -2,9 +2,13 @@
 Test files import these from here, not from conftest.py: a Ray or process worker that unpickles a test-defined class
 re-imports its test module, and `conftest` there may name the repository root's conftest.py (make test's xdist
 hooks), which would kill the worker as it starts."""
+import os
+import signal
 from pathlib import Path
 
 from filelock import FileLock
+
+from mrl.runtime.actor import PolicyActor
 
 TINY_TASK = dict(max_operand=9, test_per_skill=10, pool_per_skill=5, leak_n=10)
 """the task of the runner and soak tests' tiny zoo (TaskConfig keywords)"""
@@ -44,3 +48,12 @@ def shared_tiny_zoo(families, root: Path) -> dict[str, str]:
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(root / ".lock"):
         return tiny_zoo(families, root)
+
+
+class CrashingActor(PolicyActor):
+    """Worker B dies (SIGKILL of its own process) in the rollout of step 3."""
+
+    def rollout(self, step, problems):
+        if self.name == "B" and step == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().rollout(step, problems)
