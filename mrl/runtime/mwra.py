@@ -174,6 +174,7 @@ class ProcessBackend(Backend):
         context = WatchedContext()
         self.conns, self.processes = {}, {}
         self._inflight, self._failed_sends = {}, []
+        self._stuck = set()   # workers that missed a deadline: busy in a call, they would not read close's stop
         for spec in specs:
             parent, child = context.Pipe()
             process = context.Process(target=_serve, args=(child, spec.cls, spec.config),
@@ -222,6 +223,7 @@ class ProcessBackend(Backend):
             ready = wait(list(waitables), timeout=remaining)
             if not ready:
                 name = sorted(self._inflight)[0]
+                self._stuck.add(name)
                 return name, None, f"no answer to {self._inflight.pop(name)} within {timeout:.1f} s"
             name = waitables[ready[0]]
             one = {name: self._inflight.pop(name)}
@@ -258,6 +260,7 @@ class ProcessBackend(Backend):
             ready = wait(list(waitables), timeout=remaining)
             if not ready:
                 failures |= {n: f"no answer to {m or phase} within {timeout:.1f} s" for n, m in pending.items()}
+                self._stuck |= set(pending)
                 break
             names = {waitables[handle] for handle in ready}
             answered, failed = self._answers({n: pending.pop(n) or phase for n in names if n in pending})
@@ -273,13 +276,16 @@ class ProcessBackend(Backend):
         self.conns.pop(worker, None)
 
     def close(self) -> None:
+        """Stop every worker: one that missed a deadline is killed at once, the others are asked to stop and get 5 s
+        before they are killed."""
         for name, conn in self.conns.items():
             try:
                 conn.send(None)
             except (BrokenPipeError, OSError):
                 pass
-        for process in self.processes.values():
-            process.join(timeout=5)
+        for name, process in self.processes.items():
+            if name not in self._stuck:
+                process.join(timeout=5)
             if process.is_alive():
                 process.kill()
 
