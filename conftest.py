@@ -4,9 +4,9 @@ order on one worker (00_zoo builds the smoke zoo that the later notebooks read f
 finishes its unit takes the next, so both cores stay busy to the end, where two fixed jobs (the unit tests beside
 nbval) left one idle for a third of the run.
 
-One local Ray cluster at a time (ray_one_at_a_time): the tests marked `ray` and the notebooks that start Ray hold one
-lock across the workers while they run, since two Ray heads starting at once on two cores time out or take each
-other's actors."""
+One local Ray cluster at a time: the tests marked `ray` hold one lock across the workers while they run, since two Ray
+heads starting at once on two cores time out or take each other's actors (no smoke notebook starts Ray: the smoke
+profile's 30_mwra times the inline and process backends)."""
 import contextlib
 import tempfile
 from pathlib import Path
@@ -16,8 +16,6 @@ from filelock import FileLock
 
 NOTEBOOKS = "smoke notebooks"
 """the unit of work of every nbval item"""
-RAY_NOTEBOOKS = ("30_mwra.ipynb",)
-"""the smoke notebooks that start a local Ray cluster (30_mwra times its backends, ray among them)"""
 
 
 def work_unit(nodeid: str) -> str:
@@ -40,8 +38,8 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def starts_ray(item) -> bool:
-    """The test is marked `ray`, or is a cell of one of RAY_NOTEBOOKS."""
-    return item.get_closest_marker("ray") is not None or item.path.name in RAY_NOTEBOOKS
+    """The test is marked `ray`."""
+    return item.get_closest_marker("ray") is not None
 
 
 def ray_lock(config):
