@@ -18,7 +18,7 @@ import math
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable
 
 import yaml
 
@@ -28,14 +28,6 @@ from mrl.paths import repo_root
 TRAIN = ("reward", "loss", "grad_norm", "active_sequences", "completion_tokens")
 TIMING = ("rollout_seconds", "update_seconds")
 STEP_KEYS = ("policy", "step")
-
-
-class Reporter(Protocol):
-    """What a run reports to: metrics {name: number} at a step, then close once at the end."""
-
-    def log(self, metrics: dict[str, float], step: int) -> None: ...
-
-    def close(self) -> None: ...
 
 
 def step_metrics(row: dict) -> dict[str, float]:
@@ -129,7 +121,6 @@ class TrackioReporter:
     def __init__(self, run_id: str, project: str = "mrl", config: dict | None = None):
         import trackio
 
-        self._trackio = trackio
         self.run = trackio.init(project=project, name=run_id, config=config or {}, embed=False,
                               auto_log_cpu=False)
 

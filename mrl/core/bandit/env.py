@@ -89,12 +89,6 @@ class BanditEnv:
         """(M,) realised kappa: B's probability mass on A's support at theta = 0."""
         return (self.probs()[1] * self.support_a).sum(axis=1)
 
-    def subset(self, mask: np.ndarray) -> "BanditEnv":
-        """The prompts where mask (M,) is true."""
-        return dataclasses.replace(self, types=self.types[mask], correct=self.correct[mask],
-                                   prior_a=self.prior_a[mask], prior_b=self.prior_b[mask],
-                                   features=self.features[mask], support_a=self.support_a[mask])
-
 
 def softmax(logits: np.ndarray) -> np.ndarray:
     z = logits - logits.max(axis=-1, keepdims=True)
