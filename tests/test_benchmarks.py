@@ -10,7 +10,8 @@ What runs each file:
   a 2-core CPU: CI checks its imports and arguments (--help); MRL_BENCH_SLOW=1 runs its --cpu-check too;
 - gpu_checks_43.sh, a shell script for a GPU machine: `bash -n` parses it.
 The helper modules are covered by the scripts that import them: numerics_cost.py (bench_grpo_step, bench_rollout,
-bench_warmup; its --numerics both path runs once, on bench_warmup) and smoke.py (every --smoke). Nothing here asserts
+bench_warmup; its --numerics both path runs once, on bench_grpo_step, the cheapest of the three to run three times)
+and smoke.py (every --smoke). Nothing here asserts
 a duration: a smoke run's figures mean nothing, only that they are printed.
 """
 from __future__ import annotations
@@ -34,11 +35,12 @@ HELPERS = {"numerics_cost.py", "smoke.py"}
 """modules the scripts import, with no command of their own"""
 
 SMOKE_RUNS = {
-    "bench_grpo_step.py": (["--smoke"], r"ratio mrl/TRL\s*:\s*\d+\.\d+"),
+    "bench_grpo_step.py": (["--smoke", "--numerics", "both"],
+                           r"ratio mrl/TRL\s*:\s*\d+\.\d+(.|\n)*portable/native\n.* \d+\.\d+\s+\d+\.\d+\s+\d+\.\d+"),
     "bench_rollout.py": (["--smoke"], r"ratio hf / fast: sampling \d+\.\d+"),
     "bench_thl.py": (["--smoke"], r"THL share of the step .*: \d+\.\d%"),
-    "bench_warmup.py": (["--smoke", "--numerics", "both", "--zoo", "heldout", "--families", "A", "B", "--per-run"],
-                        r"zoo build / run \d+\.\d(.|\n)*portable/native\n.* \d+\.\d+\s+\d+\.\d+\s+\d+\.\d+"),
+    "bench_warmup.py": (["--smoke", "--zoo", "heldout", "--families", "A", "B", "--per-run"],
+                        r"zoo build / run \d+\.\d"),
     "bench_probes.py": (["--smoke", "--probes", "grpo", "sgt", "xgrpo", "prp", "prp_naive"],
                         r"prp_naive\s+\d+\.\d ms/step .* ratio to grpo\s+\d+\.\d+"),
     "bench_packing.py": (["--smoke"], r"ratio packed / one at a time\s+\d+\.\d+"),
