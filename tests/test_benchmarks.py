@@ -11,8 +11,8 @@ What runs each file:
 - gpu_checks_43.sh, a shell script for a GPU machine: `bash -n` parses it.
 The helper modules are covered by the scripts that import them: numerics_cost.py (bench_grpo_step, bench_rollout,
 bench_warmup; its --numerics both path runs once, on bench_grpo_step, the cheapest of the three to run three times)
-and smoke.py (every --smoke). Nothing here asserts
-a duration: a smoke run's figures mean nothing, only that they are printed.
+and smoke.py (every --smoke). Nothing here asserts a duration: a smoke run's figures mean nothing, only that they are
+printed.
 """
 from __future__ import annotations
 
