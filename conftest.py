@@ -4,15 +4,11 @@ order on one worker (00_zoo builds the smoke zoo that the later notebooks read f
 finishes its unit takes the next, so both cores stay busy to the end, where two fixed jobs (the unit tests beside
 nbval) left one idle for a third of the run.
 
-One local Ray cluster at a time: the tests marked `ray` hold one lock across the workers while they run, since two Ray
-heads starting at once on two cores time out or take each other's actors (no smoke notebook starts Ray: the smoke
-profile's 30_mwra times the inline and process backends)."""
-import contextlib
-import tempfile
-from pathlib import Path
+make test starts one local Ray cluster, in one test (tests/test_user_probe.py's every-backend test, marked `ray`); no
+smoke notebook starts Ray (the smoke profile's 30_mwra times the inline and process backends). Two Ray heads starting
+at once on two cores time out or take each other's actors: a second Ray test needs a lock across the workers."""
 
 import pytest
-from filelock import FileLock
 
 NOTEBOOKS = "smoke notebooks"
 """the unit of work of every nbval item"""
@@ -36,26 +32,3 @@ def pytest_xdist_make_scheduler(config, log):
 
     return FileScheduling(config, log)
 
-
-def starts_ray(item) -> bool:
-    """The test is marked `ray`."""
-    return item.get_closest_marker("ray") is not None
-
-
-def ray_lock(config):
-    """The run's Ray lock: a file lock every xdist worker of this run shares (named by the run's id); nothing to
-    hold without workers, where tests run one at a time."""
-    worker = getattr(config, "workerinput", None)
-    if worker is None:
-        return contextlib.nullcontext()
-    return FileLock(Path(tempfile.gettempdir()) / f"mrl-ray-{worker['testrunuid']}.lock")
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """A test that starts Ray runs (setup, call, teardown) holding the run's Ray lock."""
-    if not starts_ray(item):
-        yield
-        return
-    with ray_lock(item.config):
-        yield
