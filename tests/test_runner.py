@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from mrl.runtime.actor import PolicyActor, policy_optimizer
-from testsupport import TINY_TASK, CrashingActor
+from testsupport import TINY_TASK, CrashingActor, metrics
 from mrl.core.batch import Decoding, completion_texts, encode_prompts, score
 from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.grpo import Surrogate, group_advantages, policy_loss
@@ -36,10 +36,6 @@ GRPO = GrpoConfig(steps=6, prompts_per_step=4, group_size=4, lr=3e-4, eval_every
 @pytest.fixture(scope="module")
 def paths(tiny_zoo_paths):
     return tiny_zoo_paths
-
-
-def metrics(record):
-    return ([{k: v for k, v in row.items() if not k.endswith("seconds")} for row in record.steps], record.evals)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from testsupport import TINY_TASK
+from testsupport import TINY_TASK, metrics
 from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
 from mrl.runtime import checkpoint
 from mrl.runtime.experience_log import replay
@@ -43,10 +43,6 @@ if __name__ == "__main__":
     with open(sys.argv[2], "wb") as handle:
         pickle.dump(record, handle)
 """
-
-
-def metrics(record):
-    return ([{k: v for k, v in row.items() if not k.endswith("seconds")} for row in record.steps], record.evals)
 
 
 def damage_newest(folder, rng) -> str | None:

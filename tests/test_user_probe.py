@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from testsupport import TINY_TASK, CrashingActor
+from testsupport import TINY_TASK, CrashingActor, metrics
 from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import PROBES, get_probe, probe_code, probe_config, require_importable
 from mrl.runtime.mwra import WorkerFailed
@@ -62,11 +62,6 @@ def user_module(tmp_path, monkeypatch):
     sys.modules.pop(module, None)
     PROBES.pop("scaled", None)
     PROBES.pop("scaled_plain", None)
-
-
-def metrics(record) -> tuple[list, list]:
-    """A run's step rows without their timings, and its evaluations: what every backend must give alike."""
-    return [{k: v for k, v in row.items() if not k.endswith("seconds")} for row in record.steps], record.evals
 
 
 @pytest.mark.slow

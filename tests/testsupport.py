@@ -28,6 +28,12 @@ def tiny_zoo(families, root) -> dict[str, str]:
     return {name: str(policy.path) for name, policy in zoo.items()}
 
 
+def metrics(record) -> tuple[list, list]:
+    """A run's step rows without their timings, and its evaluations: what two runs of one experiment must give alike
+    (on another backend, after a resume, from the cache)."""
+    return [{k: v for k, v in row.items() if not k.endswith("seconds")} for row in record.steps], record.evals
+
+
 def pair_run_twice(tiny_zoo_paths, probe: str) -> tuple[list, list]:
     """A (GPT-2 + BPE) and B (Llama + Unigram) under `probe` through the runner, 3 steps, twice: (each run's step rows
     without timings, each run's evals)."""
@@ -39,8 +45,7 @@ def pair_run_twice(tiny_zoo_paths, probe: str) -> tuple[list, list]:
     grpo = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
     runs = [run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(), probe=probe_config(probe)),
                            progress=False) for _ in range(2)]
-    return ([[{k: v for k, v in row.items() if not k.endswith("seconds")} for row in r.steps] for r in runs],
-            [r.evals for r in runs])
+    return [metrics(r)[0] for r in runs], [r.evals for r in runs]
 
 
 def shared_tiny_zoo(families, root: Path) -> dict[str, str]:
