@@ -2,19 +2,17 @@
 
 The fingerprint of a set of source files is a sha256 over each file's syntax tree without docstrings (comments never
 reach the tree), so an edited comment or docstring keeps what is cached and any change of the code does not. A
-user's own probe is fingerprinted too (`user_code_fingerprint`): its whole module when it lives in a file, its
-definitions when it was written in a notebook cell.
+user's own probe is fingerprinted too (`user_code_fingerprint`): its whole module and the user's modules it reaches.
+A probe written in a notebook cell has no file to fingerprint, so its runs are computed every time and never cached
+(mrl.experiments.runs.run_one).
 """
 from __future__ import annotations
 
 import ast
-import dataclasses
-import dis
 import functools
 import hashlib
 import inspect
 import sys
-import textwrap
 import types
 from pathlib import Path
 
@@ -78,23 +76,6 @@ def zoo_fingerprint() -> str:
     return source_fingerprint([PACKAGE / name for name in ZOO_MODULES])
 
 
-def definition_source(obj) -> str:
-    """The docstring-free code of one function or class, for objects that have no file to read (a notebook cell).
-
-    A function: its source as Python sees it (IPython keeps every cell's source). A class: its qualified name, its
-    bases, its dataclass fields (name, type, default or default factory) and the source of each function written in
-    its body (a class in a cell has no file that `inspect.getsource` could read; the methods `dataclass` generates
-    have no source and follow from the fields)."""
-    if isinstance(obj, type):
-        fields = [(f.name, str(f.type), repr(f.default) if f.default is not dataclasses.MISSING
-                   else getattr(f.default_factory, "__qualname__", "")) for f in dataclasses.fields(obj)] \
-            if dataclasses.is_dataclass(obj) else []
-        methods = [definition_source(v) for _, v in sorted(vars(obj).items()) if written_here(v, obj.__module__)]
-        bases = [f"{base.__module__}.{base.__qualname__}" for base in obj.__bases__]
-        return repr((obj.__qualname__, bases, fields, methods))
-    return code_without_docs(textwrap.dedent(inspect.getsource(obj)))
-
-
 def written_here(value, module: str) -> bool:
     """A function written in `module`'s source, unwrapping staticmethod, classmethod and property; not one that
     `dataclass`, pydantic or mrl generated for it (their code lies in '<string>' or in a library's file)."""
@@ -120,25 +101,6 @@ def functions_of(obj) -> list:
     return [v for v in values if written_here(v, obj.__module__)]
 
 
-def global_names(code) -> list[str]:
-    """The global names a code object and the code nested in it read (LOAD_GLOBAL / LOAD_NAME; not attributes)."""
-    names, codes = [], [code]
-    while codes:
-        code = codes.pop()
-        codes += [c for c in code.co_consts if inspect.iscode(c)]
-        names += [ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
-    return names
-
-
-def is_literal(value) -> bool:
-    """A plain constant whose repr is the same in every process (ast.literal_eval gives it back)."""
-    try:
-        return type(value) in (int, float, str, bytes, bool, type(None), tuple, list, dict, frozenset) \
-            and ast.literal_eval(repr(value)) == value
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return False
-
-
 def user_file(module) -> Path | None:
     """The source file of a module of the user's own: neither mrl nor the interpreter's (standard library,
     site-packages); None otherwise."""
@@ -156,37 +118,6 @@ def reached_modules(namespace: dict) -> list:
         if module is not None and user_file(module) is not None:
             found.append(module)
     return found
-
-
-def cell_definitions(fn, module: str) -> tuple[list, dict, list]:
-    """What a probe written in a notebook cell runs: ([`fn` and every function or class of `module` it reaches through
-    global names, recursively], {name: repr} of the plain constants those read, [the user's modules they use]).
-    A global of any other kind (a tensor, an object) cannot be keyed: ValueError names it and the fix."""
-    found, constants, modules, todo = {}, {}, [], [fn]
-    namespace = getattr(fn, "__globals__", None) or vars(sys.modules[module])   # a function's module globals
-    while todo:
-        obj = todo.pop()
-        if obj.__qualname__ in found:
-            continue
-        found[obj.__qualname__] = obj
-        for name in {n for f in functions_of(obj) for n in global_names(f.__code__)}:
-            if name not in namespace:
-                continue   # a builtin
-            target = namespace[name]
-            owner = target if inspect.ismodule(target) else sys.modules.get(getattr(target, "__module__", "") or "")
-            if (inspect.isfunction(target) or isinstance(target, type)) and target.__module__ == module:
-                todo.append(target)
-            elif is_literal(target):
-                constants[name] = repr(target)
-            elif owner is not None and (inspect.ismodule(target) or inspect.isfunction(target)
-                                        or inspect.isbuiltin(target) or isinstance(target, type)):
-                if user_file(owner) is not None:
-                    modules.append(owner)
-            else:
-                raise ValueError(f"{fn.__qualname__} reads the global {name!r} (a {type(target).__name__}), whose "
-                                 f"value a run's cache key cannot hold; pass it through the probe's config, or "
-                                 f"define it in a .py module")
-    return [found[name] for name in sorted(found)], dict(sorted(constants.items())), modules
 
 
 def module_files(modules: list) -> list[Path]:
@@ -223,26 +154,22 @@ def defining_module(obj, namespaces: dict[str, dict]):
 
 def user_code_fingerprint(objects: list) -> str:
     """16 hex digits of sha256 over the code of `objects` (functions, classes) defined outside the mrl package ('' when
-    all are mrl's: code_fingerprint covers them).
-
-    One that lives in a file: that docstring-free file and those of the user's modules it reaches (not the
-    standard library's or site-packages'), found through sys.modules or, for a module executed without an entry
-    there, through its functions' globals (defining_module). One written in a notebook cell (module __main__ without a
-    file): its definitions and every definition, plain constant and user module of __main__ that they reach by name."""
-    digest, modules = hashlib.sha256(), []
+    all are mrl's: code_fingerprint covers them): the docstring-free files of their modules and of the user's modules
+    those reach (not the standard library's or site-packages'), found through sys.modules or, for a module executed
+    without an entry there, through its functions' globals (defining_module). An object with no file (written in a
+    notebook cell) cannot be fingerprinted: ValueError."""
+    modules = []
     namespaces = {fn.__module__: fn.__globals__ for obj in objects for fn in [obj, *functions_of(obj)]
                   if inspect.isfunction(fn)}
     for obj in objects:
         module = defining_module(obj, namespaces)
         path = getattr(module, "__file__", None)
-        if path and Path(path).resolve().is_relative_to(PACKAGE):
-            continue
-        if path and Path(path).is_file():
+        if not path or not Path(path).is_file():
+            raise ValueError(f"{obj.__qualname__} has no source file (a notebook cell or an interactive session), so "
+                             f"its code cannot be fingerprinted; define it in a .py module")
+        if not Path(path).resolve().is_relative_to(PACKAGE):
             modules.append(module)
-            continue
-        definitions, constants, reached = cell_definitions(obj, obj.__module__)
-        digest.update(repr(([definition_source(d) for d in definitions], constants)).encode())
-        modules += reached
+    digest = hashlib.sha256()
     for path in module_files(modules):
         digest.update(path.name.encode() + code_without_docs(path.read_text()).encode())
-    return "" if digest.digest() == hashlib.sha256().digest() else digest.hexdigest()[:16]
+    return "" if not modules else digest.hexdigest()[:16]

@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import shutil
 import time
+import warnings
 from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -137,7 +138,7 @@ class Run:
         key = {**run_identity(self.spec()), "code": code_fingerprint(), "numerics": numerics.mode()}
         user_code = probe_code(self.probe.name)
         if user_code:
-            key["probe_code"] = user_code   # a probe written outside the package: its module's or cells' code
+            key["probe_code"] = user_code   # a probe written outside the package: its modules' code
         return key
 
     def key(self) -> str:
@@ -165,10 +166,18 @@ class Run:
     def cached(self) -> CachedRun | None:
         """The run as its folder holds it, every file checked (mrl.runtime.results.read_run: a torn or edited one is
         named in a warning), with its experience log when its variant asks for one; None: it must be computed."""
+        if not self.cacheable:
+            return None
         cached = read_run(self.folder())
         if cached is None or (self.variant.log_experience and not cached.record.get("experience", False)):
             return None
         return cached
+
+    @property
+    def cacheable(self) -> bool:
+        """Its key holds all the code it runs: not a probe written in notebook cells (mrl.core.probes.Probe.in_cells),
+        whose code no file holds, so no key can tell an edited cell from the one that ran."""
+        return not get_probe(self.probe.name).in_cells
 
     def is_cached(self) -> bool:
         """The run finished in its folder and passes its checks (`cached`)."""
@@ -233,10 +242,16 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
     is published, and cache=False starts it afresh; a profile with runner.save_policies saves its policies into
     trained_folder(run). resume: continue from the newest intact checkpoint in <output_dir>/checkpoints (a different
     experiment's is refused). profile: named in the model cards and run.json (default: the run's config's,
-    RunConfig.profile)."""
+    RunConfig.profile).
+
+    A run of a probe written in notebook cells (not `Run.cacheable`) is computed every time, with a warning that
+    says why: it neither reads nor writes the cache, writes no grid checkpoints, and its tables go only to
+    output_dir."""
     folder = run.folder()
     if cache and output_dir is None and (cached := run.cached()) is not None:
         return cached.steps, cached.evals
+    if not run.cacheable:
+        return run_uncached(run, backend, progress, report_to, output_dir, resume, profile)
     config = run.config
     out = Path(output_dir) if output_dir is not None else trained_folder(run) if config.runner.save_policies else None
     clear_work_folders(folder)   # what a killed computation of this run left (its checkpoints apart)
@@ -272,6 +287,35 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
     return tables
 
 
+UNCACHED = ("probe {name!r} is written in a notebook cell: no file holds its code, so no cache key can tell an edited "
+            "cell from the one that ran, and its runs are computed every time, never cached. Move it into a .py "
+            "module next to the notebook and import it to cache its runs (keyed by the module's code).")
+"""the warning every run of a probe written in notebook cells gives (Python's default filter shows it once per probe
+and calling line)"""
+
+
+def run_uncached(run: Run, backend: str | None, progress: bool, report_to: str, output_dir: str | Path | None,
+                 resume: bool, profile: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(steps, evals) of a run that the cache cannot hold (run_one's arguments): computed, its tables and its
+    trained policies written into output_dir when one is named."""
+    warnings.warn(UNCACHED.format(name=run.probe.name), stacklevel=3)
+    if run.variant.log_experience:
+        raise ConfigError(f"Variant.log_experience = True is not allowed with probe {run.probe.name!r}: the log is "
+                          f"kept in the run cache, which a probe written in a notebook cell cannot enter; move it "
+                          f"into a .py module")
+    card = RunCard(profile=profile or run.config.profile, probe=probe_label(run.probe), seed=run.seed,
+                   steps=run.steps)   # no run key: the run is outside the run cache
+    spec = run.spec(backend, report_to, None, output_dir, card)
+    checkpoints = Path(output_dir) / "checkpoints" if output_dir is not None and spec.runner.checkpoint_every \
+        else None
+    start = time.perf_counter()
+    record = run_concurrent(spec, checkpoint_dir=checkpoints, resume=resume, progress=progress)
+    if output_dir is None:
+        return pd.DataFrame(record.steps), pd.DataFrame(record.evals)
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    return write_tables(Path(output_dir), record, spec, time.perf_counter() - start, experience=False)
+
+
 def trained_folder(run: Run) -> Path:
     """results/trained/<key>/: where a run's trained policies go when no output folder is named (`mrl run`, a
     profile with runner.save_policies), beside the run cache's results/runs/<key>/."""
@@ -285,34 +329,41 @@ def trained_paths(run: Run, backend: str | None = None, progress: bool = False) 
     well."""
     folder = trained_folder(run)
     paths = {name: str(folder / name) for name in run.paths}
-    if not all((Path(path) / "config.json").is_file() for path in paths.values()):
+    if not run.cacheable or not all((Path(path) / "config.json").is_file() for path in paths.values()):
         run_one(run, backend=backend, output_dir=folder, progress=progress)
     return paths
 
 
 def save_run(folder: Path, record, spec: RunSpec, wall_seconds: float,
              experience: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """A finished run into its cache folder: steps.csv, evals.csv, then run.json (its settings, its identity's clock
-    and peers,
-    counters, events, backend, git SHA, wall time and the files' checksums), which marks it finished, all in this
-    process's work folder (beside the experience log run_one had the runner write there), renamed into place as one
+    """A finished run into its cache folder: steps.csv, evals.csv, then run.json (write_tables), which marks it
+    finished, all in this process's work folder (beside the experience log run_one had the runner write there), renamed into place as one
     (mrl.runtime.results.publish_run). Returns (steps, evals): this run's, or those of the same run that another process
     published first."""
-    steps_df, evals_df = pd.DataFrame(record.steps), pd.DataFrame(record.evals)
     work = work_folder(folder)
     work.mkdir(parents=True, exist_ok=True)
-    steps_df.to_csv(work / "steps.csv", index=False)
-    evals_df.to_csv(work / "evals.csv", index=False)
+    steps_df, evals_df = write_tables(work, record, spec, wall_seconds, experience)
+    other = publish_run(work, folder, experience=experience)
+    return (steps_df, evals_df) if other is None else (other.steps, other.evals)
+
+
+def write_tables(folder: Path, record, spec: RunSpec, wall_seconds: float,
+                 experience: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A finished run's steps.csv, evals.csv and run.json (its settings, its identity's clock and peers, counters,
+    events, backend, git SHA, wall time and the files' checksums) into `folder`: save_run's work folder, or an
+    uncached run's output folder. Returns (steps, evals)."""
+    steps_df, evals_df = pd.DataFrame(record.steps), pd.DataFrame(record.evals)
+    steps_df.to_csv(folder / "steps.csv", index=False)
+    evals_df.to_csv(folder / "evals.csv", index=False)
     identity = run_identity(spec)
-    write_run_record(work, {
+    write_run_record(folder, {
         "profile": spec.card.profile if spec.card else "", "task": to_dict(spec.task), "grpo": to_dict(spec.grpo),
         "probe": to_dict(spec.probe_config()),
         "policies": spec.policies, "clock": identity["clock"], "peers": identity["peers"],
         "offline": identity["offline"], "experience": experience, "counters": record.counters,
         "events": record.events, "backend": spec.runner.backend, "git_sha": git_sha(), "numerics": numerics.state(),
         "wall_seconds": round(wall_seconds, 1)})
-    other = publish_run(work, folder, experience=experience)
-    return (steps_df, evals_df) if other is None else (other.steps, other.evals)
+    return steps_df, evals_df
 
 
 def _run_inline(job: tuple[Run, bool]) -> None:

@@ -121,8 +121,8 @@ class Probe:
 
     @property
     def in_cells(self) -> bool:
-        """Defined in `__main__` without a file: a notebook cell or an interactive session, keyed by its
-        definitions."""
+        """Defined in `__main__` without a file: a notebook cell or an interactive session. No file holds its code,
+        so no cache key can: its runs are computed every time (mrl.experiments.runs.run_one)."""
         return self.in_main and not getattr(sys.modules.get("__main__"), "__file__", None)
 
     def check(self, grpo: GrpoConfig) -> None:
@@ -169,11 +169,14 @@ def get_probe(name: str, module: str = "") -> Probe:
 
 def probe_code(name: str) -> str:
     """The fingerprint of a probe's code outside the mrl package ('' for the package's own probes, which the
-    package's fingerprint covers): the module that defines its loss function and config class, or the notebook
-    cells' definitions they reach. A run's cache key holds it, so an edit of a user's probe re-runs it."""
+    package's fingerprint covers, and for a probe written in notebook cells, which is never cached): the module that
+    defines its loss function and config class, with the user's modules it reaches. A run's cache key holds it, so an
+    edit of a user's probe re-runs it."""
     probe = get_probe(name)
+    if probe.in_cells:
+        return ""
     code = user_code_fingerprint([probe.loss, probe.config])
-    if not probe.in_cells and code != probe.code:
+    if code != probe.code:
         raise ConfigError(f"the code of probe {name!r} ({probe.module}, or a module of yours it uses) changed on disk "
                           f"since it was imported; this process still runs the old code: importlib.reload the module "
                           f"(or restart the kernel) before running it")
