@@ -5,30 +5,28 @@ the loss terms the probes share; then one module per probe: grpo (the reference)
 xgrpo (value level), sgt (outcome level), hacpo with gspo, gspo_x2 and naive (HACPO's pure functions in
 hacpo_primitives), graft (trajectory level) and trrd (trust region level).
 
-Probes are discovered: every module of this package is imported, then every entry point of the group `mrl.probes`
-that an installed package declares; a probe in a user's own module needs neither, importing the module registers
-it (docs/architecture.md, Adding a probe).
+The package's probes are one table, mrl.core.choices.BUILTIN_PROBES (their names, which the command line reads
+without importing torch), registered by the modules imported here by name; then every entry point of the group
+`mrl.probes` that an installed package declares is imported. A probe in a user's own module needs neither:
+importing the module registers it (docs/architecture.md, Adding a probe).
 """
-import importlib
-import pkgutil
 import warnings
 from importlib.metadata import entry_points
 
+from mrl.core.choices import BUILTIN_PROBES
 from mrl.core.probes.contract import (PROBES, PeerView, Probe, ProbeConfig, ProbeLoss, ProbeOutput, as_probe_config,
                                  get_probe, probe_code, probe_config, probe_label, register_probe,
                                  require_importable)
+from mrl.core.probes import graft, grpo, hacpo, prp, sgt, trrd, xgrpo  # noqa: F401  (each registers its probes)
+
+assert set(BUILTIN_PROBES) <= set(PROBES), "every name of mrl.core.choices.BUILTIN_PROBES is registered above"
+
 
 ENTRY_POINT_GROUP = "mrl.probes"
 
 
-def discover_package() -> None:
-    """Import every module of mrl.core.probes (each registers its probes)."""
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
-
-
 def discover_entry_points() -> list[str]:
-    """Import the modules other packages declare in the entry-point group `mrl.probes`; returns their names. One
+    """Import the modules other packages declare in the entry-point group ENTRY_POINT_GROUP; returns their names. One
     that fails to import is named in a warning and skipped (mrl still imports)."""
     loaded = []
     for point in entry_points(group=ENTRY_POINT_GROUP):
@@ -42,7 +40,6 @@ def discover_entry_points() -> list[str]:
     return loaded
 
 
-discover_package()
 discover_entry_points()
 
 __all__ = ["PROBES", "PeerView", "Probe", "ProbeConfig", "ProbeLoss", "ProbeOutput", "as_probe_config",
