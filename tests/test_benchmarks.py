@@ -1,4 +1,5 @@
-"""Every script in benchmarks/ still runs: each one, as a subprocess at a tiny size, exits 0 and prints its figure,
+"""Every script in benchmarks/ still runs: each one, at a tiny size, exits 0 and prints its figure (most of them one
+after another in one process, tests/run_benchmarks.py, the rest as a process each: OWN_PROCESS),
 and every command the README and docs/performance.md show names a script and flags that exist (read from the
 scripts' syntax trees).
 
@@ -17,6 +18,7 @@ printed.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shlex
@@ -54,6 +56,11 @@ SMOKE_RUNS = {
     "bench_gpu_update.py": (["--cpu-check", "--out", "{tmp}"], r"\| 64x8 +\| chunked +\|.*\d"),
 }
 """script -> (its arguments, a pattern its output must hold: the figure it exists to print); {tmp} is a fresh folder"""
+OWN_PROCESS = {"bench_grpo_step.py", "bench_gpu_rollout.py", "bench_gpu_update.py"}
+"""the runs that need a process of their own: --numerics both re-runs its script in two processes, whose output
+does not pass through a shared process's captured stdout; the GPU scripts choose their numerics (MRL_NUMERICS=native)
+before they import mrl. The others run one after another in one process (tests/run_benchmarks.py), which imports
+mrl, torch and transformers once for all of them."""
 
 SLOW_RUNS = {
     "gpu_first_run.py": (["--cpu-check", "--out", "{tmp}", "--policies", "C,A", "--steps", "1", "--prompts", "1",
@@ -77,8 +84,27 @@ def assert_prints_its_figure(script: str, argv: list[str], pattern: str, tmp_pat
     """The script exits 0 and its standard output matches `pattern`."""
     argv = [arg.replace("{tmp}", str(tmp_path)) for arg in argv]
     done = run_script(script, argv)
-    assert done.returncode == 0, f"{script} {' '.join(argv)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    assert re.search(pattern, done.stdout), f"{script} printed no figure matching {pattern!r}:\n{done.stdout[-3000:]}"
+    assert_printed(script, argv, pattern, done.returncode, done.stdout, done.stderr)
+
+
+def assert_printed(script: str, argv: list[str], pattern: str, returncode: int, stdout: str, stderr: str = "") -> None:
+    assert returncode == 0, f"{script} {' '.join(argv)} failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+    assert re.search(pattern, stdout), f"{script} printed no figure matching {pattern!r}:\n{stdout[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def shared_runs(tmp_path_factory) -> tuple[dict, dict, str]:
+    """({script: argv}, {script: {"returncode", "stdout"}}, the process's stderr) of every SMOKE_RUNS entry outside
+    OWN_PROCESS, run one after another in one process (tests/run_benchmarks.py)."""
+    folder = tmp_path_factory.mktemp("benchmarks")
+    jobs = {script: [arg.replace("{tmp}", str(folder / script)) for arg in argv]
+            for script, (argv, _) in sorted(SMOKE_RUNS.items()) if script not in OWN_PROCESS}
+    out = folder / "runs.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "run_benchmarks.py"), str(out), json.dumps(jobs)],
+                          cwd=ROOT, env=env, text=True, capture_output=True, timeout=3 * TIMEOUT)
+    assert done.returncode == 0 and out.is_file(), f"tests/run_benchmarks.py failed:\n{done.stderr[-3000:]}"
+    return jobs, json.loads(out.read_text()), done.stderr
 
 
 def test_every_file_in_benchmarks_is_covered():
@@ -91,9 +117,13 @@ def test_every_file_in_benchmarks_is_covered():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(SMOKE_RUNS))
-def test_the_benchmark_runs_at_a_tiny_size_and_prints_its_figure(script, tmp_path):
+def test_the_benchmark_runs_at_a_tiny_size_and_prints_its_figure(script, tmp_path, request):
     argv, pattern = SMOKE_RUNS[script]
-    assert_prints_its_figure(script, argv, pattern, tmp_path)
+    if script in OWN_PROCESS:
+        assert_prints_its_figure(script, argv, pattern, tmp_path)
+        return
+    jobs, results, stderr = request.getfixturevalue("shared_runs")
+    assert_printed(script, jobs[script], pattern, results[script]["returncode"], results[script]["stdout"], stderr)
 
 
 @pytest.mark.slow
