@@ -93,9 +93,9 @@ def assert_printed(script: str, argv: list[str], pattern: str, returncode: int, 
 
 
 @pytest.fixture(scope="module")
-def shared_runs(tmp_path_factory) -> tuple[dict, dict, str]:
-    """({script: argv}, {script: {"returncode", "stdout"}}, the process's stderr) of every SMOKE_RUNS entry outside
-    OWN_PROCESS, run one after another in one process (tests/run_benchmarks.py)."""
+def shared_runs(tmp_path_factory) -> tuple[dict, dict]:
+    """({script: argv}, {script: {"returncode", "stdout", "stderr"}}) of every SMOKE_RUNS entry outside OWN_PROCESS,
+    run one after another in one process (tests/run_benchmarks.py; all of them, whichever tests are selected)."""
     folder = tmp_path_factory.mktemp("benchmarks")
     jobs = {script: [arg.replace("{tmp}", str(folder / script)) for arg in argv]
             for script, (argv, _) in sorted(SMOKE_RUNS.items()) if script not in OWN_PROCESS}
@@ -104,7 +104,7 @@ def shared_runs(tmp_path_factory) -> tuple[dict, dict, str]:
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "run_benchmarks.py"), str(out), json.dumps(jobs)],
                           cwd=ROOT, env=env, text=True, capture_output=True, timeout=3 * TIMEOUT)
     assert done.returncode == 0 and out.is_file(), f"tests/run_benchmarks.py failed:\n{done.stderr[-3000:]}"
-    return jobs, json.loads(out.read_text()), done.stderr
+    return jobs, json.loads(out.read_text())
 
 
 def test_every_file_in_benchmarks_is_covered():
@@ -122,8 +122,9 @@ def test_the_benchmark_runs_at_a_tiny_size_and_prints_its_figure(script, tmp_pat
     if script in OWN_PROCESS:
         assert_prints_its_figure(script, argv, pattern, tmp_path)
         return
-    jobs, results, stderr = request.getfixturevalue("shared_runs")
-    assert_printed(script, jobs[script], pattern, results[script]["returncode"], results[script]["stdout"], stderr)
+    jobs, results = request.getfixturevalue("shared_runs")
+    done = results[script]
+    assert_printed(script, jobs[script], pattern, done["returncode"], done["stdout"], done["stderr"])
 
 
 @pytest.mark.slow

@@ -1,8 +1,9 @@
 """A user's own probe, written as a newcomer would: in a module outside mrl/, or in a notebook cell.
 
 In a module it runs on every backend (its workers import its module), and editing it gives a new run key, so the run
-cache never hands back what the old code computed. In a notebook cell it runs inline and uncached. Its every-backend test is also the Ray backend's test (one local Ray start in
-make test's unit tests): Ray equals inline, and a dead actor is named."""
+cache never hands back what the old code computed. In a notebook cell it runs inline and uncached. Its every-backend
+test is also the Ray backend's test (one local Ray start in make test's unit tests): Ray equals inline, and a dead
+actor is named."""
 import dataclasses
 import importlib
 import os
@@ -164,10 +165,12 @@ def test_a_notebook_cell_probe_is_refused_on_worker_backends_with_the_fix(monkey
 
 def test_a_probe_written_in_notebook_cells_runs_uncached_with_a_warning_and_an_edit_takes_effect(
         tiny_zoo_paths, tmp_path, monkeypatch):
-    """No file holds a cell's code, so no cache key can: each run computes, warns why and names the fix, and writes
-    nothing into the run cache; a constant edited in a cell (as a user re-runs it) changes the next run at once."""
+    """No file holds a cell's code, so no cache key can: each run computes (without checkpoints, though the profile
+    asks for them), warns why and names the fix, and writes nothing under results/; a constant edited in a cell (as a
+    user re-runs it) changes the next run at once; what it cannot do (resume, trained_paths' keyed folder) is refused,
+    and its tables go to an output folder when one is named."""
     from mrl.core.run_config import RunConfig
-    from mrl.experiments.runs import Run, run_one
+    from mrl.experiments.runs import Run, run_one, trained_paths
 
     monkeypatch.chdir(tmp_path)   # the run cache would go under this folder's results/
     (tmp_path / "pyproject.toml").write_text("")
@@ -175,7 +178,8 @@ def test_a_probe_written_in_notebook_cells_runs_uncached_with_a_warning_and_an_e
     namespace = {"__name__": "__main__"}
     monkeypatch.setattr(sys.modules["__main__"], "__file__", None, raising=False)
     exec(textwrap.dedent(USER_PROBE.format(scale=1.0, name="cell_probe")), namespace)
-    config = RunConfig(task=TaskConfig(**TINY_TASK), grpo=GRPO, runner=RunnerConfig(backend="inline"))
+    config = RunConfig(task=TaskConfig(**TINY_TASK), grpo=GRPO, runner=RunnerConfig(backend="inline",
+                                                                                     checkpoint_every=1))
     run = Run(config, {name: tiny_zoo_paths[name] for name in ("A", "B")}, probe_config("cell_probe"), 0, 2)
     try:
         assert probe_code("cell_probe") == "" and not run.cacheable
@@ -184,12 +188,34 @@ def test_a_probe_written_in_notebook_cells_runs_uncached_with_a_warning_and_an_e
         assert not run.is_cached() and not (tmp_path / "results").exists()
         namespace["SCALE"] = 50.0
         with pytest.warns(UserWarning, match="never cached"):
-            edited, _ = run_one(run)
+            edited, _ = run_one(run, output_dir=tmp_path / "out")
+        assert {"steps.csv", "evals.csv", "run.json", "A", "B"} <= {p.name for p in (tmp_path / "out").iterdir()}
+        with pytest.raises(ConfigError, match="resume = True is not allowed with probe 'cell_probe'"):
+            run_one(run, output_dir=tmp_path / "out", resume=True)
+        with pytest.raises(ConfigError, match="trained_paths is not allowed with probe 'cell_probe'"):
+            trained_paths(run)
+        assert not (tmp_path / "results").exists()
     finally:
         PROBES.pop("cell_probe", None)
         PROBES.pop("cell_probe_plain", None)
     assert edited[edited.step == 1].loss.tolist() == pytest.approx(
         [50.0 * loss for loss in first[first.step == 1].loss], rel=1e-5)   # step 1: the same samples, 50 x the loss
+
+
+def test_a_probe_whose_config_class_is_written_in_a_cell_is_a_cell_probe(user_module, monkeypatch):
+    """The loss in a module, its config class in a cell: no file holds all its code, so it is not keyed either."""
+    from mrl.core.probes import register_probe
+
+    _, module = user_module
+    namespace = {"__name__": "__main__"}
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", None, raising=False)
+    exec("from mrl.core.probes import ProbeConfig\nfrom mrl.core.validation import config_dataclass\n"
+         "@config_dataclass(frozen=True)\nclass CellConfig(ProbeConfig):\n    pass\n", namespace)
+    register_probe("mixed", config=namespace["CellConfig"])(sys.modules[module].plain_loss)
+    try:
+        assert get_probe("mixed").in_cells and probe_code("mixed") == ""
+    finally:
+        PROBES.pop("mixed", None)
 
 
 def test_a_module_executed_without_sys_modules_is_fingerprinted_from_its_file(tmp_path):

@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from mrl.core.probes import as_probe_config, get_probe, probe_config, probe_label
 from mrl.core.run_config import RunConfig
 from mrl.core.tasks import make_task
-from mrl.core.validation import require
+from mrl.core.validation import ConfigError, require
 from mrl.experiments.heldout import heldout_base, heldout_config
 from mrl.experiments.marginal_gap import measure_policies
 from mrl.experiments.runs import Labelled, Run, Variant, policy_paths, run_many, trained_paths
@@ -167,6 +167,10 @@ def run_scaling(config: RunConfig, progress: bool = True) -> tuple[pd.DataFrame,
     labelled = scaling_runs(config, progress)
     all_steps, all_evals, runs = [], [], []
     for label, run in tqdm(labelled, desc="n-policy runs", disable=not progress):
+        if not run.cacheable:
+            raise ConfigError(f"BeyondConfig.scaling_probe = {run.probe.name!r} is not allowed: it is written in a "
+                              f"notebook cell, and a run's wall seconds are read from its run cache entry; move it "
+                              f"into a .py module")
         steps_df, evals_df = run_many([(label, run)], progress=False)
         all_steps.append(steps_df)
         all_evals.append(evals_df)

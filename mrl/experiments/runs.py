@@ -245,8 +245,8 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
     RunConfig.profile).
 
     A run of a probe written in notebook cells (not `Run.cacheable`) is computed every time, with a warning that
-    says why: it neither reads nor writes the cache, writes no grid checkpoints, and its tables go only to
-    output_dir."""
+    says why (run_uncached): it neither reads nor writes the cache, writes no checkpoints and cannot resume, and its
+    tables and trained policies go only to output_dir."""
     folder = run.folder()
     if cache and output_dir is None and (cached := run.cached()) is not None:
         return cached.steps, cached.evals
@@ -288,28 +288,31 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
 
 
 UNCACHED = ("probe {name!r} is written in a notebook cell: no file holds its code, so no cache key can tell an edited "
-            "cell from the one that ran, and its runs are computed every time, never cached. Move it into a .py "
-            "module next to the notebook and import it to cache its runs (keyed by the module's code).")
+            "cell from the one that ran, and its runs are computed every time, never cached, without checkpoints (its "
+            "tables and trained policies are saved only into an output_dir you name). Move it into a .py module next "
+            "to the notebook and import it to cache its runs (keyed by the module's code).")
 """the warning every run of a probe written in notebook cells gives (Python's default filter shows it once per probe
 and calling line)"""
 
 
 def run_uncached(run: Run, backend: str | None, progress: bool, report_to: str, output_dir: str | Path | None,
                  resume: bool, profile: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(steps, evals) of a run that the cache cannot hold (run_one's arguments): computed, its tables and its
-    trained policies written into output_dir when one is named."""
-    warnings.warn(UNCACHED.format(name=run.probe.name), stacklevel=3)
-    if run.variant.log_experience:
-        raise ConfigError(f"Variant.log_experience = True is not allowed with probe {run.probe.name!r}: the log is "
-                          f"kept in the run cache, which a probe written in a notebook cell cannot enter; move it "
-                          f"into a .py module")
+    """(steps, evals) of a run that the cache cannot hold (run_one's arguments): computed from its first step (no
+    checkpoints: a resume could not tell an edited cell from the one that ran), its tables and trained policies written
+    into output_dir when one is named. What such a run cannot do (log its experience, resume) is refused first."""
+    name = run.probe.name
+    if run.variant.log_experience or resume:
+        field_name = "Variant.log_experience" if run.variant.log_experience else "resume"
+        raise ConfigError(f"{field_name} = True is not allowed with probe {name!r}, written in a notebook cell: an "
+                          f"experience log is kept in the run cache, and a checkpoint's identity cannot tell an "
+                          f"edited cell from the one that ran; move the probe into a .py module")
+    warnings.warn(UNCACHED.format(name=name), stacklevel=3)
     card = RunCard(profile=profile or run.config.profile, probe=probe_label(run.probe), seed=run.seed,
                    steps=run.steps)   # no run key: the run is outside the run cache
     spec = run.spec(backend, report_to, None, output_dir, card)
-    checkpoints = Path(output_dir) / "checkpoints" if output_dir is not None and spec.runner.checkpoint_every \
-        else None
+    spec = dataclasses.replace(spec, runner=dataclasses.replace(spec.runner, checkpoint_every=0))
     start = time.perf_counter()
-    record = run_concurrent(spec, checkpoint_dir=checkpoints, resume=resume, progress=progress)
+    record = run_concurrent(spec, progress=progress)
     if output_dir is None:
         return pd.DataFrame(record.steps), pd.DataFrame(record.evals)
     Path(output_dir).mkdir(parents=True, exist_ok=True)
@@ -327,9 +330,13 @@ def trained_paths(run: Run, backend: str | None = None, progress: bool = False) 
     mrl.runtime.zoo.load_policy reads them). When the folder does not hold them all, the run is computed into it
     (run_one with that output folder: the cache holds a run's numbers, not its weights), its cache entry written as
     well."""
+    if not run.cacheable:
+        raise ConfigError(f"trained_paths is not allowed with probe {run.probe.name!r}, written in a notebook cell: "
+                          f"its folder is named by the run's key, which cannot tell an edited cell from the one that "
+                          f"ran; call run_one(run, output_dir=...) and load the policies from that folder")
     folder = trained_folder(run)
     paths = {name: str(folder / name) for name in run.paths}
-    if not run.cacheable or not all((Path(path) / "config.json").is_file() for path in paths.values()):
+    if not all((Path(path) / "config.json").is_file() for path in paths.values()):
         run_one(run, backend=backend, output_dir=folder, progress=progress)
     return paths
 
@@ -337,9 +344,9 @@ def trained_paths(run: Run, backend: str | None = None, progress: bool = False) 
 def save_run(folder: Path, record, spec: RunSpec, wall_seconds: float,
              experience: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A finished run into its cache folder: steps.csv, evals.csv, then run.json (write_tables), which marks it
-    finished, all in this process's work folder (beside the experience log run_one had the runner write there), renamed into place as one
-    (mrl.runtime.results.publish_run). Returns (steps, evals): this run's, or those of the same run that another process
-    published first."""
+    finished, all in this process's work folder (beside the experience log run_one had the runner write there),
+    renamed into place as one (mrl.runtime.results.publish_run). Returns (steps, evals): this run's, or those of the
+    same run that another process published first."""
     work = work_folder(folder)
     work.mkdir(parents=True, exist_ok=True)
     steps_df, evals_df = write_tables(work, record, spec, wall_seconds, experience)

@@ -109,9 +109,9 @@ class Probe:
 
     @property
     def in_main(self) -> bool:
-        """Defined in `__main__` (a notebook cell, an interactive session, a script): no other process can import
-        it."""
-        return self.module == "__main__"
+        """Its loss or its config class is defined in `__main__` (a notebook cell, an interactive session, a script):
+        no other process can import it."""
+        return "__main__" in (self.module, self.config.__module__)
 
     @property
     def importable(self) -> bool:
@@ -121,8 +121,9 @@ class Probe:
 
     @property
     def in_cells(self) -> bool:
-        """Defined in `__main__` without a file: a notebook cell or an interactive session. No file holds its code,
-        so no cache key can: its runs are computed every time (mrl.experiments.runs.run_one)."""
+        """Its loss or its config class is defined in `__main__` without a file: a notebook cell or an interactive
+        session. No file holds its code, so no cache key can: its runs are computed every time
+        (mrl.experiments.runs.run_one)."""
         return self.in_main and not getattr(sys.modules.get("__main__"), "__file__", None)
 
     def check(self, grpo: GrpoConfig) -> None:
