@@ -83,8 +83,8 @@ def test_a_probe_in_a_users_module_runs_on_every_backend_and_a_dead_ray_actor_is
                 for backend in ("inline", "process", "ray")}
         assert metrics(runs["inline"]) == metrics(runs["process"]) == metrics(runs["ray"])
         assert any(row["loss"] != 0 for row in runs["inline"].steps)
-        with pytest.raises(WorkerFailed, match="worker 'B' failed: its actor died"):
-            run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), dataclasses.replace(GRPO, steps=3),
+        with pytest.raises(WorkerFailed, match="worker 'B' failed: its actor died"):   # B alone: one actor to start
+            run_concurrent(RunSpec({"B": paths["B"]}, TaskConfig(**TINY_TASK), dataclasses.replace(GRPO, steps=3),
                                    RunnerConfig(backend="ray", step_timeout=60), actor_cls=CrashingActor),
                            progress=False)
     finally:
