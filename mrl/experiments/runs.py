@@ -179,6 +179,12 @@ class Run:
         whose code no file holds, so no key can tell an edited cell from the one that ran."""
         return not get_probe(self.probe.name).in_cells
 
+    def card(self, profile: str = "") -> RunCard:
+        """What its saved policies' model cards say of the run: its key (none for a run outside the cache,
+        `cacheable`), profile (default: its config's), probe, seed and steps."""
+        return RunCard(run_key=self.key() if self.cacheable else "", profile=profile or self.config.profile,
+                       probe=probe_label(self.probe), seed=self.seed, steps=self.steps)
+
     def is_cached(self) -> bool:
         """The run finished in its folder and passes its checks (`cached`)."""
         return self.cached() is not None
@@ -252,13 +258,11 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
         return cached.steps, cached.evals
     if not run.cacheable:
         return run_uncached(run, backend, progress, report_to, output_dir, resume, profile)
-    config = run.config
-    out = Path(output_dir) if output_dir is not None else trained_folder(run) if config.runner.save_policies else None
+    out = Path(output_dir) if output_dir is not None else trained_folder(run) if run.config.runner.save_policies \
+        else None
     clear_work_folders(folder)   # what a killed computation of this run left (its checkpoints apart)
     experience = work_folder(folder) / "experience" if run.variant.log_experience else None
-    card = RunCard(run_key=run.key(), profile=profile or config.profile, probe=probe_label(run.probe), seed=run.seed,
-                   steps=run.steps)
-    spec = run.spec(backend, report_to, experience, out, card)
+    spec = run.spec(backend, report_to, experience, out, run.card(profile))
     in_grid = checkpoints_in_grid(run, spec) if output_dir is None else 0
     if in_grid:   # a grid run: checkpoints in the run cache's work area, the newest kept, resumed after a kill
         if not cache:
@@ -307,9 +311,7 @@ def run_uncached(run: Run, backend: str | None, progress: bool, report_to: str, 
                           f"experience log is kept in the run cache, and a checkpoint's identity cannot tell an "
                           f"edited cell from the one that ran; move the probe into a .py module")
     warnings.warn(UNCACHED.format(name=name), stacklevel=3)
-    card = RunCard(profile=profile or run.config.profile, probe=probe_label(run.probe), seed=run.seed,
-                   steps=run.steps)   # no run key: the run is outside the run cache
-    spec = run.spec(backend, report_to, None, output_dir, card)
+    spec = run.spec(backend, report_to, None, output_dir, run.card(profile))
     spec = dataclasses.replace(spec, runner=dataclasses.replace(spec.runner, checkpoint_every=0))
     start = time.perf_counter()
     record = run_concurrent(spec, progress=progress)
