@@ -15,8 +15,8 @@ import pytest
 
 from mrl.core.see import PolicySpec
 from mrl.runtime.experience_log import write_log_step
-from mrl.runtime.results import (RUN_FORMAT, RunCacheWarning, clear_work_folders, publish_run, read_run, work_folder,
-                         write_run_record)
+from mrl.runtime.results import (RUN_FORMAT, RunCacheWarning, clear_work_folders, process_alive, publish_run, read_run,
+                                 work_folder, write_run_record)
 
 STEPS = pd.DataFrame({"policy": ["A", "A"], "step": [1, 2], "reward": [0.25, 0.5]})
 EVALS = pd.DataFrame({"policy": ["A"] * 24, "step": [0] * 12 + [2] * 12, "split": ["test"] * 24,
@@ -39,6 +39,16 @@ def refused(folder, match: str):
     with pytest.warns(RunCacheWarning, match=match) as caught:
         assert read_run(folder) is None
     assert str(folder) in str(caught[0].message)
+
+
+def test_a_killed_process_not_yet_collected_by_its_parent_is_not_alive():
+    """A zombie (exited, its status not yet collected) holds no checkpoints in use: its are adopted."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 60
+    while process_alive(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not process_alive(child.pid) and child.poll() == 0   # collected only now
+    assert process_alive(os.getpid())
 
 
 def test_a_checked_entry_reads_back_whole(tmp_path):
@@ -200,6 +210,15 @@ if __name__ == "__main__":
 """a packed grid of two runs that checkpoint every 2 steps, run from the folder it is started in"""
 
 
+def group_alive(pgid: int) -> bool:
+    """A process of group `pgid` still exists (a zombie counts: its checkpoints are not yet adoptable)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 @pytest.mark.slow
 def test_a_killed_packed_grid_resumes_each_run_from_its_checkpoint(tiny_zoo_paths, tmp_path, monkeypatch):
     """SIGKILL a packed grid script once both runs have checkpointed; asked for again, each run adopts the
@@ -231,6 +250,8 @@ def test_a_killed_packed_grid_resumes_each_run_from_its_checkpoint(tiny_zoo_path
         time.sleep(0.05)
     os.killpg(script.pid, signal.SIGKILL)   # the script and its packed processes
     script.wait()
+    while group_alive(script.pid) and time.monotonic() < deadline + 60:   # the packed ones exit on their own time
+        time.sleep(0.05)
     assert len(list(partial.glob("*.checkpoints"))) == 2
 
     grpo = GrpoConfig(steps=steps, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=10, seed=0)

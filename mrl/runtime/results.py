@@ -366,14 +366,19 @@ def clear_work_folders(folder: Path) -> None:
 
 
 def process_alive(pid: int) -> bool:
-    """A process of this id exists (signal 0 checks without sending)."""
+    """A process of this id exists (signal 0 checks without sending) and is not a zombie (killed, its exit status
+    not yet collected by its parent; Linux's /proc says so, elsewhere the signal's answer stands)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def publish_run(work: Path, folder: Path, experience: bool = False) -> CachedRun | None:
