@@ -12,7 +12,9 @@ import dataclasses
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-from mrl.runtime.runner import RunSpec, run_concurrent  # noqa: E402
+from mrl.core.probes import probe_config  # noqa: E402
+from mrl.runtime.runner import run_concurrent  # noqa: E402
+from mrl.runtime.spec import Run  # noqa: E402
 from mrl.core.config import RunnerConfig  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
 from mrl.runtime.zoo import build_zoo  # noqa: E402
@@ -33,8 +35,9 @@ def main():
     grpo = dataclasses.replace(config.grpo, steps=args.steps, eval_every=10**9)
     results = {}
     for backend in args.backends:
-        record = run_concurrent(RunSpec(paths, config.task, grpo, RunnerConfig(backend=backend),
-                                        threads=config.threads), progress=False)
+        run = Run(dataclasses.replace(config, grpo=grpo, runner=RunnerConfig(backend=backend)), paths,
+                  probe_config("grpo"), grpo.seed, grpo.steps)
+        record = run_concurrent(run, progress=False)
         results[backend] = record
     print(f"MWRA, 2 policies (A gpt2, B llama) x {args.steps} steps of {grpo.prompts_per_step} prompts x "
           f"{grpo.group_size} samples, {config.threads} torch thread(s) per worker, {os.cpu_count()} cores")

@@ -24,7 +24,8 @@ import mrl  # noqa: E402, F401  (first: the numerics contract, mrl.numerics, bef
 from mrl.core.config import RunnerConfig  # noqa: E402
 from mrl.core.probes import probe_config  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
-from mrl.runtime.runner import RunSpec, run_concurrent  # noqa: E402
+from mrl.runtime.runner import run_concurrent  # noqa: E402
+from mrl.runtime.spec import Run  # noqa: E402
 from mrl.runtime.zoo import build_zoo  # noqa: E402
 from smoke import add_smoke_flag, tiny_profile  # noqa: E402
 
@@ -56,8 +57,9 @@ def main():
     for round_index in range(args.rounds):
         order = args.probes if round_index % 2 == 0 else args.probes[::-1]
         for name in order:
-            record = run_concurrent(RunSpec(paths, config.task, grpo, RunnerConfig(backend="inline"), threads=1,
-                                            probe=probe_config(name)), progress=False)
+            run = Run(dataclasses.replace(config, grpo=grpo, runner=RunnerConfig(backend="inline"), threads=1), paths,
+                      probe_config(name), grpo.seed, grpo.steps)
+            record = run_concurrent(run, progress=False)
             medians[name].append(statistics.median(step_times(record)))
             sequences[name] = statistics.mean(row["active_sequences"] for row in record.steps)
     medians = {name: min(values) for name, values in medians.items()}  # the least disturbed round

@@ -130,7 +130,7 @@ def run_cost(config, steps: int, zoo_steps: int) -> float:
         run = Run(dataclasses.replace(config, runner=dataclasses.replace(config.runner, backend="inline")),
                   paths, probe_config("sgt"), 0, steps)
         start = time.perf_counter()
-        run_concurrent(run.spec(), progress=False)
+        run_concurrent(run, progress=False)
         return (time.perf_counter() - start) / steps * heldout.steps
 
 

@@ -381,7 +381,8 @@ def main() -> None:
     from mrl.core.probes import probe_config
     from mrl.profiles import load_profile
     from mrl.runtime.resources import Workload, architecture, policy_memory
-    from mrl.runtime.runner import RunSpec, run_concurrent
+    from mrl.runtime.runner import run_concurrent
+    from mrl.runtime.spec import Run, Variant
     from mrl.core.tasks import make_task
 
     out = Path(args.out)
@@ -432,10 +433,11 @@ def main() -> None:
 
     started = time.perf_counter()
     # reverify off: the peers' coin successes reach SGT as claimed (the driver's math-verify would refuse them)
-    runner = RunnerConfig(backend="process", step_timeout=900, reverify=False)
-    record = run_concurrent(RunSpec(paths, task_cfg, grpo, runner, threads=2, actor_cls=CoinRewardActor,
-                                    probe=probe_config("sgt"),
-                                    placement={name: profile.placement[name] for name in names}), progress=False)
+    config = dataclasses.replace(profile, task=task_cfg, grpo=grpo, threads=2,
+                                 runner=RunnerConfig(backend="process", step_timeout=900),
+                                 placement={name: profile.placement[name] for name in names})
+    run = Run(config, paths, probe_config("sgt"), grpo.seed, grpo.steps, Variant(runner={"reverify": False}))
+    record = run_concurrent(run, actor_cls=CoinRewardActor, progress=False)
     report["run_seconds"] = time.perf_counter() - started
     report["steps"], report["evals"], report["timeline"] = record.steps, record.evals, record.timeline
     report["counters"] = record.counters

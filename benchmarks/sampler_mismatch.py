@@ -21,7 +21,8 @@ from mrl.core.config import PlacementConfig, RunnerConfig  # noqa: E402
 from mrl.core.mismatch import SAMPLER_CORRECTIONS  # noqa: E402
 from mrl.core.probes import probe_config  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
-from mrl.runtime.runner import RunSpec, run_concurrent  # noqa: E402
+from mrl.runtime.runner import run_concurrent  # noqa: E402
+from mrl.runtime.spec import Run  # noqa: E402
 from mrl.runtime.zoo import build_zoo  # noqa: E402
 from smoke import add_smoke_flag, tiny_profile  # noqa: E402
 
@@ -41,8 +42,9 @@ def main():
     paths = {name: str(zoo[name].path) for name in ("A", "B")}
     grpo = dataclasses.replace(config.grpo, steps=args.steps, eval_every=10**9, sampler_correction=args.correction)
     placement = {name: PlacementConfig(dtype="bfloat16") for name in paths}
-    record = run_concurrent(RunSpec(paths, config.task, grpo, RunnerConfig(backend="inline"), threads=1,
-                                    probe=probe_config(args.probe), placement=placement), progress=False)
+    run = Run(dataclasses.replace(config, grpo=grpo, runner=RunnerConfig(backend="inline"), threads=1,
+                                  placement=placement), paths, probe_config(args.probe), grpo.seed, grpo.steps)
+    record = run_concurrent(run, progress=False)
     steps = pd.DataFrame(record.steps)
     columns = [c for c in steps.columns if c.startswith(("sampler_logp_diff", "sampler_weight"))]
     print(f"bf16 sampler vs fp32 masters under bf16 autocast: {args.profile} zoo, {args.probe}, {args.steps} steps, "

@@ -209,7 +209,7 @@ def run_request(request: RunRequest, recompute: bool = False, progress: bool = T
         for entry in request.policies.split("+")))
     (out / REQUEST).write_text(yaml.safe_dump(to_dict(recorded), sort_keys=False))
     steps_df, evals_df = run_one(run, backend=request.backend, progress=progress, report_to=request.report_to,
-                                 output_dir=out, resume=resume, profile=request.profile)
+                                 output_dir=out, resume=resume)
     return out, steps_df, evals_df
 
 

@@ -46,7 +46,8 @@ from mrl.notebook import setup_notebook
 from mrl.reports.palette import policy_colour
 from mrl.reports.substrate import zoo_table
 from mrl.reports.tour import alignment_html, logged_records, prompt_samples, tokenization_table
-from mrl.runtime.runner import RunSpec, run_concurrent
+from mrl.runtime.runner import run_concurrent
+from mrl.runtime.spec import Run
 from mrl.runtime.tracking import NotebookPlot, NotebookTable
 from mrl.runtime.zoo import load_policy
 
@@ -114,10 +115,9 @@ metrics = ["train/reward", "probe/rescue_candidates", "probe/rescue_size"]
 live_plot = NotebookPlot(metrics, policies=["A", "B"], title="SGT, live: one run, one point per step",
                          colour=policy_colour)
 live = NotebookTable([f"{name}/{key}" for name in ("A", "B") for key in metrics], title="SGT, live")
-grpo = dataclasses.replace(config.grpo, steps=steps, eval_every=steps, seed=seed)
-spec = RunSpec({name: paths[name] for name in ("A", "B")}, config.task, grpo, RunnerConfig(), probe=probe_config("sgt"),
-               run_id="tour", experience_dir=run.folder / "experience")
-record = run_concurrent(spec, progress=False, reporters=[live_plot, live])
+tour = dataclasses.replace(config, grpo=dataclasses.replace(config.grpo, eval_every=steps), runner=RunnerConfig())
+sgt_run = Run(tour, {name: paths[name] for name in ("A", "B")}, probe_config("sgt"), seed, steps)
+record = run_concurrent(sgt_run, experience_dir=run.folder / "experience", progress=False, reporters=[live_plot, live])
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -148,7 +148,7 @@ for kind, rows in records.groupby("kind"):
 from mrl.experiments import save_run
 from mrl.runtime.results import load_runs
 
-save_run(run.folder / "runs" / "tour-sgt", record, spec, record.wall_seconds)
+save_run(run.folder / "runs" / "tour-sgt", record, sgt_run, record.wall_seconds)
 evals = load_runs(run.folder / "runs", "evals")
 evals[evals.split == "held-out"].pivot_table(index=["probe", "policy", "step"], columns="skill", values="accuracy")
 

@@ -41,29 +41,28 @@ import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before to
 import dataclasses
 import pandas as pd
 from IPython.display import Markdown
+from mrl.core.probes import probe_config
 from mrl.core.validation import override
 from mrl.experiments import policy_paths
 from mrl.notebook import setup_notebook
 from mrl.reports.figure_inputs import draw_and_save
 from mrl.reports.substrate import mwra_compute_table, mwra_result, mwra_timeline_figure, mwra_timeline_inputs
 from mrl.runtime.results import write_table
-from mrl.runtime.runner import RunSpec, run_concurrent
+from mrl.runtime.runner import run_concurrent
+from mrl.runtime.spec import Run
 
 run = setup_notebook("30_mwra", profile, partial=steps is not None or backends is not None)
 config, timing = run.config, run.config.experiment("mwra")
 timing = override(timing, steps=steps, backends=backends)  # checked; papermill's text values parsed as YAML
 steps, backends = timing.steps, timing.backends
-grpo = dataclasses.replace(config.grpo, steps=steps, eval_every=steps)
+timed = dataclasses.replace(config, grpo=dataclasses.replace(config.grpo, eval_every=steps))
 run.record(steps=steps, backends=backends, pairing=timing.pairing)
 zoo_paths = policy_paths(config, progress)
 paths = {name: zoo_paths[name] for name in config.pairing(timing.pairing)}
 
 # %%
-records = {}
-for backend in backends:
-    records[backend] = run_concurrent(RunSpec(paths, config.task, grpo,
-                                              dataclasses.replace(config.runner, backend=backend),
-                                              threads=config.threads), progress=progress)
+grpo_run = Run(timed, paths, probe_config("grpo"), config.grpo.seed, steps)
+records = {backend: run_concurrent(grpo_run.with_runner(backend=backend), progress=progress) for backend in backends}
 runs = {b: {"timeline": r.timeline, "wall": r.wall_seconds, "startup": r.startup_seconds} for b, r in records.items()}
 pd.DataFrame([r for b, rec in records.items() for r in rec.timeline]).to_csv(run.folder / "timeline.csv", index=False)
 

@@ -17,7 +17,8 @@ from mrl.core.config import RunnerConfig
 from mrl.core.probes import probe_config
 from mrl.numerics import state
 from mrl.profiles import load_profile
-from mrl.runtime.runner import RunSpec, run_concurrent
+from mrl.runtime.runner import run_concurrent
+from mrl.runtime.spec import Run
 from mrl.runtime.zoo import build_zoo
 
 WARMUP_STEPS, RL_STEPS = 40, 4
@@ -36,9 +37,9 @@ def main(out: Path) -> None:
     checkpoints = {f"{name}/{file.name}": digest(file.read_bytes()) for name, policy in sorted(zoo.items())
                    for file in sorted(policy.path.iterdir()) if file.suffix in (".safetensors", ".json")
                    and file.name != "zoo.json"}
-    grpo = dataclasses.replace(config.grpo, steps=RL_STEPS, eval_every=RL_STEPS)
-    record = run_concurrent(RunSpec({name: str(policy.path) for name, policy in zoo.items()}, config.task, grpo,
-                                    RunnerConfig(), probe=probe_config("sgt")), progress=False)
+    run = Run(dataclasses.replace(config, runner=RunnerConfig()), {name: str(policy.path) for name, policy in zoo.items()},
+              probe_config("sgt"), config.grpo.seed, RL_STEPS)
+    record = run_concurrent(run, progress=False)
     steps = [{k: v for k, v in row.items() if not k.endswith("seconds")} for row in record.steps]
     print(json.dumps({"numerics": state(), "checkpoints": checkpoints,
                       "rescues": sum(row.get("rescue_size", 0) for row in steps),

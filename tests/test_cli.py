@@ -12,6 +12,7 @@ import pytest
 from mrl import cli
 from mrl.core.config import ConfigError
 import mrl.experiments.runs
+import mrl.runtime.spec
 from mrl.profiles import load_profile
 from mrl.runtime.results import RunCacheWarning, load_runs, write_run_record
 
@@ -75,6 +76,7 @@ def test_settings_by_dotted_path_are_typed_and_validated_as_the_profile_is():
 def tiny_profile(monkeypatch, tmp_path, tiny_zoo_paths):
     """`mrl run` on the smoke profile's settings with the tests' tiny zoo, its run cache under tmp_path."""
     monkeypatch.setattr(mrl.experiments.runs, "repo_root", lambda: tmp_path)
+    monkeypatch.setattr(mrl.runtime.spec, "repo_root", lambda: tmp_path)
     monkeypatch.setattr(cli, "policy_paths", lambda config, progress=True: dict(tiny_zoo_paths))
     return tmp_path / "results" / "runs"
 

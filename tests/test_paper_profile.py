@@ -16,7 +16,8 @@ from mrl.profiles import load_profile
 import mrl.runtime.actor as actor_module
 from mrl.runtime.actor import PolicyActor
 from mrl.runtime.rollout import completion_logprobs
-from mrl.runtime.runner import RunSpec, run_concurrent
+from mrl.runtime.runner import run_concurrent
+from testsupport import run_of
 from mrl.runtime.zoo import build_model, load_policy, train_tokenizer
 
 QUESTIONS = [(f"Sam has {a} apples and buys {b} more. How many apples does he have?", a + b)
@@ -83,7 +84,7 @@ def test_paper_code_path_runs_sgt_on_worker_processes_with_stand_ins(stand_ins):
     assert load_policy(paths["A"]).family is None
     grpo = dataclasses.replace(config.grpo, steps=2, prompts_per_step=2, group_size=2, max_new_tokens=8,
                                eval_max_new_tokens=None, eval_every=2)   # stand-ins: 64 positions
-    record = run_concurrent(RunSpec(paths, task_cfg, grpo, RunnerConfig(backend="process", step_timeout=300), threads=1,
+    record = run_concurrent(run_of(paths, task_cfg, grpo, RunnerConfig(backend="process", step_timeout=300), threads=1,
                                     probe=probe_config("sgt")), progress=False)
     assert {row["policy"] for row in record.steps} == {"A", "B"} and len(record.steps) == 4
     assert {(row["split"], row["skill"]) for row in record.evals} == {("held-out", "gsm8k"), ("held-out", "math500")}
@@ -185,8 +186,8 @@ def test_chat_prompts_and_math_verify_rewards_flow_through_every_probe(stand_ins
     ScoringSpy.prompts, ScoringSpy.verdicts = {}, []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)   # each actor's task drops the same overlapping rows
-        record = run_concurrent(RunSpec(paths, task_cfg, grpo, RunnerConfig(), threads=1, actor_cls=ScoringSpy,
-                                        probe=probe_config(probe)), progress=False)
+        record = run_concurrent(run_of(paths, task_cfg, grpo, RunnerConfig(), threads=1, probe=probe_config(probe)),
+                                actor_cls=ScoringSpy, progress=False)
     assert ScoringSpy.prompts["A"].startswith("<|im_start|>user\nSam has")
     assert ScoringSpy.prompts["B"].startswith("<|begin_of_text|><|start_header_id|>user")
     assert ScoringSpy.verdicts.count(1.0) >= 2 * 2   # each group's written answer, verified by math-verify

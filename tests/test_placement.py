@@ -7,14 +7,14 @@ import pytest
 import torch
 
 import mrl
-from testsupport import TINY_TASK
+from testsupport import TINY_TASK, run_of
 from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import PROBES, PeerView, probe_config
 from mrl.core.run_config import RunConfig
 from mrl.core.tasks import make_task
 from mrl.runtime.actor import ActorConfig, PolicyActor
 from mrl.runtime.placement import DeviceGuard, PlacementError, precision, resolve_device
-from mrl.runtime.runner import RunSpec, run_concurrent
+from mrl.runtime.runner import run_concurrent
 
 GRPO = GrpoConfig(steps=2, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=0, beta=0.04)
 
@@ -48,8 +48,8 @@ def test_a_concurrent_step_of_every_probe_makes_every_tensor_on_the_policy_devic
     paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
     GuardedActor.guards = []
     cpu = PlacementConfig(device="cpu")
-    record = run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), GRPO, RunnerConfig(), actor_cls=GuardedActor,
-                                    probe=probe_config(probe), placement={"A": cpu, "B": cpu}), progress=False)
+    record = run_concurrent(run_of(paths, TaskConfig(**TINY_TASK), GRPO, RunnerConfig(), probe=probe_config(probe),
+                                   placement={"A": cpu, "B": cpu}), actor_cls=GuardedActor, progress=False)
     assert {row["step"] for row in record.steps} == {1, 2} and record.evals
     assert all(g.device == torch.device("cpu") for g in GuardedActor.guards)
     assert sum(g.checked for g in GuardedActor.guards) > 1000  # the guard saw the step's work
@@ -129,7 +129,7 @@ def test_bf16_runs_every_architecture_with_each_engine(five_zoo_paths, engine):
     paths = {name: five_zoo_paths[name] for name in ("A", "B", "C", "D", "E")}
     grpo = dataclasses.replace(GRPO, engine=engine, steps=1, eval_every=1)
     placement = {name: PlacementConfig(dtype="bfloat16", micro_batch=5) for name in paths}
-    record = run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(), probe=probe_config("sgt"),
+    record = run_concurrent(run_of(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(), probe=probe_config("sgt"),
                                     placement=placement), progress=False)
     assert {row["policy"] for row in record.steps} == set(paths)
     assert all(0 <= row["reward"] <= 1 and row["loss"] == row["loss"] for row in record.steps)
@@ -153,7 +153,7 @@ def test_a_micro_batched_update_gives_the_whole_batch_gradient(tiny_zoo_paths, p
     rows = []
     for micro in (0, 3):
         placement = {name: PlacementConfig(micro_batch=micro) for name in paths}
-        record = run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), dataclasses.replace(GRPO, beta=0.0),
+        record = run_concurrent(run_of(paths, TaskConfig(**TINY_TASK), dataclasses.replace(GRPO, beta=0.0),
                                         RunnerConfig(), probe=probe_config(probe, **knobs), placement=placement),
                                 progress=False)
         rows.append(record.steps)
@@ -179,7 +179,7 @@ def test_gradient_checkpointing_recomputes_the_same_update(tiny_zoo_paths):
     rows = []
     for checkpointing in (False, True):
         placement = {name: PlacementConfig(gradient_checkpointing=checkpointing) for name in paths}
-        rows.append(run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(),
+        rows.append(run_concurrent(run_of(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(),
                                            probe=probe_config("sgt"), placement=placement), progress=False).steps)
     for plain, recomputed in zip(*rows):
         assert recomputed["reward"] == plain["reward"]

@@ -8,6 +8,7 @@ from mrl.core.config import ATTACKS, ConfigError, RunnerConfig
 from mrl.core.probes import PROBES, PeerView, get_probe, probe_config
 from mrl.core.see import Exchange, GroupStats, InvalidExperience, PolicySpec, Rollout, Success
 from mrl.runtime.poison import forge
+from mrl.runtime.spec import Variant
 from test_probes import G, answers, loss_and_grads, make_batch, make_model, peer_rollouts
 
 SHARING = sorted(name for name, probe in PROBES.items() if probe.kinds)
@@ -108,15 +109,15 @@ def test_lying_group_statistics_move_xgrpo_even_with_reverification(bpe_tokenize
 
 
 def test_runner_config_names_the_poisoned_policy_and_the_attack(tiny_zoo_paths):
-    from testsupport import TINY_TASK
+    from testsupport import TINY_TASK, run_of
     from mrl.core.config import GrpoConfig, TaskConfig
-    from mrl.runtime.runner import RunSpec, run_concurrent
+    from mrl.runtime.runner import run_concurrent
 
     with pytest.raises(ConfigError, match=r"RunnerConfig.attack = 'bogus'.*forged_success"):
         RunnerConfig(poisoned="B", attack="bogus")
     with pytest.raises(ConfigError, match=r"RunnerConfig.poisoned = 'Z' is not a policy of this run"):
-        run_concurrent(RunSpec({"A": tiny_zoo_paths["A"]}, TaskConfig(**TINY_TASK), GrpoConfig(steps=1),
-                               RunnerConfig(poisoned="Z")), progress=False)
+        run_concurrent(run_of({"A": tiny_zoo_paths["A"]}, TaskConfig(**TINY_TASK), GrpoConfig(steps=1),
+                              variant=Variant(runner={"poisoned": "Z"})), progress=False)
     assert set(ATTACKS) == {"forged_success", "lying_stats", "malformed"}
 
 
@@ -126,16 +127,16 @@ def test_beside_a_poisoned_peer_with_reverification_a_run_equals_the_honest_run(
     """A (GPT-2 + BPE) learns from B (Llama + Unigram) through the runner; B forges successes. With re-verification
     every policy's losses, gradient norms, rewards and evaluations equal those beside an honest B, and SEE counts
     the forged successes it dropped; without it A's losses differ."""
-    from testsupport import TINY_TASK
+    from testsupport import TINY_TASK, run_of
     from mrl.core.config import GrpoConfig, TaskConfig
-    from mrl.runtime.runner import RunSpec, run_concurrent
+    from mrl.runtime.runner import run_concurrent
 
     paths = {n: tiny_zoo_paths[n] for n in ("A", "B")}
     grpo = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
 
     def run(**runner):
-        return run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(**runner),
-                                      probe=probe_config(name)), progress=False)
+        return run_concurrent(run_of(paths, TaskConfig(**TINY_TASK), grpo, probe=probe_config(name),
+                                     variant=Variant(runner=runner)), progress=False)
 
     def metrics(record):
         return [(r["policy"], r["step"], r["loss"], r["grad_norm"], r["reward"]) for r in record.steps]

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from mrl.runtime.actor import PolicyActor, policy_optimizer
-from testsupport import TINY_TASK, CrashingActor, metrics
+from testsupport import TINY_TASK, CrashingActor, metrics, run_of
 from mrl.core.batch import Decoding, completion_texts, encode_prompts, score
 from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.grpo import Surrogate, group_advantages, policy_loss
@@ -26,7 +26,7 @@ from mrl.runtime import checkpoint
 from mrl.runtime.evaluation import skill_accuracy
 from mrl.runtime.mwra import WorkerFailed
 from mrl.runtime.rollout import completion_logprobs, sample_completions
-from mrl.runtime.runner import RunSpec, run_concurrent
+from mrl.runtime.runner import run_concurrent
 from mrl.runtime.zoo import load_policy
 
 TASK = TaskConfig(**TINY_TASK)
@@ -42,7 +42,7 @@ def paths(tiny_zoo_paths):
 def inline_run(paths):
     """The three policies' GRPO run on the inline backend, in step (the reference the other backends and the async
     clock must equal): computed once for the tests that read it."""
-    return run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig()), progress=False)
+    return run_concurrent(run_of(paths, TASK, GRPO, RunnerConfig()), progress=False)
 
 
 # --- one path for every experiment ----------------------------------------------------------------------
@@ -97,7 +97,7 @@ def independent_grpo(name: str, path: str, task_cfg: TaskConfig, cfg: GrpoConfig
 @pytest.mark.slow
 def test_grpo_probe_on_one_policy_is_the_independent_grpo_loop(paths):
     cfg = GrpoConfig(steps=5, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=3, engine="hf")
-    record = run_concurrent(RunSpec({"B": paths["B"]}, TASK, cfg, RunnerConfig()), progress=False)
+    record = run_concurrent(run_of({"B": paths["B"]}, TASK, cfg, RunnerConfig()), progress=False)
     want_steps, want_evals = independent_grpo("B", paths["B"], TASK, cfg)
     got_steps = [{k: row[k] for k in want_steps[0]} for row in record.steps]
     assert got_steps == want_steps and sum(row["active_sequences"] for row in got_steps) > 0
@@ -109,7 +109,7 @@ def test_grpo_probe_on_one_policy_is_the_independent_grpo_loop(paths):
 def test_grpo_raises_reward_on_a_small_pool(paths):
     """80 steps of independent GRPO on a 5-prompt pool per skill: the training reward rises."""
     cfg = GrpoConfig(steps=80, prompts_per_step=8, group_size=8, lr=3e-4, eval_every=80, seed=0)
-    record = run_concurrent(RunSpec({"A": paths["A"]}, TASK, cfg, RunnerConfig()), progress=False)
+    record = run_concurrent(run_of({"A": paths["A"]}, TASK, cfg, RunnerConfig()), progress=False)
     reward = [row["reward"] for row in record.steps]
     assert sum(reward[-10:]) / 10 > sum(reward[:10]) / 10 + 0.1, reward
 
@@ -119,12 +119,12 @@ def test_beta_runs_on_the_runner_with_the_actors_reference_model(paths):
     HACPO's own samples), the reported KL starts at 0 (the policy is its reference) and grows."""
     cfg = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-3, eval_every=3, seed=0, beta=0.5)
     one = {"A": paths["A"]}
-    record = run_concurrent(RunSpec(one, TASK, cfg, RunnerConfig()), progress=False)
+    record = run_concurrent(run_of(one, TASK, cfg, RunnerConfig()), progress=False)
     kl = [row["kl"] for row in record.steps]
     assert kl[0] == pytest.approx(0.0, abs=1e-6) and kl[-1] > 0
-    without = run_concurrent(RunSpec(one, TASK, dataclasses.replace(cfg, beta=0.0), RunnerConfig()), progress=False)
+    without = run_concurrent(run_of(one, TASK, dataclasses.replace(cfg, beta=0.0), RunnerConfig()), progress=False)
     assert [row["loss"] for row in record.steps][1:] != [row["loss"] for row in without.steps][1:]
-    hacpo = run_concurrent(RunSpec(one, TASK, cfg, RunnerConfig(), probe=probe_config("hacpo")), progress=False)
+    hacpo = run_concurrent(run_of(one, TASK, cfg, RunnerConfig(), probe=probe_config("hacpo")), progress=False)
     assert all(row["active_sequences"] == 16 for row in hacpo.steps)   # beta > 0: every own sequence is forwarded
 
 
@@ -149,7 +149,7 @@ def test_a_probe_added_in_one_file_runs(paths):
 
     cfg = GrpoConfig(steps=2, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=0)
     two = {name: paths[name] for name in ("A", "B")}
-    record = run_concurrent(RunSpec(two, TASK, cfg, RunnerConfig(), probe=probe_config("toy_scaled_grpo", scale=3.0)),
+    record = run_concurrent(run_of(two, TASK, cfg, RunnerConfig(), probe=probe_config("toy_scaled_grpo", scale=3.0)),
                             progress=False)
     assert len(record.steps) == 4 and all(row["prompts_with_peer_stats"] == 4 for row in record.steps)
     assert any(row["grad_norm"] > 0 for row in record.steps)
@@ -159,12 +159,12 @@ def test_a_probe_config_of_the_wrong_class_is_refused_before_the_run(paths):
     from mrl.core.probes import ProbeConfig
 
     with pytest.raises(ConfigError, match=r"probe 'prp' takes a PrpConfig, got ProbeConfig.*probe_config\('prp'"):
-        run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(), probe=ProbeConfig(name="prp")), progress=False)
+        run_concurrent(run_of(paths, TASK, GRPO, RunnerConfig(), probe=ProbeConfig(name="prp")), progress=False)
 
 
 def test_a_pooling_probe_with_another_aggregation_is_refused_before_the_run(paths):
     with pytest.raises(ConfigError, match="loss_type = 'dapo' is not allowed with probe 'prp'"):
-        run_concurrent(RunSpec(paths, TASK, dataclasses.replace(GRPO, loss_type="dapo"), RunnerConfig(),
+        run_concurrent(run_of(paths, TASK, dataclasses.replace(GRPO, loss_type="dapo"), RunnerConfig(),
                                probe=probe_config("prp")), progress=False)
 
 
@@ -184,7 +184,7 @@ def test_inline_run_of_three_policies_publishes_experience(inline_run):
 
 @pytest.mark.slow
 def test_process_backend_equals_inline(paths, inline_run):
-    spawned = run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(backend="process", step_timeout=120)),
+    spawned = run_concurrent(run_of(paths, TASK, GRPO, RunnerConfig(backend="process", step_timeout=120)),
                              progress=False)
     assert metrics(inline_run) == metrics(spawned)
 
@@ -192,10 +192,14 @@ def test_process_backend_equals_inline(paths, inline_run):
 RUN = """
 import sys
 from mrl.core.config import RunnerConfig, GrpoConfig, TaskConfig
-from mrl.runtime.runner import RunSpec, run_concurrent
-paths = {paths!r}
-spec = RunSpec(paths, TaskConfig(**{task!r}), GrpoConfig(**{grpo!r}), RunnerConfig(checkpoint_every=2))
-record = run_concurrent(spec, checkpoint_dir=sys.argv[1], resume=True, progress=False)
+from mrl.core.probes import probe_config
+from mrl.core.run_config import RunConfig
+from mrl.runtime.runner import run_concurrent
+from mrl.runtime.spec import Run
+grpo = GrpoConfig(**{grpo!r})
+config = RunConfig(task=TaskConfig(**{task!r}), grpo=grpo, runner=RunnerConfig(checkpoint_every=2))
+run = Run(config, {paths!r}, probe_config("grpo"), grpo.seed, grpo.steps)
+record = run_concurrent(run, checkpoint_dir=sys.argv[1], resume=True, progress=False)
 """
 
 
@@ -214,10 +218,10 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_metrics(paths, tmp_path):
     process.wait()
     killed_at = checkpoint.latest(ckpt).name
     assert killed_at < "step-000040"
-    resumed = run_concurrent(RunSpec(paths, TASK, grpo, RunnerConfig(checkpoint_every=2)), checkpoint_dir=ckpt,
+    resumed = run_concurrent(run_of(paths, TASK, grpo, RunnerConfig(checkpoint_every=2)), checkpoint_dir=ckpt,
                              resume=True, progress=False)
     assert any(e["event"].startswith("resumed from") for e in resumed.events)
-    uninterrupted = run_concurrent(RunSpec(paths, TASK, grpo, RunnerConfig()), progress=False)
+    uninterrupted = run_concurrent(run_of(paths, TASK, grpo, RunnerConfig()), progress=False)
     assert metrics(resumed) == metrics(uninterrupted)
 
 
@@ -226,7 +230,7 @@ def test_killed_worker_fails_the_run_by_name_and_keeps_the_checkpoint(paths, tmp
     cfg = RunnerConfig(backend="process", step_timeout=60, failure_policy="fail", checkpoint_every=2)
     start = time.monotonic()
     with pytest.raises(WorkerFailed, match="worker 'B' failed: its process died"):
-        run_concurrent(RunSpec(paths, TASK, GRPO, cfg, actor_cls=CrashingActor), checkpoint_dir=tmp_path,
+        run_concurrent(run_of(paths, TASK, GRPO, cfg), actor_cls=CrashingActor, checkpoint_dir=tmp_path,
                        progress=False)
     assert time.monotonic() - start < 60
     assert checkpoint.latest(tmp_path).name == "step-000002"
@@ -235,7 +239,7 @@ def test_killed_worker_fails_the_run_by_name_and_keeps_the_checkpoint(paths, tmp
 @pytest.mark.slow
 def test_killed_worker_is_dropped_with_continue(paths):
     cfg = RunnerConfig(backend="process", step_timeout=60, failure_policy="continue")
-    record = run_concurrent(RunSpec(paths, TASK, GRPO, cfg, actor_cls=CrashingActor), progress=False)
+    record = run_concurrent(run_of(paths, TASK, GRPO, cfg), actor_cls=CrashingActor, progress=False)
     steps_of = {p: [r["step"] for r in record.steps if r["policy"] == p] for p in "ABC"}
     assert steps_of["A"] == steps_of["C"] == list(range(1, GRPO.steps + 1))
     assert steps_of["B"] == [1, 2]
@@ -254,7 +258,7 @@ def test_hung_worker_misses_the_deadline(paths):
     cfg = RunnerConfig(backend="process", step_timeout=5, failure_policy="fail")
     start = time.monotonic()
     with pytest.raises(WorkerFailed, match="worker 'C' failed: no answer to update within 5.0 s"):
-        run_concurrent(RunSpec(paths, TASK, GRPO, cfg, actor_cls=HangingActor), progress=False)
+        run_concurrent(run_of(paths, TASK, GRPO, cfg), actor_cls=HangingActor, progress=False)
     assert time.monotonic() - start < 60
 
 
@@ -265,7 +269,7 @@ def test_async_clock_bounds_the_lead_and_matches_sync(paths, backend, tmp_path, 
     worker ever starts a step more than `staleness` ahead of the slowest."""
     sync = inline_run
     cfg = RunnerConfig(backend=backend, mode="async", staleness=1, checkpoint_every=3, step_timeout=120)
-    fast = run_concurrent(RunSpec(paths, TASK, GRPO, cfg), checkpoint_dir=tmp_path, progress=False)
+    fast = run_concurrent(run_of(paths, TASK, GRPO, cfg), checkpoint_dir=tmp_path, progress=False)
     leads = [e["lead"] for e in fast.events if e["event"].startswith("dispatch")]
     assert len(leads) == 3 * GRPO.steps and max(leads) <= 1
     key = lambda rows: sorted(rows, key=lambda r: (r["step"], r["policy"]))  # noqa: E731
@@ -296,8 +300,8 @@ class BadPeerActor(PolicyActor):
 
 @pytest.mark.slow
 def test_bad_peer_records_are_rejected_and_the_run_goes_on(paths):
-    clean = run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig()), progress=False)
-    record = run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(), actor_cls=BadPeerActor), progress=False)
+    clean = run_concurrent(run_of(paths, TASK, GRPO, RunnerConfig()), progress=False)
+    record = run_concurrent(run_of(paths, TASK, GRPO, RunnerConfig()), actor_cls=BadPeerActor, progress=False)
     assert record.counters["rejected/non_finite"] == GRPO.steps
     assert record.counters["rejected/future_version"] == GRPO.steps
     assert record.counters["rejected/out_of_vocab"] == GRPO.steps
@@ -310,7 +314,7 @@ def test_bad_peer_records_are_rejected_and_the_run_goes_on(paths):
 def test_sharing_probes_use_their_peers_across_tokenizers(paths, probe):
     """n = 3 families with three tokenizers: every probe receives its peers' records through SEE and THL."""
     grpo = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
-    record = run_concurrent(RunSpec(paths, TASK, grpo, RunnerConfig(), probe=probe_config(probe)), progress=False)
+    record = run_concurrent(run_of(paths, TASK, grpo, RunnerConfig(), probe=probe_config(probe)), progress=False)
     rows = record.steps
     assert len(rows) == 9
     if probe.startswith("prp") or probe in ("hacpo", "naive"):
@@ -322,7 +326,7 @@ def test_sharing_probes_use_their_peers_across_tokenizers(paths, probe):
         assert any(row["baseline_shift"] > 0 for row in rows)
     if probe == "sgt":
         assert all(row["rescue_size"] <= row["rescue_candidates"] for row in rows)
-    again = run_concurrent(RunSpec(paths, TASK, grpo, RunnerConfig(), probe=probe_config(probe)), progress=False)
+    again = run_concurrent(run_of(paths, TASK, grpo, RunnerConfig(), probe=probe_config(probe)), progress=False)
     assert metrics(again) == metrics(record)
 
 
@@ -333,7 +337,7 @@ def test_async_sharing_bounds_and_records_the_staleness_of_every_record_and_is_d
     within max_staleness of its step (records of a peer running ahead included), its staleness is in the step row,
     records do flow, and the inline backend's fixed schedule gives the same run twice."""
     cfg = RunnerConfig(mode="async", staleness=1, max_staleness=3)
-    runs = [run_concurrent(RunSpec(paths, TASK, GRPO, cfg, probe=probe_config(probe)), progress=False)
+    runs = [run_concurrent(run_of(paths, TASK, GRPO, cfg, probe=probe_config(probe)), progress=False)
             for _ in range(2)]
     assert metrics(runs[0]) == metrics(runs[1]) and runs[0].evals == runs[1].evals
     assert runs[0].events == runs[1].events
@@ -351,12 +355,12 @@ def test_hacpo_resumes_with_its_capability_tracker(paths, tmp_path):
     grpo = GrpoConfig(steps=4, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=4, seed=0)
     probe = probe_config("hacpo", capability_window=3)
     two = dict(list(paths.items())[:2])
-    whole = run_concurrent(RunSpec(two, TASK, grpo, RunnerConfig(checkpoint_every=2), probe=probe),
+    whole = run_concurrent(run_of(two, TASK, grpo, RunnerConfig(checkpoint_every=2), probe=probe),
                            checkpoint_dir=tmp_path / "a", progress=False)
     state = torch.load(checkpoint.latest(tmp_path / "a") / "state.pt", weights_only=False)
     assert state["workers"]["A"]["probe_state"]["capability"].updates == 4
     shutil.rmtree(tmp_path / "a" / "step-000004")
-    resumed = run_concurrent(RunSpec(two, TASK, grpo, RunnerConfig(checkpoint_every=2), probe=probe),
+    resumed = run_concurrent(run_of(two, TASK, grpo, RunnerConfig(checkpoint_every=2), probe=probe),
                              checkpoint_dir=tmp_path / "a", resume=True, progress=False)
     assert metrics(resumed) == metrics(whole)
     assert any(row.get("omega_from_B", 1.0) != 1.0 for row in whole.steps if row["policy"] == "A")
@@ -365,8 +369,8 @@ def test_hacpo_resumes_with_its_capability_tracker(paths, tmp_path):
 def test_gspo_x2_samples_twice_the_rollouts(paths):
     grpo = GrpoConfig(steps=1, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=1, seed=0)
     two = dict(list(paths.items())[:2])
-    single = run_concurrent(RunSpec(two, TASK, grpo, RunnerConfig(), probe=probe_config("gspo")), progress=False)
-    double = run_concurrent(RunSpec(two, TASK, grpo, RunnerConfig(), probe=probe_config("gspo_x2")), progress=False)
+    single = run_concurrent(run_of(two, TASK, grpo, RunnerConfig(), probe=probe_config("gspo")), progress=False)
+    double = run_concurrent(run_of(two, TASK, grpo, RunnerConfig(), probe=probe_config("gspo_x2")), progress=False)
     assert max(r["rollouts"] for r in double.evals) == 2 * max(r["rollouts"] for r in single.evals) == 32
 
 
@@ -463,7 +467,7 @@ def test_a_worker_that_never_answers_fails_the_run_within_the_deadline(paths, tm
     cfg = RunnerConfig(backend="process", step_timeout=5, failure_policy="fail", checkpoint_every=2)
     start = time.monotonic()
     with pytest.raises(WorkerFailed, match=f"worker 'C' failed: .*no answer to {actor.hang_in} within 5.0 s"):
-        run_concurrent(RunSpec(paths, TASK, GRPO, cfg, actor_cls=actor), checkpoint_dir=tmp_path, progress=False)
+        run_concurrent(run_of(paths, TASK, GRPO, cfg), actor_cls=actor, checkpoint_dir=tmp_path, progress=False)
     assert time.monotonic() - start < 90
     assert checkpoint.latest(tmp_path) is None
 
@@ -471,18 +475,18 @@ def test_a_worker_that_never_answers_fails_the_run_within_the_deadline(paths, tm
 @pytest.mark.slow
 def test_a_worker_that_hangs_while_resuming_fails_within_the_deadline(paths, tmp_path):
     grpo = dataclasses.replace(GRPO, steps=2)
-    run_concurrent(RunSpec(paths, TASK, grpo, RunnerConfig(checkpoint_every=2)), checkpoint_dir=tmp_path,
+    run_concurrent(run_of(paths, TASK, grpo, RunnerConfig(checkpoint_every=2)), checkpoint_dir=tmp_path,
                    progress=False)
     cfg = RunnerConfig(backend="process", step_timeout=5, checkpoint_every=2)
     with pytest.raises(WorkerFailed, match="while resuming from step-000002: no answer to load_state_dict"):
-        run_concurrent(RunSpec(paths, TASK, grpo, cfg, actor_cls=Faulty_load_state_dict), checkpoint_dir=tmp_path,
+        run_concurrent(run_of(paths, TASK, grpo, cfg), actor_cls=Faulty_load_state_dict, checkpoint_dir=tmp_path,
                        resume=True, progress=False)
 
 
 @pytest.mark.slow
 def test_a_worker_dying_while_checkpointing_is_dropped_with_continue(paths, tmp_path):
     cfg = RunnerConfig(backend="process", step_timeout=60, failure_policy="continue", checkpoint_every=2)
-    record = run_concurrent(RunSpec(paths, TASK, GRPO, cfg, actor_cls=Faulty_die), checkpoint_dir=tmp_path,
+    record = run_concurrent(run_of(paths, TASK, GRPO, cfg), actor_cls=Faulty_die, checkpoint_dir=tmp_path,
                             progress=False)
     assert [r["step"] for r in record.steps if r["policy"] == "C"] == [1, 2]
     assert [r["step"] for r in record.steps if r["policy"] == "A"] == list(range(1, GRPO.steps + 1))
@@ -505,7 +509,7 @@ def test_a_worker_dropped_while_checkpointing_leaves_the_async_clock(paths, tmp_
     """Async: C is dropped in step 2's checkpoint. A and B go on and the steps after it end: their checkpoints are
     written up to the last step (C's lane, left in the clock's step table, held the count of finished steps at 2)."""
     cfg = RunnerConfig(mode="async", failure_policy="continue", checkpoint_every=2)
-    record = run_concurrent(RunSpec(paths, TASK, GRPO, cfg, actor_cls=RaisingCheckpointActor),
+    record = run_concurrent(run_of(paths, TASK, GRPO, cfg), actor_cls=RaisingCheckpointActor,
                             checkpoint_dir=tmp_path, progress=False)
     assert any(e["event"].startswith("dropped C: while checkpointing: state_dict raised OSError")
                for e in record.events)
@@ -519,7 +523,7 @@ def test_a_worker_dropped_while_checkpointing_leaves_the_async_clock(paths, tmp_
 def two_step_checkpoint(paths, tmp_path_factory):
     folder = tmp_path_factory.mktemp("ckpt")
     two = {k: paths[k] for k in "AB"}
-    run_concurrent(RunSpec(two, TASK, dataclasses.replace(GRPO, steps=4), RunnerConfig(checkpoint_every=2)),
+    run_concurrent(run_of(two, TASK, dataclasses.replace(GRPO, steps=4), RunnerConfig(checkpoint_every=2)),
                    checkpoint_dir=folder, progress=False)
     shutil.rmtree(folder / "step-000004")  # as if killed after step 2's checkpoint
     return folder
@@ -535,7 +539,7 @@ def test_resuming_another_experiment_is_refused_naming_both_values(paths, two_st
     policies = {k: paths[k] for k in change.pop("policies", "AB")}
     grpo = change.pop("grpo", dataclasses.replace(GRPO, steps=4))
     with pytest.raises(ConfigError, match="another run") as err:
-        run_concurrent(RunSpec(policies, TASK, grpo, RunnerConfig(checkpoint_every=2), **change),
+        run_concurrent(run_of(policies, TASK, grpo, RunnerConfig(checkpoint_every=2), **change),
                        checkpoint_dir=two_step_checkpoint, resume=True, progress=False)
     assert named in str(err.value)
 
@@ -544,13 +548,13 @@ def test_resuming_another_experiment_is_refused_naming_both_values(paths, two_st
 def test_a_damaged_newest_checkpoint_is_skipped_and_the_run_still_ends_as_uninterrupted(paths, tmp_path):
     two = {k: paths[k] for k in "AB"}
     grpo = dataclasses.replace(GRPO, steps=6)
-    whole = run_concurrent(RunSpec(two, TASK, grpo, RunnerConfig(checkpoint_every=2)), checkpoint_dir=tmp_path / "a",
+    whole = run_concurrent(run_of(two, TASK, grpo, RunnerConfig(checkpoint_every=2)), checkpoint_dir=tmp_path / "a",
                            progress=False)
     shutil.rmtree(tmp_path / "a" / "step-000006")
     state = tmp_path / "a" / "step-000004" / "state.pt"
     state.write_bytes(state.read_bytes()[:-1000])  # a torn write of the newest one
     with pytest.warns(UserWarning, match="skipped damaged checkpoint step-000004"):
-        resumed = run_concurrent(RunSpec(two, TASK, grpo, RunnerConfig(checkpoint_every=2)),
+        resumed = run_concurrent(run_of(two, TASK, grpo, RunnerConfig(checkpoint_every=2)),
                                  checkpoint_dir=tmp_path / "a", resume=True, progress=False)
     events = [e["event"] for e in resumed.events]
     assert any(e.startswith("skipped damaged checkpoint step-000004: state.pt does not match") for e in events)
@@ -563,8 +567,8 @@ def test_a_checkpointed_run_logs_every_accepted_record_once_per_step(paths, tmp_
     from mrl.runtime.experience_log import replay
 
     two = {k: paths[k] for k in "AB"}
-    record = run_concurrent(RunSpec(two, TASK, GRPO, RunnerConfig(checkpoint_every=3), probe=probe_config("sgt")),
-                            checkpoint_dir=tmp_path, progress=False)
+    record = run_concurrent(run_of(two, TASK, GRPO, RunnerConfig(checkpoint_every=3), probe=probe_config("sgt")),
+                            checkpoint_dir=tmp_path, experience_dir=tmp_path / "experience", progress=False)
     logged = list(replay(tmp_path / "experience"))
     assert sorted({step for step, _ in logged}) == list(range(1, GRPO.steps + 1))
     accepted = sum(v for k, v in record.counters.items() if k.startswith("accepted/"))
@@ -578,7 +582,7 @@ def test_five_families_share_through_every_tokenizer(five_zoo_paths, mode):
     receives its four peers' samples through SEE and THL (none lost), sync and async, and the run repeats exactly."""
     grpo = GrpoConfig(steps=2, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=2, seed=0)
     cfg = RunnerConfig(mode=mode, max_staleness=2)
-    runs = [run_concurrent(RunSpec(five_zoo_paths, TASK, grpo, cfg, probe=probe_config("prp")), progress=False)
+    runs = [run_concurrent(run_of(five_zoo_paths, TASK, grpo, cfg, probe=probe_config("prp")), progress=False)
             for _ in range(2)]
     assert metrics(runs[0]) == metrics(runs[1])
     rows = runs[0].steps

@@ -23,6 +23,7 @@ from mrl.core.probes import probe_config
 from mrl.core.stop_tokens import stop_ids
 from mrl.core.tasks import make_task
 import mrl.experiments.runs
+import mrl.runtime.spec
 from mrl.profiles import load_profile
 from mrl.runtime import checkpoint
 from mrl.runtime.actor import PolicyActor
@@ -37,6 +38,7 @@ TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if add_gener
 def smoke_run(monkeypatch, tmp_path, tiny_zoo_paths):
     """`mrl run` on the smoke profile's settings with the tests' tiny zoo, its run cache under tmp_path."""
     monkeypatch.setattr(mrl.experiments.runs, "repo_root", lambda: tmp_path)
+    monkeypatch.setattr(mrl.runtime.spec, "repo_root", lambda: tmp_path)
     monkeypatch.setattr(cli, "policy_paths", lambda config, progress=True: dict(tiny_zoo_paths))
     return tmp_path
 
@@ -118,7 +120,7 @@ def greedy(model, tokenizer, prompts: list[str], max_new_tokens: int, eos: list[
 @pytest.mark.slow
 def test_mrl_run_leaves_folders_whose_greedy_completions_are_the_trained_actors(smoke_run, monkeypatch, capsys):
     monkeypatch.setattr(mrl.experiments.runs, "run_concurrent",
-                        lambda spec, **kw: run_concurrent(dataclasses.replace(spec, actor_cls=GreedyAtTheEnd), **kw))
+                        lambda run, **kw: run_concurrent(run, **kw, actor_cls=GreedyAtTheEnd))
     out = smoke_run / "out"
     assert cli.main(["run", "--policies", "A+B", "--probe", "sgt", "--steps", "4", "--output-dir", str(out)]) == 0
     assert str(out / "A") in capsys.readouterr().out
@@ -156,6 +158,7 @@ from pathlib import Path
 import mrl
 from mrl import cli
 import mrl.experiments.runs
+import mrl.runtime.spec
 from mrl.profiles import load_profile
 from mrl.runtime.actor import PolicyActor
 from mrl.runtime.runner import run_concurrent
@@ -169,9 +172,8 @@ class KilledInStep4(PolicyActor):
 
 
 if __name__ == "__main__":
-    mrl.experiments.runs.repo_root = lambda: Path({root!r})
-    mrl.experiments.runs.run_concurrent = \
-        lambda spec, **kw: run_concurrent(dataclasses.replace(spec, actor_cls=KilledInStep4), **kw)
+    mrl.experiments.runs.repo_root = mrl.runtime.spec.repo_root = lambda: Path({root!r})
+    mrl.experiments.runs.run_concurrent = lambda run, **kw: run_concurrent(run, **kw, actor_cls=KilledInStep4)
     cli.policy_paths = lambda config, progress=True: {paths!r}
     cli.main(sys.argv[1:])
 """

@@ -17,11 +17,11 @@ import time
 import psutil
 import pytest
 
-from testsupport import TINY_TASK, metrics
+from testsupport import TINY_TASK, metrics, run_of
 from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
 from mrl.runtime import checkpoint
 from mrl.runtime.experience_log import replay
-from mrl.runtime.runner import RunSpec, run_concurrent
+from mrl.runtime.runner import run_concurrent
 
 pytestmark = pytest.mark.soak
 
@@ -34,12 +34,16 @@ RUN = """
 import pickle, sys
 from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import probe_config
-from mrl.runtime.runner import RunSpec, run_concurrent
+from mrl.core.run_config import RunConfig
+from mrl.runtime.runner import run_concurrent
+from mrl.runtime.spec import Run
 
 if __name__ == "__main__":
-    record = run_concurrent(RunSpec({paths}, TaskConfig(**{task}), GrpoConfig(**{grpo}), RunnerConfig(**{runner}),
-                                    probe=probe_config("sgt")),
-                            checkpoint_dir=sys.argv[1], resume=True, progress=False)
+    grpo = GrpoConfig(**{grpo})
+    config = RunConfig(task=TaskConfig(**{task}), grpo=grpo, runner=RunnerConfig(**{runner}))
+    record = run_concurrent(Run(config, {paths}, probe_config("sgt"), grpo.seed, grpo.steps),
+                            checkpoint_dir=sys.argv[1], resume=True, experience_dir=sys.argv[1] + "/experience",
+                            progress=False)
     with open(sys.argv[2], "wb") as handle:
         pickle.dump(record, handle)
 """
@@ -72,8 +76,8 @@ def paths(tiny_zoo_paths):
 def test_a_run_under_random_kills_and_damage_ends_as_an_uninterrupted_one(paths, tmp_path):
     from mrl.core.probes import probe_config
 
-    reference = run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(checkpoint_every=0), probe=probe_config("sgt"),
-                                       experience_dir=tmp_path / "reference-log"), progress=False)
+    reference = run_concurrent(run_of(paths, TASK, GRPO, RunnerConfig(checkpoint_every=0), probe=probe_config("sgt")),
+                               experience_dir=tmp_path / "reference-log", progress=False)
     script = tmp_path / "run.py"
     script.write_text(RUN.format(paths=paths, task=TASK.__dict__, grpo=GRPO.__dict__, runner=RUNNER.__dict__))
     ckpt, out = tmp_path / "ckpt", tmp_path / "record.pkl"

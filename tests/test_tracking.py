@@ -10,11 +10,11 @@ import textwrap
 
 import pytest
 
-from testsupport import TINY_TASK
+from testsupport import TINY_TASK, run_of
 from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import probe_config
 from mrl.runtime import checkpoint
-from mrl.runtime.runner import RunRecord, RunSpec, run_concurrent
+from mrl.runtime.runner import RunRecord, run_concurrent
 from mrl.runtime.tracking import NotebookPlot, NotebookTable, Reporting, eval_metrics, step_metrics
 
 TASK = TaskConfig(**TINY_TASK)
@@ -70,16 +70,16 @@ def test_a_run_reports_its_record_and_computes_the_same(tiny_zoo_paths, tmp_path
     paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
     sink = Collect()
     cfg = RunnerConfig(report_to="tensorboard", logging_dir=str(tmp_path / "tb"))
-    reported = run_concurrent(RunSpec(paths, TASK, GRPO, cfg, run_id="tb-run", probe=probe_config("sgt")),
+    reported = run_concurrent(run_of(paths, TASK, GRPO, cfg, probe=probe_config("sgt")),
                               progress=False, reporters=[sink])
-    plain = run_concurrent(RunSpec(paths, TASK, GRPO, RunnerConfig(), run_id="tb-run", probe=probe_config("sgt")),
+    plain = run_concurrent(run_of(paths, TASK, GRPO, RunnerConfig(), probe=probe_config("sgt")),
                            progress=False)
     strip = [{k: v for k, v in row.items() if not k.endswith("seconds")} for row in reported.steps]
     assert strip == [{k: v for k, v in row.items() if not k.endswith("seconds")} for row in plain.steps]
     assert reported.evals == plain.evals
     assert sink.closed and [step for step, _ in sink.logged] == list(range(GRPO.steps + 1))
 
-    events = EventAccumulator(str(tmp_path / "tb" / "tb-run"))
+    events = EventAccumulator(str(tmp_path / "tb" / "sgt-seed0"))
     events.Reload()
     for name in paths:
         rewards = [(e.step, e.value) for e in events.Scalars(f"{name}/train/reward")]
@@ -97,10 +97,10 @@ def test_a_resumed_run_reports_only_its_new_steps(tiny_zoo_paths, tmp_path):
     paths = {"A": tiny_zoo_paths["A"]}
     first, second = Collect(), Collect()
     cfg = RunnerConfig(checkpoint_every=2)
-    run_concurrent(RunSpec(paths, TASK, GRPO, cfg), checkpoint_dir=tmp_path, progress=False, reporters=[first])
+    run_concurrent(run_of(paths, TASK, GRPO, cfg), checkpoint_dir=tmp_path, progress=False, reporters=[first])
     assert [step for step, _ in first.logged] == [0, 1, 2, 3, 4]
     shutil.rmtree(checkpoint.latest(tmp_path))  # as if killed before its step-4 checkpoint
-    run_concurrent(RunSpec(paths, TASK, GRPO, cfg), checkpoint_dir=tmp_path, resume=True, progress=False,
+    run_concurrent(run_of(paths, TASK, GRPO, cfg), checkpoint_dir=tmp_path, resume=True, progress=False,
                    reporters=[second])
     assert [step for step, _ in second.logged] == [3, 4]
 
@@ -112,14 +112,14 @@ def test_trackio_stores_the_run_locally(tiny_zoo_paths, tmp_path):
     script = textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {str(os.path.dirname(__file__))!r})
-        from testsupport import TINY_TASK
+        from testsupport import TINY_TASK, run_of
         from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
-        from mrl.runtime.runner import RunSpec, run_concurrent
-        record = run_concurrent(RunSpec({{"A": {tiny_zoo_paths["A"]!r}}}, TaskConfig(**TINY_TASK),
+        from mrl.runtime.runner import run_concurrent
+        record = run_concurrent(run_of({{"A": {tiny_zoo_paths["A"]!r}}}, TaskConfig(**TINY_TASK),
                                         GrpoConfig(steps=2, prompts_per_step=4, group_size=4, eval_every=2, seed=0),
-                                        RunnerConfig(report_to="trackio"), run_id="trackio-run"), progress=False)
+                                        RunnerConfig(report_to="trackio")), progress=False)
         from trackio.sqlite_storage import SQLiteStorage
-        logs = SQLiteStorage.get_logs(project="mrl", run="trackio-run")
+        logs = SQLiteStorage.get_logs(project="mrl", run="grpo-seed0")
         print("RESULT", json.dumps({{"rewards": [row["reward"] for row in record.steps],
                           "logged": [[row.get("step"), row.get("A/train/reward")] for row in logs]}}))
     """)
@@ -162,14 +162,14 @@ def test_wandb_stores_the_run_offline(tiny_zoo_paths, tmp_path):
     script = textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {str(os.path.dirname(__file__))!r})
-        from testsupport import TINY_TASK
+        from testsupport import TINY_TASK, run_of
         from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
         from mrl.core.probes import probe_config
-        from mrl.runtime.runner import RunSpec, run_concurrent
-        record = run_concurrent(RunSpec({{"A": {tiny_zoo_paths["A"]!r}}}, TaskConfig(**TINY_TASK),
+        from mrl.runtime.runner import run_concurrent
+        record = run_concurrent(run_of({{"A": {tiny_zoo_paths["A"]!r}}}, TaskConfig(**TINY_TASK),
                                         GrpoConfig(steps=2, prompts_per_step=4, group_size=4, eval_every=2, seed=0),
                                         RunnerConfig(report_to="wandb", logging_dir={str(tmp_path / "wandb")!r}),
-                                        run_id="wandb-run", probe=probe_config("grpo")), progress=False)
+                                        probe=probe_config("grpo")), progress=False)
         print("RESULT", json.dumps([row["reward"] for row in record.steps]))
     """)
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
@@ -179,7 +179,7 @@ def test_wandb_stores_the_run_offline(tiny_zoo_paths, tmp_path):
     [run_file] = (tmp_path / "wandb").rglob("offline-run-*/run-*.wandb")
     records = list(wandb_records(run_file))
     [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
-    assert run.display_name == "wandb-run" and "grpo" in {item.key for item in run.config.update}
+    assert run.display_name == "grpo-seed0" and "grpo" in {item.key for item in run.config.update}
     history = [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
                for r in records if r.WhichOneof("record_type") == "history"]
     logged = [(row["_step"], row["A/train/reward"]) for row in history if "A/train/reward" in row]

@@ -116,14 +116,14 @@ def test_a_teacher_equal_to_the_learner_scores_its_tokens_as_the_learner(bpe_tok
 
 
 def test_trrd_config_and_a_run_without_a_teacher_are_refused(tiny_zoo_paths):
-    from testsupport import TINY_TASK
+    from testsupport import TINY_TASK, run_of
     from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
-    from mrl.runtime.runner import RunSpec, run_concurrent
+    from mrl.runtime.runner import run_concurrent
 
     with pytest.raises(ConfigError, match="TrrdConfig.alpha"):
         probe_config("trrd", alpha=1.5)
     with pytest.raises(ConfigError, match="takes its teacher from another policy"):
-        run_concurrent(RunSpec({"A": tiny_zoo_paths["A"]}, TaskConfig(**TINY_TASK), GrpoConfig(steps=1),
+        run_concurrent(run_of({"A": tiny_zoo_paths["A"]}, TaskConfig(**TINY_TASK), GrpoConfig(steps=1),
                                RunnerConfig(), probe=probe_config("trrd")), progress=False)
 
 

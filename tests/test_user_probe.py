@@ -12,11 +12,11 @@ import textwrap
 
 import pytest
 
-from testsupport import TINY_TASK, CrashingActor, metrics
+from testsupport import TINY_TASK, CrashingActor, metrics, run_of
 from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig, TaskConfig
 from mrl.core.probes import PROBES, get_probe, probe_code, probe_config, require_importable
 from mrl.runtime.mwra import WorkerFailed
-from mrl.runtime.runner import RunSpec, run_concurrent
+from mrl.runtime.runner import run_concurrent
 
 USER_PROBE = '''
 """A user's probe: GRPO's own term, scaled."""
@@ -77,16 +77,16 @@ def test_a_probe_in_a_users_module_runs_on_every_backend_and_a_dead_ray_actor_is
     paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
     ray.init(num_cpus=max(os.cpu_count() or 1, len(paths)), include_dashboard=False, log_to_driver=False)
     try:
-        runs = {backend: run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), GRPO,
+        runs = {backend: run_concurrent(run_of(paths, TaskConfig(**TINY_TASK), GRPO,
                                                 RunnerConfig(backend=backend, step_timeout=300),
                                                 probe=probe_config("scaled", offset=0.5)), progress=False)
                 for backend in ("inline", "process", "ray")}
         assert metrics(runs["inline"]) == metrics(runs["process"]) == metrics(runs["ray"])
         assert any(row["loss"] != 0 for row in runs["inline"].steps)
         with pytest.raises(WorkerFailed, match="worker 'B' failed: its actor died"):   # B alone: one actor to start
-            run_concurrent(RunSpec({"B": paths["B"]}, TaskConfig(**TINY_TASK), dataclasses.replace(GRPO, steps=3),
-                                   RunnerConfig(backend="ray", step_timeout=60), actor_cls=CrashingActor),
-                           progress=False)
+            run_concurrent(run_of({"B": paths["B"]}, TaskConfig(**TINY_TASK), dataclasses.replace(GRPO, steps=3),
+                                   RunnerConfig(backend="ray", step_timeout=60)),
+                           actor_cls=CrashingActor, progress=False)
     finally:
         ray.shutdown()
 
@@ -108,7 +108,7 @@ def test_packed_runs_import_a_users_probe_module_in_their_processes(user_module,
     runs = [({"seed": seed}, Run(config, paths, probe_config("scaled_plain"), seed, 2)) for seed in (0, 1)]
     packed, _ = run_many(runs, packed_runs=2, progress=False)
     assert all(run.is_cached() for _, run in runs)
-    inline = run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), GRPO, RunnerConfig(),
+    inline = run_concurrent(run_of(paths, TaskConfig(**TINY_TASK), GRPO, RunnerConfig(),
                                     probe=probe_config("scaled_plain")), progress=False)
     assert packed[packed.seed == 0].loss.tolist() == [row["loss"] for row in inline.steps]
 

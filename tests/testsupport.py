@@ -34,17 +34,30 @@ def metrics(record) -> tuple[list, list]:
     return [{k: v for k, v in row.items() if not k.endswith("seconds")} for row in record.steps], record.evals
 
 
+def run_of(paths: dict, task, grpo, runner=None, probe="grpo", variant=None, **config):
+    """A Run (mrl.runtime.spec) of given checkpoint folders, as a test builds one: a RunConfig of `task`, `grpo`,
+    `runner` and any other RunConfig field (threads, placement), the probe (a name or a config), the RL seed and steps
+    of `grpo` (no zoo: the seed is not nested), and the peers' variant (default: honest)."""
+    from mrl.core.config import RunnerConfig
+    from mrl.core.probes import probe_config
+    from mrl.core.run_config import RunConfig
+    from mrl.runtime.spec import HONEST, Run
+
+    run_config = RunConfig(task=task, grpo=grpo, runner=runner or RunnerConfig(), **config)
+    probe = probe_config(probe) if isinstance(probe, str) else probe
+    return Run(run_config, dict(paths), probe, grpo.seed, grpo.steps, variant or HONEST)
+
+
 def pair_run_twice(tiny_zoo_paths, probe: str) -> tuple[list, list]:
     """A (GPT-2 + BPE) and B (Llama + Unigram) under `probe` through the runner, 3 steps, twice: (each run's step rows
     without timings, each run's evals)."""
-    from mrl.core.config import GrpoConfig, RunnerConfig, TaskConfig
-    from mrl.core.probes import probe_config
-    from mrl.runtime.runner import RunSpec, run_concurrent
+    from mrl.core.config import GrpoConfig, TaskConfig
+    from mrl.runtime.runner import run_concurrent
 
     paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
     grpo = GrpoConfig(steps=3, prompts_per_step=4, group_size=4, lr=3e-4, eval_every=3, seed=0)
-    runs = [run_concurrent(RunSpec(paths, TaskConfig(**TINY_TASK), grpo, RunnerConfig(), probe=probe_config(probe)),
-                           progress=False) for _ in range(2)]
+    runs = [run_concurrent(run_of(paths, TaskConfig(**TINY_TASK), grpo, probe=probe), progress=False)
+            for _ in range(2)]
     return [metrics(r)[0] for r in runs], [r.evals for r in runs]
 
 

@@ -1,9 +1,6 @@
-"""A run as data, and the one function that runs many: packed, cached and labelled.
+"""The one function that runs many: packed, cached and labelled; and the run cache around the runner.
 
-A `Run` is everything one concurrent run's numbers depend on: the profile's config (task, GRPO, runner, placement),
-the policies' checkpoint folders, the probe, the RL seed and steps, and its `Variant` (what its peers do besides the
-probe). `Run.key()` hashes what the numbers depend on (task, GRPO settings with seed and steps, probe, policies,
-the source code of the mrl package, the numerics mode, the peers' variant, the placement); the run's steps and evals
+A `Run` (mrl.runtime.spec, re-exported here) is everything one concurrent run's numbers depend on; its steps and evals
 are cached under results/runs/<key>/ and read back when the same run is asked for again (a notebook re-run, or
 HACPO's notebook reusing the MRL probes' runs). An entry is published whole by one rename and read only where its
 checksums match (mrl.runtime.results.read_run); one that does not is recomputed. Any edit of mrl/'s code (not its
@@ -16,7 +13,6 @@ each inline in its own process) and returns every run's steps and evals with its
 """
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing
 import os
 import shutil
@@ -24,29 +20,24 @@ import time
 import warnings
 from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 from tqdm.auto import tqdm
 
 from mrl import numerics
-from mrl.core.config import GrpoConfig, RunnerConfig
-from mrl.core.probes import ProbeConfig, as_probe_config, get_probe, probe_code, probe_label
+from mrl.core.probes import as_probe_config, get_probe, probe_label
 from mrl.core.run_config import RunConfig
-from mrl.core.seeding import nested_rl_seed
-from mrl.core.validation import ConfigError, config_hash, require, to_dict
-from mrl.fingerprint import code_fingerprint
+from mrl.core.validation import ConfigError, to_dict
 from mrl.paths import repo_root
 from mrl.runtime.pools import GUARD_HINT, worker_executor
 from mrl.runtime.checkpoint import latest
-from mrl.runtime.results import (CachedRun, clear_work_folders, git_sha, process_alive, publish_run, read_run,
-                                 work_folder, write_run_record)
+from mrl.runtime.results import (clear_work_folders, git_sha, process_alive, publish_run, work_folder,
+                                 write_run_record)
 from mrl.runtime.runner import run_concurrent
-from mrl.runtime.saving import RunCard
-from mrl.runtime.spec import OfflinePeers, RunSpec, run_identity
+from mrl.runtime.spec import HONEST, Run, Variant, run_identity  # noqa: F401  (HONEST, Variant: re-exported)
 from mrl.runtime.zoo import build_zoo
+
 
 def panel_labels(panels: dict) -> dict[str, list[str]]:
     """{title: [probe labels]} of a config's panels (mappings turned into their labels, as the tables show them)."""
@@ -65,129 +56,6 @@ def policy_paths(config: RunConfig, progress: bool = True) -> dict[str, str]:
     if config.zoo is None:
         raise ConfigError("RunConfig has neither policies nor a zoo: a profile names one of them")
     return {name: str(policy.path) for name, policy in build_zoo(config.task, config.zoo, progress=progress).items()}
-
-
-@dataclass(frozen=True)
-class Variant:
-    """What a run does besides its probe and the profile's settings: the RunnerConfig fields it sets over the
-    profile's runner (a poisoned peer, mrl.runtime.poison, with or without re-verification; the step clock; a backend
-    it must use), peers replayed from another run's experience log (OfflinePeers), and whether it logs its own
-    experience. The default: the profile's runner, honest live peers."""
-
-    runner: dict = field(default_factory=dict)
-    """RunnerConfig fields set over the profile's runner, e.g. {"poisoned": "B", "attack": "forged_success",
-    "reverify": False} or {"mode": "async", "max_staleness": 2, "backend": "process"}; a backend named here is the
-    one the run must use (an async run's metrics depend on its backend's timing), else the caller's"""
-    offline: tuple = ()
-    """((peer, checkpoint folder), ...): peers replayed from offline_log instead of co-trained"""
-    offline_log: str = ""
-    """the experience log of a cached run (its folder/experience)"""
-    log_experience: bool = False
-    """write this run's experience log into its cache folder (it computes the same metrics: not in the key)"""
-
-    def __post_init__(self):
-        fields = [f.name for f in dataclasses.fields(RunnerConfig)]
-        unknown = sorted(set(self.runner) - set(fields))
-        require(not unknown, "Variant", "runner", unknown, f"RunnerConfig fields: {fields}")
-
-    def runner_config(self, base: RunnerConfig, backend: str | None = None) -> RunnerConfig:
-        """The RunnerConfig this run runs with: `base` (the profile's runner) with this variant's fields over it, the
-        one place they meet; its backend: the variant's, else `backend`, else base's. Values are checked as
-        RunnerConfig checks them."""
-        return dataclasses.replace(base, **{"backend": backend or base.backend, **self.runner})
-
-    @property
-    def backend_pinned(self) -> bool:
-        """The run must use the variant's backend (it is part of the run's identity)."""
-        return "backend" in self.runner
-
-
-HONEST = Variant()
-
-
-@dataclass(frozen=True)
-class Run:
-    """One concurrent run: `paths` ({name: checkpoint folder}) trained together under `probe` for `steps` RL steps
-    of seed `seed`, with the profile's `config` (task, GRPO, runner, placement) and its peers' `variant`."""
-
-    config: RunConfig
-    paths: dict[str, str]
-    probe: ProbeConfig
-    seed: int
-    steps: int
-    variant: Variant = field(default=HONEST)
-
-    def spec(self, backend: str | None = None, report_to: str = "none", experience_dir: Path | None = None,
-             output_dir: Path | None = None, card: RunCard | None = None) -> RunSpec:
-        """The run as the runner takes it: the profile's task, GRPO (with this run's seed and steps, an evaluation
-        at least at the end), runner (the variant folded in, `Variant.runner_config`; its backend the variant's, else
-        `backend`, else the profile's) and placement, the probe, the offline peers. The other arguments say where
-        its outputs go (not part of its identity)."""
-        config, variant = self.config, self.variant
-        runner = dataclasses.replace(variant.runner_config(config.runner, backend), report_to=report_to)
-        offline = OfflinePeers(variant.offline_log, dict(variant.offline)) if variant.offline else None
-        return RunSpec(policies=dict(self.paths), task=config.task, grpo=self.grpo(), runner=runner, probe=self.probe,
-                       threads=config.threads, run_id=f"{self.probe.name}-seed{self.seed}",
-                       placement={name: config.placement_of(name) for name in self.paths}, offline=offline,
-                       backend_pinned=variant.backend_pinned, experience_dir=experience_dir, output_dir=output_dir,
-                       card=card)
-
-    def key_content(self) -> dict:
-        """Everything the run's numbers depend on: its identity (mrl.runtime.spec.run_identity, which a checkpoint of it
-        records too), the mrl package's code and the numerics mode."""
-        key = {**run_identity(self.spec()), "code": code_fingerprint(), "numerics": numerics.mode()}
-        user_code = probe_code(self.probe.name)
-        if user_code:
-            key["probe_code"] = user_code   # a probe written outside the package: its modules' code
-        return key
-
-    def key(self) -> str:
-        """The run's cache key: the hash of key_content(), computed once per Run (a Run is made for one call; a
-        user's probe edited later makes new Runs, and new keys)."""
-        if "_key" not in self.__dict__:
-            object.__setattr__(self, "_key", config_hash(self.key_content()))
-        return self.__dict__["_key"]
-
-    def folder(self) -> Path:
-        """results/runs/<key>/: where the run's steps, evals and run.json are cached."""
-        return repo_root() / "results" / "runs" / self.key()
-
-    def label(self) -> str:
-        """The run in words, for progress and errors: 'sgt seed 1 of A+B'."""
-        return f"{probe_label(self.probe)} seed {self.seed} of {'+'.join(self.paths)}"
-
-    def grpo(self) -> GrpoConfig:
-        """The GRPO settings the run trains with: the profile's, with its steps (an evaluation at least at the end)
-        and its RL seed nested in its warm-up's seed (mrl.core.seeding.nested_rl_seed)."""
-        zoo_seed = self.config.zoo.warmup.seed if self.config.zoo is not None else 0
-        return dataclasses.replace(self.config.grpo, seed=nested_rl_seed(zoo_seed, self.seed), steps=self.steps,
-                                   eval_every=min(self.config.grpo.eval_every, self.steps))
-
-    def cached(self) -> CachedRun | None:
-        """The run as its folder holds it, every file checked (mrl.runtime.results.read_run: a torn or edited one is
-        named in a warning), with its experience log when its variant asks for one; None: it must be computed."""
-        if not self.cacheable:
-            return None
-        cached = read_run(self.folder())
-        if cached is None or (self.variant.log_experience and not cached.record.get("experience", False)):
-            return None
-        return cached
-
-    @property
-    def cacheable(self) -> bool:
-        """Its key holds all the code it runs: not a probe written in notebook cells (mrl.core.probes.Probe.in_cells),
-        whose code no file holds, so no key can tell an edited cell from the one that ran."""
-        return not get_probe(self.probe.name).in_cells
-
-    def card(self, profile: str = "") -> RunCard:
-        """What its saved policies' model cards say of the run: its key (none for a run outside the cache,
-        `cacheable`), profile (default: its config's), probe, seed and steps."""
-        return RunCard(run_key=self.key() if self.cacheable else "", profile=profile or self.config.profile,
-                       probe=probe_label(self.probe), seed=self.seed, steps=self.steps)
-
-    def is_cached(self) -> bool:
-        """The run finished in its folder and passes its checks (`cached`)."""
-        return self.cached() is not None
 
 
 def grid_checkpoints(folder: Path) -> Path:
@@ -224,31 +92,30 @@ def adopt_checkpoints(folder: Path) -> Path:
     return own
 
 
-def checkpoints_in_grid(run: Run, spec: RunSpec) -> int:
+def checkpoints_in_grid(run: Run) -> int:
     """Steps between a grid run's checkpoints in the run cache (runner.grid_checkpoint_every), or 0 where it writes
     none: an async run (its checkpoints are barriers that change the schedule), a run whose wall time is what it
     measures (backend_pinned), one that logs its experience (the log would restart at the resume)."""
-    runner = spec.runner
-    if runner.mode != "sync" or spec.backend_pinned or run.variant.log_experience:
+    runner = run.runner()
+    if runner.mode != "sync" or run.variant.backend_pinned or run.variant.log_experience:
         return 0
     return runner.grid_checkpoint_every
 
 
 def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progress: bool = False,
-            report_to: str = "none", output_dir: str | Path | None = None, resume: bool = False,
-            profile: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:
+            report_to: str = "none", output_dir: str | Path | None = None,
+            resume: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(steps, evals) of one run; from the cache when it holds the run. backend: the variant's, else this one,
     else the profile's (config.runner.backend). report_to: live metrics (mrl.runtime.tracking).
 
     output_dir: where the run leaves its trained policies (<output_dir>/<policy>/, transformers folders,
-    mrl.runtime.saving), its checkpoints (<output_dir>/checkpoints/, every runner.checkpoint_every steps) and a copy of
-    its tables; the run is then computed (the cache holds no weights). Without an output folder, a sync run
-    checkpoints into the run cache's work area every runner.grid_checkpoint_every steps (checkpoints_in_grid; the
-    newest kept) and resumes from what a killed process left there (adopt_checkpoints); its checkpoints go when it
-    is published, and cache=False starts it afresh; a profile with runner.save_policies saves its policies into
-    trained_folder(run). resume: continue from the newest intact checkpoint in <output_dir>/checkpoints (a different
-    experiment's is refused). profile: named in the model cards and run.json (default: the run's config's,
-    RunConfig.profile).
+    mrl.runtime.saving), its checkpoints (<output_dir>/checkpoints/, every runner.checkpoint_every steps, with the
+    experience log beside them) and a copy of its tables; the run is then computed (the cache holds no weights).
+    Without an output folder, a sync run checkpoints into the run cache's work area every
+    runner.grid_checkpoint_every steps (checkpoints_in_grid; the newest kept) and resumes from what a killed process
+    left there (adopt_checkpoints); its checkpoints go when it is published, and cache=False starts it afresh; a
+    profile with runner.save_policies saves its policies into trained_folder(run). resume: continue from the newest
+    intact checkpoint in <output_dir>/checkpoints (a different experiment's is refused).
 
     A run of a probe written in notebook cells (not `Run.cacheable`) is computed every time, with a warning that
     says why (run_uncached): it neither reads nor writes the cache, writes no checkpoints and cannot resume, and its
@@ -256,28 +123,30 @@ def run_one(run: Run, *, backend: str | None = None, cache: bool = True, progres
     folder = run.folder()
     if cache and output_dir is None and (cached := run.cached()) is not None:
         return cached.steps, cached.evals
+    run = run.with_runner(backend=backend or run.config.runner.backend, report_to=report_to)
     if not run.cacheable:
-        return run_uncached(run, backend, progress, report_to, output_dir, resume, profile)
+        return run_uncached(run, progress, output_dir, resume)
     out = Path(output_dir) if output_dir is not None else trained_folder(run) if run.config.runner.save_policies \
         else None
     clear_work_folders(folder)   # what a killed computation of this run left (its checkpoints apart)
     experience = work_folder(folder) / "experience" if run.variant.log_experience else None
-    spec = run.spec(backend, report_to, experience, out, run.card(profile))
-    in_grid = checkpoints_in_grid(run, spec) if output_dir is None else 0
+    in_grid = checkpoints_in_grid(run) if output_dir is None else 0
     if in_grid:   # a grid run: checkpoints in the run cache's work area, the newest kept, resumed after a kill
         if not cache:
             for left in [grid_checkpoints(folder), *dead_checkpoints(folder)]:
                 shutil.rmtree(left, ignore_errors=True)
         checkpoints = adopt_checkpoints(folder)
         resume = resume or checkpoints.is_dir()
-        spec = dataclasses.replace(spec, log_beside_checkpoints=False, runner=dataclasses.replace(
-            spec.runner, checkpoint_every=in_grid, keep_checkpoints=1))
+        run = run.with_runner(checkpoint_every=in_grid, keep_checkpoints=1)
     else:
-        checkpoints = Path(output_dir) / "checkpoints" if output_dir is not None and spec.runner.checkpoint_every \
+        checkpoints = Path(output_dir) / "checkpoints" if output_dir is not None and run.runner().checkpoint_every \
             else None
+        if checkpoints is not None and experience is None:   # `mrl run`: the log beside its checkpoints
+            experience = checkpoints / "experience"
     start = time.perf_counter()
-    record = run_concurrent(spec, checkpoint_dir=checkpoints, resume=resume, progress=progress)
-    tables = save_run(folder, record, spec, time.perf_counter() - start, run.variant.log_experience)
+    record = run_concurrent(run, checkpoint_dir=checkpoints, resume=resume, experience_dir=experience, output_dir=out,
+                            progress=progress)
+    tables = save_run(folder, record, run, time.perf_counter() - start, run.variant.log_experience)
     if in_grid:   # published: its checkpoints go, and the work area when nothing else is in it
         shutil.rmtree(checkpoints, ignore_errors=True)
         try:
@@ -299,8 +168,8 @@ UNCACHED = ("probe {name!r} is written in a notebook cell: no file holds its cod
 and calling line)"""
 
 
-def run_uncached(run: Run, backend: str | None, progress: bool, report_to: str, output_dir: str | Path | None,
-                 resume: bool, profile: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def run_uncached(run: Run, progress: bool, output_dir: str | Path | None,
+                 resume: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(steps, evals) of a run that the cache cannot hold (run_one's arguments): computed from its first step (no
     checkpoints: a resume could not tell an edited cell from the one that ran), its tables and trained policies written
     into output_dir when one is named. What such a run cannot do (log its experience, resume) is refused first."""
@@ -311,14 +180,13 @@ def run_uncached(run: Run, backend: str | None, progress: bool, report_to: str, 
                           f"experience log is kept in the run cache, and a checkpoint's identity cannot tell an "
                           f"edited cell from the one that ran; move the probe into a .py module")
     warnings.warn(UNCACHED.format(name=name), stacklevel=3)
-    spec = run.spec(backend, report_to, None, output_dir, run.card(profile))
-    spec = dataclasses.replace(spec, runner=dataclasses.replace(spec.runner, checkpoint_every=0))
+    run = run.with_runner(checkpoint_every=0)
     start = time.perf_counter()
-    record = run_concurrent(spec, progress=progress)
+    record = run_concurrent(run, output_dir=output_dir, progress=progress)
     if output_dir is None:
         return pd.DataFrame(record.steps), pd.DataFrame(record.evals)
     Path(output_dir).mkdir(parents=True, exist_ok=True)
-    return write_tables(Path(output_dir), record, spec, time.perf_counter() - start, experience=False)
+    return write_tables(Path(output_dir), record, run, time.perf_counter() - start, experience=False)
 
 
 def trained_folder(run: Run) -> Path:
@@ -343,7 +211,7 @@ def trained_paths(run: Run, backend: str | None = None, progress: bool = False) 
     return paths
 
 
-def save_run(folder: Path, record, spec: RunSpec, wall_seconds: float,
+def save_run(folder: Path, record, run: Run, wall_seconds: float,
              experience: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A finished run into its cache folder: steps.csv, evals.csv, then run.json (write_tables), which marks it
     finished, all in this process's work folder (beside the experience log run_one had the runner write there),
@@ -351,12 +219,12 @@ def save_run(folder: Path, record, spec: RunSpec, wall_seconds: float,
     same run that another process published first."""
     work = work_folder(folder)
     work.mkdir(parents=True, exist_ok=True)
-    steps_df, evals_df = write_tables(work, record, spec, wall_seconds, experience)
+    steps_df, evals_df = write_tables(work, record, run, wall_seconds, experience)
     other = publish_run(work, folder, experience=experience)
     return (steps_df, evals_df) if other is None else (other.steps, other.evals)
 
 
-def write_tables(folder: Path, record, spec: RunSpec, wall_seconds: float,
+def write_tables(folder: Path, record, run: Run, wall_seconds: float,
                  experience: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A finished run's steps.csv, evals.csv and run.json (its settings, its identity's clock and peers, counters,
     events, backend, git SHA, wall time and the files' checksums) into `folder`: save_run's work folder, or an
@@ -364,13 +232,13 @@ def write_tables(folder: Path, record, spec: RunSpec, wall_seconds: float,
     steps_df, evals_df = pd.DataFrame(record.steps), pd.DataFrame(record.evals)
     steps_df.to_csv(folder / "steps.csv", index=False)
     evals_df.to_csv(folder / "evals.csv", index=False)
-    identity = run_identity(spec)
+    identity = run_identity(run)
     write_run_record(folder, {
-        "profile": spec.card.profile if spec.card else "", "task": to_dict(spec.task), "grpo": to_dict(spec.grpo),
-        "probe": to_dict(spec.probe_config()),
-        "policies": spec.policies, "clock": identity["clock"], "peers": identity["peers"],
+        "profile": run.config.profile, "task": to_dict(run.config.task), "grpo": to_dict(run.grpo()),
+        "probe": to_dict(run.probe),
+        "policies": dict(run.paths), "clock": identity["clock"], "peers": identity["peers"],
         "offline": identity["offline"], "experience": experience, "counters": record.counters,
-        "events": record.events, "backend": spec.runner.backend, "git_sha": git_sha(), "numerics": numerics.state(),
+        "events": record.events, "backend": run.runner().backend, "git_sha": git_sha(), "numerics": numerics.state(),
         "wall_seconds": round(wall_seconds, 1)})
     return steps_df, evals_df
 

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from mrl.runtime import checkpoint
 
 from mrl import numerics
-from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConfig
+from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig
 from mrl.core.probes import Probe, ProbeConfig, get_probe, require_importable
 from mrl.core.see import Exchange, PolicySpec
 from mrl.core.seeding import step_prompts
@@ -30,7 +30,7 @@ from mrl.runtime.experience_log import ExperienceLog
 from mrl.runtime.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads
 from mrl.runtime.poison import PoisonedActor
 from mrl.runtime.saving import RunCard, save_policy
-from mrl.runtime.spec import OfflinePeers, RunSpec, run_identity  # noqa: F401  (OfflinePeers: re-exported)
+from mrl.runtime.spec import OfflinePeers, Run, run_identity
 from mrl.runtime.tracking import Reporting, make_reporters
 from mrl.runtime.worker import (EvaluateCall, FinishCall, FinishResult, LoadStateCall, PolicySpecCall, RolloutCall,
                         RolloutResult, StateDictCall, UpdateCall, UpdateResult)
@@ -56,10 +56,13 @@ class RunRecord:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What plan_run decided from a RunSpec; nothing in it changes while the run goes on."""
+    """What plan_run decided from a Run: what each worker receives (`workers`, one ActorConfig each) and what the
+    driver needs besides; nothing in it changes while the run goes on."""
 
-    spec: RunSpec
+    run: Run
     """the run as it was asked for"""
+    runner: RunnerConfig
+    """its runner settings, the variant folded in (Run.runner)"""
     task: object
     """the task (mrl.core.tasks.make_task) whose prompts and verifier every step uses"""
     grpo_cfg: GrpoConfig
@@ -89,40 +92,35 @@ class RunPlan:
         return self.saved["step"] + 1 if self.saved is not None else 1
 
 
-def plan_run(spec: RunSpec, checkpoint_dir: str | Path | None = None, resume: bool = False) -> RunPlan:
-    """Every check of a RunSpec (ValueError or ConfigError naming what is wrong), in one order, and the RunPlan they
+def plan_run(run: Run, checkpoint_dir: str | Path | None = None, resume: bool = False,
+             experience_dir: str | Path | None = None, actor_cls: type = PolicyActor) -> RunPlan:
+    """Every check of a Run (ValueError or ConfigError naming what is wrong), in one order, and the RunPlan they
     leave; the checkpoint to resume is found in checkpoint_dir and matched against the run's identity here, before
-    any worker starts."""
-    policy_paths, cfg, offline = spec.policies, spec.runner, spec.offline
+    any worker starts. actor_cls: the honest workers' class (a subclass injects faults in tests)."""
+    policy_paths, cfg, offline, config = run.paths, run.runner(), run.offline_peers(), run.config
     if len(policy_paths) < 1:
-        raise ValueError("a run needs at least one policy; RunSpec.policies is empty")
+        raise ValueError("a run needs at least one policy; Run.paths is empty")
     if cfg.checkpoint_every and checkpoint_dir is None:
         raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
-    probe_cfg = spec.probe_config()
-    probe, grpo_cfg = _resolve_probe(probe_cfg, spec.grpo)
+    probe, grpo_cfg = _resolve_probe(run.probe, run.grpo())
     require_importable(probe.name, cfg.backend)   # a notebook cell's probe runs inline only
     offline_specs, offline_records = _load_offline(offline, policy_paths, cfg)
-    placement = _placements(spec.placement, policy_paths)
-    identity = run_identity(spec)
+    identity = run_identity(run)
     found, saved, skipped = None, None, []
     if resume and checkpoint_dir is not None:
         found, saved, skipped = checkpoint.load_latest(checkpoint_dir, identity)
-    experience_dir = spec.experience_dir
-    if experience_dir is None and checkpoint_dir is not None and spec.log_beside_checkpoints:
-        experience_dir = Path(checkpoint_dir) / "experience"
-    task = shared_task(spec.task)
-    thread_plan = _plan_threads(spec.threads, policy_paths)
+    task = shared_task(config.task)
+    thread_plan = _plan_threads(config.threads, policy_paths)
     peer_paths = {peer: str(p) for peer, p in {**policy_paths, **(offline.paths if offline else {})}.items()}
     _check_peers(probe, peer_paths, policy_paths, cfg)
-    actor_cls = spec.actor_cls or PolicyActor
     workers = tuple(
         WorkerSpec(name, PoisonedActor if name == cfg.poisoned else actor_cls,
-                   ActorConfig(name, str(path), spec.task, grpo_cfg, probe_cfg, thread_plan[name], spec.run_id,
+                   ActorConfig(name, str(path), config.task, grpo_cfg, run.probe, thread_plan[name], run.run_id,
                                peer_paths, attack=cfg.attack if name == cfg.poisoned else "", reverify=cfg.reverify,
-                               placement=placement[name]),
-                   num_cpus=thread_plan[name], num_gpus=placement[name].gpus)
+                               placement=config.placement_of(name)),
+                   num_cpus=thread_plan[name], num_gpus=config.placement_of(name).gpus)
         for name, path in policy_paths.items())
-    return RunPlan(spec=spec, task=task, grpo_cfg=grpo_cfg, probe=probe, offline_specs=offline_specs,
+    return RunPlan(run=run, runner=cfg, task=task, grpo_cfg=grpo_cfg, probe=probe, offline_specs=offline_specs,
                    offline_records=offline_records, identity=identity, experience_dir=experience_dir,
                    workers=workers, resumed=found, saved=saved, skipped=tuple(skipped))
 
@@ -152,14 +150,6 @@ def _load_offline(offline: OfflinePeers | None, policy_paths: dict, cfg: RunnerC
     return offline.load()
 
 
-def _placements(placement: dict | None, policy_paths: dict) -> dict[str, PlacementConfig]:
-    """{policy: PlacementConfig} for every policy (the defaults where none is given); naming another is refused."""
-    unknown = sorted(set(placement or {}) - set(policy_paths))
-    if unknown:
-        raise ConfigError(f"placement names {unknown}, which are not policies of this run {sorted(policy_paths)}")
-    return {name: (placement or {}).get(name, PlacementConfig()) for name in policy_paths}
-
-
 def _plan_threads(threads: int | None, policy_paths: dict) -> dict[str, int]:
     """{policy: torch threads}: `threads` each, or (None) this machine's cores shared by the policies' declared
     cost (their parameter counts, mwra.plan_threads)."""
@@ -181,37 +171,42 @@ def _check_peers(probe: Probe, peer_paths: dict, policy_paths: dict, cfg: Runner
 
 # --- the entry point -----------------------------------------------------------------------------------------
 
-def run_concurrent(spec: RunSpec, *, checkpoint_dir: str | Path | None = None, resume: bool = False,
-                   progress: bool = True, reporters: tuple | list = ()) -> RunRecord:
-    """Train the policies of `spec` (mrl.runtime.spec.RunSpec: policies, task, GRPO settings with seed and steps,
-    runner, probe, placement, offline peers, output folders) together for spec.grpo.steps steps.
+def run_concurrent(run: Run, *, checkpoint_dir: str | Path | None = None, resume: bool = False,
+                   experience_dir: str | Path | None = None, output_dir: str | Path | None = None,
+                   progress: bool = True, reporters: tuple | list = (), actor_cls: type = PolicyActor) -> RunRecord:
+    """Train the policies of `run` (mrl.runtime.spec.Run: the profile's config, the policies' folders, the probe,
+    the RL seed and steps, the peers' variant) together for run.steps steps.
 
     A GRPO aggregation (grpo.loss_type) the probe's loss does not implement is refused before any worker starts.
-    checkpoint_dir: where checkpoints go, every runner.checkpoint_every steps (the experience log too, unless
-    spec.experience_dir names another folder).
+    checkpoint_dir: where checkpoints go, every runner.checkpoint_every steps.
     resume: continue from the newest intact checkpoint in checkpoint_dir (damaged ones are skipped and named
     in the events); a checkpoint of another experiment (seed, probe, policies, steps, ...:
     mrl.runtime.spec.run_identity) is refused.
+    experience_dir: where the exchange logs its accepted records (mrl.runtime.experience_log.replay reads them);
+    None: no log.
+    output_dir: save every trained policy at the end as a transformers folder output_dir/<policy>/
+    (mrl.runtime.saving.save_policy, its model card from Run.card); None: nothing is saved.
     reporters: objects with log(metrics, step) and close() (mrl.runtime.tracking, e.g. NotebookTable) that receive every
     step's metrics, besides the tracker runner.report_to names.
+    actor_cls: the honest workers' class (a subclass injects faults in tests).
     """
     numerics.require()  # the driver records run.json's numerics and hosts inline workers
-    plan, cfg = plan_run(spec, checkpoint_dir, resume), spec.runner
-    sinks = [*make_reporters(cfg.report_to, spec.run_id, cfg.logging_dir, plan.identity), *reporters]
+    plan = plan_run(run, checkpoint_dir, resume, experience_dir, actor_cls)
+    cfg = plan.runner
+    sinks = [*make_reporters(cfg.report_to, run.run_id, cfg.logging_dir, plan.identity), *reporters]
     begin = time.perf_counter()
     backend = make_backend(cfg.backend, list(plan.workers))  # building the workers has its own deadline (start_timeout)
     startup = time.perf_counter() - begin
     resumed = plan.saved is not None
-    record = RunRecord(**plan.saved["record"]) if resumed else RunRecord(workers=list(spec.policies))
+    record = RunRecord(**plan.saved["record"]) if resumed else RunRecord(workers=list(run.paths))
     reporting = Reporting(sinks, reported=record if resumed else None)
     try:
-        session = Session.open(plan, cfg, backend, record, reporting, checkpoint_dir)
+        session = Session.open(plan, backend, record, reporting, checkpoint_dir)
         loop_start = time.perf_counter()
         clock = async_clock if cfg.mode == "async" else sync_clock
         clock(session, plan.first_step, progress)
-        if spec.output_dir is not None:
-            session.save_policies(spec.output_dir, spec.card or RunCard(probe=plan.probe.name, seed=plan.grpo_cfg.seed,
-                                                                        steps=plan.grpo_cfg.steps))
+        if output_dir is not None:
+            session.save_policies(output_dir, run.card())
         reporting.update(record)
         record.counters = dict(session.exchange.counters)
         record.wall_seconds = time.perf_counter() - loop_start
@@ -240,13 +235,13 @@ class Session:
     checkpoint_dir: str | Path | None = None
 
     @classmethod
-    def open(cls, plan: RunPlan, cfg: RunnerConfig, backend, record: RunRecord, reporting: Reporting,
+    def open(cls, plan: RunPlan, backend, record: RunRecord, reporting: Reporting,
              checkpoint_dir: str | Path | None) -> Session:
         """The session of freshly started workers: the exchange built from their policy specs (and the offline
         peers'), a checkpoint restored, skipped and resumed checkpoints named in the events, and the step-0
         evaluation of a fresh run."""
         at = plan.first_step - 1
-        session = cls(plan, cfg, backend, None, record, reporting, checkpoint_dir)
+        session = cls(plan, plan.runner, backend, None, record, reporting, checkpoint_dir)
         policies = session.phase({w: PolicySpecCall() for w in backend.workers}, at, "at start-up: ")
         session.exchange = Exchange(
             {**plan.offline_specs, **{name: PolicySpec(**spec) for name, spec in policies.items()}},
