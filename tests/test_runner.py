@@ -563,7 +563,7 @@ def test_a_damaged_newest_checkpoint_is_skipped_and_the_run_still_ends_as_uninte
 
 
 @pytest.mark.slow
-def test_a_checkpointed_run_logs_every_accepted_record_once_per_step(paths, tmp_path):
+def test_a_checkpointed_run_logs_every_accepted_record_once_per_step_into_its_experience_dir(paths, tmp_path):
     from mrl.runtime.experience_log import replay
 
     two = {k: paths[k] for k in "AB"}

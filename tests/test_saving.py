@@ -27,6 +27,7 @@ import mrl.runtime.spec
 from mrl.profiles import load_profile
 from mrl.runtime import checkpoint
 from mrl.runtime.actor import PolicyActor
+from mrl.runtime.experience_log import replay
 from mrl.runtime.runner import run_concurrent
 from mrl.runtime.saving import RunCard, save_policy
 from mrl.runtime.zoo import load_policy
@@ -205,6 +206,9 @@ def test_a_sigkilled_run_resumed_with_resume_ends_as_an_uninterrupted_one(smoke_
     assert_same_metrics(killed, smoke_run / "uninterrupted")
     events = [e["event"] for e in json.loads((killed / "run.json").read_text())["events"]]
     assert "resumed from step-000003" in events
+    logged = list(replay(killed / "checkpoints" / "experience"))   # the log beside the checkpoints, resumed too
+    assert sorted({step for step, _ in logged}) == list(range(1, 7))
+    assert logged == list(replay(smoke_run / "uninterrupted" / "checkpoints" / "experience"))
     for name in ("A", "B"):
         resumed = AutoModelForCausalLM.from_pretrained(killed / name).state_dict()
         uninterrupted = AutoModelForCausalLM.from_pretrained(smoke_run / "uninterrupted" / name).state_dict()

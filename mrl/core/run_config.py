@@ -47,9 +47,8 @@ class RunConfig:
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     """how the experiments' runs run: backend (inline, process, ray: same metrics, different wall time),
     step_timeout, max_staleness, ... (a run's own variant sets its mode, peers and poisoning)"""
-    threads: PositiveInt | None = 1
-    """torch threads per policy worker (1 keeps CPU runs bit-reproducible); None plans them from each policy's
-    parameter count over this machine's cores (mrl.runtime.mwra.plan_threads)"""
+    threads: PositiveInt = 1
+    """torch threads per policy worker (1 keeps CPU runs bit-reproducible)"""
     packed_runs: PositiveInt = 1
     """independent runs of a grid executed at once, each inline in its own process (no core waits at a barrier);
     1: one run at a time on `runner.backend`"""

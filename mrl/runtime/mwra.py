@@ -44,24 +44,6 @@ def raise_first_failure(failures: dict, context: str = "") -> None:
         raise WorkerFailed(name, f"{context}{reason}")
 
 
-def plan_threads(costs: dict[str, float], total_threads: int) -> dict[str, int]:
-    """Threads per worker in proportion to its per-step cost (declared or measured), at least one each.
-
-    With fewer threads than workers every worker gets one (the OS time-shares them).
-    """
-    if not costs:
-        return {}
-    if total_threads <= len(costs):
-        return {name: 1 for name in costs}
-    spare = total_threads - len(costs)
-    total_cost = sum(costs.values()) or 1.0
-    shares = {name: 1 + int(spare * cost / total_cost) for name, cost in costs.items()}
-    leftover = total_threads - sum(shares.values())
-    for name in sorted(costs, key=costs.get, reverse=True)[:leftover]:
-        shares[name] += 1
-    return shares
-
-
 @dataclass
 class WorkerSpec:
     """How to build one worker: `cls(config)`, plus its resources."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -23,11 +22,12 @@ from mrl.runtime import checkpoint
 from mrl import numerics
 from mrl.core.config import ConfigError, GrpoConfig, RunnerConfig
 from mrl.core.probes import Probe, ProbeConfig, get_probe, require_importable
+from mrl.core.run_config import RunConfig
 from mrl.core.see import Exchange, PolicySpec
 from mrl.core.seeding import step_prompts
 from mrl.runtime.actor import ActorConfig, PolicyActor, shared_task
 from mrl.runtime.experience_log import ExperienceLog
-from mrl.runtime.mwra import WorkerFailed, WorkerSpec, make_backend, plan_threads
+from mrl.runtime.mwra import WorkerFailed, WorkerSpec, make_backend
 from mrl.runtime.poison import PoisonedActor
 from mrl.runtime.saving import RunCard, save_policy
 from mrl.runtime.spec import OfflinePeers, Run, run_identity
@@ -59,8 +59,6 @@ class RunPlan:
     """What plan_run decided from a Run: what each worker receives (`workers`, one ActorConfig each) and what the
     driver needs besides; nothing in it changes while the run goes on."""
 
-    run: Run
-    """the run as it was asked for"""
     runner: RunnerConfig
     """its runner settings, the variant folded in (Run.runner)"""
     task: object
@@ -110,17 +108,17 @@ def plan_run(run: Run, checkpoint_dir: str | Path | None = None, resume: bool = 
     if resume and checkpoint_dir is not None:
         found, saved, skipped = checkpoint.load_latest(checkpoint_dir, identity)
     task = shared_task(config.task)
-    thread_plan = _plan_threads(config.threads, policy_paths)
     peer_paths = {peer: str(p) for peer, p in {**policy_paths, **(offline.paths if offline else {})}.items()}
     _check_peers(probe, peer_paths, policy_paths, cfg)
+    _check_placement(config, policy_paths)
     workers = tuple(
         WorkerSpec(name, PoisonedActor if name == cfg.poisoned else actor_cls,
-                   ActorConfig(name, str(path), config.task, grpo_cfg, run.probe, thread_plan[name], run.run_id,
+                   ActorConfig(name, str(path), config.task, grpo_cfg, run.probe, config.threads, run.run_id,
                                peer_paths, attack=cfg.attack if name == cfg.poisoned else "", reverify=cfg.reverify,
                                placement=config.placement_of(name)),
-                   num_cpus=thread_plan[name], num_gpus=config.placement_of(name).gpus)
+                   num_cpus=config.threads, num_gpus=config.placement_of(name).gpus)
         for name, path in policy_paths.items())
-    return RunPlan(run=run, runner=cfg, task=task, grpo_cfg=grpo_cfg, probe=probe, offline_specs=offline_specs,
+    return RunPlan(runner=cfg, task=task, grpo_cfg=grpo_cfg, probe=probe, offline_specs=offline_specs,
                    offline_records=offline_records, identity=identity, experience_dir=experience_dir,
                    workers=workers, resumed=found, saved=saved, skipped=tuple(skipped))
 
@@ -150,15 +148,6 @@ def _load_offline(offline: OfflinePeers | None, policy_paths: dict, cfg: RunnerC
     return offline.load()
 
 
-def _plan_threads(threads: int | None, policy_paths: dict) -> dict[str, int]:
-    """{policy: torch threads}: `threads` each, or (None) this machine's cores shared by the policies' declared
-    cost (their parameter counts, mwra.plan_threads)."""
-    if threads is not None:
-        return {name: threads for name in policy_paths}
-    costs = {name: json.loads((Path(path) / "zoo.json").read_text())["n_params"] for name, path in policy_paths.items()}
-    return plan_threads(costs, os.cpu_count() or 1)
-
-
 def _check_peers(probe: Probe, peer_paths: dict, policy_paths: dict, cfg: RunnerConfig) -> None:
     """A teacher probe needs a second policy (live or offline); the poisoned policy must be one of the run's."""
     if probe.teacher and len(peer_paths) < 2:
@@ -167,6 +156,18 @@ def _check_peers(probe: Probe, peer_paths: dict, policy_paths: dict, cfg: Runner
     if cfg.poisoned and cfg.poisoned not in policy_paths:
         raise ConfigError(f"RunnerConfig.poisoned = {cfg.poisoned!r} is not a policy of this run; expected '' (none) "
                           f"or one of {sorted(policy_paths)}")
+
+
+def _check_placement(config: RunConfig, policy_paths: dict) -> None:
+    """A placement names policies of the run. A profile's placement is checked against its zoo's or its pretrained
+    policies' names when it loads (RunConfig); a config built in Python for given folders names neither, so its
+    placement is checked here against the run's policies (a misspelt name would leave a policy on the CPU)."""
+    if config.zoo is not None or config.policies:
+        return
+    unknown = sorted(set(config.placement) - set(policy_paths))
+    if unknown:
+        raise ConfigError(f"RunConfig.placement names {unknown}, which are not policies of this run "
+                          f"{sorted(policy_paths)}")
 
 
 # --- the entry point -----------------------------------------------------------------------------------------
@@ -222,11 +223,10 @@ def run_concurrent(run: Run, *, checkpoint_dir: str | Path | None = None, resume
 
 @dataclass
 class Session:
-    """A run under way: its plan and runner config, the backend's workers, the exchange, the record so far and
-    the reporting of it. Each phase of a step is one method, shared by both clocks."""
+    """A run under way: its plan, the backend's workers, the exchange, the record so far and the reporting of it.
+    Each phase of a step is one method, shared by both clocks."""
 
     plan: RunPlan
-    cfg: RunnerConfig
     backend: object
     exchange: Exchange | None
     """the run's exchange (None only while `open` asks the workers for their policy specs)"""
@@ -241,7 +241,7 @@ class Session:
         peers'), a checkpoint restored, skipped and resumed checkpoints named in the events, and the step-0
         evaluation of a fresh run."""
         at = plan.first_step - 1
-        session = cls(plan, plan.runner, backend, None, record, reporting, checkpoint_dir)
+        session = cls(plan, backend, None, record, reporting, checkpoint_dir)
         policies = session.phase({w: PolicySpecCall() for w in backend.workers}, at, "at start-up: ")
         session.exchange = Exchange(
             {**plan.offline_specs, **{name: PolicySpec(**spec) for name, spec in policies.items()}},
@@ -256,6 +256,11 @@ class Session:
         if plan.first_step == 1:
             session.evaluate(0)
         return session
+
+    @property
+    def cfg(self) -> RunnerConfig:
+        """The run's runner settings (RunPlan.runner)."""
+        return self.plan.runner
 
     @property
     def identity(self) -> dict:

@@ -60,7 +60,8 @@ class RunCard:
     """What a saved policy's model card says of the run that trained it."""
 
     run_key: str = ""
-    """the run's cache key (mrl.experiments.Run.key); '' for a run outside the run cache"""
+    """the run's key (mrl.runtime.spec.Run.key: its folder in the run cache, results/runs/<key>/, where run_one
+    keeps it); '' for a run the cache cannot hold (a probe written in notebook cells)"""
     profile: str = ""
     """the profile the run's settings came from; '' when the caller does not name one"""
     probe: str = "grpo"

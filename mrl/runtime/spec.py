@@ -69,7 +69,8 @@ class Variant:
     runner: dict = field(default_factory=dict)
     """RunnerConfig fields set over the profile's runner, e.g. {"poisoned": "B", "attack": "forged_success",
     "reverify": False} or {"mode": "async", "max_staleness": 2, "backend": "process"}; a backend named here is the
-    one the run must use (an async run's metrics depend on its backend's timing), else the profile's"""
+    one the run must use (an async run's metrics depend on its backend's timing), else the caller's (run_one's
+    backend), else the profile's"""
     offline: tuple = ()
     """((peer, checkpoint folder), ...): peers replayed from offline_log instead of co-trained"""
     offline_log: str = ""
@@ -117,9 +118,16 @@ class Run:
 
     def with_runner(self, **fields) -> Run:
         """This run executed with other runner settings that do not change what it computes (backend, report_to,
-        checkpoint_every, ...): the same identity and key, unless the variant pins the backend (its own wins)."""
+        checkpoint_every, ...): the same identity and key (a variant's pinned backend wins over the one given). A
+        field that is part of the identity (the clock, the failure policy) is refused: that is another run."""
         runner = dataclasses.replace(self.config.runner, **fields)
-        return dataclasses.replace(self, config=dataclasses.replace(self.config, runner=runner))
+        other = dataclasses.replace(self, config=dataclasses.replace(self.config, runner=runner))
+        changed = sorted(key for key, value in run_identity(other).items() if run_identity(self).get(key) != value)
+        require(not changed, "Run.with_runner", "fields", sorted(fields),
+                f"runner fields outside the run's identity (these change its {changed})")
+        if "_key" in self.__dict__:
+            object.__setattr__(other, "_key", self.__dict__["_key"])
+        return other
 
     @property
     def run_id(self) -> str:
