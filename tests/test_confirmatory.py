@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mrl.reports.confirmatory import (DESIGN, Reading, SizeReading, complete_warmups, confirmatory_test, design_table,
-                                      fewest_warmups, gatekeeper, leave_one_out, result_sentence, result_table,
-                                      size_test)
+from mrl.reports.confirmatory import (DESIGN, PlanInputs, Reading, SizeReading, complete_warmups, confirmatory_test,
+                                      design_table, fewest_warmups, gatekeeper, leave_one_out, result_sentence,
+                                      result_table, size_test)
 
 
 def series(values) -> pd.Series:
@@ -82,8 +82,8 @@ def test_the_table_and_sentence_come_from_the_record():
 
 
 def test_the_plan_counts_the_zoos_cost_and_picks_the_fewest_warmups_for_the_average_power():
-    plan = design_table(0.013, 0.0128, 9, 0.05, range(8, 17), {1: 0.0145, 2: 0.0128}, zoo_core_minutes=18.25,
-                        run_core_minutes=0.6, arms=2)
+    inputs = PlanInputs(sd=0.0128, sd_df=9, rl_seed_sd=0.0098, zoo_core_minutes=18.25, run_core_minutes=0.6, arms=2)
+    plan = design_table(0.013, 0.05, inputs, range(8, 17), {1: 0.0145, 2: 0.0128})
     chosen = fewest_warmups(plan, seeds=2)
     row = plan[(plan["RL seeds"] == 2) & (plan["warm-ups"] == chosen)].iloc[0]
     assert row["power (averaged over the SD)"] >= 0.8 > plan[(plan["RL seeds"] == 2) & (plan["warm-ups"] ==

@@ -212,9 +212,8 @@ def sd_at_seeds(plan: PlanInputs, seeds: int, measured_seeds: int = 2) -> float:
 
 def registered_plan(plan: PlanInputs = PLAN, design: Design = DESIGN, cores: int = 2) -> pd.DataFrame:
     """design_table over PLAN_WARMUPS x PLAN_SEEDS at the paper's effect, from the registration's inputs."""
-    return design_table(design.paper_effect, plan.sd, plan.sd_df, design.alpha, PLAN_WARMUPS,
-                        {k: sd_at_seeds(plan, k) for k in PLAN_SEEDS}, plan.zoo_core_minutes, plan.run_core_minutes,
-                        plan.arms, cores)
+    return design_table(design.paper_effect, design.alpha, plan, PLAN_WARMUPS,
+                        {k: sd_at_seeds(plan, k) for k in PLAN_SEEDS}, cores)
 
 
 def plan_table(plan: pd.DataFrame) -> pd.DataFrame:
@@ -226,22 +225,23 @@ def plan_table(plan: pd.DataFrame) -> pd.DataFrame:
     out["minutes"] = out["minutes"].map(lambda v: f"{v:.0f}")
     return out
 
-def design_table(effect: float, sd: float, sd_df: int, alpha: float, warmups, seeds_sd: dict[int, float],
-                 zoo_core_minutes: float, run_core_minutes: float, arms: int, cores: int = 2) -> pd.DataFrame:
+def design_table(effect: float, alpha: float, plan: PlanInputs, warmups, seeds_sd: dict[int, float],
+                 cores: int = 2) -> pd.DataFrame:
     """Per (RL seeds k, warm-ups n): the gatekeeper's power at `effect` at the plug-in SD of d_z and averaged over
-    that SD's uncertainty (statistics.expected_power on sd_df degrees of freedom), the size test's plug-in power
-    when the true difference is 0, and the design's cost on `cores` cores: n zoo builds plus n * k * arms runs.
-    seeds_sd: {k: the SD of d_z with k RL seeds per warm-up} (the one measured, and others moved by the RL-seed
-    variance); zoo_core_minutes, run_core_minutes: one warm-up's (all families) and one run's core-minutes."""
+    that SD's uncertainty (statistics.expected_power on plan.sd_df degrees of freedom), the size test's plug-in power
+    when the true difference is 0, and the design's cost on `cores` cores: n zoo builds plus n * k * plan.arms runs
+    (plan.zoo_core_minutes, plan.run_core_minutes each). seeds_sd: {k: the SD of d_z with k RL seeds per warm-up}
+    (the one measured, and others moved by the RL-seed variance, sd_at_seeds)."""
     rows = []
     for seeds, sd_k in sorted(seeds_sd.items()):
         for n in warmups:
             rows.append({"RL seeds": seeds, "warm-ups": n, "SD of d_z": sd_k,
                          "power (plug-in SD)": t_power(n, effect, sd_k, alpha),
-                         "power (averaged over the SD)": expected_power(n, effect, sd_k, sd_df, alpha),
+                         "power (averaged over the SD)": expected_power(n, effect, sd_k, plan.sd_df, alpha),
                          "size test's power at 0": t_power(n, effect, sd_k, alpha, "less"),
-                         "runs": n * seeds * arms,
-                         "minutes": (n * zoo_core_minutes + n * seeds * arms * run_core_minutes) / cores})
+                         "runs": n * seeds * plan.arms,
+                         "minutes": (n * plan.zoo_core_minutes + n * seeds * plan.arms * plan.run_core_minutes)
+                         / cores})
     return pd.DataFrame(rows)
 
 
