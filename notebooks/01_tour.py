@@ -143,8 +143,8 @@ for kind, rows in records.groupby("kind"):
 # `save_run` writes the run as the notebooks' grids and `mrl run` write theirs (steps, evaluations, settings);
 # `mrl.runtime.results.load_runs` reads every run of a folder into one DataFrame (or a `datasets.Dataset`), each row with
 # its run's identity. Called without a folder it reads the cache of every notebook's runs, `results/runs/`. The tour's
-# folder is emptied first: `save_run` publishes like the run cache, keeping an entry already in place, and this one is
-# named by hand, not by the run's key.
+# run folder is removed first: `save_run` publishes like the run cache, keeping an entry already in place, and this one
+# is named by hand, not by the run's key.
 
 # %%
 import shutil
@@ -152,7 +152,7 @@ import shutil
 from mrl.experiments import save_run
 from mrl.runtime.results import load_runs
 
-shutil.rmtree(run.folder / "runs", ignore_errors=True)
+shutil.rmtree(run.folder / "runs" / "tour-sgt", ignore_errors=True)
 save_run(run.folder / "runs" / "tour-sgt", record, sgt_run, record.wall_seconds)
 evals = load_runs(run.folder / "runs", "evals")
 evals[evals.split == "held-out"].pivot_table(index=["probe", "policy", "step"], columns="skill", values="accuracy")

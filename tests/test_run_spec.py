@@ -32,6 +32,9 @@ def test_how_a_run_executes_changes_neither_its_identity_nor_its_key():
 def test_what_a_run_computes_cannot_change_through_with_runner():
     with pytest.raises(ConfigError, match=r"Run.with_runner.*mode.*outside the run's identity.*clock"):
         sgt_run().with_runner(mode="async")
+    dropping = sgt_run(runner=RunnerConfig(failure_policy="continue"))   # its identity names the failure policy
+    with pytest.raises(ConfigError, match=r"failure_policy"):
+        dropping.with_runner(failure_policy="fail")   # the default, which the identity leaves out
 
 
 def test_a_variant_that_pins_its_backend_keeps_it():

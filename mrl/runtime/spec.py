@@ -122,7 +122,8 @@ class Run:
         field that is part of the identity (the clock, the failure policy) is refused: that is another run."""
         runner = dataclasses.replace(self.config.runner, **fields)
         other = dataclasses.replace(self, config=dataclasses.replace(self.config, runner=runner))
-        changed = sorted(key for key, value in run_identity(other).items() if run_identity(self).get(key) != value)
+        before, after = run_identity(self), run_identity(other)
+        changed = sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
         require(not changed, "Run.with_runner", "fields", sorted(fields),
                 f"runner fields outside the run's identity (these change its {changed})")
         if "_key" in self.__dict__:
