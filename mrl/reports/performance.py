@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mrl.reports.readme import MARKER, RECORD, render_blocks, rewrite_page
+from mrl.reports.readme import MARKER, RECORD, render_blocks, rewrite_page, short_sha
 
 
 def record_source(tables: Path) -> str:
@@ -38,8 +38,23 @@ def mwra_block(tables: Path) -> str:
         lines.append(f"| {backend} | {wall:.2f} s | {wall / inline:.2f} | {startup:.1f} s | {used} |")
     steps = int(frame.steps.iloc[0])
     return (f"From `paper_tables/mwra_compute.csv` ({frame.worker.nunique()} policies x {steps} steps, written by "
-            f"`notebooks/30_mwra.ipynb` in the default profile's reproduce run of `paper_tables/{RECORD}`: "
-            f"{record_source(tables)}, beside the other notebooks' jobs):\n\n" + "\n".join(lines) + "\n")
+            f"`notebooks/30_mwra.ipynb` {notebook_run(tables, '30_mwra.ipynb')}):\n\n" + "\n".join(lines) + "\n")
+
+
+def notebook_run(tables: Path, notebook: str) -> str:
+    """Which run of the reproduce record last executed `notebook`: the whole run ('in the default profile's
+    reproduce run of ...: date, CPU, numerics, beside the other notebooks' jobs') or the latest re-run that names it
+    ('re-run apart from the others on date (commit ...), CPU, numerics')."""
+    record = json.loads((tables / RECORD).read_text())
+    reruns = [rerun for rerun in record.get("reruns", []) if notebook in rerun["notebooks"]]
+    if not reruns:
+        return (f"in the default profile's reproduce run of `paper_tables/{RECORD}`: {record_source(tables)}, beside "
+                f"the other notebooks' jobs")
+    rerun = reruns[-1]
+    machine = rerun.get("machine", {})
+    return (f"re-run apart from the others on {rerun['started'][:10]} (commit {short_sha(rerun['git_sha'])}, "
+            f"`paper_tables/{RECORD}`), {machine.get('cpu', 'CPU not recorded')}, numerics "
+            f"{machine.get('numerics', {}).get('mode', 'not recorded')}")
 
 
 def reproduce_block(tables: Path) -> str:
