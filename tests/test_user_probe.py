@@ -253,3 +253,22 @@ def test_a_class_whose_module_cannot_be_found_is_refused_with_the_fix():
     Orphan = type("Orphan", (), {"__module__": "nowhere_module"})
     with pytest.raises(ValueError, match="'nowhere_module' is not in sys.modules.*sys.modules\\[spec.name\\] = module"):
         user_code_fingerprint([Orphan])
+
+
+def test_a_cell_probe_as_the_scaling_probe_is_refused_before_any_run(monkeypatch):
+    """The scaling table reads each run's wall seconds from its run cache entry, which a cell probe never has."""
+    from mrl.experiments.beyond import run_scaling
+    from mrl.profiles import load_profile
+
+    namespace = {"__name__": "__main__"}
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", None, raising=False)
+    exec(textwrap.dedent(USER_PROBE.format(scale=1.0, name="cell_scaling")), namespace)
+    try:
+        smoke = load_profile("smoke")
+        beyond = dataclasses.replace(smoke.experiment("beyond"), scaling_probe="cell_scaling")
+        config = dataclasses.replace(smoke, experiments={**smoke.experiments, "beyond": beyond})
+        with pytest.raises(ConfigError, match="BeyondConfig.scaling_probe = 'cell_scaling' is not allowed"):
+            run_scaling(config, progress=False)
+    finally:
+        PROBES.pop("cell_scaling", None)
+        PROBES.pop("cell_scaling_plain", None)

@@ -164,13 +164,13 @@ def scaling_runs(config: RunConfig, progress: bool = True) -> Labelled:
 def run_scaling(config: RunConfig, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The n-policy runs one at a time (scaling_runs; never packed: their wall times are measurements). Returns
     (steps, evals, runs: one row per run with its label, its wall seconds start-up included and backend)."""
+    probe = as_probe_config(config.experiment("beyond").scaling_probe).name
+    if get_probe(probe).in_cells:
+        raise ConfigError(f"BeyondConfig.scaling_probe = {probe!r} is not allowed: it is written in a notebook cell, "
+                          f"and a run's wall seconds are read from its run cache entry; move it into a .py module")
     labelled = scaling_runs(config, progress)
     all_steps, all_evals, runs = [], [], []
     for label, run in tqdm(labelled, desc="n-policy runs", disable=not progress):
-        if not run.cacheable:
-            raise ConfigError(f"BeyondConfig.scaling_probe = {run.probe.name!r} is not allowed: it is written in a "
-                              f"notebook cell, and a run's wall seconds are read from its run cache entry; move it "
-                              f"into a .py module")
         steps_df, evals_df = run_many([(label, run)], progress=False)
         all_steps.append(steps_df)
         all_evals.append(evals_df)

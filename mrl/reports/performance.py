@@ -17,12 +17,16 @@ import pandas as pd
 from mrl.reports.readme import MARKER, RECORD, render_blocks, rewrite_page, short_sha
 
 
-def record_source(tables: Path) -> str:
-    """'2026-11-25, AMD EPYC, numerics portable' from the reproduce record."""
-    record = json.loads((tables / RECORD).read_text())
-    machine = record.get("machine", {})
-    return (f"{record['started'][:10]}, {machine.get('cpu', 'CPU not recorded')}, numerics "
+def run_source(entry: dict) -> str:
+    """'2026-11-25, AMD EPYC, numerics portable' of the reproduce record, or of one of its re-runs."""
+    machine = entry.get("machine", {})
+    return (f"{entry['started'][:10]}, {machine.get('cpu', 'CPU not recorded')}, numerics "
             f"{machine.get('numerics', {}).get('mode', 'not recorded')}")
+
+
+def record_source(tables: Path) -> str:
+    """run_source of the reproduce record."""
+    return run_source(json.loads((tables / RECORD).read_text()))
 
 
 def mwra_block(tables: Path) -> str:
@@ -44,17 +48,14 @@ def mwra_block(tables: Path) -> str:
 def notebook_run(tables: Path, notebook: str) -> str:
     """Which run of the reproduce record last executed `notebook`: the whole run ('in the default profile's
     reproduce run of ...: date, CPU, numerics, beside the other notebooks' jobs') or the latest re-run that names it
-    ('re-run apart from the others on date (commit ...), CPU, numerics')."""
+    ('re-run apart from the others (commit ..., the record): date, CPU, numerics')."""
     record = json.loads((tables / RECORD).read_text())
     reruns = [rerun for rerun in record.get("reruns", []) if notebook in rerun["notebooks"]]
     if not reruns:
-        return (f"in the default profile's reproduce run of `paper_tables/{RECORD}`: {record_source(tables)}, beside "
+        return (f"in the default profile's reproduce run of `paper_tables/{RECORD}`: {run_source(record)}, beside "
                 f"the other notebooks' jobs")
-    rerun = reruns[-1]
-    machine = rerun.get("machine", {})
-    return (f"re-run apart from the others on {rerun['started'][:10]} (commit {short_sha(rerun['git_sha'])}, "
-            f"`paper_tables/{RECORD}`), {machine.get('cpu', 'CPU not recorded')}, numerics "
-            f"{machine.get('numerics', {}).get('mode', 'not recorded')}")
+    return (f"re-run apart from the others (commit {short_sha(reruns[-1]['git_sha'])}, `paper_tables/{RECORD}`): "
+            f"{run_source(reruns[-1])}")
 
 
 def reproduce_block(tables: Path) -> str:
