@@ -63,6 +63,7 @@ before they import mrl. The others run one after another in one process (tests/r
 mrl, torch and transformers once for all of them."""
 
 SLOW_RUNS = {
+    "arm_costs.py": (["--zoo-seed", "999", "--out", "{tmp}/arm_costs.json"], r"wrote .*arm_costs\.json"),
     "gpu_first_run.py": (["--cpu-check", "--out", "{tmp}", "--policies", "C,A", "--steps", "1", "--prompts", "1",
                           "--eval-prompts", "1", "--engines", "generate,graphs"], r"tokens per second|tokens/s"),
 }
