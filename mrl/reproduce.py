@@ -9,7 +9,8 @@ included, beside its jupytext twin NN_name.py (the source). Executed smoke noteb
 to keep the repository light; executed copies of other profiles go to results/notebooks/<profile>/ (git-ignored).
 A timing record of the whole run is written to results/reproduce-<profile>.json; a whole default-profile run also
 commits it as paper_tables/reproduce_default.json and rewrites the README's generated blocks (the claims ledger,
-the notebooks' times) from paper_tables/.
+the notebooks' times) from paper_tables/. `--block-part` runs the second registration's block in parts, each part's
+time kept in that record (docs/reproducibility.md, A block in parts).
 """
 from __future__ import annotations
 
@@ -88,10 +89,15 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--profile", choices=PROFILES, default="default")
     parser.add_argument("--only", nargs="*", default=None, help="notebook name prefixes to run, e.g. 00 10")
     parser.add_argument("--log-output", action="store_true", help="stream notebook output to this terminal")
+    parser.add_argument("--block-part", action="store_true",
+                        help="run what the second registration's record lacks (docs/registration_claims.md), "
+                             "recording the part's time; no notebook runs")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.block_part:
+        return block_part(args.profile)
     notebooks = [f"{stem}.ipynb" for stem in load_profile(args.profile).notebooks]
     unknown = [p for p in args.only or () if not any(n.startswith(p) for n in notebooks)]
     if unknown or args.only == []:
@@ -114,6 +120,45 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     print(f"[mrl.reproduce] {args.profile} finished in {record['total_seconds']:.0f} s; record in {out}")
     if args.profile == "default":
         publish_default(record, whole=args.only is None)
+    return 0
+
+
+BLOCK_RECORD = Path("paper_tables") / "confirmatory_claims_record"
+"""where the second registration's finished runs are committed (mrl.experiments.record), under the checkout"""
+
+
+def block_part(profile: str) -> int:
+    """One part of the second registration's block (run_claims_block into BLOCK_RECORD), its times kept in the
+    reproduce record (the default profile's: paper_tables/RECORD; another's: results/) after every chunk."""
+    from mrl.experiments.heldout import run_claims_block   # imports torch: only when a part runs
+    from mrl.reports.claims_registration import registered_stamp
+
+    config = load_profile(profile)
+    if config.experiment("heldout").confirmatory_claims is None:
+        print(f"[mrl.reproduce] the {profile} profile has no confirmatory_claims block")
+        return 1
+    try:
+        registered = registered_stamp(config, repo_root() / "docs" / "registration_claims.md")
+    except ValueError as err:
+        print(f"[mrl.reproduce] refused: {err}")
+        return 1
+    path = repo_root() / ("paper_tables" if profile == "default" else "results") / \
+        (RECORD if profile == "default" else f"reproduce-{profile}.json")
+    part = {"git_sha": git_sha(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
+            "runs_added": 0, "seconds": 0.0}
+    start = time.perf_counter()
+
+    def keep_time(chunk) -> None:
+        part["runs_added"] += len(chunk)
+        part["seconds"] = round(time.perf_counter() - start, 1)
+        part["last_chunk"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        record = json.loads(path.read_text()) if path.exists() else {"profile": profile}
+        parts = [p for p in record.get("block_parts", []) if p["started"] != part["started"]]
+        record["block_parts"] = [*parts, dict(part)]
+        path.write_text(json.dumps(record, indent=2) + "\n")
+
+    run_claims_block(config, repo_root() / BLOCK_RECORD, progress=True, stamp=registered, after_chunk=keep_time)
+    print(f"[mrl.reproduce] block part done: {part['runs_added']} runs added in {time.perf_counter() - start:.0f} s")
     return 0
 
 

@@ -313,6 +313,6 @@ class RunnerConfig:
 
 
 NOTEBOOKS = ("00_zoo", "01_tour", "10_grpo_baseline", "20_thl", "30_mwra", "40_probe", "50_hacpo", "60_bandit",
-             "70_heldout", "75_confirmatory", "80_beyond")
+             "70_heldout", "75_confirmatory", "76_confirmatory_claims", "80_beyond")
 PAIRING_NAME = re.compile(r"^[A-Za-z0-9]+(\+[A-Za-z0-9]+)*$")
 PairingName = Annotated[Str, matching(PAIRING_NAME, "a pairing name like 'A+B'")]

@@ -141,6 +141,23 @@ class ConfirmatoryConfig:
 
 
 @config_dataclass
+class ClaimsBlockConfig:
+    """The second registration's block of the held-out experiment (docs/registration_claims.md): every arm its nine
+    comparisons read, on warm-ups never run before the block was fixed, each RL seed nested in its warm-up. The runs
+    take the held-out experiment's task, zoo (warm-up seed replaced), steps and evaluation cadence, as the first
+    block's do."""
+
+    zoo_seeds: Seeds
+    """warm-up seeds of the block's zoos: fresh, disjoint from every other warm-up seed of the profile"""
+    probes: list[ProbeEntry]
+    """the arms the registered comparisons read (mrl.reports.claims_confirmatory.COMPARISONS), names or mappings"""
+    seeds: Seeds
+    """RL seeds of every arm on every warm-up of the block"""
+    numerics: Literal["portable", "native"] = "portable"
+    """the numerics mode (mrl.numerics) its runs must have; the analysis refuses runs made in another"""
+
+
+@config_dataclass
 class HeldoutConfig:
     """70_heldout: the held-out experiment (arith-forms, fresh RL prompts every step, a form gap over one shared
     algorithm): its own task and zoo, and a grid paired on GRPO (the same RL seeds and zoo seeds for every probe)."""
@@ -177,6 +194,8 @@ class HeldoutConfig:
     claims ledger is computed alone (the confirmatory replication); () for none"""
     confirmatory: ConfirmatoryConfig | None = None
     """the confirmatory test's runs (docs/registration.md); None: the profile runs none"""
+    confirmatory_claims: ClaimsBlockConfig | None = None
+    """the second registration's runs, every claim's arms (docs/registration_claims.md); None: the profile runs none"""
 
     def __post_init__(self):
         c = "HeldoutConfig"
@@ -202,6 +221,14 @@ class HeldoutConfig:
                     self.confirmatory.zoo_seeds, f"warm-up seeds disjoint from every other one {sorted(earlier)}")
             require(sorted(self.confirmatory.probes) == ["grpo", "sgt"], c, "confirmatory.probes",
                     self.confirmatory.probes, "the arms the confirmatory test reads: grpo and sgt")
+        if self.confirmatory_claims is not None:
+            block = self.confirmatory_claims
+            earlier = {*self.zoo_seeds, *self.replication_zoo_seeds,
+                       *(self.confirmatory.zoo_seeds if self.confirmatory is not None else ())}
+            require(len(set(block.zoo_seeds)) == len(block.zoo_seeds) and not set(block.zoo_seeds) & earlier, c,
+                    "confirmatory_claims.zoo_seeds", block.zoo_seeds,
+                    f"distinct warm-up seeds disjoint from every other one {sorted(earlier)}")
+            check_probes(c, "confirmatory_claims.probes", block.probes)
         if self.knob_probes:
             check_probes(c, "knob_probes", self.knob_probes)
         check_panels(c, self.panels)

@@ -3,12 +3,17 @@ algorithm): its own task and zoo, and a grid paired on GRPO (the same RL seeds a
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
+from mrl import numerics
 from mrl.core.grids import HeldoutConfig, marginal_arms
 from mrl.core.probes import as_probe_config, probe_config, probe_label
 from mrl.core.run_config import RunConfig
+from mrl.core.validation import ConfigError
+from mrl.experiments.record import missing_runs, run_into_record
 from mrl.experiments.runs import Labelled, Run, policy_paths
-from mrl.runtime.zoo import build_zoos
+from mrl.paths import repo_root
+from mrl.runtime.zoo import build_zoos, family_dir
 
 
 def heldout_config(config: RunConfig, zoo_seed: int) -> RunConfig:
@@ -106,3 +111,50 @@ def knob_runs(config: RunConfig, progress: bool = True) -> Labelled:
     run_config = heldout_config(config, zoo_seed)
     return [(_label(heldout, probe, seed, zoo_seed), Run(run_config, paths, probe, seed, heldout.steps))
             for probe in defaults + variants for seed in heldout.knob_seeds]
+
+
+def claims_block_runs(config: RunConfig) -> Labelled:
+    """The second registration's runs (ClaimsBlockConfig, docs/registration_claims.md): each arm on every warm-up of
+    the block and RL seed, labelled as heldout_runs labels them, ordered warm-up by warm-up, then RL seed, then arm,
+    so that a stop leaves whole warm-ups behind it. The policies' folders are where the zoo cache puts each warm-up
+    (mrl.runtime.zoo.family_dir): nothing is built here, so the runs' keys are known before their zoos exist
+    (run_claims_block builds them). [] where the profile has no such block."""
+    heldout = config.experiment("heldout")
+    block = heldout.confirmatory_claims
+    if block is None:
+        return []
+    root = repo_root() / "data" / "models"
+    labelled = []
+    for zoo_seed in block.zoo_seeds:
+        run_config = heldout_config(config, zoo_seed)
+        folders = {f.name: str(family_dir(root, run_config.task, f, run_config.zoo)) for f in run_config.zoo.families}
+        paths = {name: folders[name] for name in heldout.pairing}
+        labelled += [(_label(heldout, probe, seed, zoo_seed), Run(run_config, paths, probe, seed, heldout.steps))
+                     for seed in block.seeds for probe in map(as_probe_config, block.probes)]
+    return labelled
+
+
+def run_claims_block(config: RunConfig, record: Path, progress: bool = True, backend: str | None = None,
+                     zoos_at_once: int = 2, stamp: str = "", after_chunk=None) -> Labelled:
+    """Run what the record (mrl.experiments.record) lacks of the second registration's block, `zoos_at_once`
+    warm-ups at a time: their zoos built in one pool (so a core that finishes a short warm-up starts the next), then
+    their runs, each chunk added to the record with `stamp` (the registration's checksum) as it finishes (after_chunk:
+    as run_into_record). Refused in another numerics mode than the block's. Returns the block's runs
+    (claims_block_runs)."""
+    block = config.experiment("heldout").confirmatory_claims
+    if block is not None and numerics.mode() != block.numerics:
+        raise ConfigError(f"the confirmatory_claims block's runs must run in numerics mode {block.numerics!r}; this "
+                          f"process runs in {numerics.mode()!r} (MRL_NUMERICS)")
+    labelled = claims_block_runs(config)
+    todo = missing_runs(labelled, record, stamp or None)
+    seeds = list(dict.fromkeys(label["zoo_seed"] for label, _ in todo))
+    for start in range(0, len(seeds), zoos_at_once):
+        part = seeds[start:start + zoos_at_once]
+        built = heldout_zoos(config, progress, part)
+        runs = [(label, run) for label, run in todo if label["zoo_seed"] in part]
+        for label, run in runs:
+            if {name: built[label["zoo_seed"]][name] for name in run.paths} != run.paths:
+                raise RuntimeError(f"the zoo of warm-up {label['zoo_seed']} was built into {built[label['zoo_seed']]}, "
+                                   f"not where its runs were keyed ({run.paths})")
+        run_into_record(runs, record, config.packed_runs, backend, progress, stamp=stamp, after_chunk=after_chunk)
+    return labelled
