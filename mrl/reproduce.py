@@ -23,6 +23,7 @@ from pathlib import Path
 
 from mrl.profiles import PROFILES, load_profile
 from mrl.reports.performance import update_performance
+from mrl.reports.provenance import update_provenance
 from mrl.reports.readme import RECORD, update_readme
 from mrl.runtime.results import git_sha, machine, repo_root
 
@@ -196,6 +197,8 @@ def publish_default(record: dict, whole: bool) -> None:
         print("[mrl.reproduce] README.md: generated blocks rewritten from paper_tables/")
     if update_performance(repo_root() / "docs" / "performance.md", tables):
         print("[mrl.reproduce] docs/performance.md: generated blocks rewritten from paper_tables/")
+    if update_provenance(repo_root() / "docs" / "provenance.md", tables):
+        print("[mrl.reproduce] docs/provenance.md: generated block rewritten from paper_tables/")
 
 
 if __name__ == "__main__":

@@ -32,25 +32,26 @@ def test_a_partial_run_replaces_its_notebooks_times_in_the_record_on_the_same_ma
     assert merged_record(committed, other) is None   # times from another kind of CPU do not compare
 
 
-def test_the_readme_names_the_notebooks_re_run_apart_and_only_their_latest_re_run(tmp_path):
+def test_the_provenance_names_the_notebooks_re_run_apart_and_only_their_latest_re_run(tmp_path):
     import json
 
+    from mrl.reports.provenance import provenance_block
     from mrl.reports.readme import RECORD, notebooks_block
 
-    record = {"started": "2026-11-25T10:00:00+0000", "machine": {"cpu": "AMD EPYC", "cpus": 2},
+    record = {"started": "2026-11-25T10:00:00+0000", "git_sha": "a" * 40, "machine": {"cpu": "AMD EPYC", "cpus": 2},
               "notebooks": {"70_heldout.ipynb": 900.0}, "total_seconds": 900.0,
               "reruns": [{"git_sha": "b" * 40, "started": "2026-11-26T10:00:00+0000", "machine": {},
                           "notebooks": ["70_heldout.ipynb"]}]}
     (tmp_path / RECORD).write_text(json.dumps(record))
-    assert ("Re-run apart from the others on 2026-11-26 (commit bbbbbbb), their times above: 70_heldout."
-            in notebooks_block(tmp_path))
+    assert "| 2026-11-26 | bbbbbbb |" in provenance_block(tmp_path)
+    assert "1 re-runs apart from the others since" in notebooks_block(tmp_path)
+    assert "(docs/provenance.md)" in notebooks_block(tmp_path)
     record["reruns"][0]["git_sha"] = "c" * 40 + "-dirty"   # uncommitted changes are said
     (tmp_path / RECORD).write_text(json.dumps(record))
-    assert "(commit ccccccc-dirty)" in notebooks_block(tmp_path)
+    assert "| ccccccc-dirty |" in provenance_block(tmp_path)
     # a later re-run of the same notebook replaced its time: only the later one is named, with its note
     record["reruns"].append({"git_sha": "d" * 40, "started": "2026-11-27T10:00:00+0000", "machine": {},
                              "notebooks": ["70_heldout.ipynb"], "note": "Alone on the machine."})
     (tmp_path / RECORD).write_text(json.dumps(record))
-    block = notebooks_block(tmp_path)
-    assert "2026-11-26" not in block and ("on 2026-11-27 (commit ddddddd), their times above: 70_heldout. Alone on "
-                                          "the machine.") in block
+    block = provenance_block(tmp_path)
+    assert "2026-11-26" not in block and "| 2026-11-27 | ddddddd |" in block and "1. Alone on the machine." in block

@@ -125,13 +125,12 @@ def notebooks_block(tables: Path) -> str:
     cpu = machine.get("cpu") or "an unnamed CPU"
     cores = f", {machine['cpus']} cores" if machine.get("cpus") else ""
     numerics = machine.get("numerics", {}).get("mode", "native")
-    reruns = "".join(f" Re-run apart from the others on {r['started'][:10]} (commit {short_sha(r['git_sha'])}), their "
-                     f"times above: {', '.join(n.removesuffix('.ipynb') for n in own)}."
-                     + (f" {r['note']}" if r.get("note") else "") for r, own in standing_reruns(record))
+    reruns = len(standing_reruns(record))
     return (f"Times from the reproduce record `paper_tables/{RECORD}` ({record['started'][:10]}, {cpu}{cores}, "
-            f"numerics {numerics}): "
-            f"{record['total_seconds'] / 60:.0f} minutes in all, installation not included.{reruns}\n\n"
-            + "\n".join(lines) + "\n")
+            f"numerics {numerics}): {record['total_seconds'] / 60:.0f} minutes in all, installation not included"
+            + (f"; {reruns} re-runs apart from the others since" if reruns else "")
+            + ". Which run made each notebook, with its date, commit, machine and how it ran: "
+              "[`docs/provenance.md`](docs/provenance.md).\n\n" + "\n".join(lines) + "\n")
 
 
 def standing_reruns(record: dict) -> list[tuple[dict, list[str]]]:
