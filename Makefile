@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mrl-installed
 PROFILE ?= default
 
-.PHONY: install latex test unit nbval soak test-browser reproduce smoke bench lab sync clean-models
+.PHONY: install latex test unit nbval soak test-browser book test-book reproduce smoke bench lab sync clean-models
 
 # pip installs without compiling bytecode, then compileall compiles it on both cores (pip compiles on one; measured
 # 184 s against 229 s for the whole install, 2026-11-29). Its status is not checked: a few files in the wheels are not
@@ -51,6 +51,23 @@ test-browser: $(STAMP)
 	$(VENV)/bin/pip install -q -e ".[test,browser]"
 	$(PY) tests/browser/run_tour_in_lab.py
 	cd tests/browser && ../../$(PY) tensorboard_screenshot.py
+
+# the paper as one static HTML book from the committed files (seconds; nothing executes unless EXECUTE=1, which runs
+# the smoke profile first): results/book/html/index.html (mrl.reports.book, docs/book.md)
+book: $(STAMP)
+	$(VENV)/bin/pip install -q -e ".[book]"
+	$(PY) -m mrl.reports.book $(if $(EXECUTE),--execute,)
+
+# the book as a reader meets it: its tables equal paper_tables/, then headless Chromium (Debian's package) opens every
+# page: no broken image or internal link, no error output, every figure; screenshots in results/book/screenshots/.
+# Without Chromium or its install, the browser check is skipped with its reason
+test-book: book
+	@command -v chromium >/dev/null || apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 || \
+		(apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1) || \
+		echo "chromium could not be installed: the browser check will be skipped"
+	$(VENV)/bin/pip install -q -e ".[book,browser]"
+	$(PY) -m pytest -q -m book tests/test_book.py
+	$(PY) tests/browser/check_book.py; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 2 ]
 
 reproduce: $(STAMP)
 	$(PY) -m mrl.reproduce --profile $(PROFILE)
