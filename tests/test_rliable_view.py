@@ -1,18 +1,17 @@
-"""rliable's view (mrl.reports.rliable_view): its run matrix, its scores, and its stratified bootstrap, which
-resamples runs within each task and never across."""
+"""rliable's view (mrl.reports.rliable_view): its run matrix, its scores, its bootstrap, which resamples warm-ups
+(each with all its runs), and its paired probability of improvement."""
 import numpy as np
 import pandas as pd
 import pytest
 from rliable import metrics
 
-from mrl.reports.rliable_view import (aggregate_table, improvement_table, rliable_sentence, run_scores,
-                                      stratified_interval)
+from mrl.reports.rliable_view import (aggregate_table, improvement_table, paired_wins, rliable_sentence, run_scores,
+                                      warmup_interval)
 
 
 @pytest.fixture(autouse=True)
 def fewer_resamples(monkeypatch):
-    """200 bootstrap resamples instead of REPS: these tests check what is resampled and how, which any number shows;
-    rliable's P(X > Y) runs in Python once per resample (34 s of make test under load at 2,000)."""
+    """200 bootstrap resamples instead of REPS: these tests check what is resampled and how, which any number shows."""
     monkeypatch.setattr("mrl.reports.rliable_view.REPS", 200)
 
 
@@ -31,23 +30,30 @@ def test_the_run_matrix_has_a_row_per_run_and_a_column_per_policy():
         run_scores(pd.DataFrame(runs("sgt", 0.6) + runs("sgt", 0.6)[:1]), "sgt")
 
 
-def test_the_bootstrap_resamples_within_each_sample_and_each_apart():
-    """Within: the mean of the first sample stays inside its own range, never mixed with the second's. Apart: two
-    equal samples resampled with shared indices would give mean(x) - mean(y) = 0 every time; drawn apart they
-    spread."""
-    a, b = np.array([0.1, 0.2, 0.3]), np.array([10.0, 20.0, 30.0])
-    low, high = stratified_interval([a, b], lambda x, y: np.mean(x))
-    assert 0.1 <= low <= high <= 0.3
-    low, high = stratified_interval([a, a.copy()], lambda x, y: np.mean(x) - np.mean(y))
-    assert low < 0 < high
+def test_the_bootstrap_resamples_warmups_whole():
+    """A warm-up's runs move together: two warm-ups whose runs are all equal within each give an interval whose
+    bounds are means of whole warm-ups (0, 0.5 or 1 here), never a mixture of runs across them."""
+    groups = [np.zeros(4), np.ones(4)]
+    low, high = warmup_interval(groups, np.mean)
+    assert {low, high} <= {0.0, 0.5, 1.0} and low < high
+    assert warmup_interval([np.ones(3)], np.mean) != warmup_interval([np.ones(3)], np.mean)   # NaN: one warm-up
 
 
-def test_a_dominating_arm_improves_with_probability_one():
-    values = pd.DataFrame(runs("sgt", 0.9) + runs("grpo", 0.5))
+def test_the_probability_of_improvement_is_paired_run_by_run():
+    """X beats Y on every (warm-up, seed, policy) though Y's best runs are better than X's worst: paired, P = 1;
+    rliable's unpaired P(X > Y) would be far below."""
+    x = runs("sgt", 0.51)
+    y = runs("grpo", 0.5)
+    values = pd.DataFrame(x + y)
+    wins = paired_wins(values, "sgt", "grpo")
+    assert len(wins) == 16 and wins.eq(1.0).all()
     table = improvement_table(values, [("sgt", "grpo")]).iloc[0]
-    assert table["P(X > Y)"] == 1.0 and table["low"] == 1.0 and table["runs X"] == 8
+    assert table["P(X > Y)"] == 1.0 and table["warm-ups"] == 4 and table["paired runs"] == 16
+    unpaired = metrics.probability_of_improvement(run_scores(values, "sgt").to_numpy(),
+                                                  run_scores(values, "grpo").to_numpy())
+    assert unpaired < 0.7
     same = improvement_table(pd.DataFrame(runs("sgt", 0.5) + runs("grpo", 0.5)), [("sgt", "grpo")]).iloc[0]
-    assert same["P(X > Y)"] == 0.5 and same["low"] < 0.5 < same["high"]
+    assert same["P(X > Y)"] == 0.5
 
 
 def test_the_aggregates_are_rliables_scores_with_their_intervals():
@@ -58,8 +64,8 @@ def test_the_aggregates_are_rliables_scores_with_their_intervals():
     assert table.loc[("sgt", "A", "mean"), "estimate"] == pytest.approx(scores["A"].mean())
     assert (table.low <= table.estimate).all() and (table.estimate <= table.high).all()
     improvement = improvement_table(values, [("sgt", "grpo")])
-    assert rliable_sentence(table.reset_index(), improvement).startswith("As rliable reads the runs (descriptive): "
-                                                                         "P(sgt > grpo) = ")
+    assert "P(sgt > grpo) = " in rliable_sentence(table.reset_index(), improvement)
+    assert (table["warm-ups"] == 4).all()
 
 
 def test_the_interval_is_the_same_for_the_same_seed():

@@ -1,18 +1,16 @@
 """The view RL readers expect, after rliable (Agarwal et al. 2021): per arm and policy the mean and the interquartile
-mean (IQM) of the runs' endpoint with bootstrap intervals, and the probability that a run of one arm beats a run of
-the other, P(X > Y), with its stratified bootstrap interval.
+mean (IQM) of the runs' endpoint, and the probability that a run of one arm beats the run of the other made on the
+same warm-up, RL seed and policy, each with a bootstrap interval that resamples warm-ups.
 
-The scores and the plot are rliable's (`rliable.metrics`, `rliable.plot_utils`). Its bootstrap (`rliable.library`)
-is not used: it imports `arch` < 8, and arch 7.2 fails to import under pandas 3 (`deprecate_kwarg() missing 1
-required positional argument`). scipy.stats.bootstrap does the same resampling: given one sample per task (and,
-for P(X > Y), X's and Y's apart), it resamples each independently, which is rliable's stratified (independent)
-bootstrap.
+The scores are rliable's (`rliable.metrics`), and so is the plot (`rliable.plot_utils`). Its bootstrap
+(`rliable.library`) is not used: it imports `arch` < 8, and arch 7.2 fails to import under pandas 3. Its resampling
+would also be the wrong one here. rliable treats every run as an independent draw within its task, but this package's
+runs are nested in warm-ups (RL seeds within zoo seeds): two RL seeds of one warm-up correlate at 0.97-1.00, so 24
+runs are about 12 units, and an interval over runs is too narrow. Here scipy.stats.bootstrap resamples the warm-ups,
+each with all its runs (the unit of analysis). The probability of improvement is paired: a run of X is compared with
+the run of Y on its own warm-up, RL seed and policy (ties count one half), not with every run of Y.
 
-Descriptive, beside the ledgers' tests and never deciding a verdict: rliable treats every run as an independent draw
-within its task (here, a policy), while this package's runs are nested in warm-ups (RL seeds within zoo seeds) and
-paired across arms (the same warm-up and RL seed). Its intervals therefore cover the spread of runs, not of warm-ups,
-and P(X > Y) compares runs unpaired; the registered test and the ledger read the paired difference with a t interval
-over warm-ups. The tables and the figure say so.
+Descriptive, beside the registered tests and the ledgers, and never deciding a verdict.
 """
 from __future__ import annotations
 
@@ -30,12 +28,17 @@ METRICS = {"mean": metrics.aggregate_mean, "IQM": metrics.aggregate_iqm}
 """the aggregate scores per arm (rliable.metrics)"""
 
 
-def stratified_interval(samples: list[np.ndarray], statistic, seed: int = 0) -> tuple[float, float]:
-    """The LEVEL percentile interval of statistic(*samples) under a bootstrap that resamples each sample apart
-    (scipy.stats.bootstrap, paired=False, REPS resamples, a Generator seeded with `seed`). samples: 1-D arrays, one
-    per stratum (a task, or one arm's runs on a task)."""
-    result = stats.bootstrap(tuple(samples), statistic, n_resamples=REPS, vectorized=False, method="percentile",
-                             confidence_level=LEVEL, rng=np.random.default_rng(seed))
+def warmup_interval(groups: list[np.ndarray], statistic, seed: int = 0) -> tuple[float, float]:
+    """The LEVEL percentile interval of statistic(values) under a bootstrap that resamples the warm-ups, each with
+    all its values: groups holds one array per warm-up (its runs' values, or its paired comparisons), and a resample
+    draws len(groups) warm-ups with replacement and concatenates theirs (scipy.stats.bootstrap over the warm-ups'
+    indices, REPS resamples, a Generator seeded with `seed`). NaN with fewer than 2 warm-ups."""
+    if len(groups) < 2:
+        return float("nan"), float("nan")
+    result = stats.bootstrap((np.arange(len(groups)),),
+                             lambda picked: statistic(np.concatenate([groups[int(k)] for k in picked])),
+                             n_resamples=REPS, vectorized=False, method="percentile", confidence_level=LEVEL,
+                             rng=np.random.default_rng(seed))
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
@@ -49,36 +52,42 @@ def run_scores(values: pd.DataFrame, probe: str, column: str = "overall") -> pd.
 
 def aggregate_table(values: pd.DataFrame, probes: list[str], column: str = "overall", seed: int = 0) -> pd.DataFrame:
     """Per arm, policy and metric (METRICS): the score over the arm's runs on that policy and its LEVEL bootstrap
-    interval over those runs (stratified_interval). Per policy, because the policies' accuracies sit on different
-    scales and rliable's aggregates assume scores normalised across tasks. Columns arm, policy, metric, runs,
+    interval over warm-ups (warmup_interval). Per policy, because the policies' accuracies sit on different scales
+    and rliable's aggregates assume scores normalised across tasks. Columns arm, policy, metric, warm-ups, runs,
     estimate, low, high."""
     rows = []
     for probe in probes:
         scores = run_scores(values, probe, column)
         for policy in scores.columns:
+            groups = [group.to_numpy() for _, group in scores[policy].groupby(level="zoo_seed")]
             runs = scores[policy].to_numpy()
             for name, metric in METRICS.items():
-                low, high = stratified_interval([runs], lambda r, metric=metric: metric(r[:, None]), seed)
-                rows.append({"arm": probe, "policy": policy, "metric": name, "runs": len(runs),
-                             "estimate": float(metric(runs[:, None])), "low": low, "high": high})
+                low, high = warmup_interval(groups, lambda r, metric=metric: metric(r[:, None]), seed)
+                rows.append({"arm": probe, "policy": policy, "metric": name, "warm-ups": len(groups),
+                             "runs": len(runs), "estimate": float(metric(runs[:, None])), "low": low, "high": high})
     return pd.DataFrame(rows)
+
+
+def paired_wins(values: pd.DataFrame, x: str, y: str, column: str = "overall") -> pd.Series:
+    """Per (zoo seed, RL seed, policy) where both arms ran: 1 where X's run beat Y's, 0.5 for a tie, 0 else."""
+    sx, sy = run_scores(values, x, column).stack(), run_scores(values, y, column).stack()
+    both = sx.index.intersection(sy.index)
+    a, b = sx[both], sy[both]
+    return ((a > b).astype(float) + 0.5 * (a == b)).rename("win")
 
 
 def improvement_table(values: pd.DataFrame, pairs: list[tuple[str, str]], column: str = "overall",
                       seed: int = 0) -> pd.DataFrame:
-    """Per (X, Y) pair: P(X > Y), the probability that a run of X beats a run of Y on the same task (a Mann-Whitney
-    U over the runs, ties counting one half, averaged over the tasks; rliable.metrics.probability_of_improvement),
-    with its LEVEL stratified independent bootstrap interval (X's and Y's runs resampled apart within each task);
-    columns X, Y, runs X, runs Y, P(X > Y), low, high."""
+    """Per (X, Y) pair: the paired probability of improvement, P(X > Y) = the share of (warm-up, RL seed, policy)
+    on which X's run beat Y's (ties one half), with its LEVEL bootstrap interval over warm-ups; columns X, Y,
+    warm-ups, paired runs, P(X > Y), low, high."""
     rows = []
     for x, y in pairs:
-        sx, sy = run_scores(values, x, column).to_numpy(), run_scores(values, y, column).to_numpy()
-        tasks = sx.shape[1]
-        low, high = stratified_interval(
-            [*sx.T, *sy.T], lambda *s: metrics.probability_of_improvement(np.column_stack(s[:tasks]),
-                                                                           np.column_stack(s[tasks:])), seed)
-        rows.append({"X": x, "Y": y, "runs X": sx.shape[0], "runs Y": sy.shape[0],
-                     "P(X > Y)": float(metrics.probability_of_improvement(sx, sy)), "low": low, "high": high})
+        wins = paired_wins(values, x, y, column)
+        groups = [group.to_numpy() for _, group in wins.groupby(level="zoo_seed")]
+        low, high = warmup_interval(groups, np.mean, seed)
+        rows.append({"X": x, "Y": y, "warm-ups": len(groups), "paired runs": len(wins),
+                     "P(X > Y)": float(wins.mean()), "low": low, "high": high})
     return pd.DataFrame(rows)
 
 
@@ -89,14 +98,14 @@ def rliable_sentence(aggregates: pd.DataFrame, improvement: pd.DataFrame) -> str
     arms = "; ".join(f"`{r['arm']}` on {r['policy']} {r['estimate']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
                      for r in iqm)
     pairs = "; ".join(f"P({r['X']} > {r['Y']}) = {r['P(X > Y)']:.2f} [{r['low']:.2f}, {r['high']:.2f}] over "
-                      f"{r['runs X']} and {r['runs Y']} runs" for r in improvement.to_dict("records"))
-    return (f"As rliable reads the runs (descriptive): {pairs}; the IQM of the runs' accuracy per arm and policy "
-            f"{arms}. Its {LEVEL:.0%} bootstrap intervals treat each run as independent within its policy and compare "
-            f"the arms' runs unpaired, so they cover the spread of runs, not of warm-ups, and decide nothing here.")
+                      f"{r['paired runs']} paired runs on {r['warm-ups']} warm-ups" for r in improvement.to_dict("records"))
+    return (f"As rliable reads the runs (descriptive): a run of X beats the run of Y on its own warm-up, RL seed and "
+            f"policy with {pairs}; the IQM of the runs' accuracy per arm and policy {arms}. The {LEVEL:.0%} bootstrap "
+            f"intervals resample warm-ups, the unit of analysis, each with all its runs; they decide nothing here.")
 
 
 def rliable_figure(aggregates: pd.DataFrame, improvement: pd.DataFrame):
-    """One figure, two panels: each arm's IQM per policy with its interval, and each pair's P(X > Y) with its
+    """One figure, two panels: each arm's IQM per policy with its interval, and each pair's paired P(X > Y) with its
     interval (rliable's probability-of-improvement plot), the intervals' coverage in the title."""
     import matplotlib.pyplot as plt
     from rliable import plot_utils
@@ -121,7 +130,7 @@ def rliable_figure(aggregates: pd.DataFrame, improvement: pd.DataFrame):
         ticklabelsize="medium", labelsize="medium", left_ylabel="X", right_ylabel="Y")
     right.set_xlim(0, 1)
     right.axvline(0.5, color="0.4", linewidth=0.8, linestyle=":")
-    right.set_title("P(a run of X beats a run of Y)", fontsize=10)
-    fig.suptitle(f"rliable's view (descriptive): {LEVEL:.0%} bootstrap over runs, not warm-ups", fontsize=10)
+    right.set_title("P(X's run beats Y's on its warm-up, seed, policy)", fontsize=10)
+    fig.suptitle(f"rliable's view (descriptive): {LEVEL:.0%} bootstrap intervals over warm-ups", fontsize=10)
     fig.tight_layout()
     return fig
