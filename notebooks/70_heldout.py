@@ -72,12 +72,11 @@ from mrl.core.tasks import make_task
 from mrl.experiments import panel_labels, run_many
 from mrl.experiments.heldout import heldout_runs, heldout_zoos, knob_runs
 from mrl.notebook import setup_notebook
-from mrl.paths import repo_root
 from mrl.reports.claims import (ENDPOINT_EVALS, FAMILIES, MARGIN, MIN_WARMUPS, POWER_TARGET, base_rate_figure,
                                 base_rate_sentence, claims_ledger, claims_power, endpoint_table, endpoint_values,
                                 evidence_table, ledger_discussion, ledger_interval_count, ledger_result,
                                 ledger_sentence, ledger_table, like_for_like_table, power_table, replication_column,
-                                read_endpoint_values, seed_effect_table, verdict_counts)
+                                verdict_counts)
 from mrl.reports.figure_inputs import draw_and_save
 from mrl.reports.paired import chance_note, interval_caption, knob_table, weak_skill_figure, weak_skill_inputs
 from mrl.reports.substrate import zoo_table
@@ -270,29 +269,6 @@ if heldout.replication_zoo_seeds:
 else:
     replicated = "no replication in this profile (experiments.heldout.replication_zoo_seeds: the full profile)"
 replicated
-
-# %% [markdown]
-# ## RL seeds nested in warm-ups
-#
-# The committed ledger of before ran RL seed s with the same prompt stream and sampling seeds on every warm-up
-# (crossed), so the warm-ups' means shared a seed effect that a t interval over them leaves out. Now each RL seed is
-# nested in its warm-up (`mrl.core.seeding.nested_rl_seed`; warm-up 0 keeps its streams). The RL seed's main effect
-# per claim from a two-way ANOVA, on these runs and, in the default profile, on the crossed runs of before
-# (`paper_tables/claims_runs_crossed.csv`).
-
-# %%
-designs = {"nested (these runs)": values}
-if profile == "default":   # the crossed runs of before are the default profile's committed ledger
-    crossed = read_endpoint_values(repo_root() / "paper_tables" / "claims_runs_crossed.csv")
-    designs = {"crossed (before the nesting)": crossed[crossed.zoo_seed.isin(heldout.zoo_seeds)], **designs}
-seed_effect = seed_effect_table(designs)
-write_table(seed_effect, "claims_seed_effect", run.tables,
-            caption=f"The RL seed's main effect per primary claim on overall accuracy, two-way ANOVA without "
-                    f"interaction over the warm-ups x RL seeds: F (df), p and each seed's mean difference, per design: "
-                    f"{' and '.join(designs)} (crossed: RL seed s drew the same streams on every warm-up; nested: "
-                    f"each warm-up's own). It holds {len(seed_effect)} tests, unadjusted (descriptive): about "
-                    f"{0.05 * len(seed_effect):.1f} would fall below 0.05 by chance alone if no seed had an effect.")
-seed_effect
 
 # %% [markdown]
 # The evidence per warm-up: each claim's mean paired difference over the RL seeds, per policy and zoo seed.

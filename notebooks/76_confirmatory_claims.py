@@ -62,7 +62,11 @@ from mrl.reports.claims_confirmatory import (COMPARISONS, Costs, PlanningSd, cla
                                              leave_one_out, plan_table, power_table, weak_forms)
 from mrl.reports.claims_registration import PLAN_INPUTS, recorded_checksum, registered_stamp
 from mrl.reports.confirmatory import DESIGN, complete_warmups, confirmatory_test
+from mrl.reports.claims import seed_effect_table
 from mrl.reports.confirmatory_views import claims_sentence, claims_table
+from mrl.reports.figure_inputs import draw_and_save
+from mrl.reports.sgt_evidence import (EvidenceSet, evidence_sentence, forest_figure, forest_table, outside_checks,
+                                      pooled_random_effects, warmup_rows)
 from mrl.reproduce import BLOCK_RECORD
 from mrl.runtime.results import write_table
 
@@ -151,6 +155,66 @@ else:
             "profile holds the registered one.")
 Markdown(text)
 
+# %% [markdown]
+# ## The evidence on SGT, whole (descriptive)
+#
+# `sgt - grpo` has now run on four kinds of warm-up: the ledger's (zoo seeds 0-4, exploratory), the two
+# registrations' (confirmatory), and outside checks that ran the project's own code elsewhere
+# (`data/outside_checks/`, each set with its design and commit). Each warm-up's d_z, each set's mean with its t
+# interval over warm-ups, and a random-effects pooled estimate over all of them, which mixes designs and so decides
+# nothing.
+
+# %%
+evidence = [
+    EvidenceSet("the ledger, zoo seeds 0-4", "exploratory", "nested", "the project's runs (70_heldout)",
+                read_endpoint_values(tables / "claims_runs.csv")),
+    EvidenceSet("the first registration", "confirmatory", "nested",
+                "the project's runs (75_confirmatory), registered 2026-11-28", first_values)]
+if block_runs and len(evals):
+    evidence.append(EvidenceSet("the second registration", "confirmatory", "nested",
+                                "the project's runs (this notebook), registered 2026-12-06", values))
+evidence += outside_checks(repo_root() / "data" / "outside_checks", read_endpoint_values)
+forest_rows = warmup_rows(evidence, [0, 1], heldout.pairing)
+pooled = pooled_random_effects(evidence, forest_rows)
+forest = forest_table(forest_rows, pooled)
+write_table(forest, "sgt_forest", run.tables,
+            caption=f"sgt - grpo on every warm-up it has run ({len(forest_rows)} warm-ups in {len(evidence)} sets): per "
+                    f"set its role, design (RL seeds nested in warm-ups, or crossed: seed s drew the same streams on "
+                    f"every warm-up) and provenance, the mean of d_z with its 95% t interval over its warm-ups, and "
+                    f"the warm-ups above 0; last, a random-effects pooled estimate over all of them (statsmodels "
+                    f"MixedLM, 95% Wald interval), descriptive: it mixes designs, exploratory and confirmatory "
+                    f"warm-ups and runs made at several commits. The table holds {len(forest)} intervals; read "
+                    f"unadjusted, about {0.05 * len(forest):.1f} would exclude 0 by chance.")
+display(forest)
+Markdown(evidence_sentence(forest, pooled))
+
+# %%
+draw_and_save(forest_figure, "sgt_forest", run.figures, rows=forest_rows, pooled_mean=pooled["mean"],
+              pooled_low=pooled["low"], pooled_high=pooled["high"], paper_effect=DESIGN.paper_effect)
+
+# %% [markdown]
+# **The RL seed's main effect, per design.** Where RL seed s drew the same streams on every warm-up (crossed), the
+# warm-ups' means share a seed effect, tested by the two-way ANOVA's F. Where seeds are nested in warm-ups, a seed
+# label means nothing shared: the only valid reference is the labels' exchangeability within each warm-up, so the p is
+# the exact one of the 2^n label swaps (with 5 warm-ups it cannot fall below 2/32), not the F test's.
+
+# %%
+crossed = read_endpoint_values(tables / "claims_runs_crossed.csv")
+designs = {"crossed: the ledger before the nesting": crossed[crossed.zoo_seed.isin(heldout.zoo_seeds)],
+           "nested: the ledger": read_endpoint_values(tables / "claims_runs.csv"),
+           "nested: the first registration": first_values}
+if block_runs and len(evals):
+    designs["nested: the second registration"] = values
+seed_effect = seed_effect_table(designs, nested=tuple(name for name in designs if name.startswith("nested")),
+                                claims=COMPARISONS)
+write_table(seed_effect, "claims_seed_effect", run.tables,
+            caption=f"The RL seed's main effect per comparison on its overall accuracy, per design "
+                    f"({', '.join(designs)}): F of the two-way ANOVA without interaction (df), p (crossed: the F "
+                    f"test's; nested: the exact p of swapping the two seeds' labels within each warm-up) and each "
+                    f"seed's mean difference. It holds {len(seed_effect)} tests, unadjusted (descriptive): about "
+                    f"{0.05 * len(seed_effect):.1f} would fall below 0.05 by chance alone if no seed had an effect.")
+seed_effect
+
 # %%
 print(f"76_confirmatory_claims ran in {time.perf_counter() - start:.0f} s ({profile} profile, backend {backend})")
 
@@ -160,4 +224,5 @@ print(f"76_confirmatory_claims ran in {time.perf_counter() - start:.0f} s ({prof
 # %%
 # NBVAL_CHECK_OUTPUT
 print(f"registered warm-ups: {registered}; tests in the family: {sum(1 for _ in power.itertuples())}")
+print(f"sgt - grpo pooled over {pooled['warm-ups']} warm-ups (descriptive): {pooled['mean']:+.3f}")
 print(text if not block_runs else "; ".join(f"{r.reading.value} ({r.warmups} of {r.planned})" for r in results))

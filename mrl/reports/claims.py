@@ -22,7 +22,8 @@ from mrl.reports.claims_rule import (ALPHA, MARGIN, MIN_WARMUPS, Claim, Verdict,
 from mrl.reports.paired import interval_cell, paired_differences, t_interval
 from mrl.reports.palette import policy_colour, probe_colour
 from mrl.reports.probes import rescue_skills, with_overall
-from mrl.reports.statistics import nested_variance_components, seed_main_effect, t_power, warmups_for_power
+from mrl.reports.statistics import (nested_variance_components, seed_label_swap_p_value, seed_main_effect, t_power,
+                                    warmups_for_power)
 
 __all__ = ["ALPHA", "MARGIN", "MIN_WARMUPS", "Claim"]   # re-exported: the ledger's constants live with its rule
 
@@ -147,23 +148,33 @@ def variance_split(values: pd.DataFrame, probe: str, reference: str, column: str
     return nested_variance_components(seed_differences(values, probe, reference, column))
 
 
-def seed_effect_table(designs: dict[str, pd.DataFrame], column: str = "overall") -> pd.DataFrame:
-    """The RL seed's main effect per primary claim under each design ({design name: endpoint_values rows}), from the
-    two-way ANOVA without interaction over complete warm-ups (statistics.seed_main_effect): F with its degrees of
-    freedom, p, and each seed's mean difference over the warm-ups. Where RL seed s drew the same streams on every
-    warm-up (crossed), the warm-ups' means share that seed effect and a t interval over them leaves it out; where RL
-    seeds are nested in warm-ups, a seed label means nothing shared, and the test checks that no effect remains."""
+def seed_effect_table(designs: dict[str, pd.DataFrame], column: str = "overall", nested: tuple[str, ...] = (),
+                      claims: tuple[Claim, ...] = CLAIMS) -> pd.DataFrame:
+    """The RL seed's main effect per primary claim under each design ({design name: endpoint_values rows}): F with
+    its degrees of freedom and each seed's mean difference over the warm-ups, from the two-way ANOVA without
+    interaction over complete warm-ups (statistics.seed_main_effect), and its p. Where RL seed s drew the same streams
+    on every warm-up (crossed), the warm-ups' means share that seed effect and a t interval over them leaves it out:
+    the p is the F test's. Where RL seeds are nested in warm-ups (the designs named in `nested`), a seed label means
+    nothing shared, so the only valid reference is the labels' own exchangeability: the p is the exact one of
+    swapping the two seeds' labels within each warm-up (2^n relabellings: the sign-flip p of the per-warm-up seed
+    difference, statistics.seed_label_swap_p_value), whose floor with 5 warm-ups is 2/32; the F test's normal theory
+    gives p below that floor."""
     rows = []
     for name, values in designs.items():
-        for claim in CLAIMS:
+        for claim in claims:
             if claim.endpoint != column:
                 continue
-            effect = seed_main_effect(seed_differences(values, claim.probe, claim.reference, column))
+            seeds = seed_differences(values, claim.probe, claim.reference, column)
+            if seeds.empty:   # the design did not run this claim's arms
+                continue
+            effect = seed_main_effect(seeds)
             means = ", ".join(f"seed {seed}: {mean:+.4f}" for seed, mean in effect["seed means"].items())
+            p, test = (seed_label_swap_p_value(seeds), "exact label swap within warm-ups") if name in nested else \
+                (effect["p"], "F test (normal theory)")
             rows.append({"design": name, "comparison": f"{claim.probe} - {claim.reference}",
                          "F (df)": "" if math.isnan(effect["F"]) else
                          f"{effect['F']:.2f} ({effect['df seed']:.0f}, {effect['df residual']:.0f})",
-                         "p": p_cell(effect["p"]), "mean difference per RL seed": means})
+                         "p": p_cell(p), "test": test, "mean difference per RL seed": means})
     return pd.DataFrame(rows)
 
 

@@ -38,14 +38,14 @@ NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the r
                   "bandit, bandit_dynamics", "bandit_plane, bandit_dynamics"),
     "70_heldout": ("the held-out experiment on five warm-ups and the claims ledger",
                    "heldout_zoo, heldout_warmup, heldout_main, claims_like_for_like, claims, claims_secondary, "
-                   "claims_power, claims_evidence, claims_runs, claims_seed_effect",
+                   "claims_power, claims_evidence, claims_runs",
                    "heldout_weak_skill, heldout_base_rate"),
     "75_confirmatory": ("the confirmatory test of SGT against GRPO on 12 warm-ups no one had run, registered before "
                         "its runs", "confirmatory_plan, confirmatory, confirmatory_leave_one_out, confirmatory_runs, "
                         "confirmatory_rliable", "confirmatory_rliable"),
     "76_confirmatory_claims": ("every claim's confirmatory test (the second registration): the ten arms of nine "
                                "comparisons on 12 warm-ups no one had run, registered before its runs",
-                               "", ""),
+                               "claims_seed_effect", ""),
     "80_beyond": ("beyond the papers: TRRD, GRAFT online and offline, a poisoned peer, more policies, the exact "
                   "cross-tokenizer probability",
                   "beyond_main, beyond_poison, beyond_scaling, beyond_marginal_gap, beyond_marginal_ratio, "

@@ -184,3 +184,19 @@ def seed_main_effect(seed_values: pd.Series) -> dict[str, float]:
     row = table.loc["C(seed)"]
     return {"F": float(row["F"]), "df seed": float(row["df"]), "df residual": float(table.loc["Residual", "df"]),
             "p": float(row["PR(>F)"]), "seed means": means.to_dict()}
+
+
+def seed_label_swap_p_value(seed_values: pd.Series) -> float:
+    """The exact p of no RL-seed effect where seeds are nested in warm-ups: under the null the two seeds' labels are
+    exchangeable within each warm-up, so the 2^n swaps of the labels are equally likely, and a swap flips the sign of
+    the warm-up's seed difference d_z0 - d_z1. Two-sided sign-flip p of the mean of those differences
+    (sign_flip_p_value) over the complete warm-ups of two seeds. seed_values: indexed by (zoo_seed, seed). NaN where
+    some warm-up has other than two seeds or fewer than 2 warm-ups are complete."""
+    frame = seed_values.rename("d").reset_index()
+    seeds = sorted(frame.seed.unique())
+    if len(seeds) != 2:
+        return float("nan")
+    wide = frame.pivot_table(index="zoo_seed", columns="seed", values="d").dropna()
+    if len(wide) < 2:
+        return float("nan")
+    return sign_flip_p_value((wide[seeds[0]] - wide[seeds[1]]).to_numpy(), 0.0, "two-sided")
