@@ -67,23 +67,39 @@ def ledger_block(tables: Path) -> str:
                 f"{MIN_WARMUPS} or more warm-ups, and this block.\n")
     values = read_endpoint_values(tables / "claims_runs.csv")
     values = values[values.zoo_seed.isin(load_profile("default").experiment("heldout").zoo_seeds)]
-    return rule_v2_block(*(claims_ledger(values, family) for family in FAMILIES))
+    return rule_v2_block(*(claims_ledger(values, family) for family in FAMILIES), confirmatory_answers(tables))
+
+
+def confirmatory_answers(tables: Path) -> dict[str, str]:
+    """{claim: its confirmatory answer}: the second registration's labels with the interval
+    (`confirmatory_claims.csv`, rows of the second registration), or "registered, running" before its results."""
+    path = tables / "confirmatory_claims.csv"
+    if not path.exists():
+        return {}
+    rows = pd.read_csv(path, dtype=str, keep_default_na=False)
+    rows = rows[rows.registration == "second"]
+    return {r["claim"]: f"{r['label']}; {r['size label']}, {r['difference [95% t]']}".replace("; no size test", "")
+            for _, r in rows.iterrows()}
 
 
 def interval_text(row) -> str:
     return f"{row['difference']} {row['95% t over warm-ups']}".strip() or "not run"
 
 
-def rule_v2_block(primary: pd.DataFrame, secondary: pd.DataFrame) -> str:
-    """The block of a rule-v2 ledger (ledger_block) from its two families (claims_ledger)."""
+def rule_v2_block(primary: pd.DataFrame, secondary: pd.DataFrame, answers: dict[str, str] | None = None) -> str:
+    """The block of a rule-v2 ledger (ledger_block) from its two families (claims_ledger), each claim's confirmatory
+    answer beside it (answers: {claim: text}, confirmatory_answers; a claim without one reads "registered, running")."""
+    answers = answers or {}
     lines = ["| paper | claim | comparison | endpoint | warm-ups x seeds | difference [95% t] | Holm p vs 0 or margin "
-             "| verdict (rule v2) | leave one warm-up out | rule v1 | other endpoint: difference [95% t] | reading |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| verdict (rule v2) | leave one warm-up out | rule v1 | other endpoint: difference [95% t] | reading "
+             "| confirmatory answer (second registration) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     shown = (ledger_table(ledger).to_dict("records") for ledger in (primary, secondary))
     for o, w in zip(*shown):
         lines.append(f"| {o['paper']} | {o['claim']} | `{o['comparison']}` | {o['endpoint']} | {o['warm-ups x seeds']} "
                      f"| {interval_text(o)} | {o['p vs 0 or margin (Holm)']} | {o['verdict']} "
-                     f"| {o['leave one warm-up out']} | {o['rule v1']} | {interval_text(w)} | {w['verdict']} |")
+                     f"| {o['leave one warm-up out']} | {o['rule v1']} | {interval_text(w)} | {w['verdict']} "
+                     f"| {answers.get(o['claim'], 'registered, running')} |")
     intervals = ledger_interval_count(pd.concat([primary, secondary]))   # a comparison and endpoint once
     return (f"Exploratory: {len(primary)} claims, each in the primary family (its primary endpoint: "
             f"{verdict_summary(primary)}) and the secondary one, whose labels describe the other endpoint "
@@ -199,6 +215,32 @@ def confirmatory_block(tables: Path) -> str:
             f"substrate; every other verdict below is exploratory.\n")
 
 
+def claims_confirmatory_block(tables: Path) -> str:
+    """The second registration as README markdown: before its results, how far its runs are (its committed record);
+    after, each comparison's labels and interval (`confirmatory_claims.csv`) and the pooled evidence on SGT beside
+    the confirmatory estimates (`sgt_forest.csv`)."""
+    path = tables / "confirmatory_claims.csv"
+    if not path.exists():
+        return ("**Every claim's confirmatory test** (the second registration, `docs/registration_claims.md`, "
+                "registered before its runs): nine comparisons on 12 fresh warm-ups, one Holm family. Its runs are "
+                "under way in parts (`paper_tables/confirmatory_claims_record/`); until they are all in, the ledger "
+                "below is the only answer to the other claims, and it is exploratory.\n")
+    rows = pd.read_csv(path, dtype=str, keep_default_na=False)
+    second = rows[rows.registration == "second"]
+    parts = "; ".join(f"`{r['comparison']}` ({r['endpoint']}) **{r['label']}**, {r['difference [95% t]']}"
+                      + ("" if r["size label"] == "no size test" else f", {r['size label']}")
+                      for _, r in second.iterrows())
+    text = (f"**Every claim's confirmatory test** (the second registration, `docs/registration_claims.md`, 12 fresh "
+            f"warm-ups, one Holm family of 15 tests at 0.05; 95% t intervals over warm-ups): {parts}.")
+    forest = tables / "sgt_forest.csv"
+    if forest.exists():
+        pooled = pd.read_csv(forest, dtype=str, keep_default_na=False).iloc[-1]
+        text += (f" Over every warm-up on which `sgt - grpo` has run ({pooled['warm-ups']}, outside checks "
+                 f"included), a random-effects pool gives {pooled['mean d_z [95% t]']} (descriptive; "
+                 f"`paper_tables/sgt_forest.md`).")
+    return text + " On this substrate.\n"
+
+
 def confirmatory_context(tables: Path, passed: bool) -> str:
     """How fragile the confirmatory answer is and what it could detect, from its committed tables: which warm-ups'
     removal alone would change whether the gatekeeper passes (at the full sample's critical t;
@@ -226,8 +268,8 @@ def confirmatory_context(tables: Path, passed: bool) -> str:
     return text
 
 
-BLOCKS = {"confirmatory": confirmatory_block, "substrate": substrate_block, "ledger": ledger_block,
-          "marginal": marginal_block, "notebooks": notebooks_block}
+BLOCKS = {"confirmatory": confirmatory_block, "claims": claims_confirmatory_block, "substrate": substrate_block,
+          "ledger": ledger_block, "marginal": marginal_block, "notebooks": notebooks_block}
 
 
 def render_blocks(text: str, blocks: dict, tables: Path, page: str) -> str:
