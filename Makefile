@@ -54,8 +54,12 @@ test-browser: $(STAMP)
 
 # the paper as one static HTML book from the committed files (seconds; nothing executes unless EXECUTE=1, which runs
 # the smoke profile first): results/book/html/index.html (mrl.reports.book, docs/book.md)
-book: $(STAMP)
-	$(VENV)/bin/pip install -q -e ".[book]"
+BOOK_STAMP := $(VENV)/.mrl-book-installed
+$(BOOK_STAMP): $(STAMP) pyproject.toml
+	$(VENV)/bin/pip install -q -e ".[book,browser]"
+	touch $(BOOK_STAMP)
+
+book: $(BOOK_STAMP)
 	$(PY) -m mrl.reports.book $(if $(EXECUTE),--execute,)
 
 # the book as a reader meets it: its tables equal paper_tables/, then headless Chromium (Debian's package) opens every
@@ -65,7 +69,6 @@ test-book: book
 	@command -v chromium >/dev/null || apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 || \
 		(apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1) || \
 		echo "chromium could not be installed: the browser check will be skipped"
-	$(VENV)/bin/pip install -q -e ".[book,browser]"
 	$(PY) -m pytest -q -m book tests/test_book.py
 	$(PY) tests/browser/check_book.py; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 2 ]
 

@@ -157,6 +157,8 @@ def block_part(profile: str) -> int:
         parts = [p for p in record.get("block_parts", []) if p["started"] != part["started"]]
         record["block_parts"] = [*parts, dict(part)]
         path.write_text(json.dumps(record, indent=2) + "\n")
+        if profile == "default":   # its generated table lists the parts
+            update_provenance(repo_root() / "docs" / "provenance.md", repo_root() / "paper_tables")
 
     run_claims_block(config, repo_root() / BLOCK_RECORD, progress=True, stamp=registered, after_chunk=keep_time)
     print(f"[mrl.reproduce] block part done: {part['runs_added']} runs added in {time.perf_counter() - start:.0f} s")

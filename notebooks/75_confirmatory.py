@@ -102,9 +102,10 @@ if confirm_runs and rerun:
     _, confirm_evals = run_many(confirmatory_runs(config, progress), config.packed_runs, backend, progress=progress)
     confirm_values, confirm_d, confirmed = confirmatory_analysis(confirm_evals, block.seeds, heldout.pairing,
                                                                  planned=len(block.zoo_seeds))
-    confirm_values.to_csv(run.tables / "confirmatory_runs.csv", index=False)
+    confirm_values.to_csv(run.folder / "confirmatory_runs.csv", index=False)   # the registered values stay as run
 elif confirm_runs:
     confirm_values = read_endpoint_values(repo_root() / "paper_tables" / "confirmatory_runs.csv")
+    confirm_values = confirm_values[confirm_values.zoo_seed.isin(block.zoo_seeds)]
     confirm_d = complete_warmups(confirm_values, DESIGN, block.seeds, heldout.pairing)
     confirmed = confirmatory_test(confirm_d, planned=len(block.zoo_seeds))
 if confirm_runs:

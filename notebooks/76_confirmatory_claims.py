@@ -57,15 +57,16 @@ from mrl.experiments.heldout import claims_block_runs, run_claims_block
 from mrl.experiments.record import missing_runs, read_record, readable, recorded_evals
 from mrl.notebook import setup_notebook
 from mrl.paths import repo_root
+from mrl.profiles import load_profile
 from mrl.reports.claims import read_endpoint_values
 from mrl.reports.claims_confirmatory import (COMPARISONS, Costs, PlanningSd, claims_analysis, claims_test,
                                              leave_one_out, plan_table, power_table, weak_forms)
 from mrl.reports.claims_registration import PLAN_INPUTS, recorded_checksum, registered_stamp
 from mrl.reports.confirmatory import DESIGN, complete_warmups, confirmatory_test
-from mrl.reports.claims import seed_effect_table
+from mrl.reports.claims import seed_effect_caption, seed_effect_table
 from mrl.reports.confirmatory_views import claims_sentence, claims_table
 from mrl.reports.figure_inputs import draw_and_save
-from mrl.reports.sgt_evidence import (EvidenceSet, evidence_sentence, forest_figure, forest_table, outside_checks,
+from mrl.reports.sgt_evidence import (committed_evidence, evidence_sentence, forest_figure, forest_table,
                                       pooled_random_effects, warmup_rows)
 from mrl.reproduce import BLOCK_RECORD
 from mrl.runtime.results import write_table
@@ -88,6 +89,7 @@ run.record(confirmatory_claims=block, backend=backend)
 
 # %%
 first_values = read_endpoint_values(tables / "confirmatory_runs.csv")
+committed_seeds = load_profile("default").experiment("heldout").seeds   # the RL seeds of the committed runs
 frozen = json.loads(PLAN_INPUTS.read_text())   # the plan's inputs as the registration froze them
 sds, effects, registered = [PlanningSd(**sd) for sd in frozen["sds"]], frozen["effects"], frozen["registered"]
 plan = plan_table(frozen["warmups"], effects, sds, Costs(**frozen["costs"]))
@@ -133,7 +135,7 @@ if block_runs:
     else:   # no run recorded yet: every comparison without a result
         differences = [pd.Series(dtype=float) for _ in COMPARISONS]
         results = claims_test(differences, len(block.zoo_seeds))
-    first_d = complete_warmups(first_values, DESIGN, [0, 1], heldout.pairing)
+    first_d = complete_warmups(first_values, DESIGN, committed_seeds, heldout.pairing)
     first = confirmatory_test(first_d, planned=len(heldout.confirmatory.zoo_seeds))
     table = claims_table(results, leave_one_out(differences), first)
     write_table(table, "confirmatory_claims", run.tables,
@@ -165,16 +167,8 @@ Markdown(text)
 # nothing.
 
 # %%
-evidence = [
-    EvidenceSet("the ledger, zoo seeds 0-4", "exploratory", "nested", "the project's runs (70_heldout)",
-                read_endpoint_values(tables / "claims_runs.csv")),
-    EvidenceSet("the first registration", "confirmatory", "nested",
-                "the project's runs (75_confirmatory), registered 2026-11-28", first_values)]
-if block_runs and len(evals):
-    evidence.append(EvidenceSet("the second registration", "confirmatory", "nested",
-                                "the project's runs (this notebook), registered 2026-12-06", values))
-evidence += outside_checks(repo_root() / "data" / "outside_checks", read_endpoint_values)
-forest_rows = warmup_rows(evidence, [0, 1], heldout.pairing)
+evidence = committed_evidence(repo_root(), values if block_runs and len(evals) else None)
+forest_rows = warmup_rows(evidence, committed_seeds, heldout.pairing)
 pooled = pooled_random_effects(evidence, forest_rows)
 forest = forest_table(forest_rows, pooled)
 write_table(forest, "sgt_forest", run.tables,
@@ -199,20 +193,15 @@ draw_and_save(forest_figure, "sgt_forest", run.figures, rows=forest_rows, pooled
 # the exact one of the 2^n label swaps (with 5 warm-ups it cannot fall below 2/32), not the F test's.
 
 # %%
+ledger = read_endpoint_values(tables / "claims_runs.csv")
 crossed = read_endpoint_values(tables / "claims_runs_crossed.csv")
-designs = {"crossed: the ledger before the nesting": crossed[crossed.zoo_seed.isin(heldout.zoo_seeds)],
-           "nested: the ledger": read_endpoint_values(tables / "claims_runs.csv"),
-           "nested: the first registration": first_values}
+designs = {"crossed: the ledger before the nesting": crossed[crossed.zoo_seed.isin(set(ledger.zoo_seed))],
+           "nested: the ledger": ledger, "nested: the first registration": first_values}
 if block_runs and len(evals):
     designs["nested: the second registration"] = values
 seed_effect = seed_effect_table(designs, nested=tuple(name for name in designs if name.startswith("nested")),
                                 claims=COMPARISONS)
-write_table(seed_effect, "claims_seed_effect", run.tables,
-            caption=f"The RL seed's main effect per comparison on its overall accuracy, per design "
-                    f"({', '.join(designs)}): F of the two-way ANOVA without interaction (df), p (crossed: the F "
-                    f"test's; nested: the exact p of swapping the two seeds' labels within each warm-up) and each "
-                    f"seed's mean difference. It holds {len(seed_effect)} tests, unadjusted (descriptive): about "
-                    f"{0.05 * len(seed_effect):.1f} would fall below 0.05 by chance alone if no seed had an effect.")
+write_table(seed_effect, "claims_seed_effect", run.tables, caption=seed_effect_caption(seed_effect))
 seed_effect
 
 # %%

@@ -60,3 +60,30 @@ def test_the_confirmatory_block_says_how_fragile_its_answer_is(tmp_path):
     assert "is **confirmed**: +0.0100 [+0.0010, +0.0190]" in text
     assert "Leaving out zoo seed 111 alone would change whether it passes" in text
     assert "power at the paper's +0.013 (averaged over the SD's uncertainty)" in text
+
+
+def test_the_second_registrations_block_says_its_labels_once_its_runs_are_in(tmp_path):
+    """Before its per-run values are committed the block says the runs are under way; after, each comparison's
+    labels and interval and the pooled evidence on SGT, all computed from the committed runs."""
+    import shutil
+
+    import numpy as np
+    import pandas as pd
+
+    from mrl.reports.readme import claims_confirmatory_block, confirmatory_answers
+
+    tables = tmp_path / "paper_tables"
+    shutil.copytree(ROOT / "paper_tables", tables, ignore=shutil.ignore_patterns("*.tex", "*.md"))
+    shutil.copytree(ROOT / "data" / "outside_checks", tmp_path / "data" / "outside_checks")
+    (tables / "confirmatory_claims_runs.csv").unlink(missing_ok=True)
+    assert "under way in parts" in claims_confirmatory_block(tables) and confirmatory_answers(tables) == {}
+    ledger = pd.read_csv(tables / "claims_runs.csv")
+    rng = np.random.default_rng(0)
+    fake = pd.concat([ledger[ledger.zoo_seed == zoo % 5].assign(zoo_seed=200 + zoo) for zoo in range(12)])
+    fake["overall"] += rng.normal(0, 0.002, len(fake))
+    fake.to_csv(tables / "confirmatory_claims_runs.csv", index=False)
+    block = claims_confirmatory_block(tables)
+    assert "`naive (minibatches=4) - gspo (minibatches=4)` (overall) **contradicted: the opposite sign" in block
+    assert "a random-effects pool gives +" in block and "under way" not in block
+    answers = confirmatory_answers(tables)
+    assert len(answers) == 9 and all("[" in text for text in answers.values())

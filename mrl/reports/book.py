@@ -9,7 +9,7 @@ page of their own. Files the pages link to that are not pages (sources, CSVs, fi
 README's relative links work in the book. The HTML goes to results/book/html/.
 
     python -m mrl.reports.book                   # from the committed notebooks (seconds)
-    python -m mrl.reports.book --execute         # executes the smoke profile's notebooks first (minutes)
+    python -m mrl.reports.book --execute         # the notebooks executed on the smoke profile first (minutes)
 """
 from __future__ import annotations
 
@@ -50,16 +50,18 @@ exclude_patterns = ["_build"]
 '''
 
 
-def chapter_note(row: Provenance | None, stem: str) -> str:
-    """The provenance note above a notebook's chapter: the run that made it and its jupytext source."""
+def chapter_note(row: Provenance | None, stem: str, profile: str) -> str:
+    """The provenance note above a notebook's chapter: the run that made it, its note where it ran apart from the
+    others, and its jupytext source."""
     source = f"[`notebooks/{stem}.py`]({stem}.py)"
     if row is None:
-        return (f"*This notebook has no run in the reproduce record yet; its source: {source}.*")
-    minutes = "" if row.minutes is None else f", {row.minutes:.1f} minutes"
+        return f"*This notebook has no run in the reproduce record yet; its source: {source}.*"
     how = "the whole run of `make reproduce`" if row.how == "the whole run" else \
         "a re-run of this notebook apart from the others (`mrl reproduce --only`)"
-    return (f"*Made by {how}, default profile, on {row.date} at commit `{row.commit}` ({row.machine}{minutes}). "
-            f"Its source: {source}. Every notebook's run: [which run made each notebook](../docs/provenance.md).*")
+    note = f" {row.note}" if row.note else ""
+    return (f"*Made by {how}, {profile} profile, on {row.date} at commit `{row.commit}` ({row.machine}, "
+            f"{row.minutes:.1f} minutes).{note} Its source: {source}. Every notebook's run: [which run made each "
+            f"notebook](../docs/provenance.md).*")
 
 
 def with_note(notebook: dict, note: str) -> dict:
@@ -91,9 +93,8 @@ def table_section(name: str, tables: Path) -> str:
     return f"## `{name}`\n\n{(tables / f'{name}.md').read_text().strip()}\n\nIts data: [`{name}.csv`]({name}.csv)\n"
 
 
-def stage(root: Path, out: Path) -> list[str]:
-    """Stage the book's source from the checkout at `root` into `out` (emptied first); returns the chapters' paths in
-    the book's order."""
+def stage(root: Path, out: Path) -> None:
+    """Stage the book's source from the checkout at `root` into `out` (emptied first)."""
     if out.exists():
         shutil.rmtree(out)
     (out / "notebooks").mkdir(parents=True)
@@ -109,8 +110,8 @@ def stage(root: Path, out: Path) -> list[str]:
     copy_linked(readme, Path("README.md"), root, out)
     for stem in NOTEBOOKS:
         notebook = json.loads((root / "notebooks" / f"{stem}.ipynb").read_text())
-        (out / "notebooks" / f"{stem}.ipynb").write_text(json.dumps(with_note(notebook, chapter_note(rows.get(stem),
-                                                                                                      stem))))
+        note = chapter_note(rows.get(stem), stem, record.get("profile", "default"))
+        (out / "notebooks" / f"{stem}.ipynb").write_text(json.dumps(with_note(notebook, note)))
         shutil.copyfile(root / "notebooks" / f"{stem}.py", out / "notebooks" / f"{stem}.py")
         for cell in notebook["cells"]:
             if cell["cell_type"] == "markdown":
@@ -133,8 +134,6 @@ def stage(root: Path, out: Path) -> list[str]:
         "`docs/registration_claims.md`), then the exploratory claims ledger (`docs/claims.md`).\n\n"
         + "\n".join(table_section(name, tables) for name in LEDGERS if (tables / f"{name}.md").exists()))
     (out / "conf.py").write_text(CONF)
-    return ["index", *(f"notebooks/{stem}" for stem in NOTEBOOKS), "paper_tables/ledgers", "paper_tables/index",
-            *(f"docs/{name}" for name in DOCS if (root / "docs" / f"{name}.md").exists())]
 
 
 TOC = """
@@ -166,25 +165,32 @@ paper_tables/index
 """
 
 
+def execute_smoke(source: Path) -> None:
+    """Execute every staged notebook with papermill on the smoke profile, in place and with its figures (the
+    committed smoke copies drop their images), each behind a note that says so."""
+    import papermill
+
+    for stem in NOTEBOOKS:
+        path = source / "notebooks" / f"{stem}.ipynb"
+        original = json.loads((repo_root() / "notebooks" / f"{stem}.ipynb").read_text())
+        path.write_text(json.dumps(original))
+        papermill.execute_notebook(str(path), str(path), parameters={"profile": "smoke"}, cwd=str(repo_root()),
+                                   kernel_name="python3", progress_bar=False)
+        executed = json.loads(path.read_text())
+        note = "*Executed by `make book EXECUTE=1` on the smoke profile (CI budgets), not the default profile's run.*"
+        path.write_text(json.dumps(with_note(executed, note)))
+
+
 def build(root: Path | None = None, out: Path | None = None, execute: bool = False) -> Path:
-    """Stage and build the book; returns the folder of its HTML (index.html first). execute: run the smoke profile's
-    notebooks first (mrl.reproduce) and build from those executed copies."""
+    """Stage and build the book; returns the folder of its HTML (index.html first). execute: the notebooks are
+    executed on the smoke profile first (execute_smoke) and the book shows those runs."""
     from sphinx.cmd.build import build_main
 
     root = root or repo_root()
     out = out or root / "results" / "book"
-    if execute:
-        from mrl.reproduce import main as reproduce
-
-        reproduce(["--profile", "smoke"])
     stage(root, out / "source")
-    if execute:   # the smoke profile's executed copies stand in for the committed default ones
-        for stem in NOTEBOOKS:
-            copy = root / "notebooks" / "smoke" / f"{stem}.ipynb"
-            if copy.exists():
-                notebook = json.loads(copy.read_text())
-                note = "*Executed by `make book` on the smoke profile (CI budgets), not the default profile's run.*"
-                (out / "source" / "notebooks" / f"{stem}.ipynb").write_text(json.dumps(with_note(notebook, note)))
+    if execute:
+        execute_smoke(out / "source")
     html = out / "html"
     status = build_main(["-b", "html", "-q", "-j", "1", str(out / "source"), str(html)])
     if status:

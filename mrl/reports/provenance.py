@@ -22,7 +22,7 @@ class Provenance:
     date: str
     commit: str
     machine: str
-    minutes: float | None
+    minutes: float
     how: str
     note: str = ""
 
@@ -69,9 +69,8 @@ def provenance_block(tables: Path) -> str:
     lines = ["| notebook | date | commit | machine | minutes | how it ran |", "|---|---|---|---|---:|---|"]
     for row in rows:
         how = row.how + (f" (note {notes.index(row.note) + 1})" if row.note else "")
-        minutes = "" if row.minutes is None else f"{row.minutes:.1f}"
         lines.append(f"| [`{row.notebook}`](../notebooks/{row.notebook}.ipynb) | {row.date} | {row.commit} | "
-                     f"{row.machine} | {minutes} | {how} |")
+                     f"{row.machine} | {row.minutes:.1f} | {how} |")
     text = (f"From the reproduce record `paper_tables/{RECORD}`: the whole run of {record['started'][:10]} "
             f"({record['total_seconds'] / 60:.0f} minutes in all, installation not included), and the notebooks "
             f"re-run apart from it since.\n\n" + "\n".join(lines) + "\n")

@@ -70,16 +70,36 @@ def ledger_block(tables: Path) -> str:
     return rule_v2_block(*(claims_ledger(values, family) for family in FAMILIES), confirmatory_answers(tables))
 
 
-def confirmatory_answers(tables: Path) -> dict[str, str]:
-    """{claim: its confirmatory answer}: the second registration's labels with the interval
-    (`confirmatory_claims.csv`, rows of the second registration), or "registered, running" before its results."""
-    path = tables / "confirmatory_claims.csv"
+def second_registration(tables: Path):
+    """The second registration's results (mrl.reports.claims_confirmatory.ClaimResult, one per comparison) from its
+    committed per-run values (`confirmatory_claims_runs.csv`, which 76_confirmatory_claims writes once the block's
+    runs passed its checks); None before them."""
+    from mrl.reports.claims_confirmatory import COMPARISONS, claims_test, warmup_differences
+
+    path = tables / "confirmatory_claims_runs.csv"
     if not path.exists():
-        return {}
-    rows = pd.read_csv(path, dtype=str, keep_default_na=False)
-    rows = rows[rows.registration == "second"]
-    return {r["claim"]: f"{r['label']}; {r['size label']}, {r['difference [95% t]']}".replace("; no size test", "")
-            for _, r in rows.iterrows()}
+        return None
+    heldout = load_profile("default").experiment("heldout")
+    block = heldout.confirmatory_claims
+    values = read_endpoint_values(path)
+    return claims_test(warmup_differences(values, COMPARISONS, block.seeds, heldout.pairing), len(block.zoo_seeds))
+
+
+def result_words(result) -> str:
+    """A second-registration result in a few words: its labels and its interval (none without a result)."""
+    from mrl.reports.claims_confirmatory import Reading, SizeReading
+
+    if result.reading is Reading.NO_RESULT:
+        return f"{result.reading.value} ({result.warmups} of {result.planned})"
+    size = "" if result.size is SizeReading.NO_SIZE else f"; {result.size.value}"
+    return f"{result.reading.value}{size}, {result.mean:+.4f} [{result.low:+.4f}, {result.high:+.4f}]"
+
+
+def confirmatory_answers(tables: Path) -> dict[str, str]:
+    """{claim: its confirmatory answer}: the second registration's labels with the interval (second_registration);
+    {} before its results."""
+    results = second_registration(tables)
+    return {} if results is None else {r.claim.claim: result_words(r) for r in results}
 
 
 def interval_text(row) -> str:
@@ -216,29 +236,34 @@ def confirmatory_block(tables: Path) -> str:
 
 
 def claims_confirmatory_block(tables: Path) -> str:
-    """The second registration as README markdown: before its results, how far its runs are (its committed record);
-    after, each comparison's labels and interval (`confirmatory_claims.csv`) and the pooled evidence on SGT beside
-    the confirmatory estimates (`sgt_forest.csv`)."""
-    path = tables / "confirmatory_claims.csv"
-    if not path.exists():
-        return ("**Every claim's confirmatory test** (the second registration, `docs/registration_claims.md`, "
-                "registered before its runs): nine comparisons on 12 fresh warm-ups, one Holm family. Its runs are "
-                "under way in parts (`paper_tables/confirmatory_claims_record/`); until they are all in, the ledger "
-                "below is the only answer to the other claims, and it is exploratory.\n")
-    rows = pd.read_csv(path, dtype=str, keep_default_na=False)
-    second = rows[rows.registration == "second"]
-    parts = "; ".join(f"`{r['comparison']}` ({r['endpoint']}) **{r['label']}**, {r['difference [95% t]']}"
-                      + ("" if r["size label"] == "no size test" else f", {r['size label']}")
-                      for _, r in second.iterrows())
-    text = (f"**Every claim's confirmatory test** (the second registration, `docs/registration_claims.md`, 12 fresh "
-            f"warm-ups, one Holm family of 15 tests at 0.05; 95% t intervals over warm-ups): {parts}.")
-    forest = tables / "sgt_forest.csv"
-    if forest.exists():
-        pooled = pd.read_csv(forest, dtype=str, keep_default_na=False).iloc[-1]
-        text += (f" Over every warm-up on which `sgt - grpo` has run ({pooled['warm-ups']}, outside checks "
-                 f"included), a random-effects pool gives {pooled['mean d_z [95% t]']} (descriptive; "
-                 f"`paper_tables/sgt_forest.md`).")
-    return text + " On this substrate.\n"
+    """The second registration as README markdown: before its results, that its runs are under way (its committed
+    record); after, each comparison's labels and interval (second_registration) and the pooled evidence on SGT beside
+    the confirmatory estimates (mrl.reports.sgt_evidence, from the committed runs)."""
+    from mrl.reports.claims_confirmatory import COMPARISONS
+    from mrl.reports.claims_rule import claim_hypotheses
+
+    block = load_profile("default").experiment("heldout").confirmatory_claims
+    tests = sum(len(claim_hypotheses(claim)) for claim in COMPARISONS)
+    design = (f"{len(COMPARISONS)} comparisons on {len(block.zoo_seeds)} fresh warm-ups, one Holm family of {tests} "
+              f"tests at 0.05")
+    results = second_registration(tables)
+    if results is None:
+        return (f"**Every claim's confirmatory test** (the second registration, `docs/registration_claims.md`, "
+                f"registered before its runs): {design}. Its runs are under way in parts "
+                f"(`paper_tables/confirmatory_claims_record/`); until they are all in, the ledger below is the only "
+                f"answer to the other claims, and it is exploratory.\n")
+    parts = "; ".join(f"`{r.claim.probe} - {r.claim.reference}` ({r.claim.endpoint}) **{result_words(r)}**"
+                      for r in results)
+    from mrl.reports.sgt_evidence import committed_evidence, pooled_random_effects, warmup_rows
+
+    heldout = load_profile("default").experiment("heldout")
+    evidence = committed_evidence(tables.parent)
+    pooled = pooled_random_effects(evidence, warmup_rows(evidence, heldout.seeds, heldout.pairing))
+    return (f"**Every claim's confirmatory test** (the second registration, `docs/registration_claims.md`: {design}; "
+            f"95% t intervals over warm-ups): {parts}. Over all {pooled['warm-ups']} warm-ups on which `sgt - grpo` "
+            f"has run, outside checks included, a random-effects pool gives {pooled['mean']:+.4f} "
+            f"[{pooled['low']:+.4f}, {pooled['high']:+.4f}] (descriptive; `paper_tables/sgt_forest.md`). On this "
+            f"substrate.\n")
 
 
 def confirmatory_context(tables: Path, passed: bool) -> str:

@@ -5,8 +5,8 @@ same warm-up, RL seed and policy, each with a bootstrap interval that resamples 
 The scores are rliable's (`rliable.metrics`), and so is the plot (`rliable.plot_utils`). Its bootstrap
 (`rliable.library`) is not used: it imports `arch` < 8, and arch 7.2 fails to import under pandas 3. Its resampling
 would also be the wrong one here. rliable treats every run as an independent draw within its task, but this package's
-runs are nested in warm-ups (RL seeds within zoo seeds): two RL seeds of one warm-up correlate at 0.97-1.00, so 24
-runs are about 12 units, and an interval over runs is too narrow. Here scipy.stats.bootstrap resamples the warm-ups,
+runs are nested in warm-ups (RL seeds within zoo seeds), and two RL seeds of one warm-up reach nearly the same
+accuracy, so the runs of a dozen warm-ups are about a dozen units, and an interval over runs is too narrow. Here scipy.stats.bootstrap resamples the warm-ups,
 each with all its runs (the unit of analysis). The probability of improvement is paired: a run of X is compared with
 the run of Y on its own warm-up, RL seed and policy (ties count one half), not with every run of Y.
 

@@ -20,7 +20,7 @@ from mrl.reports.confirmatory import DESIGN, complete_warmups
 from mrl.reports.statistics import t_interval
 
 ROLES = ("exploratory", "confirmatory", "outside check")
-"""what each set is, in the order the forest draws them"""
+"""what each set is (the forest's colours, in this order in its legend)"""
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,8 @@ def set_table(rows: pd.DataFrame) -> pd.DataFrame:
     interval over them, and how many lie above 0."""
     out = []
     for name, group in rows.groupby("set", sort=False):
-        mean, low, high = t_interval(group.d_z.to_numpy(), 0.95) if len(group) > 1 else (group.d_z.mean(),) * 3
+        mean, low, high = t_interval(group.d_z.to_numpy(), 0.95) if len(group) > 1 else \
+            (group.d_z.mean(), math.nan, math.nan)   # one warm-up: no interval
         out.append({"set": name, "role": group.role.iloc[0], "design": group.design.iloc[0],
                     "provenance": group.provenance.iloc[0], "warm-ups": len(group),
                     "zoo seeds": f"{group['zoo seed'].min()}-{group['zoo seed'].max()}", "mean d_z": mean,
@@ -63,10 +64,12 @@ def set_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 def pooled_random_effects(sets: list[EvidenceSet], rows: pd.DataFrame) -> dict:
     """A random-effects pooled estimate of sgt - grpo over every warm-up of the forest, each warm-up once: the REML fit
-    of d_zs = mu + u_z + e_zs (statsmodels MixedLM, a random intercept per warm-up) to the RL-seed level differences
-    (mean over policies) of the warm-ups in `rows`, with mu's 95% Wald interval. Descriptive: crossed sets share seed
-    streams, which the model does not know. Returns {"mean", "low", "high", "warm-ups", "between-warm-up SD",
-    "RL-seed SD"}."""
+    (statsmodels MixedLM) of d_zs = mu + u_z + c_s + e_zs to the RL-seed level differences (mean over policies) of the
+    warm-ups in `rows`, with u_z a warm-up's effect, and c_s the effect of crossed RL seed s, which every warm-up of
+    every crossed set shares (seed s drew the same streams there; data/outside_checks/README.md) and no nested run
+    has. Returns mu with its 95% Wald interval and the three SDs: {"mean", "low", "high", "warm-ups",
+    "between-warm-up SD", "crossed-seed SD", "RL-seed SD"}. Descriptive: it mixes exploratory and confirmatory
+    warm-ups and runs made at several commits."""
     import statsmodels.formula.api as smf
 
     if rows["zoo seed"].duplicated().any():
@@ -77,26 +80,35 @@ def pooled_random_effects(sets: list[EvidenceSet], rows: pd.DataFrame) -> dict:
         mine = rows[rows.set == evidence.name]["zoo seed"]
         seeds = seed_differences(evidence.values, DESIGN.comparison.probe, DESIGN.comparison.reference,
                                  DESIGN.endpoint).rename("d").reset_index()
-        frames.append(seeds[seeds.zoo_seed.isin(set(mine))])
-    frame = pd.concat(frames, ignore_index=True)
-    with warnings.catch_warnings():   # a between variance on the boundary warns; it is a valid REML estimate
+        seeds = seeds[seeds.zoo_seed.isin(set(mine))]
+        frames.append(seeds.assign(crossed=evidence.design == "crossed"))
+    frame = pd.concat(frames, ignore_index=True).assign(everything=1)
+    streams = sorted(frame.loc[frame.crossed, "seed"].unique())
+    for seed in streams:   # an indicator per crossed seed: 0 on every nested run, so no nested run shares it
+        frame[f"crossed_seed_{seed}"] = (frame.crossed & (frame.seed == seed)).astype(float)
+    components = {"warmup": "0 + C(zoo_seed)"}
+    if streams:
+        components["crossed_seed"] = "0 + " + " + ".join(f"crossed_seed_{seed}" for seed in streams)
+    with warnings.catch_warnings():   # a variance on the boundary (0) warns; it is a valid REML estimate
         warnings.simplefilter("ignore")
-        fit = smf.mixedlm("d ~ 1", frame, groups=frame["zoo_seed"]).fit(reml=True)
+        fit = smf.mixedlm("d ~ 1", frame, groups="everything", vc_formula=components).fit(reml=True)
     low, high = fit.conf_int().loc["Intercept"]
+    variances = dict(zip(fit.model.exog_vc.names, fit.vcomp))
     return {"mean": float(fit.params["Intercept"]), "low": float(low), "high": float(high),
             "warm-ups": int(frame.zoo_seed.nunique()),
-            "between-warm-up SD": math.sqrt(max(0.0, float(fit.cov_re.iloc[0, 0]))),
+            "between-warm-up SD": math.sqrt(max(0.0, float(variances["warmup"]))),
+            "crossed-seed SD": math.sqrt(max(0.0, float(variances.get("crossed_seed", 0.0)))),
             "RL-seed SD": math.sqrt(float(fit.scale))}
 
 
 def forest_table(rows: pd.DataFrame, pooled: dict) -> pd.DataFrame:
     """The forest as a table: each set's row (set_table, formatted) and the pooled estimate's last."""
     table = set_table(rows)
-    table["mean d_z [95% t]"] = [f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" for m, lo, hi in
+    table["mean d_z [95% t]"] = [f"{m:+.4f}" + ("" if math.isnan(lo) else f" [{lo:+.4f}, {hi:+.4f}]") for m, lo, hi in
                                  zip(table["mean d_z"], table["95% t low"], table["95% t high"])]
     table = table.drop(columns=["mean d_z", "95% t low", "95% t high"])
     pooled_row = {"set": "random-effects pooled (descriptive)", "role": "all of the above", "design": "mixed",
-                  "provenance": "statsmodels MixedLM (REML), a random intercept per warm-up",
+                  "provenance": "statsmodels MixedLM (REML): a random effect per warm-up and per crossed RL seed",
                   "warm-ups": pooled["warm-ups"], "zoo seeds": "",
                   "mean d_z [95% t]": f"{pooled['mean']:+.4f} [{pooled['low']:+.4f}, {pooled['high']:+.4f}] (Wald)",
                   "above 0": f"{int((rows.d_z > 0).sum())}/{len(rows)}"}
@@ -134,26 +146,43 @@ def forest_figure(rows: pd.DataFrame, pooled_mean: float, pooled_low: float, poo
 
 
 def outside_checks(folder, read) -> list[EvidenceSet]:
-    """The outside checks of `folder` (data/outside_checks/) as evidence sets, their design and provenance read from
-    its README's table (file, zoo seeds, arms, RL seeds, design, code, machine and date); files of one design made by
-    one code are one set. read: reads a per-run CSV (mrl.reports.claims.read_endpoint_values)."""
+    """The outside checks of `folder` (data/outside_checks/) as evidence sets, from its manifest `sets.csv` (per file:
+    its design, the code it ran and the machine and date it ran on; the README says the same in words): files of one
+    design made by one code are one set. read: reads a per-run CSV (mrl.reports.claims.read_endpoint_values)."""
     from pathlib import Path
 
     folder = Path(folder)
-    rows = [[cell.strip() for cell in line.strip()[1:-1].split("|")]
-            for line in (folder / "README.md").read_text().splitlines() if line.startswith("| `")]
-    groups: dict[tuple[str, str], list] = {}
-    for file, zoos, _, _, design, code, made in rows:
-        key = (design.split(" (")[0], code)
-        groups.setdefault(key, []).append((file.strip("`"), zoos, made))
+    manifest = pd.read_csv(folder / "sets.csv", dtype=str)
     sets = []
-    for (design, code), files in groups.items():
-        seeds = [int(z) for _, zoos, _ in files for z in zoos.split("-")]
-        sets.append(EvidenceSet(
-            name=f"outside check, {min(seeds)}-{max(seeds)}", role="outside check", design=design,
-            provenance=f"the project's code at {code}; {'; '.join(sorted(set(made for _, _, made in files)))}",
-            values=pd.concat([read(folder / file) for file, _, _ in files], ignore_index=True)))
-    return sets
+    for (design, code), files in manifest.groupby(["design", "code"], sort=False):
+        values = pd.concat([read(folder / file) for file in files.file], ignore_index=True)
+        seeds = sorted(values.zoo_seed.unique())
+        made = "; ".join(sorted(set(files.machine + ", " + files.date)))
+        sets.append(EvidenceSet(name=f"outside check, {seeds[0]}-{seeds[-1]}", role="outside check", design=design,
+                                provenance=f"code: {code}; {made}", values=values))
+    return sorted(sets, key=lambda evidence: int(evidence.values.zoo_seed.min()))
+
+
+def committed_evidence(root, second: pd.DataFrame | None = None) -> list[EvidenceSet]:
+    """Every set of warm-ups on which sgt - grpo has run, from the committed files of the checkout at `root`: the
+    ledger (paper_tables/claims_runs.csv), the first registration (confirmatory_runs.csv), the second when its
+    per-run values are given (or committed as confirmatory_claims_runs.csv), and the outside checks."""
+    from pathlib import Path
+
+    from mrl.reports.claims import read_endpoint_values
+
+    tables = Path(root) / "paper_tables"
+    sets = [EvidenceSet("the ledger, zoo seeds 0-4", "exploratory", "nested", "the project's runs (70_heldout)",
+                        read_endpoint_values(tables / "claims_runs.csv")),
+            EvidenceSet("the first registration", "confirmatory", "nested",
+                        "the project's runs (75_confirmatory), registered 2026-11-28",
+                        read_endpoint_values(tables / "confirmatory_runs.csv"))]
+    if second is None and (tables / "confirmatory_claims_runs.csv").exists():
+        second = read_endpoint_values(tables / "confirmatory_claims_runs.csv")
+    if second is not None and len(second):
+        sets.append(EvidenceSet("the second registration", "confirmatory", "nested",
+                                "the project's runs (76_confirmatory_claims), registered 2026-12-06", second))
+    return sets + outside_checks(Path(root) / "data" / "outside_checks", read_endpoint_values)
 
 
 def evidence_sentence(table: pd.DataFrame, pooled: dict) -> str:
@@ -164,6 +193,7 @@ def evidence_sentence(table: pd.DataFrame, pooled: dict) -> str:
     return (f"`sgt - grpo` on every warm-up it has run, d_z with its 95% t interval over each set's warm-ups: {parts}. "
             f"Pooled over all {pooled['warm-ups']} warm-ups by a random-effects model (descriptive: it mixes designs, "
             f"exploratory and confirmatory warm-ups, and outside checks made at other commits): {pooled['mean']:+.4f} "
-            f"[{pooled['low']:+.4f}, {pooled['high']:+.4f}] (95% Wald), between-warm-up SD "
-            f"{pooled['between-warm-up SD']:.4f}, RL-seed SD {pooled['RL-seed SD']:.4f}. The confirmatory answers are "
-            f"the registered tests above, not this pool.")
+            f"[{pooled['low']:+.4f}, {pooled['high']:+.4f}] (95% Wald; a random effect per warm-up and per crossed "
+            f"RL seed, whose streams the crossed sets share), SDs between warm-ups {pooled['between-warm-up SD']:.4f}, "
+            f"between crossed seeds {pooled['crossed-seed SD']:.4f}, between runs {pooled['RL-seed SD']:.4f}. The "
+            f"confirmatory answers are the registered tests above, not this pool.")

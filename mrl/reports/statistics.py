@@ -190,8 +190,8 @@ def seed_label_swap_p_value(seed_values: pd.Series) -> float:
     """The exact p of no RL-seed effect where seeds are nested in warm-ups: under the null the two seeds' labels are
     exchangeable within each warm-up, so the 2^n swaps of the labels are equally likely, and a swap flips the sign of
     the warm-up's seed difference d_z0 - d_z1. Two-sided sign-flip p of the mean of those differences
-    (sign_flip_p_value) over the complete warm-ups of two seeds. seed_values: indexed by (zoo_seed, seed). NaN where
-    some warm-up has other than two seeds or fewer than 2 warm-ups are complete."""
+    (sign_flip_p_value) over the warm-ups that have both seeds (the others are left out). seed_values: indexed by
+    (zoo_seed, seed). NaN where the design has other than two seeds or fewer than 2 warm-ups have both."""
     frame = seed_values.rename("d").reset_index()
     seeds = sorted(frame.seed.unique())
     if len(seeds) != 2:
