@@ -223,12 +223,9 @@ def confirmatory_block(tables: Path) -> str:
     row = pd.read_csv(tables / "confirmatory.csv", dtype=str, keep_default_na=False).iloc[0]
     interval = f"{1 - DESIGN.alpha:.0%} t interval"   # result_table's column
     size = row["paper's size"]
-    block = load_profile("default").experiment("heldout").confirmatory
-    complete = len(pd.read_csv(tables / "confirmatory_leave_one_out.csv"))   # one row per complete warm-up
-    planned = len(block.zoo_seeds) if block is not None else complete
     return (f"**The confirmatory test** (registered before its runs, `docs/registration.md`): `{row['comparison']}` "
-            f"on {row['endpoint']} held-out accuracy over {complete} complete warm-ups of the {planned} fresh ones it "
-            f"planned is "
+            f"on {row['endpoint']} held-out accuracy over {row['warm-ups (planned)']} fresh warm-ups (those complete, "
+            f"and in parentheses those it planned) is "
             f"**{row['gatekeeper']}**: {row['difference']} {row[interval]} ({interval}, two-sided p "
             f"{row['p vs 0 (two-sided)']}, {row['warm-ups above 0']} warm-ups above 0); against the paper's size: "
             f"{size}.{confirmatory_context(tables, float(row['p vs 0 (two-sided)']) < DESIGN.alpha)} On this "
