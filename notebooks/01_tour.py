@@ -19,14 +19,16 @@
 # %% [markdown]
 # # 01 · A tour: the zoo, a peer's text through THL, SEE's records, and SGT rescuing as it trains
 #
-# Start here. In under two minutes on the smoke zoo this notebook shows the pieces every later notebook builds
-# on, one small example each: the families and how differently their tokenizers split the same prompt; what
-# two policies sample for one prompt; how THL lines a peer's text up with the receiver's tokens by bytes; the
-# records SEE exchanged in one step; and a short SGT run whose rescues appear while it trains. Change the
-# parameters and run it again: nothing here is cached.
+# Start here. In a minute or two this notebook shows the pieces every later notebook builds on, one small example
+# each: the families and how differently their tokenizers split the same prompt; what two policies sample for one
+# prompt; how THL lines a peer's text up with the receiver's tokens by bytes; the records SEE exchanged in one step;
+# and a short SGT run whose rescues appear while it trains. It runs on the default profile's zoo when that is cached
+# (`make reproduce` builds it), where the policies learn within its steps, and otherwise on the smoke zoo, which
+# learns almost nothing: the first output says which. Change the parameters and run it again: nothing here is
+# cached.
 
 # %% tags=["parameters"]
-profile = "smoke"  # smoke | default: whose zoo and task
+profile = "auto"   # auto (the default zoo when it is cached, else the smoke zoo) | smoke | default
 steps = 12         # RL steps of the SGT run
 seed = 0           # sampling and training seed
 skill = "S2"       # the prompt's skill: S1, S2 or S3
@@ -35,7 +37,8 @@ skill = "S2"       # the prompt's skill: S1, S2 or S3
 import mrl  # noqa: F401  (first: the numerics contract, mrl.numerics, before torch, numpy and pandas)
 import dataclasses
 
-from IPython.display import HTML, display
+import pandas as pd
+from IPython.display import HTML, Markdown, display
 
 from mrl.core.config import RunnerConfig
 from mrl.core.probes import probe_config
@@ -45,19 +48,21 @@ from mrl.experiments import policy_paths
 from mrl.notebook import setup_notebook
 from mrl.reports.palette import policy_colour
 from mrl.reports.substrate import zoo_table
-from mrl.reports.tour import alignment_html, logged_records, prompt_samples, tokenization_table
+from mrl.reports.tour import (alignment_html, learning_sentence, logged_records, prompt_samples, tokenization_table,
+                              tour_profile)
 from mrl.runtime.runner import run_concurrent
 from mrl.runtime.spec import Run
 from mrl.runtime.tracking import NotebookPlot, NotebookTable
 from mrl.runtime.zoo import load_policy
 
+profile, why = tour_profile(profile)
 run = setup_notebook("01_tour", profile, seed=seed)
 config = run.config
 task = make_task(config.task)
 paths = policy_paths(config, progress=False)
 zoo = {name: load_policy(path) for name, path in paths.items()}
 problem = task.test[skill][0]
-print(f"profile {profile}: policies {list(zoo)}; task {config.task.name}; the prompt: {problem.prompt!r}")
+print(f"{why}\nprofile {profile}: policies {list(zoo)}; task {config.task.name}; the prompt: {problem.prompt!r}")
 
 # %% [markdown]
 # ## The families: three architectures, three tokenizer kinds
@@ -155,7 +160,9 @@ from mrl.runtime.results import load_runs
 shutil.rmtree(run.folder / "runs" / "tour-sgt", ignore_errors=True)
 save_run(run.folder / "runs" / "tour-sgt", record, sgt_run, record.wall_seconds)
 evals = load_runs(run.folder / "runs", "evals")
-evals[evals.split == "held-out"].pivot_table(index=["probe", "policy", "step"], columns="skill", values="accuracy")
+display(evals[evals.split == "held-out"].pivot_table(index=["probe", "policy", "step"], columns="skill",
+                                                     values="accuracy"))
+Markdown(learning_sentence(pd.DataFrame(record.steps), pd.DataFrame(record.evals)))
 
 # %% [markdown]
 # ## Where to go next

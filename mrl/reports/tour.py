@@ -1,5 +1,6 @@
-"""What the tour notebook (01_tour) shows: how each tokenizer splits a prompt, one prompt's samples per policy,
-a THL alignment drawn as coloured byte groups over both tokenizations, and the SEE records of one logged step."""
+"""What the tour notebook (01_tour) shows: whose zoo it runs on, how each tokenizer splits a prompt, one prompt's
+samples per policy, a THL alignment drawn as coloured byte groups over both tokenizations, the SEE records of one
+logged step, and what its SGT run learned."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,13 +11,48 @@ import pandas as pd
 import torch
 
 from mrl.core.thl import Alignment, token_pieces
+from mrl.core.validation import require
+from mrl.paths import repo_root
+from mrl.profiles import PROFILES, load_profile
 from mrl.reports.palette import policy_colour
 from mrl.reports.substrate import token_split
 from mrl.runtime.experience_log import replay
 from mrl.runtime.rollout import sample_records
+from mrl.runtime.zoo import family_dir
 
 GROUP_COLOURS = ["#fde0dd", "#d9f0d3", "#deebf7", "#fff2cc", "#e5d8f0", "#d0f0f0", "#fbe3c8", "#e8e8e8"]
 """background colours of consecutive THL groups (cycled); the same group has the same colour on both sides"""
+
+
+TOUR_PROFILES = ("auto", *PROFILES)
+"""what the tour's `profile` parameter takes: auto (the default zoo when it is cached, else the smoke zoo) or a
+profile"""
+
+
+def zoo_cached(profile: str, root: Path | None = None) -> bool:
+    """Whether every family of the profile's zoo is in the zoo cache (data/models/ of the checkout by default): the
+    tour can run on it without building it."""
+    config = load_profile(profile)
+    root = root if root is not None else repo_root() / "data" / "models"
+    return config.zoo is not None and all(family_dir(root, config.task, family, config.zoo).exists()
+                                          for family in config.zoo.families)
+
+
+def tour_profile(requested: str, root: Path | None = None) -> tuple[str, str]:
+    """(the profile the tour runs on, a sentence that says why): `auto` takes the default profile when its zoo is
+    cached (make reproduce's 00_zoo builds it), else the smoke profile, whose zoo is warmed up for seconds and
+    learns little: the sentence names that fallback and how to leave it. Another value is taken as asked."""
+    require(requested in TOUR_PROFILES, "01_tour", "profile", requested, f"one of {list(TOUR_PROFILES)}")
+    if requested != "auto":
+        return requested, f"The tour runs on the {requested} profile's zoo, as asked."
+    if zoo_cached("default", root):
+        return "default", ("The tour runs on the default profile's zoo (cached): warmed up to a skill profile in "
+                           "which each family is strong on its own forms and weak on its peer's, it learns within "
+                           "the tour's steps.")
+    return "smoke", ("The default profile's zoo is not cached, so the tour runs on its fallback, the smoke zoo: "
+                     "warmed up for seconds to keep `make test` short, it answers almost nothing and learns almost "
+                     "nothing here. Build the default zoo (`mrl reproduce --profile default --only 00`, minutes on "
+                     "two cores) and run the tour again with `profile = \"auto\"` to see the policies learn.")
 
 
 def tokenization_table(tokenizers: dict, text: str) -> pd.DataFrame:
@@ -85,3 +121,20 @@ def logged_records(log_dir: str | Path, step: int) -> pd.DataFrame:
             if logged == step]
     frame = pd.DataFrame(rows)
     return frame.drop(columns=[c for c in ("token_ids", "logps") if c in frame.columns])
+
+
+def learning_sentence(steps: pd.DataFrame, evals: pd.DataFrame, window: int = 3) -> str:
+    """What the tour's SGT run learned, in words (Markdown), from its step rows (policy, step, reward, rescue_size)
+    and evaluations (policy, step, split, skill, accuracy): each policy's mean reward over its first and last
+    `window` steps, the peer successes SGT put into its loss, and its held-out accuracy over every skill at the first
+    and last evaluation."""
+    parts = []
+    held = evals[(evals.split == "held-out")].groupby(["policy", "step"]).accuracy.mean()
+    for policy, rows in steps.sort_values("step").groupby("policy"):
+        first, last = rows.reward.head(window).mean(), rows.reward.tail(window).mean()
+        before, after = held[policy].iloc[0], held[policy].iloc[-1]
+        parts.append(f"{policy}'s mean reward went from {first:.3f} (steps {rows.step.iloc[0]}-"
+                     f"{rows.step.iloc[min(window, len(rows)) - 1]}) to {last:.3f} (the last {min(window, len(rows))}), "
+                     f"with {int(rows.rescue_size.sum())} peer successes in its loss, and its held-out accuracy from "
+                     f"{before:.3f} to {after:.3f}")
+    return "In this run, " + "; ".join(parts) + "."
