@@ -72,8 +72,10 @@ test-book: book
 	$(PY) -m pytest -q -m book tests/test_book.py
 	$(PY) tests/browser/check_book.py; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 2 ]
 
+# CORES=N: the cores the warm-ups and grid runs use (default: this process's affinity and cgroup quota);
+# RAY_ADDRESS=host:port (or local): each warm-up and grid run a Ray task of one CPU (docs/performance.md)
 reproduce: $(STAMP)
-	$(PY) -m mrl.reproduce --profile $(PROFILE)
+	$(PY) -m mrl.reproduce --profile $(PROFILE) $(if $(CORES),--cores $(CORES)) $(if $(RAY_ADDRESS),--ray $(RAY_ADDRESS))
 
 smoke: $(STAMP)
 	$(PY) -m mrl.reproduce --profile smoke

@@ -64,6 +64,8 @@ mrl, torch and transformers once for all of them."""
 
 SLOW_RUNS = {
     "arm_costs.py": (["--zoo-seed", "999", "--out", "{tmp}/arm_costs.json"], r"wrote .*arm_costs\.json"),
+    "job_memory.py": (["--warmup-steps", "1", "--run-steps", "1", "--arms", "grpo", "--out", "{tmp}/job_memory.json"],
+                      r"run grpo of A\+B.*: \d+ MiB(.|\n)*wrote .*job_memory\.json"),
     "gpu_first_run.py": (["--cpu-check", "--out", "{tmp}", "--policies", "C,A", "--steps", "1", "--prompts", "1",
                           "--eval-prompts", "1", "--engines", "generate,graphs"], r"tokens per second|tokens/s"),
 }

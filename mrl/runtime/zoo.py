@@ -12,6 +12,7 @@ import math
 import os
 import random
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from mrl.core.seeding import torch_threads
 from mrl.core.tasks import ArithTask
 from mrl.core.validation import config_hash, to_dict
 from mrl.fingerprint import zoo_fingerprint
+from mrl.runtime.capacity import AUTO, job_memory, processes_for
+from mrl.runtime.cluster import Task, connect, folder_files, grid_address, map_on_ray, write_files
 from mrl.runtime.pools import map_in_processes
 from mrl.runtime.results import machine, repo_root
 from mrl.runtime.rollout import completion_logprobs
@@ -273,13 +276,40 @@ def _build_family_with_threads(task_cfg, family, zoo_cfg, out, threads, progress
               "n_params": sum(p.numel() for p in model.parameters()), "vocab_size": len(tokenizer),
               "torch_threads": threads, "machine": machine()}
     (tmp / "zoo.json").write_text(json.dumps(record))
+    publish_family(tmp, out)
+    return str(out)
+
+
+def publish_family(tmp: Path, out: Path) -> None:
+    """Rename a built family's folder `tmp` to its cache folder `out`, atomically: a half-built family is never
+    mistaken for a built one; where another process (a notebook, a test) built the same family first, the same bits,
+    `tmp` is removed."""
     try:
-        tmp.rename(out)  # atomic: a half-built family is never mistaken for a built one
+        tmp.rename(out)
     except OSError:
         if not (out / "zoo.json").exists():
             raise
-        shutil.rmtree(tmp)  # another process (a notebook, a test) built the same family first: the same bits
-    return str(out)
+        shutil.rmtree(tmp)
+
+
+def family_on_node(job: tuple, folders: dict) -> dict[str, bytes]:
+    """A warm-up as a Ray task (mrl.runtime.cluster.map_on_ray): job = (task config, family, zoo config, the
+    driver's folder for it); the family is built into a temporary folder of the node and returned as its files."""
+    task_cfg, family, zoo_cfg, out = job
+    with tempfile.TemporaryDirectory(prefix="mrl-family-") as scratch:
+        built = _build_family((task_cfg, family, zoo_cfg, Path(scratch) / Path(out).name, 1, False, 0))
+        return folder_files(Path(built))
+
+
+def build_on_ray(jobs: list[tuple], address: str, progress: bool) -> None:
+    """Every warm-up of `jobs` (_build_family's tuples) as a Ray task of one CPU on the cluster at `address`, each
+    family written into its cache folder here from the files its task returns, as a local build leaves it."""
+    connect(address)
+    tasks = [Task(family_on_node, (task_cfg, family, zoo_cfg, str(out)), f"warm-up {family.name} ({Path(out).name})")
+             for task_cfg, family, zoo_cfg, out, *_ in jobs]
+    for (*_, out, _threads, _progress, _position), files in zip(jobs, map_on_ray(tasks, "the zoo's warm-up",
+                                                                                  progress)):
+        publish_family(write_files(files, Path(f"{out}.tmp-{os.getpid()}")), Path(out))
 
 
 RELATIVE_TOKENS = {"bpe": 1.0, "wordpiece": 1.0, "unigram": 1.66, "char": 1.66}
@@ -306,10 +336,12 @@ def build_zoos(task_cfg: TaskConfig, zoo_cfgs: list[ZooConfig], root: str | Path
 
     root: the cache folder, by default data/models/ of the checkout (whatever the working directory). Every missing
     family of every zoo is one job, each in the folder build_zoo gives it (family_dir) with the same bits; the jobs
-    run longest first (warmup_cost) in one pool of max(workers) worker processes with one torch thread each, so a
-    process that finishes a short warm-up starts the next job while a long one runs. A family that two configs share
-    is built once; cached ones are loaded. One worker (or one job) builds inline. A warm-up process that dies or
-    cannot start (a script without its `if __name__ == "__main__":` guard) raises mrl.runtime.pools.PoolBroken.
+    run longest first (warmup_cost) in one pool of max(workers) worker processes with one torch thread each ("auto":
+    one per usable core that the memory holds, mrl.runtime.capacity), so a process that finishes a short warm-up
+    starts the next job while a long one runs; on a Ray cluster (MRL_RAY_ADDRESS) each job is a task of one CPU
+    (build_on_ray). A family that two configs share is built once; cached ones are loaded. One worker (or one job)
+    builds inline. A warm-up process that dies or cannot start (a script without its `if __name__ == "__main__":`
+    guard) raises mrl.runtime.pools.PoolBroken.
     """
     root = Path(root) if root is not None else repo_root() / "data" / "models"
     dirs = [{f.name: family_dir(root, task_cfg, f, zoo_cfg) for f in zoo_cfg.families} for zoo_cfg in zoo_cfgs]
@@ -319,10 +351,15 @@ def build_zoos(task_cfg: TaskConfig, zoo_cfgs: list[ZooConfig], root: str | Path
             if not zoo_dirs[f.name].exists():
                 missing.setdefault(zoo_dirs[f.name], (f, zoo_cfg))
     order = sorted(missing, key=lambda out: -warmup_cost(*missing[out]))   # stable: ties keep the configs' order
-    workers = max((zoo_cfg.workers for zoo_cfg in zoo_cfgs), default=1)
+    wanted, address = [zoo_cfg.workers for zoo_cfg in zoo_cfgs], grid_address()
+    workers = 1 if not order or address else processes_for(AUTO if AUTO in wanted else max(wanted), len(order),
+                                                           job_memory().warmup, "the zoo's warm-up",
+                                                           "ZooConfig.workers")
     # one torch thread per warm-up: with two, CPU backward kernels were not bit-reproducible here
     jobs = [(task_cfg, *missing[out], out, 1, progress, i % workers) for i, out in enumerate(order)]
-    if workers > 1 and len(jobs) > 1:
+    if jobs and address is not None:
+        build_on_ray(jobs, address, progress)
+    elif workers > 1 and len(jobs) > 1:
         map_in_processes(_build_family, jobs, min(workers, len(jobs)), "the zoo's warm-up")
     else:
         for job in jobs:

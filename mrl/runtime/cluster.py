@@ -1,0 +1,242 @@
+"""A Ray cluster for the grid: every warm-up family and every run a Ray task of one CPU, placed by Ray
+(`mrl reproduce --ray ADDRESS`, docs/performance.md, On a Ray cluster).
+
+No filesystem is shared: a task gets the driver's folders it reads (a zoo's checkpoints) as their files' bytes,
+written into a temporary folder on its node, and returns what it made (a run's rows, its trained policies, a
+family's checkpoint and tokenizer) to the driver, which writes it where a local job would have (the callers:
+mrl.runtime.zoo.build_zoos, mrl.experiments.runs.run_many). Before it runs, a task checks that its node computes as
+the driver does (NodeContract: the numerics mode, its contract in effect, the same mrl code); a node that cannot
+runs nothing and says why (NodeRefused).
+
+Faults are Ray's to handle, not a scheduler's of ours: a task whose node dies is retried elsewhere (`max_retries`);
+every task belongs to the driver that submitted it, and Ray ends them when that driver dies; what finished is in the
+driver's caches, so a re-run computes only the rest. A Ray instance this package starts itself (`--ray local`) listens
+on the loopback interface only and has no dashboard, so no job API (docs/performance.md, Joining a cluster safely).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from tqdm.auto import tqdm
+
+from mrl import numerics
+from mrl.fingerprint import code_fingerprint
+from mrl.runtime.pools import import_path
+
+ADDRESS_ENV = "MRL_RAY_ADDRESS"
+"""the cluster the grid runs on (set by `mrl reproduce --ray ADDRESS`; every notebook's kernel inherits it)"""
+
+LOCAL = "local"
+"""the address that starts a Ray instance on this machine (start_local_ray) instead of joining one"""
+
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray's switch that, set to 0, makes a node it starts advertise and bind 127.0.0.1 (as on a laptop) instead of this
+machine's network address"""
+
+MAX_RETRIES = 3
+"""times Ray reruns a task whose node or worker process died (a task's own error is not retried)"""
+
+POLL_SECONDS = 1.0
+"""how often the progress bar names the running tasks while none finishes"""
+
+
+class NodeRefused(RuntimeError):
+    """A node that cannot compute as the driver does; names the node and what differs."""
+
+
+class GridTaskFailed(RuntimeError):
+    """A grid task raised; names the job and the node, with the task's own error."""
+
+
+def grid_address() -> str | None:
+    """The Ray address the grid runs on (MRL_RAY_ADDRESS), None for this machine's process pools."""
+    return os.environ.get(ADDRESS_ENV, "").strip() or None
+
+
+def task_environment() -> dict:
+    """The runtime_env of every task: the driver's numerics (a cluster's workers do not inherit its environment)
+    and its import path (a user's probe module; where a node lacks those folders, nothing is found there)."""
+    return {"env_vars": {**numerics.environment(), "PYTHONPATH": import_path()}}
+
+
+def start_local_ray(num_cpus: int, **init) -> None:
+    """Start Ray on this machine only: its servers advertise and bind the loopback interface (LOOPBACK_ENV) and the
+    dashboard, with its unauthenticated job API, is not started (CVE-2023-48022)."""
+    os.environ[LOOPBACK_ENV] = "0"   # read when ray is imported ...
+    import ray
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False   # ... and, where this process imported it before, set here
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, **init)
+
+
+def connect(address: str) -> None:
+    """Join the cluster at `address` (a Ray address, "auto", ray://host:port), or start one on this machine's usable
+    cores for LOCAL; nothing when this process is already connected."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address == LOCAL:
+        from mrl.runtime.capacity import usable_cores
+
+        start_local_ray(usable_cores(), runtime_env=task_environment())
+    else:
+        ray.init(address=address, log_to_driver=False, runtime_env=task_environment())
+
+
+@dataclass(frozen=True)
+class NodeContract:
+    """What every node must share with the driver to compute its bits."""
+
+    numerics: str
+    """the driver's numerics mode (mrl.numerics.mode)"""
+    code: str
+    """the driver's mrl code (mrl.fingerprint.code_fingerprint): a run's key and a family's folder depend on it"""
+
+
+def driver_contract() -> NodeContract:
+    return NodeContract(numerics=numerics.mode(), code=code_fingerprint())
+
+
+def node_differences(contract: NodeContract) -> list[str]:
+    """What in this process differs from `contract`, one phrase each (empty: it computes as the driver does)."""
+    differences = []
+    if numerics.mode() != contract.numerics:
+        differences.append(f"its numerics mode is {numerics.mode()} (the driver's: {contract.numerics})")
+    elif contract.numerics == "portable":
+        differences += numerics.deviations(numerics.state())
+    if code_fingerprint() != contract.code:
+        differences.append(f"its mrl code differs (fingerprint {code_fingerprint()}, the driver's {contract.code}): "
+                           f"install the driver's commit on every node")
+    return differences
+
+
+def folder_files(folder: Path) -> dict[str, bytes]:
+    """{path relative to `folder`: bytes} of every file below it."""
+    folder = Path(folder)
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def write_files(files: dict[str, bytes], folder: Path) -> Path:
+    """Write folder_files' mapping under `folder`; returns it."""
+    folder = Path(folder)
+    for name, data in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return folder
+
+
+@dataclass(frozen=True)
+class Task:
+    """One job for a node: fn(job, folders), where `folders` maps each driver folder in `reads` to its copy on the
+    node. fn is a module-level function of an installed module (Ray ships it by name)."""
+
+    fn: Callable
+    job: object
+    label: str
+    """the job in words, for the progress bar and errors"""
+    reads: tuple[str, ...] = ()
+    """the driver's folders the job reads (shipped as their files, each once per grid)"""
+
+
+@dataclass
+class Board:
+    """Which task runs on which node, as the tasks report it when they start (a Ray actor of no CPU)."""
+
+    running: dict = field(default_factory=dict)
+
+    def started(self, index: int, node: str) -> None:
+        self.running[index] = node
+
+    def snapshot(self) -> dict:
+        return dict(self.running)
+
+
+def on_node(fn: Callable, job, index: int, board, contract: NodeContract, reads: tuple[str, ...], *trees):
+    """A task's body on its node: report its start, check the node (NodeRefused), write the folders it reads
+    into a temporary folder and run fn(job, {driver folder: node folder}) there."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    board.started.remote(index, node)
+    differences = node_differences(contract)
+    if differences:
+        raise NodeRefused(f"node {node} ({ray.util.get_node_ip_address()}) runs nothing: {'; '.join(differences)}")
+    with tempfile.TemporaryDirectory(prefix="mrl-task-") as scratch:
+        folders = {read: str(write_files(tree, Path(scratch) / str(i) / Path(read).parent.name / Path(read).name))
+                   for i, (read, tree) in enumerate(zip(reads, trees))}   # the last two names kept: a run's key
+        # holds its checkpoints' folder names and an offline log's <key>/experience
+        return fn(job, folders)
+
+
+def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
+               on_progress: Callable[[dict], None] | None = None, max_retries: int = MAX_RETRIES) -> list:
+    """[task.fn(task.job, ...) for task in tasks], each a Ray task of one CPU on the connected cluster, in order.
+
+    Tasks are submitted in the order given (the caller's: longest first), no more at once than the cluster has
+    CPUs, so Ray holds a short queue and a node that joins takes the next. A task whose node dies is retried
+    (max_retries); one that raises stops the grid: the others are cancelled and GridTaskFailed names the job, its
+    node and its error (a node that cannot compute as the driver does says why: NodeRefused). A progress bar counts
+    finished tasks and names the running ones; on_progress({label: node id}) is called with the running ones
+    whenever that changes (tests remove a node there)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not tasks:
+        return []
+    contract = driver_contract()
+    here = ray.get_runtime_context().get_node_id()
+    board = ray.remote(Board).options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+        here, soft=True)).remote()
+    remote = ray.remote(on_node).options(num_cpus=1, max_retries=max_retries, runtime_env=task_environment())
+    shipped = {read: ray.put(folder_files(Path(read))) for read in dict.fromkeys(r for t in tasks for r in t.reads)}
+    results, queue, in_flight, seen = [None] * len(tasks), list(range(len(tasks))), {}, None
+    bar = tqdm(total=len(tasks), desc=f"{what} on Ray", disable=not progress)
+    try:
+        while queue or in_flight:
+            while queue and len(in_flight) < max(1, int(ray.cluster_resources().get("CPU", 1))):
+                i = queue.pop(0)
+                task = tasks[i]
+                ref = remote.remote(task.fn, task.job, i, board, contract, task.reads,
+                                    *(shipped[read] for read in task.reads))
+                in_flight[ref] = i
+            done, _ = ray.wait(list(in_flight), num_returns=1, timeout=POLL_SECONDS)
+            for ref in done:
+                i = in_flight.pop(ref)
+                try:
+                    results[i] = ray.get(ref)
+                except ray.exceptions.RayTaskError as err:
+                    node = running_nodes(board).get(i, "?")
+                    raise GridTaskFailed(f"{what}: {tasks[i].label} failed on node {node}: "
+                                         f"{type(err.cause).__name__}: {err.cause}") from None
+                bar.update(1)
+            running = {tasks[i].label: node for i, node in running_nodes(board).items() if i in in_flight.values()}
+            if running != seen:
+                seen = running
+                bar.set_postfix_str("running: " + ", ".join(running), refresh=True)
+                if on_progress is not None:
+                    on_progress(running)
+    except BaseException:
+        for ref in in_flight:
+            ray.cancel(ref, force=True)
+        raise
+    finally:
+        bar.close()
+        ray.kill(board)
+    return results
+
+
+def running_nodes(board) -> dict:
+    """{task index: node id} of the tasks that reported their start ({} when the board is gone with its node)."""
+    import ray
+
+    try:
+        return ray.get(board.snapshot.remote(), timeout=60)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return {}
