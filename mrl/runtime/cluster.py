@@ -71,7 +71,8 @@ def start_local_ray(num_cpus: int, **init) -> None:
     from ray._private import ray_constants
 
     ray_constants.ENABLE_RAY_CLUSTER = False   # ... and, where this process imported it before, set here
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, **init)
+    # address "local": a new instance, even where another Ray on this machine would be joined by default
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, **init)
 
 
 def connect(address: str) -> None:

@@ -1,0 +1,268 @@
+"""The grid on a Ray cluster (mrl.runtime.cluster), simulated by `ray.cluster_utils.Cluster` on this machine: a head
+with no CPU (the driver's) and two nodes of one CPU each. Each test's driver keeps its caches in a folder of its own
+and the tasks write only in temporary folders of their nodes, as on machines that share no filesystem.
+
+- a grid with its warm-up gives the zoo's bits and the tables of the same grid run here, and a re-run sends nothing;
+- a node removed while it runs a task (the test waits for that task to report its start, not for a time) still
+  gives equal tables: Ray reruns the task on the other node;
+- a driver killed mid-grid leaves no task running; a node that computes otherwise runs nothing and says why;
+- a Ray this package starts itself listens on the loopback interface only, without a dashboard.
+
+Outside `make test` (minutes on two cores): `make test-cluster`, which CI runs after it."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+TESTS = Path(__file__).resolve().parent
+DEADLINE = 300
+"""seconds any wait here may take before the test fails (a fault, not a slow machine, would exceed it)"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head of no CPU and two nodes of one CPU each, joined by this process as the grid's driver."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from mrl.runtime.cluster import connect
+
+    simulated = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    for _ in range(2):
+        simulated.add_node(num_cpus=1)
+    simulated.wait_for_nodes()
+    connect(simulated.address)
+    yield simulated
+    ray.shutdown()
+    simulated.shutdown()
+
+
+def tiny_grid():
+    """(task config, zoo config, a labelled grid builder {paths} -> [(label, Run)]): two small families warmed up a
+    few steps, and grpo and sgt on them (GrpoConfig's steps apart: grid's)."""
+    from testsupport import SMALL, TINY_TASK
+
+    from mrl.core.config import FamilyConfig, GrpoConfig, TaskConfig, WarmupConfig, ZooConfig
+    from mrl.core.probes import probe_config
+    from mrl.core.run_config import RunConfig
+    from mrl.runtime.spec import Run
+
+    task = TaskConfig(**TINY_TASK)
+    zoo = ZooConfig(families=[FamilyConfig(name="A", arch="gpt2", tokenizer="bpe", **SMALL),
+                              FamilyConfig(name="B", arch="llama", tokenizer="unigram", vocab_size=40, **SMALL)],
+                    warmup=WarmupConfig(steps=8, batch_size=16, lr_warmup_steps=2), workers=1)
+    config = RunConfig(task=task, grpo=GrpoConfig(steps=6, prompts_per_step=4, group_size=4, eval_every=3, seed=0))
+
+    def grid(paths: dict, seeds=(0,)) -> list:
+        """Seed 0's runs take 6 steps; seed 1's 60, long enough that the test sees them run and removes a node."""
+        return [({"probe": probe, "seed": seed}, Run(config, dict(paths), probe_config(probe), seed, 6 if seed == 0
+                                                     else 60)) for probe in ("grpo", "sgt") for seed in seeds]
+    return task, zoo, grid
+
+
+def checkout(folder: Path) -> Path:
+    """A folder that mrl takes for a checkout (its run cache under results/, its zoo under data/models)."""
+    (folder / "mrl").mkdir(parents=True, exist_ok=True)
+    (folder / "pyproject.toml").write_text("")
+    return folder
+
+
+def computed_here(root: Path, seeds=(0,)) -> tuple[dict, object, object]:
+    """The tiny zoo and grid computed in this process's pools, in the checkout `root`: (zoo paths, steps, evals)."""
+    from mrl.experiments.runs import run_many
+    from mrl.runtime.zoo import build_zoo
+
+    task, zoo, grid = tiny_grid()
+    paths = {name: str(p.path) for name, p in build_zoo(task, zoo, root / "data" / "models", False).items()}
+    steps, evals = run_many(grid(paths, seeds), 1, progress=False)
+    return paths, steps, evals
+
+
+def untimed(steps):
+    return steps.drop(columns=[c for c in steps if c.endswith("seconds")])
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    """The grid computed here, without Ray, in a checkout of its own (seeds 0 and 1)."""
+    root = checkout(tmp_path_factory.mktemp("local"))
+    old = os.getcwd()
+    os.chdir(root)
+    try:
+        return computed_here(root, seeds=(0, 1))
+    finally:
+        os.chdir(old)
+
+
+def test_a_grid_and_its_warm_up_on_the_cluster_equal_the_same_grid_here(cluster, local, tmp_path, monkeypatch):
+    from mrl.experiments import runs
+    from mrl.runtime.cluster import ADDRESS_ENV
+
+    monkeypatch.chdir(checkout(tmp_path))
+    monkeypatch.setenv(ADDRESS_ENV, cluster.address)
+    paths, steps, evals = computed_here(tmp_path)
+    local_paths, local_steps, local_evals = local
+    for name, path in paths.items():   # each family's checkpoint and tokenizer, bit for bit, in the same folder name
+        assert Path(path).name == Path(local_paths[name]).name
+        for file in ("model.safetensors", "tokenizer.json", "config.json"):
+            assert (Path(path) / file).read_bytes() == (Path(local_paths[name]) / file).read_bytes(), (name, file)
+    chosen = local_evals.seed == 0
+    assert evals.equals(local_evals[chosen].reset_index(drop=True))
+    assert untimed(steps).equals(untimed(local_steps[local_steps.seed == 0]).reset_index(drop=True))
+    cached = sorted(p.name for p in (tmp_path / "results" / "runs").iterdir())
+    assert cached == sorted(run.key() for _, run in tiny_grid()[2](paths)) and len(cached) == 2   # keys as here
+
+    def nothing_to_send(tasks, *args, **kwargs):
+        assert not tasks, f"a re-run sent {[t.label for t in tasks]} although the cache holds them"
+        return []
+    monkeypatch.setattr(runs, "map_on_ray", nothing_to_send)
+    _, _, again_evals = computed_here(tmp_path)
+    assert again_evals.equals(evals)
+
+
+def test_a_node_removed_while_it_runs_a_task_still_gives_equal_tables(cluster, local, tmp_path, monkeypatch):
+    """The test removes the node of the first task that reports its start (the grid's progress callback), so the
+    removal happens while that task runs; Ray reruns it on the other node, and the tables equal those computed here."""
+    from mrl.experiments import runs
+    from mrl.runtime.cluster import ADDRESS_ENV, map_on_ray
+
+    monkeypatch.chdir(checkout(tmp_path))
+    monkeypatch.setenv(ADDRESS_ENV, cluster.address)
+    local_paths, local_steps, local_evals = local
+    paths = {}
+    for name, path in local_paths.items():   # the zoo as the local checkout built it, copied (the grid is the test)
+        target = tmp_path / "data" / "models" / Path(path).parent.name / Path(path).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-r", path, str(target)], check=True)
+        paths[name] = str(target)
+    removed, started = [], []
+
+    def remove_a_busy_node(running: dict) -> None:
+        started.append(dict(running))
+        if removed:
+            return
+        nodes = {node.node_id: node for node in cluster.worker_nodes}
+        busy = [node for node in running.values() if node in nodes]
+        if busy:
+            removed.append(busy[0])
+            cluster.remove_node(nodes[busy[0]])
+
+    monkeypatch.setattr(runs, "map_on_ray", lambda tasks, what, progress=True: map_on_ray(
+        tasks, what, progress, on_progress=remove_a_busy_node))
+    try:
+        steps, evals = runs.run_many(tiny_grid()[2](paths, seeds=(1,)), 1, progress=False)
+    finally:
+        if len(cluster.worker_nodes) < 2:   # the next tests get two nodes again
+            cluster.add_node(num_cpus=1)
+            cluster.wait_for_nodes()
+    assert removed, f"no task reported its start on a worker node: {started}"
+    first = next(i for i, seen in enumerate(started) if removed[0] in seen.values())
+    lost = [label for label, node in started[first].items() if node == removed[0]]
+    rerun = {label for seen in started[first + 1:] for label, node in seen.items() if node != removed[0]}
+    assert set(lost) <= rerun, f"{lost} ran on the removed node and not again on the other: {started}"
+    chosen = local_evals.seed == 1
+    assert evals.equals(local_evals[chosen].reset_index(drop=True))
+    assert untimed(steps).equals(untimed(local_steps[local_steps.seed == 1]).reset_index(drop=True))
+
+
+KILLED_DRIVER = """
+import sys
+from mrl.runtime.cluster import Task, connect, map_on_ray
+from testsupport import pid_then_wait
+
+if __name__ == "__main__":
+    connect(sys.argv[1])
+    map_on_ray([Task(pid_then_wait, sys.argv[2], "waits forever")], "a grid", progress=False)
+"""
+
+
+def alive(pid: int) -> bool:
+    from mrl.runtime.results import process_alive
+
+    return process_alive(pid)
+
+
+def wait_until(condition, what: str) -> None:
+    """Poll `condition` until it holds (the event); DEADLINE seconds at most."""
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {DEADLINE} s for {what}"
+        time.sleep(0.1)
+
+
+def test_a_driver_killed_mid_grid_leaves_no_task_running(cluster, tmp_path):
+    script, pid_file = tmp_path / "driver.py", tmp_path / "task.pid"
+    script.write_text(textwrap.dedent(KILLED_DRIVER))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    driver = subprocess.Popen([sys.executable, str(script), cluster.address, str(pid_file)], env=env)
+    try:
+        wait_until(lambda: pid_file.is_file() and pid_file.read_text().strip() or driver.poll() is not None,
+                   "the task to start")
+        assert driver.poll() is None, "the driver ended before its task started"
+        task = int(pid_file.read_text())
+        assert alive(task)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        wait_until(lambda: not alive(task), "Ray to end the dead driver's task")
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+
+
+def test_a_node_that_computes_otherwise_runs_nothing_and_says_why(cluster, tmp_path, monkeypatch):
+    """A node whose mrl code differs from the driver's (here: the driver claims another fingerprint) refuses the task
+    before it runs; the driver's error names the job, the node and what differs."""
+    import dataclasses
+
+    from testsupport import touch
+
+    from mrl.runtime import cluster as grid
+    from mrl.runtime.cluster import GridTaskFailed, Task, map_on_ray
+
+    made = tmp_path / "made"
+    assert map_on_ray([Task(touch, str(made), "touch")], "a grid", progress=False) == ["made"]
+    made.unlink()
+    other = dataclasses.replace(grid.driver_contract(), code="0123456789abcdef")
+    monkeypatch.setattr(grid, "driver_contract", lambda: other)
+    with pytest.raises(GridTaskFailed, match=r"touch failed on node .*NodeRefused: node .* runs nothing: its mrl code "
+                                             r"differs \(fingerprint \w+, the driver's 0123456789abcdef\)"):
+        map_on_ray([Task(touch, str(made), "touch")], "a grid", progress=False)
+    assert not made.exists()
+
+
+LOCAL_RAY = """
+import json, psutil, ray
+from mrl.runtime.cluster import start_local_ray
+
+start_local_ray(1)
+ray.get(ray.remote(lambda: 1).remote())   # a worker process started too
+mine = {p.pid for p in psutil.Process().children(recursive=True)} | {psutil.Process().pid}
+listening = sorted({c.laddr.ip for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.pid in mine})
+commands = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
+print(json.dumps({"listening": listening, "dashboard": [c for c in commands if "dashboard/dashboard.py" in c],
+                  "webui": ray._private.worker.global_worker.node.webui_url}))
+ray.shutdown()
+"""
+
+
+def test_a_ray_this_package_starts_listens_on_loopback_only_without_a_dashboard(tmp_path):
+    import json
+
+    (tmp_path / "local_ray.py").write_text(LOCAL_RAY)
+    done = subprocess.run([sys.executable, str(tmp_path / "local_ray.py")], capture_output=True, text=True,
+                          timeout=DEADLINE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["listening"] and set(seen["listening"]) <= {"127.0.0.1", "::1", "::ffff:127.0.0.1"}, seen
+    # no dashboard: Ray keeps only its minimal head process for usage statistics, with no job API and no web page
+    assert not seen["webui"], seen
+    for command in seen["dashboard"]:
+        modules = command.split("--modules-to-load=")[1].split()[0].split(",")
+        assert "--minimal" in command and "--disable-frontend" in command and modules == ["UsageStatsHead"], command
