@@ -257,8 +257,8 @@ def _run_inline(job: tuple[Run, bool]) -> None:
 
 def run_packed(runs: list[Run], processes: int, progress: bool = True, recompute: bool = False,
                job=_run_inline) -> None:
-    """Run independent runs `processes` at a time, each inline in its own worker process (its policies one after
-    another on one core, so no core waits at a barrier for a slower policy), into the run cache.
+    """Run independent runs `processes` at a time, longest first, each inline in its own worker process (its
+    policies one after another on one core, so no core waits at a barrier for a slower policy), into the run cache.
 
     Inline gives the metrics of every other backend, so the cached results are those of a run on the profile's
     backend. recompute: run even what the cache holds. Nothing hangs: a run process that dies raises at once,
@@ -267,6 +267,7 @@ def run_packed(runs: list[Run], processes: int, progress: bool = True, recompute
     inject faults here)."""
     if not runs:
         return
+    runs = longest_first(runs)
     processes = min(processes, len(runs))
     before = set(multiprocessing.active_children())
     executor = worker_executor(processes, sorted({get_probe(run.probe.name).module for run in runs}))
@@ -359,14 +360,19 @@ def store_output(run: Run, output: RunOutput) -> None:
              run.variant.log_experience)
 
 
+def longest_first(runs: list[Run]) -> list[Run]:
+    """`runs` by their work, longest first (steps x policies, stable): a grid's last job to start is a short one, so
+    its wall time is near its longest run's or its total over the cores (mrl.experiments.wall_time)."""
+    return sorted(runs, key=lambda run: -run.steps * len(run.paths))
+
+
 def run_on_ray(runs: list[Run], address: str, progress: bool = True) -> None:
     """Every run of `runs` computed (the cache is not read) as a Ray task of one CPU on the cluster at `address`
-    (run_on_node) and stored here (store_output); longest first (steps x policies), so the longest does not start
-    last."""
+    (run_on_node) and stored here (store_output), longest first."""
     if not runs:
         return
     connect(address)
-    ordered = sorted(runs, key=lambda run: -run.steps * len(run.paths))
+    ordered = longest_first(runs)
     tasks = [Task(run_on_node, (run, run.key(), tuple(sorted({get_probe(run.probe.name).module}))), run.label(),
                   reads_of(run)) for run in ordered]
     for run, output in zip(ordered, map_on_ray(tasks, "grid runs", progress)):

@@ -3,7 +3,8 @@
 A block sits between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`, as in the README
 (mrl.reports.readme). `mwra` renders the backends' step timing from `paper_tables/mwra_compute.csv`, `reproduce` the
 default profile's end-to-end time from the reproduce record `paper_tables/reproduce_default.json`, each with the
-record's date, CPU and numerics. `tests/test_performance_doc.py` fails when a block differs from what the records
+record's date, CPU and numerics; `plan` the default profile's expected wall time on 2 to 512 cores
+(mrl.reports.wall_time) beside the record's. `tests/test_performance_doc.py` fails when a block differs from what the records
 give, and when the page quotes a time outside a block, so no timing in it is typed by hand.
 """
 from __future__ import annotations
@@ -71,7 +72,40 @@ def reproduce_block(tables: Path) -> str:
             f"(minutes): {longest}. Each notebook's time: the README's table, generated from the same record.\n")
 
 
-BLOCKS = {"mwra": mwra_block, "reproduce": reproduce_block}
+def plan_block(tables: Path) -> str:
+    """The default profile's expected wall time from a fresh clone on 2 to 512 cores (mrl.reports.wall_time), per
+    notebook, with its critical path, the cores beyond which it gets no faster, what bounds the whole at each core
+    count, and the reproduce record's measured time at 2 cores beside the plan."""
+    from mrl.reports.wall_time import COSTS, CORES, profile_plan
+
+    table, costs = profile_plan("default", CORES)
+    record = json.loads((tables / RECORD).read_text())
+    columns = [f"{n} cores" for n in CORES]
+    lines = ["| notebook | jobs | work (core-min) | critical path | " + " | ".join(columns)
+             + " | no faster beyond | measured at 2 cores |", "|---|" + "---:|" * (len(CORES) + 5)]
+    for row in table.to_dict("records"):
+        measured = row["measured at 2 cores (min)"]
+        shown = "not measured (plan only)" if pd.isna(measured) else f"{measured:.1f}" + (
+            " (the measured rows)" if row["notebook"] == "total" and table["measured at 2 cores (min)"].isna().any()
+            else "")
+        lines.append(f"| {'**total**' if row['notebook'] == 'total' else '`' + row['notebook'] + '`'} | "
+                     f"{row['jobs']:.0f} | {row['work (core-min)']:.0f} | {row['critical path (min)']:.1f} | "
+                     + " | ".join(f"{row[f'{n} cores (min)']:.1f}" for n in CORES)
+                     + f" | {row['no faster beyond (cores)']:.0f} | {shown} |")
+    total = table.iloc[-1]
+    bounds = ", ".join(f"{n}: " + ("the work over the cores" if total[f"{n} cores (min)"] > 1.01 * total[
+        "critical path (min)"] else "the critical path") for n in CORES)
+    slowest = table.iloc[:-1].sort_values("critical path (min)").iloc[-1]
+    return (f"From the default profile's grids and the per-job costs of `{COSTS}` ({costs.machine}, each job on one "
+            f"core), from a fresh clone, in minutes (`mrl plan --cores N` prints one column; `--ray ADDRESS` the "
+            f"cluster's). The measured column is `paper_tables/{RECORD}`'s time of each notebook at 2 cores "
+            f"({record_source(tables)}), with its runs and warm-ups as that run found them in its caches.\n\n"
+            + "\n".join(lines) + f"\n\nWhat bounds the whole, by cores: {bounds}. The longest critical path is "
+            f"`{slowest['notebook']}`'s ({slowest['critical path (min)']:.0f} minutes), which gets no faster beyond "
+            f"{slowest['no faster beyond (cores)']:.0f} cores: none of its phases runs more jobs at once.\n")
+
+
+BLOCKS = {"mwra": mwra_block, "reproduce": reproduce_block, "plan": plan_block}
 
 TIMING = re.compile(r"\b\d[\d,.]*\s?(ms|s|seconds|minutes|hours|tokens/s|sequences/s)\b")
 """a time or a throughput as the page would quote one"""

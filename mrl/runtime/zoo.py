@@ -13,6 +13,8 @@ import os
 import random
 import shutil
 import tempfile
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -329,6 +331,23 @@ def warmup_cost(family: FamilyConfig, zoo_cfg: ZooConfig) -> float:
     return zoo_cfg.warmup.steps * zoo_cfg.warmup.batch_size * RELATIVE_TOKENS.get(family.tokenizer, 1.0) * per_token
 
 
+PLANNED: ContextVar[list | None] = ContextVar("mrl_planned_warmups", default=None)
+"""the warm-ups build_zoos would run, inside planned_zoos"""
+
+
+@contextmanager
+def planned_zoos():
+    """A block in which build_zoos builds and loads nothing: it returns each family's cache folder (a Policy without
+    model, tokenizer or record) and appends (folder, family, zoo config) of every family asked for to the list this
+    yields, built or not (mrl.experiments.wall_time: the plan of a run from a fresh clone)."""
+    planned = []
+    token = PLANNED.set(planned)
+    try:
+        yield planned
+    finally:
+        PLANNED.reset(token)
+
+
 def build_zoos(task_cfg: TaskConfig, zoo_cfgs: list[ZooConfig], root: str | Path | None = None,
                progress: bool = True) -> list[dict[str, Policy]]:
     """Build (or load from the cache) every family of several zoos of one task (zoos that differ in their warm-up
@@ -345,6 +364,12 @@ def build_zoos(task_cfg: TaskConfig, zoo_cfgs: list[ZooConfig], root: str | Path
     """
     root = Path(root) if root is not None else repo_root() / "data" / "models"
     dirs = [{f.name: family_dir(root, task_cfg, f, zoo_cfg) for f in zoo_cfg.families} for zoo_cfg in zoo_cfgs]
+    planned = PLANNED.get()
+    if planned is not None:   # planned_zoos: what would be built, nothing built or loaded
+        planned += [(zoo_dirs[f.name], f, zoo_cfg) for zoo_cfg, zoo_dirs in zip(zoo_cfgs, dirs)
+                    for f in zoo_cfg.families]
+        return [{f.name: Policy(f, None, None, zoo_dirs[f.name], {}) for f in zoo_cfg.families}
+                for zoo_cfg, zoo_dirs in zip(zoo_cfgs, dirs)]
     missing = {}   # folder -> (family, zoo config): each missing family once
     for zoo_cfg, zoo_dirs in zip(zoo_cfgs, dirs):
         for f in zoo_cfg.families:

@@ -1,0 +1,248 @@
+"""The plan before the run: how long each notebook of a CPU profile takes on N cores from a fresh clone
+(`mrl plan --cores N`), from measured per-job costs (docs/performance.md, The plan before the run).
+
+A notebook is a sequence of phases, each one call that runs independent jobs at once (a zoo's warm-ups, a grid of
+runs) and waits for them all; they are listed by calling the experiments' own functions under
+mrl.runtime.zoo.planned_zoos (nothing built, nothing run), each job counted in the first notebook that runs it (the
+later ones read the cache). A warm-up costs the measured CPU seconds per unit of mrl.runtime.zoo.warmup_cost, a run
+its arm's measured seconds per step times its steps and its policies over two (docs/measurements/arm_costs.json);
+a notebook without jobs takes its measured time (paper_tables/reproduce_default.json). On N cores a phase takes the
+makespan of its jobs started longest first, each on the first core free, as the pools and Ray run them: at least its
+longest job (the critical path) and its work over the cores. Not counted: a notebook's own work beside its jobs.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from mrl.core.probes import probe_config, probe_label
+from mrl.core.run_config import RunConfig
+from mrl.paths import repo_root
+
+COSTS = Path("docs") / "measurements" / "arm_costs.json"
+"""the measured cost of each family's warm-up and each arm's run (benchmarks/arm_costs.py), under the checkout"""
+NOTEBOOK_TIMES = Path("paper_tables") / "reproduce_default.json"
+"""the measured time of each notebook of the default profile on its machine (mrl.reproduce)"""
+CORES = (2, 8, 32, 128, 512)
+"""the core counts docs/performance.md's table plans for"""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of one core: a family's warm-up or a run."""
+
+    label: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Jobs that one call runs at once, after the notebook's previous phase has ended."""
+
+    what: str
+    jobs: tuple[Job, ...]
+    alone: bool = False
+    """one at a time (runs whose wall time is what they measure)"""
+
+    def seconds(self, cores: int) -> float:
+        return sum(job.seconds for job in self.jobs) if self.alone else makespan([j.seconds for j in self.jobs], cores)
+
+    def critical(self) -> float:
+        """Its least wall time on any number of cores."""
+        return self.seconds(1) if self.alone else max((job.seconds for job in self.jobs), default=0.0)
+
+
+def makespan(seconds: list[float], cores: int) -> float:
+    """The wall time of jobs of `seconds` started longest first, each on the first of `cores` cores to be free (list
+    scheduling, within 4/3 of the best order)."""
+    free = [0.0] * min(cores, len(seconds))
+    for job in sorted(seconds, reverse=True):
+        heapq.heappush(free, heapq.heappop(free) + job)
+    return max(free, default=0.0)
+
+
+@dataclass(frozen=True)
+class JobCosts:
+    """Measured costs (COSTS): seconds of one core."""
+
+    step: dict
+    """{arm label: seconds per RL step of a run of two policies}"""
+    warmup_rate: float
+    """seconds per unit of mrl.runtime.zoo.warmup_cost"""
+    machine: str
+
+    def run(self, run) -> float:
+        """A run's seconds: its arm's per step (the bare probe's where the record lacks its knobs, else the median
+        arm's) x its steps x its policies / 2."""
+        label = probe_label(run.probe)
+        per_step = self.step.get(label) or self.step.get(run.probe.name) or statistics.median(self.step.values())
+        return per_step * run.steps * len(run.paths) / 2
+
+
+def measured_costs(config: RunConfig, record: dict) -> JobCosts:
+    """JobCosts from an arm_costs record measured on `config`'s held-out experiment (its families' warm-up CPU
+    seconds against their warmup_cost under that experiment's zoo, its arms' wall seconds per step)."""
+    from mrl.experiments.heldout import heldout_config
+    from mrl.runtime.zoo import warmup_cost
+
+    zoo = heldout_config(config, 0).zoo
+    families = {f.name: f for f in zoo.families}
+    rate = sum(f["cpu_seconds"] for f in record["families"]) / sum(
+        warmup_cost(families[f["family"]], zoo) for f in record["families"])
+    return JobCosts(step={row["arm"]: row["wall_seconds"] / row["steps"] for row in record["runs"]},
+                    warmup_rate=rate, machine=record["machine"]["cpu"])
+
+
+class Ledger:
+    """What the notebooks before have already run: a job is counted once, where it first runs."""
+
+    def __init__(self, costs: JobCosts):
+        self.costs, self.seen = costs, set()
+
+    def warmups(self, what: str, planned: list) -> Phase:
+        from mrl.runtime.zoo import warmup_cost
+
+        jobs = []
+        for folder, family, zoo in planned:
+            if str(folder) not in self.seen:
+                self.seen.add(str(folder))
+                jobs.append(Job(f"warm-up {family.name} ({Path(folder).name})",
+                                self.costs.warmup_rate * warmup_cost(family, zoo)))
+        return Phase(what, tuple(jobs))
+
+    def runs(self, what: str, labelled, alone: bool = False) -> Phase:
+        jobs = []
+        for _, run in labelled:
+            if run.key() not in self.seen:
+                self.seen.add(run.key())
+                jobs.append(Job(run.label(), self.costs.run(run)))
+        return Phase(what, tuple(jobs), alone)
+
+
+def notebook_phases(config: RunConfig, costs: JobCosts) -> dict[str, list[Phase]]:
+    """{notebook: its phases} of the profile's notebooks that run warm-ups or runs, in papermill's order, each job
+    in the first notebook that runs it; nothing is built or run."""
+    from mrl.experiments.beyond import beyond_runs, offline_runs, offline_sources, poison_runs, scaling_runs
+    from mrl.experiments.hacpo import ablation_runs, hacpo_runs
+    from mrl.experiments.heldout import heldout_runs, heldout_zoos, knob_runs, marginal_arm_runs
+    from mrl.experiments.probe import probe_runs
+    from mrl.experiments.runs import Run, policy_paths
+    from mrl.runtime.zoo import planned_zoos
+
+    ledger, phases = Ledger(costs), {}
+
+    def zoo_phase(what: str, build) -> tuple[Phase, object]:
+        with planned_zoos() as planned:
+            built = build()
+        return ledger.warmups(what, planned), built
+
+    for notebook in config.notebooks:
+        steps = []
+        if notebook in ("00_zoo", "10_grpo_baseline", "40_probe", "50_hacpo"):
+            warmups, paths = zoo_phase("the zoo", lambda: policy_paths(config, progress=False))
+            steps.append(warmups)
+        if notebook == "10_grpo_baseline":
+            steps.append(ledger.runs("grpo", [({}, Run(config, paths, probe_config("grpo"), config.grpo.seed,
+                                                        config.grpo.steps))]))
+        elif notebook == "40_probe" and "probe" in config.experiments:
+            steps.append(ledger.runs("the probe grid", probe_runs(config, paths)))
+        elif notebook == "50_hacpo" and "hacpo" in config.experiments:
+            steps.append(ledger.runs("the HACPO grid", hacpo_runs(config, paths)))
+            steps += [ledger.runs(f"ablation {axis}", labelled)
+                      for axis, labelled in ablation_runs(config, paths).items()]
+        elif notebook == "70_heldout" and "heldout" in config.experiments:
+            warmups, _ = zoo_phase("the held-out zoos", lambda: heldout_zoos(config, progress=False))
+            with planned_zoos():
+                steps += [warmups, ledger.runs("the held-out grid", heldout_runs(config, progress=False)),
+                          ledger.runs("the knobs", knob_runs(config, progress=False))]
+        elif notebook == "76_confirmatory_claims" and "heldout" in config.experiments:
+            steps += claims_block_phases(config, ledger)
+        elif notebook == "80_beyond" and "beyond" in config.experiments:
+            with planned_zoos() as planned:
+                parts = [("the online probes", beyond_runs(config), False),
+                         ("the offline sources", offline_sources(config), False),
+                         ("the offline probes", offline_runs(config), False),
+                         ("the poisoned peer", poison_runs(config), False),
+                         ("the n-policy runs", scaling_runs(config, progress=False), True),
+                         ("the marginal arms", marginal_arm_runs(config, progress=False), False)]
+            steps.append(ledger.warmups("its zoos", planned))
+            steps += [ledger.runs(what, labelled, alone) for what, labelled, alone in parts]
+        phases[notebook] = [phase for phase in steps if phase.jobs]
+    return phases
+
+
+def claims_block_phases(config: RunConfig, ledger: Ledger) -> list[Phase]:
+    """76_confirmatory_claims's phases as run_claims_block runs the block from nothing (two warm-ups' zoos at a time,
+    then their runs four at a time, each chunk into the record): the whole block, whatever its committed record holds
+    now (a clone reads those runs from the record and runs only the rest)."""
+    from mrl.experiments.heldout import claims_block_runs, heldout_zoos
+    from mrl.runtime.zoo import planned_zoos
+
+    block = config.experiment("heldout").confirmatory_claims
+    if block is None:
+        return []
+    todo = claims_block_runs(config)
+    seeds, phases = list(dict.fromkeys(label["zoo_seed"] for label, _ in todo)), []
+    for start in range(0, len(seeds), 2):
+        part = seeds[start:start + 2]
+        with planned_zoos() as planned:
+            heldout_zoos(config, False, part)
+        phases.append(ledger.warmups(f"warm-ups {part}", planned))
+        runs = [(label, run) for label, run in todo if label["zoo_seed"] in part]
+        phases += [ledger.runs(f"runs of {part}", runs[i:i + 4]) for i in range(0, len(runs), 4)]
+    return phases
+
+
+def plan_rows(config: RunConfig, cores: list[int], costs: JobCosts, measured: dict) -> pd.DataFrame:
+    """One row per notebook in papermill's order (and a total): its jobs, its work (core-minutes), its critical path
+    (minutes), its expected wall minutes on each number of `cores`, the cores beyond which it gets no faster, and its
+    measured minutes (`measured`: {notebook: seconds}); a notebook without jobs takes its measured time."""
+    phases = notebook_phases(config, costs)
+    rows = []
+    for notebook in config.notebooks:
+        steps = phases.get(notebook, [])
+        fixed = 0.0 if steps else measured.get(f"{notebook}.ipynb", float("nan"))
+        row = {"notebook": notebook, "jobs": sum(len(p.jobs) for p in steps),
+               "work (core-min)": sum(j.seconds for p in steps for j in p.jobs) / 60,
+               "critical path (min)": (fixed + sum(p.critical() for p in steps)) / 60}
+        for n in cores:
+            row[f"{n} cores (min)"] = (fixed + sum(p.seconds(n) for p in steps)) / 60
+        row["no faster beyond (cores)"] = saturation(steps)
+        row["measured at 2 cores (min)"] = measured.get(f"{notebook}.ipynb", float("nan")) / 60
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    total = {"notebook": "total", **{c: table[c].sum() for c in table.columns if c != "notebook"}}
+    total["no faster beyond (cores)"] = table["no faster beyond (cores)"].max()
+    return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
+
+
+def saturation(phases: list[Phase]) -> int:
+    """The fewest cores on which every phase takes its critical path (1 for a notebook without parallel jobs)."""
+    return max([1] + [least_cores(p) for p in phases if p.jobs and not p.alone])
+
+
+def least_cores(phase: Phase) -> int:
+    """The fewest cores on which `phase` takes its longest job (bisection: its makespan never rises with cores)."""
+    low, high = 1, len(phase.jobs)
+    while low < high:
+        mid = (low + high) // 2
+        if phase.seconds(mid) <= phase.critical():
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+def profile_plan(profile: str = "default", cores: tuple[int, ...] = CORES) -> tuple[pd.DataFrame, JobCosts]:
+    """plan_rows of a profile from the committed records (COSTS, NOTEBOOK_TIMES)."""
+    from mrl.profiles import load_profile
+
+    config = load_profile(profile)
+    costs = measured_costs(config, json.loads((repo_root() / COSTS).read_text()))
+    measured = json.loads((repo_root() / NOTEBOOK_TIMES).read_text())["notebooks"] if profile == "default" else {}
+    return plan_rows(config, list(cores), costs, measured), costs
