@@ -4,8 +4,8 @@ A block sits between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`, a
 (mrl.reports.readme). `mwra` renders the backends' step timing from `paper_tables/mwra_compute.csv`, `reproduce` the
 default profile's end-to-end time from the reproduce record `paper_tables/reproduce_default.json`, each with the
 record's date, CPU and numerics; `plan` the default profile's expected wall time on 2 to 512 cores
-(mrl.reports.wall_time) beside the record's. `tests/test_performance_doc.py` fails when a block differs from what the records
-give, and when the page quotes a time outside a block, so no timing in it is typed by hand.
+(mrl.reports.wall_time) beside the record's. `tests/test_performance_doc.py` fails when a block differs from what the
+records give, and when the page quotes a time outside a block, so no timing in it is typed by hand.
 """
 from __future__ import annotations
 

@@ -289,7 +289,8 @@ class RayBackend(Backend):
     """One Ray actor per policy, with num_cpus / num_gpus from its spec, gang-scheduled in a placement group.
 
     address: None starts a local Ray on this machine's usable cores, listening on the loopback interface only and
-    without a dashboard (mrl.runtime.cluster.start_local_ray); "auto" or "ray://host:10001" joins a cluster. `startup_seconds` (ray.init plus actor creation) is kept apart from step costs.
+    without a dashboard (mrl.runtime.cluster.start_local_ray); "auto" or "ray://host:10001" joins a cluster.
+    `startup_seconds` (ray.init plus actor creation) is kept apart from step costs.
     """
 
     def __init__(self, specs: list[WorkerSpec], address: str | None = None, start_timeout: float = 300.0):
