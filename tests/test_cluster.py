@@ -154,8 +154,8 @@ def test_a_node_removed_while_it_runs_a_task_still_gives_equal_tables(cluster, l
             removed.append(busy[0])
             cluster.remove_node(nodes[busy[0]])
 
-    monkeypatch.setattr(runs, "map_on_ray", lambda tasks, what, progress=True: map_on_ray(
-        tasks, what, progress, on_progress=remove_a_busy_node))
+    monkeypatch.setattr(runs, "map_on_ray", lambda tasks, what, progress=True, memory=0: map_on_ray(
+        tasks, what, progress, on_progress=remove_a_busy_node, memory=memory))
     try:
         steps, evals = runs.run_many(tiny_grid()[2](paths, seeds=(1,)), 1, progress=False)
     finally:
@@ -235,6 +235,40 @@ def test_a_node_that_computes_otherwise_runs_nothing_and_says_why(cluster, tmp_p
                                              r"differs \(fingerprint \w+, the driver's 0123456789abcdef\)"):
         map_on_ray([Task(touch, str(made), "touch")], "a grid", progress=False)
     assert not made.exists()
+
+
+KERNEL = """
+import sys
+from mrl.runtime.cluster import Task, connect, grid_address, map_on_ray
+from testsupport import touch
+
+if __name__ == "__main__":
+    connect(grid_address())
+    print(map_on_ray([Task(touch, sys.argv[1], "touch")], "a grid", progress=False))
+"""
+"""a notebook's kernel as mrl reproduce starts it: it joins the cluster its environment names"""
+
+REPRODUCE = """
+import os, subprocess, sys
+from mrl.reproduce import scale_out
+
+scale_out(None, "local")
+print("address", os.environ["MRL_RAY_ADDRESS"], flush=True)
+sys.exit(subprocess.run([sys.executable, sys.argv[1], sys.argv[2]]).returncode)
+"""
+"""mrl reproduce --ray local: this process starts Ray, its kernels join it"""
+
+
+def test_reproduce_ray_local_starts_ray_here_and_its_kernels_join_it(tmp_path):
+    (tmp_path / "kernel.py").write_text(KERNEL)
+    (tmp_path / "reproduce.py").write_text(REPRODUCE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env.pop("MRL_RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, str(tmp_path / "reproduce.py"), str(tmp_path / "kernel.py"),
+                           str(tmp_path / "made")], capture_output=True, text=True, timeout=DEADLINE, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    address = done.stdout.split("address ")[1].split()[0]
+    assert address.startswith("127.0.0.1:") and "['made']" in done.stdout and (tmp_path / "made").is_file()
 
 
 LOCAL_RAY = """

@@ -375,7 +375,7 @@ def run_on_ray(runs: list[Run], address: str, progress: bool = True) -> None:
     ordered = longest_first(runs)
     tasks = [Task(run_on_node, (run, run.key(), tuple(sorted({get_probe(run.probe.name).module}))), run.label(),
                   reads_of(run)) for run in ordered]
-    for run, output in zip(ordered, map_on_ray(tasks, "grid runs", progress)):
+    for run, output in zip(ordered, map_on_ray(tasks, "grid runs", progress, memory=job_memory().run)):
         store_output(run, output)
 
 

@@ -177,15 +177,18 @@ def on_node(fn: Callable, job, index: int, board, contract: NodeContract, reads:
 
 
 def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
-               on_progress: Callable[[dict], None] | None = None, max_retries: int = MAX_RETRIES) -> list:
+               on_progress: Callable[[dict], None] | None = None, max_retries: int = MAX_RETRIES,
+               memory: int = 0) -> list:
     """[task.fn(task.job, ...) for task in tasks], each a Ray task of one CPU on the connected cluster, in order.
 
     Tasks are submitted in the order given (the caller's: longest first), no more at once than the cluster has
-    CPUs, so Ray holds a short queue and a node that joins takes the next. A task whose node dies is retried
-    (max_retries); one that raises stops the grid: the others are cancelled and GridTaskFailed names the job, its
-    node and its error (a node that cannot compute as the driver does says why: NodeRefused). A progress bar counts
-    finished tasks and names the running ones; on_progress({label: node id}) is called with the running ones
-    whenever that changes (tests remove a node there)."""
+    CPUs, so Ray holds a short queue and a node that joins takes the next; each reserves `memory` bytes of its
+    node's (Ray's memory resource: a job's measured peak, mrl.runtime.capacity), so no node takes more than it holds.
+    A task whose node dies is retried (max_retries); one that raises, or is lost beyond its retries, stops the grid:
+    the others are cancelled and GridTaskFailed names the job, its node and its error (a node that cannot compute as
+    the driver does says why: NodeRefused). A progress bar counts finished tasks and names the running ones;
+    on_progress({label: node id}) is called with the running ones whenever that changes (tests remove a node
+    there)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -193,9 +196,12 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
         return []
     contract = driver_contract()
     here = ray.get_runtime_context().get_node_id()
-    board = ray.remote(Board).options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-        here, soft=True)).remote()
-    remote = ray.remote(on_node).options(num_cpus=1, max_retries=max_retries, runtime_env=task_environment())
+    # beside the driver where Ray can; restarted, empty, where its node dies (a task reports its start again when
+    # Ray reruns it)
+    board = ray.remote(Board).options(num_cpus=0, max_restarts=-1, max_task_retries=-1,
+                                      scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)).remote()
+    remote = ray.remote(on_node).options(num_cpus=1, memory=memory or None, max_retries=max_retries,
+                                         runtime_env=task_environment())
     shipped = {read: ray.put(folder_files(Path(read))) for read in dict.fromkeys(r for t in tasks for r in t.reads)}
     results, queue, in_flight, seen = [None] * len(tasks), list(range(len(tasks))), {}, None
     bar = tqdm(total=len(tasks), desc=f"{what} on Ray", disable=not progress)
@@ -216,6 +222,9 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
                     node = running_nodes(board).get(i, "?")
                     raise GridTaskFailed(f"{what}: {tasks[i].label} failed on node {node}: "
                                          f"{type(err.cause).__name__}: {err.cause}") from None
+                except ray.exceptions.RayError as err:   # its worker or node lost beyond max_retries
+                    raise GridTaskFailed(f"{what}: {tasks[i].label} was lost after {max_retries} retries: "
+                                         f"{type(err).__name__}: {err}") from None
                 bar.update(1)
             running = {tasks[i].label: node for i, node in running_nodes(board).items() if i in in_flight.values()}
             if running != seen:

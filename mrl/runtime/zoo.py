@@ -309,8 +309,8 @@ def build_on_ray(jobs: list[tuple], address: str, progress: bool) -> None:
     connect(address)
     tasks = [Task(family_on_node, (task_cfg, family, zoo_cfg, str(out)), f"warm-up {family.name} ({Path(out).name})")
              for task_cfg, family, zoo_cfg, out, *_ in jobs]
-    for (*_, out, _threads, _progress, _position), files in zip(jobs, map_on_ray(tasks, "the zoo's warm-up",
-                                                                                  progress)):
+    built = map_on_ray(tasks, "the zoo's warm-up", progress, memory=job_memory().warmup)
+    for (*_, out, _threads, _progress, _position), files in zip(jobs, built):
         publish_family(write_files(files, Path(f"{out}.tmp-{os.getpid()}")), Path(out))
 
 
