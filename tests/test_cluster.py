@@ -154,8 +154,8 @@ def test_a_node_removed_while_it_runs_a_task_still_gives_equal_tables(cluster, l
             removed.append(busy[0])
             cluster.remove_node(nodes[busy[0]])
 
-    monkeypatch.setattr(runs, "map_on_ray", lambda tasks, what, progress=True, memory=0: map_on_ray(
-        tasks, what, progress, on_progress=remove_a_busy_node, memory=memory))
+    monkeypatch.setattr(runs, "map_on_ray", lambda *args, **kwargs: map_on_ray(
+        *args, **kwargs, on_progress=remove_a_busy_node))
     try:
         steps, evals = runs.run_many(tiny_grid()[2](paths, seeds=(1,)), 1, progress=False)
     finally:

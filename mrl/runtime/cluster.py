@@ -178,8 +178,10 @@ def on_node(fn: Callable, job, index: int, board, contract: NodeContract, reads:
 
 def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
                on_progress: Callable[[dict], None] | None = None, max_retries: int = MAX_RETRIES,
-               memory: int = 0) -> list:
-    """[task.fn(task.job, ...) for task in tasks], each a Ray task of one CPU on the connected cluster, in order.
+               memory: int = 0, on_result: Callable[[int, object], None] | None = None) -> list:
+    """[task.fn(task.job, ...) for task in tasks], each a Ray task of one CPU on the connected cluster, in order;
+    with on_result, on_result(index, result) as each task ends instead (its result then not kept: a driver that
+    dies mid-grid has stored every result that came back).
 
     Tasks are submitted in the order given (the caller's: longest first), no more at once than the cluster has
     CPUs, so Ray holds a short queue and a node that joins takes the next; each reserves `memory` bytes of its
@@ -217,7 +219,7 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
             for ref in done:
                 i = in_flight.pop(ref)
                 try:
-                    results[i] = ray.get(ref)
+                    result = ray.get(ref)
                 except ray.exceptions.RayTaskError as err:
                     node = running_nodes(board).get(i, "?")
                     raise GridTaskFailed(f"{what}: {tasks[i].label} failed on node {node}: "
@@ -225,6 +227,10 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
                 except ray.exceptions.RayError as err:   # its worker or node lost beyond max_retries
                     raise GridTaskFailed(f"{what}: {tasks[i].label} was lost after {max_retries} retries: "
                                          f"{type(err).__name__}: {err}") from None
+                if on_result is None:
+                    results[i] = result
+                else:
+                    on_result(i, result)
                 bar.update(1)
             running = {tasks[i].label: node for i, node in running_nodes(board).items() if i in in_flight.values()}
             if running != seen:

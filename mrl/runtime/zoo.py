@@ -305,13 +305,17 @@ def family_on_node(job: tuple, folders: dict) -> dict[str, bytes]:
 
 def build_on_ray(jobs: list[tuple], address: str, progress: bool) -> None:
     """Every warm-up of `jobs` (_build_family's tuples) as a Ray task of one CPU on the cluster at `address`, each
-    family written into its cache folder here from the files its task returns, as a local build leaves it."""
+    family written into its cache folder here from the files its task returns, as it returns, as a local build
+    leaves it."""
     connect(address)
     tasks = [Task(family_on_node, (task_cfg, family, zoo_cfg, str(out)), f"warm-up {family.name} ({Path(out).name})")
              for task_cfg, family, zoo_cfg, out, *_ in jobs]
-    built = map_on_ray(tasks, "the zoo's warm-up", progress, memory=job_memory().warmup)
-    for (*_, out, _threads, _progress, _position), files in zip(jobs, built):
-        publish_family(write_files(files, Path(f"{out}.tmp-{os.getpid()}")), Path(out))
+
+    def publish(i: int, files: dict[str, bytes]) -> None:
+        out = Path(jobs[i][3])
+        publish_family(write_files(files, Path(f"{out}.tmp-{os.getpid()}")), out)
+
+    map_on_ray(tasks, "the zoo's warm-up", progress, memory=job_memory().warmup, on_result=publish)
 
 
 RELATIVE_TOKENS = {"bpe": 1.0, "wordpiece": 1.0, "unigram": 1.66, "char": 1.66}
