@@ -293,6 +293,9 @@ def _plan_cores(args) -> int:
           f"phase, phase after phase); no notebook gets faster beyond {int(total['no faster beyond (cores)'])} cores. "
           f"Per-job costs measured on {costs.machine} (docs/measurements/arm_costs.json), one core each; the "
           f"notebooks' own work beside their jobs is not counted (docs/performance.md, The plan before the run)")
+    if costs.profile != profile:
+        print(f"[mrl plan] the costs were measured on the {costs.profile} profile's jobs: the {profile} profile's "
+              f"models, batches and steps differ, so its plan is an estimate of their order only")
     return 0
 
 

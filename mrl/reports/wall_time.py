@@ -75,6 +75,8 @@ class JobCosts:
     warmup_rate: float
     """seconds per unit of mrl.runtime.zoo.warmup_cost"""
     machine: str
+    profile: str
+    """the profile whose jobs were measured (another's models and batches may differ in size)"""
 
     def run(self, run) -> float:
         """A run's seconds: its arm's per step (the bare probe's where the record lacks its knobs, else the median
@@ -95,7 +97,7 @@ def measured_costs(config: RunConfig, record: dict) -> JobCosts:
     rate = sum(f["cpu_seconds"] for f in record["families"]) / sum(
         warmup_cost(families[f["family"]], zoo) for f in record["families"])
     return JobCosts(step={row["arm"]: row["wall_seconds"] / row["steps"] for row in record["runs"]},
-                    warmup_rate=rate, machine=record["machine"]["cpu"])
+                    warmup_rate=rate, machine=record["machine"]["cpu"], profile=record["profile"])
 
 
 class Ledger:
@@ -216,7 +218,7 @@ def plan_rows(config: RunConfig, cores: list[int], costs: JobCosts, measured: di
         row["measured at 2 cores (min)"] = measured.get(f"{notebook}.ipynb", float("nan")) / 60
         rows.append(row)
     table = pd.DataFrame(rows)
-    total = {"notebook": "total", **{c: table[c].sum() for c in table.columns if c != "notebook"}}
+    total = {"notebook": "total", **{c: table[c].sum(min_count=1) for c in table.columns if c != "notebook"}}
     total["no faster beyond (cores)"] = table["no faster beyond (cores)"].max()
     return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
 
