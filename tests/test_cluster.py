@@ -5,7 +5,8 @@ and the tasks write only in temporary folders of their nodes, as on machines tha
 - a grid with its warm-up gives the zoo's bits and the tables of the same grid run here, and a re-run sends nothing;
 - a node removed while it runs a task (the test waits for that task to report its start, not for a time) still
   gives equal tables: Ray reruns the task on the other node;
-- a driver killed mid-grid leaves no task running; a node that computes otherwise runs nothing and says why;
+- a driver killed mid-grid leaves no task running; a task that hangs past its deadline or dies stops the grid with
+  its name, and one that no node can hold is refused; a node that computes otherwise runs nothing and says why;
 - a Ray this package starts itself listens on the loopback interface only, without a dashboard.
 
 Outside `make test` (minutes on two cores): `make test-cluster`, which CI runs after it."""
@@ -234,6 +235,40 @@ def test_a_node_that_computes_otherwise_runs_nothing_and_says_why(cluster, tmp_p
     with pytest.raises(GridTaskFailed, match=r"touch failed on node .*NodeRefused: node .* runs nothing: its mrl code "
                                              r"differs \(fingerprint \w+, the driver's 0123456789abcdef\)"):
         map_on_ray([Task(touch, str(made), "touch")], "a grid", progress=False)
+    assert not made.exists()
+
+
+@pytest.mark.parametrize("job, error", [
+    ("pid_then_wait", r"a grid: hangs ran past its deadline of 2 s on node \w+ and was cancelled"),
+    ("pid_then_die", r"a grid: dies was lost after 0 retries: WorkerCrashedError")])
+def test_a_task_that_dies_or_hangs_never_hangs_the_grid(cluster, tmp_path, job, error):
+    """The Ray twin of test_runner's packed test: a task that hangs is cancelled once its deadline has passed since it
+    reported its start, one whose process dies is named, and neither leaves its process behind. The test waits on
+    the grid's error and on the process's end, never for a time."""
+    import testsupport
+
+    from mrl.runtime.cluster import GridTaskFailed, Task, map_on_ray
+
+    pid_file = tmp_path / "task.pid"
+    label = "hangs" if job == "pid_then_wait" else "dies"
+    with pytest.raises(GridTaskFailed, match=error):
+        map_on_ray([Task(getattr(testsupport, job), str(pid_file), label, deadline=2.0)], "a grid", progress=False,
+                   max_retries=0)
+    task = int(pid_file.read_text())
+    wait_until(lambda: not alive(task), "the task's process to end")
+
+
+def test_a_task_that_no_node_can_hold_is_refused_not_left_waiting(cluster, tmp_path, monkeypatch):
+    from testsupport import touch
+
+    from mrl.runtime import cluster as grid
+    from mrl.runtime.cluster import NoNodeFits, Task, map_on_ray
+
+    monkeypatch.setattr(grid, "PLACEMENT_SECONDS", 1.0)
+    made = tmp_path / "made"
+    with pytest.raises(NoNodeFits, match=r"a grid: no live node of the cluster can hold touch, a task of 1 CPU and "
+                                         r"1048576.00 GiB of memory .* the live nodes: .*1 CPU"):
+        map_on_ray([Task(touch, str(made), "touch")], "a grid", progress=False, memory=2 ** 50)
     assert not made.exists()
 
 

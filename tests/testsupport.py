@@ -90,3 +90,9 @@ def touch(job, folders) -> str:
     """A grid task that creates the file `job` names; returns its name."""
     Path(job).touch()
     return Path(job).name
+
+
+def pid_then_die(job, folders) -> None:
+    """A grid task that writes its process id into the file `job` names, then kills its own process."""
+    Path(job).write_text(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGKILL)

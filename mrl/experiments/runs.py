@@ -368,13 +368,14 @@ def longest_first(runs: list[Run]) -> list[Run]:
 
 def run_on_ray(runs: list[Run], address: str, progress: bool = True) -> None:
     """Every run of `runs` computed (the cache is not read) as a Ray task of one CPU on the cluster at `address`
-    (run_on_node), longest first, each stored here as it returns (store_output)."""
+    (run_on_node), longest first, each stored here as it returns (store_output); a run still running packed_deadline
+    seconds after it started is cancelled (mrl.runtime.cluster.GridTaskTimedOut)."""
     if not runs:
         return
     connect(address)
     ordered = longest_first(runs)
     tasks = [Task(run_on_node, (run, run.key(), tuple(sorted({get_probe(run.probe.name).module}))), run.label(),
-                  reads_of(run)) for run in ordered]
+                  reads_of(run), deadline=packed_deadline([run])) for run in ordered]
     map_on_ray(tasks, "grid runs", progress, memory=job_memory().run,
                on_result=lambda i, output: store_output(ordered[i], output))
 

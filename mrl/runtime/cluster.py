@@ -10,13 +10,16 @@ runs nothing and says why (NodeRefused).
 
 Faults are Ray's to handle, not a scheduler's of ours: a task whose node dies is retried elsewhere (`max_retries`);
 every task belongs to the driver that submitted it, and Ray ends them when that driver dies; what finished is in the
-driver's caches, so a re-run computes only the rest. A Ray instance this package starts itself (`--ray local`) listens
-on the loopback interface only and has no dashboard, so no job API (docs/performance.md, Joining a cluster safely).
+driver's caches, so a re-run computes only the rest. Nothing hangs: a task that runs past its deadline is cancelled
+(GridTaskTimedOut), and a task that no live node can hold is refused after PLACEMENT_SECONDS (NoNodeFits). A Ray
+instance this package starts itself (`--ray local`) listens on the loopback interface only and has no dashboard, so no
+job API (docs/performance.md, Joining a cluster safely).
 """
 from __future__ import annotations
 
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -41,7 +44,11 @@ MAX_RETRIES = 3
 """times Ray reruns a task whose node or worker process died (a task's own error is not retried)"""
 
 POLL_SECONDS = 1.0
-"""how often the progress bar names the running tasks while none finishes"""
+"""how often the progress bar names the running tasks, and the deadlines are checked, while none finishes"""
+
+PLACEMENT_SECONDS = 300.0
+"""how long a task may wait while no live node of the cluster can hold its resources (one CPU and its memory) before
+the grid is refused (NoNodeFits): long enough for a node to join, short of waiting forever"""
 
 
 class NodeRefused(RuntimeError):
@@ -50,6 +57,14 @@ class NodeRefused(RuntimeError):
 
 class GridTaskFailed(RuntimeError):
     """A grid task raised; names the job and the node, with the task's own error."""
+
+
+class GridTaskTimedOut(GridTaskFailed):
+    """A grid task ran past its deadline and was cancelled; names the job, its node and the deadline."""
+
+
+class NoNodeFits(GridTaskFailed):
+    """No live node of the cluster can hold a task's resources; names them and the nodes there are."""
 
 
 def grid_address() -> str | None:
@@ -144,6 +159,18 @@ class Task:
     """the job in words, for the progress bar and errors"""
     reads: tuple[str, ...] = ()
     """the driver's folders the job reads (shipped as their files, each once per grid)"""
+    deadline: float | None = None
+    """seconds the job may run, from when it reports its start on the progress board (Board), before it is cancelled
+    (a run: mrl.experiments.runs.packed_deadline; a warm-up: mrl.runtime.zoo_grid.warmup_deadline); None: no bound"""
+
+
+@dataclass(frozen=True)
+class Start:
+    """A task's start as the board holds it: its node, and how many times it has started (Ray reruns a task whose
+    node or worker died; each start restarts its deadline)."""
+
+    node: str
+    attempt: int
 
 
 @dataclass
@@ -153,7 +180,7 @@ class Board:
     running: dict = field(default_factory=dict)
 
     def started(self, index: int, node: str) -> None:
-        self.running[index] = node
+        self.running[index] = Start(node, self.running[index].attempt + 1 if index in self.running else 1)
 
     def snapshot(self) -> dict:
         return dict(self.running)
@@ -188,8 +215,10 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
     node's (Ray's memory resource: a job's measured peak, mrl.runtime.capacity), so no node takes more than it holds.
     A task whose node dies is retried (max_retries); one that raises, or is lost beyond its retries, stops the grid:
     the others are cancelled and GridTaskFailed names the job, its node and its error (a node that cannot compute as
-    the driver does says why: NodeRefused). A progress bar counts finished tasks and names the running ones;
-    on_progress({label: node id}) is called with the running ones whenever that changes (tests remove a node
+    the driver does says why: NodeRefused). Nothing waits forever: a task still running `task.deadline` seconds after
+    it reported its start is cancelled (GridTaskTimedOut), and when no live node can hold a task's resources for
+    PLACEMENT_SECONDS the grid is refused (NoNodeFits). A progress bar counts finished tasks and names the running
+    ones; on_progress({label: node id}) is called with the running ones whenever that changes (tests remove a node
     there)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -206,6 +235,7 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
                                          runtime_env=task_environment())
     shipped = {read: ray.put(folder_files(Path(read))) for read in dict.fromkeys(r for t in tasks for r in t.reads)}
     results, queue, in_flight, seen = [None] * len(tasks), list(range(len(tasks))), {}, None
+    clock = Clock()
     bar = tqdm(total=len(tasks), desc=f"{what} on Ray", disable=not progress)
     try:
         while queue or in_flight:
@@ -221,7 +251,7 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
                 try:
                     result = ray.get(ref)
                 except ray.exceptions.RayTaskError as err:
-                    node = running_nodes(board).get(i, "?")
+                    node = clock.node(i)
                     raise GridTaskFailed(f"{what}: {tasks[i].label} failed on node {node}: "
                                          f"{type(err.cause).__name__}: {err.cause}") from None
                 except ray.exceptions.RayError as err:   # its worker or node lost beyond max_retries
@@ -232,7 +262,20 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
                 else:
                     on_result(i, result)
                 bar.update(1)
-            running = {tasks[i].label: node for i, node in running_nodes(board).items() if i in in_flight.values()}
+            clock.read(running_nodes(board), set(in_flight.values()))
+            for ref, i in list(in_flight.items()):
+                if clock.overdue(i, tasks[i].deadline):
+                    del in_flight[ref]
+                    ray.cancel(ref, force=True)
+                    raise GridTaskTimedOut(f"{what}: {tasks[i].label} ran past its deadline of "
+                                           f"{tasks[i].deadline:.0f} s on node {clock.node(i)} and was cancelled")
+            waiting = set(in_flight.values()) - set(clock.starts)
+            clock.placeable(bool(waiting) and not nodes_that_fit(memory))
+            if clock.unplaceable_for() > PLACEMENT_SECONDS:
+                raise NoNodeFits(f"{what}: no live node of the cluster can hold {tasks[min(waiting)].label}, a task "
+                                 f"of 1 CPU and {memory / 2**30:.2f} GiB of memory (waited {PLACEMENT_SECONDS:.0f} s;"
+                                 f" the live nodes: {live_nodes_in_words() or 'none'}); add such a node")
+            running = {tasks[i].label: start.node for i, start in clock.starts.items() if i in in_flight.values()}
             if running != seen:
                 seen = running
                 bar.set_postfix_str("running: " + ", ".join(running), refresh=True)
@@ -248,8 +291,57 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
     return results
 
 
-def running_nodes(board) -> dict:
-    """{task index: node id} of the tasks that reported their start ({} when the board is gone with its node)."""
+class Clock:
+    """The driver's view of each task's start (the board's, timed by the driver's clock when it first sees a start,
+    so a node's clock never matters) and of how long a task has found no node to hold it."""
+
+    def __init__(self):
+        self.starts: dict[int, Start] = {}
+        self.since: dict[int, float] = {}
+        self.unplaceable_since: float | None = None
+
+    def read(self, board: dict, in_flight: set) -> None:
+        """Take the board's starts of the tasks in flight; a new start (another node, or a rerun) restarts a task's
+        deadline. A start the board lost (it was restarted with its node) is kept."""
+        now = time.monotonic()
+        for i, start in board.items():
+            if i in in_flight and self.starts.get(i) != start:
+                self.starts[i], self.since[i] = start, now
+
+    def overdue(self, i: int, deadline: float | None) -> bool:
+        return deadline is not None and i in self.since and time.monotonic() - self.since[i] > deadline
+
+    def node(self, i: int) -> str:
+        return self.starts[i].node if i in self.starts else "? (it had not reported its start)"
+
+    def placeable(self, unplaceable: bool) -> None:
+        if not unplaceable:
+            self.unplaceable_since = None
+        elif self.unplaceable_since is None:
+            self.unplaceable_since = time.monotonic()
+
+    def unplaceable_for(self) -> float:
+        return 0.0 if self.unplaceable_since is None else time.monotonic() - self.unplaceable_since
+
+
+def nodes_that_fit(memory: int) -> list[dict]:
+    """The live nodes whose resources hold a task of one CPU and `memory` bytes (when idle)."""
+    import ray
+
+    return [node for node in ray.nodes() if node.get("Alive") and node["Resources"].get("CPU", 0) >= 1
+            and node["Resources"].get("memory", 0) >= memory]
+
+
+def live_nodes_in_words() -> str:
+    import ray
+
+    return "; ".join(f"{node['NodeManagerAddress']}: {node['Resources'].get('CPU', 0):g} CPU, "
+                     f"{node['Resources'].get('memory', 0) / 2**30:.2f} GiB"
+                     for node in ray.nodes() if node.get("Alive"))
+
+
+def running_nodes(board) -> dict[int, Start]:
+    """{task index: its Start} of the tasks that reported their start ({} when the board is gone with its node)."""
     import ray
 
     try:

@@ -303,13 +303,24 @@ def family_on_node(job: tuple, folders: dict) -> dict[str, bytes]:
         return folder_files(Path(built))
 
 
+WARMUP_STEP_TIMEOUT = 60.0
+"""seconds one warm-up step may take on a Ray node before its task is cancelled (a default-profile step takes about
+half a second on one core: docs/measurements/arm_costs.json)"""
+
+
+def warmup_deadline(zoo_cfg: ZooConfig) -> float:
+    """Seconds within which a warm-up must finish, as packed_deadline bounds a run: WARMUP_STEP_TIMEOUT for each of
+    its steps and for each of the two phases before them (the corpus and the tokenizer)."""
+    return WARMUP_STEP_TIMEOUT * (zoo_cfg.warmup.steps + 2)
+
+
 def build_on_ray(jobs: list[tuple], address: str, progress: bool) -> None:
     """Every warm-up of `jobs` (_build_family's tuples) as a Ray task of one CPU on the cluster at `address`, each
     family written into its cache folder here from the files its task returns, as it returns, as a local build
-    leaves it."""
+    leaves it; a warm-up still running warmup_deadline seconds after it started is cancelled."""
     connect(address)
-    tasks = [Task(family_on_node, (task_cfg, family, zoo_cfg, str(out)), f"warm-up {family.name} ({Path(out).name})")
-             for task_cfg, family, zoo_cfg, out, *_ in jobs]
+    tasks = [Task(family_on_node, (task_cfg, family, zoo_cfg, str(out)), f"warm-up {family.name} ({Path(out).name})",
+                  deadline=warmup_deadline(zoo_cfg)) for task_cfg, family, zoo_cfg, out, *_ in jobs]
 
     def publish(i: int, files: dict[str, bytes]) -> None:
         out = Path(jobs[i][3])
