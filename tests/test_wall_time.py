@@ -73,3 +73,22 @@ def test_mrl_plan_cores_prints_each_notebook_and_the_whole(capsys):
     with pytest.raises(SystemExit):
         main(["plan", "--profile", "paper", "--cores", "8"])
     assert "expected a CPU profile" in capsys.readouterr().err
+
+
+def test_the_claims_block_is_planned_from_what_its_committed_record_lacks(default_plan):
+    """76_confirmatory_claims plans the runs its committed record lacks (as the notebook reads the record, under the
+    recorded checksum) and the warm-ups of their zoo seeds, in run_claims_block's chunks."""
+    from mrl.experiments.heldout import claims_block_runs
+    from mrl.profiles import load_profile
+    from mrl.reports.wall_time import JobCosts, Ledger, block_chunks, claims_block_phases, claims_block_todo
+
+    config = load_profile("default")
+    todo = claims_block_todo(config)
+    assert len(todo) <= len(claims_block_runs(config))
+    seeds = {label["zoo_seed"] for label, _ in todo}
+    families = len(config.experiment("heldout").zoo.families)
+    assert default_plan.set_index("notebook").loc["76_confirmatory_claims", "jobs"] == len(todo) + len(seeds) * families
+    zoos_at_once, chunk = block_chunks()
+    phases = claims_block_phases(config, Ledger(JobCosts({"grpo": 1.0}, 1.0, "a CPU", "default")))
+    assert all(len(p.jobs) <= (chunk if p.what.startswith("runs") else zoos_at_once * families) for p in phases)
+    assert sum(len(p.jobs) for p in phases if p.what.startswith("runs")) == len(todo)

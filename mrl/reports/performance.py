@@ -76,7 +76,7 @@ def plan_block(tables: Path) -> str:
     """The default profile's expected wall time from a fresh clone on 2 to 512 cores (mrl.reports.wall_time), per
     notebook, with its critical path, the cores beyond which it gets no faster, what bounds the whole at each core
     count, and the reproduce record's measured time at 2 cores beside the plan."""
-    from mrl.reports.wall_time import COSTS, CORES, profile_plan
+    from mrl.reports.wall_time import CLAIMS_NOTEBOOK, COSTS, CORES, profile_plan
 
     table, costs = profile_plan("default", CORES)
     record = json.loads((tables / RECORD).read_text())
@@ -99,7 +99,10 @@ def plan_block(tables: Path) -> str:
     return (f"From the default profile's grids and the per-job costs of `{COSTS}` ({costs.machine}, each job on one "
             f"core), from a fresh clone, in minutes (`mrl plan --cores N` prints one column; `--ray ADDRESS` the "
             f"cluster's). The measured column is `paper_tables/{RECORD}`'s time of each notebook at 2 cores "
-            f"({record_source(tables)}), with its runs and warm-ups as that run found them in its caches.\n\n"
+            f"({record_source(tables)}), with its runs and warm-ups as that run found them in its caches; "
+            f"`{CLAIMS_NOTEBOOK}`'s plans and measures only the runs the block's committed record lacks (a clone reads "
+            f"the others from it), measured as the record's block parts' time per run, their warm-ups included, "
+            f"times those runs.\n\n"
             + "\n".join(lines) + f"\n\nWhat bounds the whole, by cores: {bounds}. The longest critical path is "
             f"`{slowest['notebook']}`'s ({slowest['critical path (min)']:.0f} minutes), which gets no faster beyond "
             f"{slowest['no faster beyond (cores)']:.0f} cores: none of its phases runs more jobs at once.\n")

@@ -6,13 +6,16 @@ runs) and waits for them all; they are listed by calling the experiments' own fu
 mrl.runtime.zoo.planned_zoos (nothing built, nothing run), each job counted in the first notebook that runs it (the
 later ones read the cache). A warm-up costs the measured CPU seconds per unit of mrl.runtime.zoo.warmup_cost, a run
 its arm's measured seconds per step times its steps and its policies over two (docs/measurements/arm_costs.json);
-a notebook without jobs takes its measured time (paper_tables/reproduce_default.json). On N cores a phase takes the
-makespan of its jobs started longest first, each on the first core free, as the pools and Ray run them: at least its
-longest job (the critical path) and its work over the cores. Not counted: a notebook's own work beside its jobs.
+a notebook without jobs takes its measured time (paper_tables/reproduce_default.json). 76_confirmatory_claims runs
+only what the second registration's committed record lacks (claims_block_todo), in run_claims_block's chunks. On N
+cores a phase takes the makespan of its jobs started longest first, each on the first core free, as the pools and Ray
+run them: at least its longest job (the critical path) and its work over the cores. Not counted: a notebook's own work
+beside its jobs.
 """
 from __future__ import annotations
 
 import heapq
+import inspect
 import json
 import statistics
 from dataclasses import dataclass
@@ -30,6 +33,8 @@ NOTEBOOK_TIMES = Path("paper_tables") / "reproduce_default.json"
 """the measured time of each notebook of the default profile on its machine (mrl.reproduce)"""
 CORES = (2, 8, 32, 128, 512)
 """the core counts docs/performance.md's table plans for"""
+CLAIMS_NOTEBOOK = "76_confirmatory_claims"
+"""the notebook that runs what the second registration's committed record lacks"""
 
 
 @dataclass(frozen=True)
@@ -162,7 +167,7 @@ def notebook_phases(config: RunConfig, costs: JobCosts) -> dict[str, list[Phase]
             with planned_zoos():
                 steps += [warmups, ledger.runs("the held-out grid", heldout_runs(config, progress=False)),
                           ledger.runs("the knobs", knob_runs(config, progress=False))]
-        elif notebook == "76_confirmatory_claims" and "heldout" in config.experiments:
+        elif notebook == CLAIMS_NOTEBOOK and "heldout" in config.experiments:
             steps += claims_block_phases(config, ledger)
         elif notebook == "80_beyond" and "beyond" in config.experiments:
             with planned_zoos() as planned:
@@ -178,26 +183,58 @@ def notebook_phases(config: RunConfig, costs: JobCosts) -> dict[str, list[Phase]
     return phases
 
 
+def claims_block_todo(config: RunConfig) -> list:
+    """The second registration's runs a fresh clone runs: those its committed record (mrl.reproduce.BLOCK_RECORD)
+    lacks under the checksum docs/registration_claims.md records, as 76_confirmatory_claims reads them
+    (mrl.experiments.record.missing_runs); [] where the profile has no such block."""
+    from mrl.experiments.heldout import claims_block_runs
+    from mrl.experiments.record import missing_runs
+    from mrl.reports.claims_registration import recorded_checksum
+    from mrl.reproduce import BLOCK_RECORD
+
+    block = claims_block_runs(config)
+    if not block:
+        return []
+    return missing_runs(block, repo_root() / BLOCK_RECORD,
+                        recorded_checksum(repo_root() / "docs" / "registration_claims.md"))
+
+
+def block_chunks() -> tuple[int, int]:
+    """(warm-ups built at once, runs recorded at once) as run_claims_block runs the block: its `zoos_at_once` and
+    run_into_record's `chunk`, read from their signatures (their registered code is not touched)."""
+    from mrl.experiments.heldout import run_claims_block
+    from mrl.experiments.record import run_into_record
+
+    return (inspect.signature(run_claims_block).parameters["zoos_at_once"].default,
+            inspect.signature(run_into_record).parameters["chunk"].default)
+
+
 def claims_block_phases(config: RunConfig, ledger: Ledger) -> list[Phase]:
-    """76_confirmatory_claims's phases as run_claims_block runs the block from nothing (two warm-ups' zoos at a time,
-    then their runs four at a time, each chunk into the record): the whole block, whatever its committed record holds
-    now (a clone reads those runs from the record and runs only the rest)."""
-    from mrl.experiments.heldout import claims_block_runs, heldout_zoos
+    """76_confirmatory_claims's phases as run_claims_block runs what the committed record lacks (claims_block_todo):
+    block_chunks' warm-ups' zoos at a time, then their runs a chunk at a time, each chunk into the record; a clone
+    reads the rest from the record."""
+    from mrl.experiments.heldout import heldout_zoos
     from mrl.runtime.zoo import planned_zoos
 
-    block = config.experiment("heldout").confirmatory_claims
-    if block is None:
-        return []
-    todo = claims_block_runs(config)
+    todo = claims_block_todo(config)
+    zoos_at_once, chunk = block_chunks()
     seeds, phases = list(dict.fromkeys(label["zoo_seed"] for label, _ in todo)), []
-    for start in range(0, len(seeds), 2):
-        part = seeds[start:start + 2]
+    for start in range(0, len(seeds), zoos_at_once):
+        part = seeds[start:start + zoos_at_once]
         with planned_zoos() as planned:
             heldout_zoos(config, False, part)
         phases.append(ledger.warmups(f"warm-ups {part}", planned))
         runs = [(label, run) for label, run in todo if label["zoo_seed"] in part]
-        phases += [ledger.runs(f"runs of {part}", runs[i:i + 4]) for i in range(0, len(runs), 4)]
+        phases += [ledger.runs(f"runs of {part}", runs[i:i + chunk]) for i in range(0, len(runs), chunk)]
     return phases
+
+
+def measured_block(record: dict, runs: int) -> float | None:
+    """76_confirmatory_claims's measured seconds for `runs` of the block: the reproduce record's block parts'
+    seconds per run added (their warm-ups included, on the record's machine), times `runs`; None without parts."""
+    parts = record.get("block_parts", [])
+    added = sum(part["runs_added"] for part in parts)
+    return sum(part["seconds"] for part in parts) / added * runs if added else None
 
 
 def plan_rows(config: RunConfig, cores: list[int], costs: JobCosts, measured: dict) -> pd.DataFrame:
@@ -246,5 +283,11 @@ def profile_plan(profile: str = "default", cores: tuple[int, ...] = CORES) -> tu
 
     config = load_profile(profile)
     costs = measured_costs(config, json.loads((repo_root() / COSTS).read_text()))
-    measured = json.loads((repo_root() / NOTEBOOK_TIMES).read_text())["notebooks"] if profile == "default" else {}
+    measured = {}
+    if profile == "default":
+        record = json.loads((repo_root() / NOTEBOOK_TIMES).read_text())
+        measured = dict(record["notebooks"])
+        block = measured_block(record, len(claims_block_todo(config)))
+        if block is not None:
+            measured[f"{CLAIMS_NOTEBOOK}.ipynb"] = block
     return plan_rows(config, list(cores), costs, measured), costs
