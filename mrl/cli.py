@@ -273,7 +273,7 @@ def _plan(args) -> int:
 
 def _plan_cores(args) -> int:
     """`mrl plan --cores N` or `--ray ADDRESS`: each notebook's expected wall time (mrl.reports.wall_time)."""
-    from mrl.reports.wall_time import profile_plan
+    from mrl.reports.wall_time import binding, profile_plan
 
     if args.cores is not None and args.ray is not None:
         raise ConfigError("mrl plan: --cores and --ray are not allowed together; --ray reads the cluster's CPUs")
@@ -285,12 +285,16 @@ def _plan_cores(args) -> int:
                           f"a CPU profile (smoke, default, full)")
     cores = args.cores if args.ray is None else cluster_cpus(args.ray)
     table, costs = profile_plan(profile, (cores,))
-    print(table.round(1).to_string(index=False))
+    shown = table.drop(columns=["caps"]).assign(**{f"bound at {cores} cores": [
+        getattr(kind, "value", "") for kind in table[f"bound at {cores} cores"]]})
+    print(shown.round(1).to_string(index=False))
     total = table.iloc[-1]
     where = f"the Ray cluster at {args.ray} ({cores} CPUs)" if args.ray else f"{cores} cores"
+    notebook, share, kind = binding(table, cores)
     print(f"[mrl plan] the {profile} profile from a fresh clone on {where}: {total[f'{cores} cores (min)']:.0f} "
-          f"minutes expected, its critical path {total['critical path (min)']:.0f} minutes (the longest job of each "
-          f"phase, phase after phase); no notebook gets faster beyond {int(total['no faster beyond (cores)'])} cores. "
+          f"minutes expected, bound by {notebook} ({share:.0%} of it; {kind.value}); its critical path "
+          f"{total['critical path (min)']:.0f} minutes (the longest job of each phase, phase after phase); no notebook "
+          f"gets faster beyond {int(total['no faster beyond (cores)'])} cores. "
           f"Per-job costs measured on {costs.machine} (docs/measurements/arm_costs.json), one core each; the "
           f"notebooks' own work beside their jobs is not counted (docs/performance.md, The plan before the run)")
     if costs.profile != profile:

@@ -92,3 +92,25 @@ def test_the_claims_block_is_planned_from_what_its_committed_record_lacks(defaul
     phases = claims_block_phases(config, Ledger(JobCosts({"grpo": 1.0}, 1.0, "a CPU", "default")))
     assert all(len(p.jobs) <= (chunk if p.what.startswith("runs") else zoos_at_once * families) for p in phases)
     assert sum(len(p.jobs) for p in phases if p.what.startswith("runs")) == len(todo)
+
+
+def test_what_bounds_a_notebook_is_its_work_its_longest_job_or_a_cap():
+    from mrl.reports.wall_time import Bound, bound
+
+    grid = Phase("grid", tuple(Job(str(i), s) for i, s in enumerate([8, 4, 4, 2, 2])))
+    chunks = [Phase("chunk", (Job("a", 5), Job("b", 5)), cap="2 runs at a time") for _ in range(3)]
+    assert bound([], 8) is Bound.MEASURED
+    assert bound([grid], 2) is Bound.WORK and bound([grid], 3) is Bound.LONGEST_JOB
+    assert bound(chunks, 1) is Bound.WORK and bound(chunks, 512) is Bound.CAP
+    assert bound([grid, chunks[0]], 512) is Bound.LONGEST_JOB   # the cap's 5 of 13 minutes: the grid's job binds
+
+
+def test_the_whole_is_bound_by_the_notebook_that_takes_the_longest(default_plan):
+    from mrl.reports.wall_time import binding
+
+    for cores in (2, 32, 512):
+        notebook, share, kind = binding(default_plan, cores)
+        rows = default_plan.set_index("notebook")
+        assert rows.loc[notebook, f"{cores} cores (min)"] == rows[f"{cores} cores (min)"].drop("total").max()
+        assert share == rows.loc[notebook, f"{cores} cores (min)"] / rows.loc["total", f"{cores} cores (min)"]
+        assert kind is rows.loc[notebook, f"bound at {cores} cores"]

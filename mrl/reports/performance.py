@@ -74,8 +74,9 @@ def reproduce_block(tables: Path) -> str:
 
 def plan_block(tables: Path) -> str:
     """The default profile's expected wall time from a fresh clone on 2 to 512 cores (mrl.reports.wall_time), per
-    notebook, with its critical path, the cores beyond which it gets no faster, what bounds the whole at each core
-    count, and the reproduce record's measured time at 2 cores beside the plan."""
+    notebook, with its critical path, the cores beyond which it gets no faster and the reproduce record's measured
+    time at 2 cores beside the plan; then what bounds each notebook and the whole at each core count
+    (bounds_markdown)."""
     from mrl.reports.wall_time import CLAIMS_NOTEBOOK, COSTS, CORES, profile_plan
 
     table, costs = profile_plan("default", CORES)
@@ -92,20 +93,33 @@ def plan_block(tables: Path) -> str:
                      f"{row['jobs']:.0f} | {row['work (core-min)']:.0f} | {row['critical path (min)']:.1f} | "
                      + " | ".join(f"{row[f'{n} cores (min)']:.1f}" for n in CORES)
                      + f" | {row['no faster beyond (cores)']:.0f} | {shown} |")
-    total = table.iloc[-1]
-    bounds = ", ".join(f"{n}: " + ("the work over the cores" if total[f"{n} cores (min)"] > 1.01 * total[
-        "critical path (min)"] else "the critical path") for n in CORES)
-    slowest = table.iloc[:-1].sort_values("critical path (min)").iloc[-1]
     return (f"From the default profile's grids and the per-job costs of `{COSTS}` ({costs.machine}, each job on one "
             f"core), from a fresh clone, in minutes (`mrl plan --cores N` prints one column; `--ray ADDRESS` the "
             f"cluster's). The measured column is `paper_tables/{RECORD}`'s time of each notebook at 2 cores "
             f"({record_source(tables)}), with its runs and warm-ups as that run found them in its caches; "
             f"`{CLAIMS_NOTEBOOK}`'s plans and measures only the runs the block's committed record lacks (a clone reads "
             f"the others from it), measured as the record's block parts' time per run, their warm-ups included, "
-            f"times those runs.\n\n"
-            + "\n".join(lines) + f"\n\nWhat bounds the whole, by cores: {bounds}. The longest critical path is "
-            f"`{slowest['notebook']}`'s ({slowest['critical path (min)']:.0f} minutes), which gets no faster beyond "
-            f"{slowest['no faster beyond (cores)']:.0f} cores: none of its phases runs more jobs at once.\n")
+            f"times those runs.\n\n" + "\n".join(lines) + "\n\n" + bounds_markdown(table, CORES))
+
+
+def bounds_markdown(table: pd.DataFrame, cores: tuple[int, ...]) -> str:
+    """What bounds each notebook of plan_rows' `table` on each number of `cores` (mrl.reports.wall_time.Bound), the
+    caps that fix a notebook's parallelism, and for the whole the notebook that binds it, with its share."""
+    from mrl.reports.wall_time import binding
+
+    lines = ["What bounds each notebook, by cores: its longest job (phase after phase; more cores do not help), its "
+             "work over the cores (more help), a fixed cap (phases that hold a fixed number of jobs whatever the "
+             "cores), or, without warm-ups or runs, its measured time. For the whole: the notebook that takes the "
+             "longest, its share of the total and its bound.", "",
+             "| notebook | " + " | ".join(f"{n} cores" for n in cores) + " |", "|---|" + "---|" * len(cores)]
+    for row in table[table.notebook != "total"].to_dict("records"):
+        lines.append(f"| `{row['notebook']}` | " + " | ".join(row[f"bound at {n} cores"].value for n in cores) + " |")
+    whole = [binding(table, n) for n in cores]
+    lines.append("| **total** | " + " | ".join(f"`{notebook}` ({share:.0%}, {kind.value})"
+                                               for notebook, share, kind in whole) + " |")
+    caps = [f"`{row['notebook']}`: {row['caps']}" for row in table[table.notebook != "total"].to_dict("records")
+            if row["caps"]]
+    return "\n".join(lines) + ("\n\nThe fixed caps: " + "; ".join(caps) + ".\n" if caps else "\n")
 
 
 BLOCKS = {"mwra": mwra_block, "reproduce": reproduce_block, "plan": plan_block}

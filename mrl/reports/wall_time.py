@@ -14,11 +14,13 @@ beside its jobs.
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import inspect
 import json
 import statistics
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 import pandas as pd
@@ -53,6 +55,13 @@ class Phase:
     jobs: tuple[Job, ...]
     alone: bool = False
     """one at a time (runs whose wall time is what they measure)"""
+    cap: str = ""
+    """what fixes how many jobs it holds whatever the cores, in words ("" where nothing does): a chunk of the block,
+    or one at a time (alone)"""
+
+    @property
+    def capped(self) -> bool:
+        return self.alone or bool(self.cap)
 
     def seconds(self, cores: int) -> float:
         return sum(job.seconds for job in self.jobs) if self.alone else makespan([j.seconds for j in self.jobs], cores)
@@ -122,13 +131,14 @@ class Ledger:
                                 self.costs.warmup_rate * warmup_cost(family, zoo)))
         return Phase(what, tuple(jobs))
 
-    def runs(self, what: str, labelled, alone: bool = False) -> Phase:
+    def runs(self, what: str, labelled, alone: bool = False, cap: str = "") -> Phase:
         jobs = []
         for _, run in labelled:
             if run.key() not in self.seen:
                 self.seen.add(run.key())
                 jobs.append(Job(run.label(), self.costs.run(run)))
-        return Phase(what, tuple(jobs), alone)
+        return Phase(what, tuple(jobs), alone, "one run at a time (its wall time is what it measures)" if alone
+                     else cap)
 
 
 def notebook_phases(config: RunConfig, costs: JobCosts) -> dict[str, list[Phase]]:
@@ -223,9 +233,13 @@ def claims_block_phases(config: RunConfig, ledger: Ledger) -> list[Phase]:
         part = seeds[start:start + zoos_at_once]
         with planned_zoos() as planned:
             heldout_zoos(config, False, part)
-        phases.append(ledger.warmups(f"warm-ups {part}", planned))
+        warmups = ledger.warmups(f"warm-ups {part}", planned)
+        phases.append(dataclasses.replace(warmups, cap=f"{zoos_at_once} warm-up seeds' zoos at a time "
+                                                       f"(run_claims_block's zoos_at_once)"))
         runs = [(label, run) for label, run in todo if label["zoo_seed"] in part]
-        phases += [ledger.runs(f"runs of {part}", runs[i:i + chunk]) for i in range(0, len(runs), chunk)]
+        phases += [ledger.runs(f"runs of {part}", runs[i:i + chunk],
+                               cap=f"{chunk} runs at a time (run_into_record's chunk)")
+                   for i in range(0, len(runs), chunk)]
     return phases
 
 
@@ -239,8 +253,10 @@ def measured_block(record: dict, runs: int) -> float | None:
 
 def plan_rows(config: RunConfig, cores: list[int], costs: JobCosts, measured: dict) -> pd.DataFrame:
     """One row per notebook in papermill's order (and a total): its jobs, its work (core-minutes), its critical path
-    (minutes), its expected wall minutes on each number of `cores`, the cores beyond which it gets no faster, and its
-    measured minutes (`measured`: {notebook: seconds}); a notebook without jobs takes its measured time."""
+    (minutes), its expected wall minutes and what bounds them (Bound) on each number of `cores`, the caps of its
+    phases (Phase.cap), the cores beyond which it gets no faster, and its measured minutes (`measured`: {notebook:
+    seconds}); a notebook without jobs takes its measured time. The total sums the minutes (binding names the
+    notebook that bounds it)."""
     phases = notebook_phases(config, costs)
     rows = []
     for notebook in config.notebooks:
@@ -251,13 +267,48 @@ def plan_rows(config: RunConfig, cores: list[int], costs: JobCosts, measured: di
                "critical path (min)": (fixed + sum(p.critical() for p in steps)) / 60}
         for n in cores:
             row[f"{n} cores (min)"] = (fixed + sum(p.seconds(n) for p in steps)) / 60
+            row[f"bound at {n} cores"] = bound(steps, n)
+        row["caps"] = "; ".join(dict.fromkeys(p.cap for p in steps if p.capped))
         row["no faster beyond (cores)"] = saturation(steps)
         row["measured at 2 cores (min)"] = measured.get(f"{notebook}.ipynb", float("nan")) / 60
         rows.append(row)
     table = pd.DataFrame(rows)
-    total = {"notebook": "total", **{c: table[c].sum(min_count=1) for c in table.columns if c != "notebook"}}
+    summed = [c for c in table.columns if c.endswith("(min)") or c in ("jobs", "work (core-min)")]
+    total = {"notebook": "total", **{c: table[c].sum(min_count=1) for c in summed}}
     total["no faster beyond (cores)"] = table["no faster beyond (cores)"].max()
     return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
+
+
+class Bound(Enum):
+    """What sets a notebook's wall time on some number of cores."""
+
+    MEASURED = "its measured time"
+    """no warm-up or run: the time of its own work, as measured"""
+    LONGEST_JOB = "its longest job"
+    """the longest job of each phase, phase after phase: more cores do not help"""
+    WORK = "its work over the cores"
+    """its jobs' core-time shared over the cores: more cores help"""
+    CAP = "a fixed cap"
+    """phases that hold a fixed number of jobs whatever the cores (Phase.cap) take most of its time"""
+
+
+def bound(phases: list[Phase], cores: int) -> Bound:
+    """What bounds `phases` on `cores` cores: WORK while they take more than their critical path (1% over),
+    else CAP where the capped phases take at least half of it, else LONGEST_JOB; MEASURED without phases."""
+    if not phases:
+        return Bound.MEASURED
+    critical = sum(p.critical() for p in phases)
+    if sum(p.seconds(cores) for p in phases) > 1.01 * critical:
+        return Bound.WORK
+    return Bound.CAP if 2 * sum(p.critical() for p in phases if p.capped) >= critical else Bound.LONGEST_JOB
+
+
+def binding(table: pd.DataFrame, cores: int) -> tuple[str, float, Bound]:
+    """(the notebook that takes the longest on `cores` cores, its share of plan_rows' total, its bound)."""
+    rows = table[table.notebook != "total"]
+    top = rows.loc[rows[f"{cores} cores (min)"].idxmax()]
+    return top["notebook"], top[f"{cores} cores (min)"] / rows[f"{cores} cores (min)"].sum(), top[
+        f"bound at {cores} cores"]
 
 
 def saturation(phases: list[Phase]) -> int:
