@@ -5,8 +5,8 @@ No filesystem is shared: a task gets the driver's folders it reads (a zoo's chec
 written into a temporary folder on its node, and returns what it made (a run's rows, its trained policies, a
 family's checkpoint and tokenizer) to the driver, which writes it where a local job would have (the callers:
 mrl.runtime.zoo.build_zoos, mrl.experiments.runs.run_many). Before it runs, a task checks that its node computes as
-the driver does (NodeContract: the numerics mode, its contract in effect, the same mrl code); a node that cannot
-runs nothing and says why (NodeRefused).
+the driver does (NodeContract: the numerics mode, its contract in effect or, in native mode, the driver's CPU, the
+same mrl code); a node that cannot runs nothing and says why (NodeRefused).
 
 Faults are Ray's to handle, not a scheduler's of ours: a task whose node dies is retried elsewhere (`max_retries`);
 every task belongs to the driver that submitted it, and Ray ends them when that driver dies; what finished is in the
@@ -107,16 +107,34 @@ def connect(address: str) -> None:
 
 @dataclass(frozen=True)
 class NodeContract:
-    """What every node must share with the driver to compute its bits."""
+    """What every node must share with the driver to compute its bits.
+
+    In portable mode the contract (mrl.numerics) makes every x86-64 CPU with AVX2 compute the same bits, so a node
+    need only hold it. In native mode the bits are the CPU's own (its kernels, its bf16), and a run's key does not
+    name the CPU, so a node of another CPU would fill the driver's caches with other bits under the same keys: native
+    is allowed on a cluster whose nodes all match the driver's CPU model, kernels and numerics state (`cpu`), and a
+    node that differs in any of them runs nothing. Refusing native on Ray altogether would also refuse the
+    homogeneous clusters on which it is sound."""
 
     numerics: str
     """the driver's numerics mode (mrl.numerics.mode)"""
     code: str
     """the driver's mrl code (mrl.fingerprint.code_fingerprint): a run's key and a family's folder depend on it"""
+    cpu: dict | None = None
+    """in native mode, the driver's CPU as native_cpu gives it, which every node must equal; None in portable mode"""
+
+
+def native_cpu() -> dict:
+    """This process's CPU model, torch's kernels, native bf16 and numerics state (mrl.runtime.results.machine, less
+    the cores this process may use, which change no bits)."""
+    from mrl.runtime.results import machine
+
+    return {key: value for key, value in machine().items() if key != "cpus"}
 
 
 def driver_contract() -> NodeContract:
-    return NodeContract(numerics=numerics.mode(), code=code_fingerprint())
+    mode = numerics.mode()
+    return NodeContract(numerics=mode, code=code_fingerprint(), cpu=native_cpu() if mode == "native" else None)
 
 
 def node_differences(contract: NodeContract) -> list[str]:
@@ -126,6 +144,11 @@ def node_differences(contract: NodeContract) -> list[str]:
         differences.append(f"its numerics mode is {numerics.mode()} (the driver's: {contract.numerics})")
     elif contract.numerics == "portable":
         differences += numerics.deviations(numerics.state())
+    elif contract.cpu is not None:
+        here = native_cpu()
+        differences += [f"in native numerics its {key} is {here.get(key)!r} (the driver's: {value!r}): native bits "
+                        f"are the CPU's own; run every node on the driver's CPU, or use portable numerics"
+                        for key, value in contract.cpu.items() if here.get(key) != value]
     if code_fingerprint() != contract.code:
         differences.append(f"its mrl code differs (fingerprint {code_fingerprint()}, the driver's {contract.code}): "
                            f"install the driver's commit on every node")
