@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from mrl.runtime.capacity import (CORES_ENV, CapacityError, available_memory, found_cores, job_memory,
-                                  processes_for, quota_cores, usable_cores)
+from mrl.runtime.capacity import (CORES_ENV, CapacityError, available_memory, cgroup_folders, found_cores,
+                                  job_memory, processes_for, quota_cores, usable_cores)
 
 GIB = 2 ** 30
 
@@ -22,6 +22,18 @@ def cgroup(tmp_path, **files) -> "os.PathLike":
     return tmp_path
 
 
+def proc_cgroup(tmp_path, text: str):
+    """A fake /proc/self/cgroup holding `text`."""
+    path = tmp_path / "proc-self-cgroup"
+    path.write_text(text)
+    return path
+
+
+def at_the_root(tmp_path):
+    """A fake /proc/self/cgroup of a process at the root of every hierarchy, v2 and v1."""
+    return proc_cgroup(tmp_path, "0::/\n4:memory:/\n3:cpu,cpuacct:/\n")
+
+
 @pytest.mark.parametrize("files, cores", [
     ({"cpu.max": "250000 100000\n"}, 2.5),                                      # cgroup v2, docker --cpus 2.5
     ({"cpu.max": "max 100000\n"}, None),                                        # v2, no quota
@@ -30,14 +42,62 @@ def cgroup(tmp_path, **files) -> "os.PathLike":
     ({}, None),                                                                 # no cgroup files at all
 ])
 def test_the_quota_is_read_from_either_cgroup_version(tmp_path, files, cores):
-    assert quota_cores(cgroup(tmp_path, **files)) == cores
+    assert quota_cores(cgroup(tmp_path / "sys", **files), at_the_root(tmp_path)) == cores
+
+
+def test_the_process_own_cgroup_v2_and_the_least_quota_of_its_ancestors(tmp_path):
+    """A process in /user.slice/job.scope: its scope sets no quota, its slice 1.5 cores, the root none."""
+    root = cgroup(tmp_path / "sys", **{"user.slice__cpu.max": "150000 100000\n",
+                                      "user.slice__job.scope__cpu.max": "max 100000\n",
+                                      "other.slice__cpu.max": "50000 100000\n"})   # not this process's
+    proc = proc_cgroup(tmp_path, "0::/user.slice/job.scope\n")
+    assert cgroup_folders("cpu", root, proc) == [root / "user.slice" / "job.scope", root / "user.slice", root]
+    assert quota_cores(root, proc) == 1.5
+    deeper = cgroup(tmp_path / "sys", **{"user.slice__job.scope__cpu.max": "400000 100000\n"})
+    assert quota_cores(deeper, proc) == 1.5   # a child's larger quota does not lift its parent's
+
+
+def test_the_process_own_cgroup_v1_under_its_controllers_mount(tmp_path):
+    root = cgroup(tmp_path / "sys", **{"cpu,cpuacct__docker__cpu.cfs_quota_us": "-1\n",
+                                      "cpu,cpuacct__docker__cpu.cfs_period_us": "100000\n",
+                                      "cpu,cpuacct__docker__c1__cpu.cfs_quota_us": "250000\n",
+                                      "cpu,cpuacct__docker__c1__cpu.cfs_period_us": "100000\n",
+                                      "memory__docker__c1__memory.limit_in_bytes": str(4 * GIB),
+                                      "memory__docker__c1__memory.usage_in_bytes": str(3 * GIB),
+                                      "memory__docker__c1__memory.stat": f"cache 5\ntotal_inactive_file {GIB}\n",
+                                      "memory__docker__memory.limit_in_bytes": "9223372036854771712",
+                                      "memory__docker__memory.usage_in_bytes": str(9 * GIB)})
+    proc = proc_cgroup(tmp_path, "12:memory:/docker/c1\n4:cpu,cpuacct:/docker/c1\n1:name=systemd:/docker/c1\n")
+    assert quota_cores(root, proc) == 2.5
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemAvailable:    8000000 kB\n")
+    # 4 GiB limit, 3 GiB used of which 1 GiB inactive page cache: 2 GiB left; the parent sets no limit
+    assert available_memory(meminfo, root, proc) == 2 * GIB
+
+
+def test_a_parents_memory_limit_binds_and_page_cache_counts_as_free_v2(tmp_path):
+    root = cgroup(tmp_path / "sys", **{"a__memory.max": str(6 * GIB), "a__memory.current": str(5 * GIB),
+                                      "a__memory.stat": f"anon 1\ninactive_file {2 * GIB}\nactive_file 3\n",
+                                      "a__b__memory.max": "max", "a__b__memory.current": str(GIB)})
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemAvailable:    16000000 kB\n")
+    assert available_memory(meminfo, root, proc_cgroup(tmp_path, "0::/a/b\n")) == 3 * GIB   # 6 - (5 - 2)
+
+
+def test_a_cgroup_path_the_mount_does_not_hold_leaves_its_root(tmp_path):
+    """In a container without its own cgroup namespace, /proc/self/cgroup names a host path and the mount is the
+    container's own cgroup."""
+    root = cgroup(tmp_path / "sys", **{"cpu.max": "200000 100000\n"})
+    assert quota_cores(root, proc_cgroup(tmp_path, "0::/system.slice/docker-abc.scope\n")) == 2.0
+    assert quota_cores(root, tmp_path / "no-such-proc-file") == 2.0
 
 
 def test_the_quota_lowers_the_affinity_and_one_core_is_the_least(tmp_path, monkeypatch):
     monkeypatch.setattr("mrl.runtime.capacity.affinity_cores", lambda: 8)
-    assert found_cores(cgroup(tmp_path / "a", **{"cpu.max": "250000 100000"})) == 2   # 2.5 cores keep 2 busy
-    assert found_cores(cgroup(tmp_path / "b", **{"cpu.max": "50000 100000"})) == 1
-    assert found_cores(cgroup(tmp_path / "c", **{"cpu.max": "max 100000"})) == 8
+    proc = at_the_root(tmp_path)
+    assert found_cores(cgroup(tmp_path / "a", **{"cpu.max": "250000 100000"}), proc) == 2   # 2.5 cores keep 2 busy
+    assert found_cores(cgroup(tmp_path / "b", **{"cpu.max": "50000 100000"}), proc) == 1
+    assert found_cores(cgroup(tmp_path / "c", **{"cpu.max": "max 100000"}), proc) == 8
 
 
 def test_the_cores_come_from_the_affinity_mask_not_the_hosts_count(tmp_path):
@@ -62,12 +122,13 @@ def test_mrl_cores_overrides_what_is_found_and_a_bad_value_is_named(tmp_path, mo
 def test_the_available_memory_is_the_lesser_of_the_machine_and_the_cgroup(tmp_path):
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       16000000 kB\nMemAvailable:    8000000 kB\n")
-    assert available_memory(meminfo, cgroup(tmp_path / "none")) == 8_000_000 * 1024
+    proc = at_the_root(tmp_path)
+    assert available_memory(meminfo, cgroup(tmp_path / "none"), proc) == 8_000_000 * 1024
     limited = cgroup(tmp_path / "v2", **{"memory.max": str(3 * GIB), "memory.current": str(GIB)})
-    assert available_memory(meminfo, limited) == 2 * GIB
+    assert available_memory(meminfo, limited, proc) == 2 * GIB
     unlimited_v1 = cgroup(tmp_path / "v1", **{"memory__memory.limit_in_bytes": "9223372036854771712",
                                                 "memory__memory.usage_in_bytes": str(GIB)})
-    assert available_memory(meminfo, unlimited_v1) == 8_000_000 * 1024
+    assert available_memory(meminfo, unlimited_v1, proc) == 8_000_000 * 1024
 
 
 def test_auto_takes_every_core_the_memory_holds_and_never_more_than_the_jobs(monkeypatch):

@@ -1,13 +1,16 @@
 """How many jobs (warm-ups, grid runs) this machine may run at once: its cores and its memory.
 
 The cores are those this process may use: its CPU affinity (`os.sched_getaffinity`, what `taskset` and a container's
-cpuset allow) and the cgroup's CPU quota (cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us / cpu.cfs_period_us`, what
-`docker --cpus` sets), never `os.cpu_count()`, which counts the host's. `MRL_CORES` (set by `mrl reproduce --cores N`)
-overrides them, and every process the driver starts (a notebook's kernel, a pool's worker) inherits it.
+cpuset allow) and its cgroup's CPU quota (cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us / cpu.cfs_period_us`, what
+`docker --cpus` sets), never `os.cpu_count()`, which counts the host's. The cgroup is the process's own, from
+/proc/self/cgroup, and every limit is the least over it and its ancestors (a parent's quota binds its children).
+`MRL_CORES` (set by `mrl reproduce --cores N`) overrides them, and every process the driver starts (a notebook's
+kernel, a pool's worker) inherits it.
 
 Memory is planned too: a job's peak resident set (measured, JOB_MEMORY) times the processes must fit the memory
-available (`MemAvailable`, and what the cgroup's limit leaves), else the plan is refused with a clear error rather
-than left to swap. Each job is one process of one torch thread, so a grid on `n` processes uses `n` cores.
+available (`MemAvailable`, and what each cgroup limit above the process leaves, its reclaimable page cache counted
+as free), else the plan is refused with a clear error rather than left to swap. Each job is one process of one torch
+thread, so a grid on `n` processes uses `n` cores.
 """
 from __future__ import annotations
 
@@ -31,6 +34,9 @@ Processes = int | Literal["auto"]
 """a number of processes, or AUTO"""
 
 CGROUP = Path("/sys/fs/cgroup")
+"""where the cgroup hierarchies are mounted (v2: the one unified hierarchy; v1: a folder per controller)"""
+PROC_CGROUP = Path("/proc/self/cgroup")
+"""this process's cgroup in each hierarchy: v2 `0::/path`, v1 `N:controller,...:/path`"""
 MEMINFO = Path("/proc/meminfo")
 JOB_MEMORY = PACKAGE / "data" / "job_memory.json"
 """the measured peak resident set of one warm-up and one grid run (benchmarks/job_memory.py)"""
@@ -51,26 +57,61 @@ def affinity_cores() -> int:
         return os.cpu_count() or 1
 
 
-def quota_cores(root: Path = CGROUP) -> float | None:
-    """The cgroup's CPU quota in cores (quota / period), from v2's cpu.max or v1's cpu.cfs_quota_us and
-    cpu.cfs_period_us under `root`; None where there is no quota ("max", -1) or no cgroup file."""
+def cgroup_folders(controller: str, root: Path = CGROUP, proc: Path = PROC_CGROUP) -> list[Path]:
+    """The folders of this process's cgroup that hold `controller`'s files ("cpu", "memory") and of its ancestors up to
+    the hierarchy's root, innermost first, those that exist under `root`: from the v2 line of `proc` (`0::/path`,
+    under `root`) and the v1 line naming the controller (`N:cpu,cpuacct:/path`, under root/cpu,cpuacct or
+    root/cpu). A path the mount does not hold (a container that sees its own cgroup as the root) leaves the root."""
     try:
-        quota, period = (root / "cpu.max").read_text().split()[:2]
+        lines = proc.read_text().splitlines()
+    except OSError:
+        lines = []
+    mounts = []   # (the hierarchy's mount folder, the process's path in it)
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if not controllers:
+            mounts.append((root, path))
+        elif controller in controllers.split(","):
+            mounts += [(root / controllers, path), (root / controller, path)]
+    if not mounts:
+        mounts = [(root, "/"), (root / controller, "/")]
+    folders = []
+    for mount, path in mounts:
+        folder = mount / path.strip("/")
+        while folder != mount and mount in folder.parents:
+            folders.append(folder)
+            folder = folder.parent
+        folders.append(mount)
+    return [folder for folder in dict.fromkeys(folders) if folder.is_dir()]
+
+
+def folder_quota(folder: Path) -> float | None:
+    """The CPU quota one cgroup folder sets, in cores (v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us); None
+    where it sets none ("max", -1) or holds no such file."""
+    try:
+        quota, period = (folder / "cpu.max").read_text().split()[:2]
         return None if quota == "max" else int(quota) / int(period)
     except (OSError, ValueError):
         pass
     try:
-        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
-        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        quota = int((folder / "cpu.cfs_quota_us").read_text())
+        period = int((folder / "cpu.cfs_period_us").read_text())
     except (OSError, ValueError):
         return None
     return None if quota <= 0 or period <= 0 else quota / period
 
 
-def found_cores(root: Path = CGROUP) -> int:
+def quota_cores(root: Path = CGROUP, proc: Path = PROC_CGROUP) -> float | None:
+    """The CPU quota of this process's cgroup in cores: the least over it and its ancestors (cgroup_folders); None
+    where none of them sets one."""
+    quotas = [q for q in map(folder_quota, cgroup_folders("cpu", root, proc)) if q is not None]
+    return min(quotas, default=None)
+
+
+def found_cores(root: Path = CGROUP, proc: Path = PROC_CGROUP) -> int:
     """The cores this process may keep busy: its affinity, lowered to the cgroup's quota (rounded down, at least 1:
     a quota of 1.5 cores keeps one process busy and lets a second wait)."""
-    quota = quota_cores(root)
+    quota = quota_cores(root, proc)
     return max(1, min(affinity_cores(), math.floor(quota) if quota is not None else affinity_cores()))
 
 
@@ -85,14 +126,16 @@ def requested_cores() -> int | None:
     return int(value)
 
 
-def usable_cores(root: Path = CGROUP) -> int:
+def usable_cores(root: Path = CGROUP, proc: Path = PROC_CGROUP) -> int:
     """MRL_CORES when set, else found_cores()."""
-    return requested_cores() or found_cores(root)
+    return requested_cores() or found_cores(root, proc)
 
 
-def available_memory(meminfo: Path = MEMINFO, root: Path = CGROUP) -> int:
-    """Bytes this process's jobs may still take: MemAvailable, lowered to what the cgroup's memory limit leaves
-    (v2 memory.max - memory.current, v1 memory.limit_in_bytes - memory.usage_in_bytes)."""
+def available_memory(meminfo: Path = MEMINFO, root: Path = CGROUP, proc: Path = PROC_CGROUP) -> int:
+    """Bytes this process's jobs may still take: MemAvailable, lowered to what each memory limit of its cgroup and
+    its ancestors leaves (cgroup_folders): the limit less the usage, its inactive page cache not counted as used
+    (the kernel reclaims it before it fails an allocation). v2: memory.max, memory.current and memory.stat's
+    inactive_file; v1: memory.limit_in_bytes, memory.usage_in_bytes and memory.stat's total_inactive_file."""
     available = UNLIMITED
     try:
         for line in meminfo.read_text().splitlines():
@@ -100,16 +143,42 @@ def available_memory(meminfo: Path = MEMINFO, root: Path = CGROUP) -> int:
                 available = int(line.split()[1]) * 1024
     except (OSError, ValueError):
         pass
-    for limit, usage in (("memory.max", "memory.current"),
-                         ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+    for folder in cgroup_folders("memory", root, proc):
+        left = memory_left(folder)
+        if left is not None:
+            available = min(available, left)
+    return available
+
+
+MEMORY_FILES = (("memory.max", "memory.current", "inactive_file"),
+                ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"))
+"""(limit, usage, memory.stat's reclaimable page cache) of cgroup v2, then v1"""
+
+
+def memory_left(folder: Path) -> int | None:
+    """What one cgroup folder's memory limit leaves: limit - (usage - inactive page cache), at least 0; None where it
+    sets no limit ("max", or v1's near 2**63) or holds no such file."""
+    for limit, usage, inactive in MEMORY_FILES:
         try:
-            cap, used = (root / limit).read_text().strip(), int((root / usage).read_text())
+            cap, used = (folder / limit).read_text().strip(), int((folder / usage).read_text())
         except (OSError, ValueError):
             continue
-        if cap != "max" and int(cap) < UNLIMITED:
-            available = min(available, max(0, int(cap) - used))
-        break
-    return available
+        if cap == "max" or int(cap) >= UNLIMITED:
+            return None
+        return max(0, int(cap) - max(0, used - stat_value(folder / "memory.stat", inactive)))
+    return None
+
+
+def stat_value(stat: Path, name: str) -> int:
+    """The value of `name` in a memory.stat file (0 where it or the file is missing)."""
+    try:
+        for line in stat.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == name:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 @dataclass(frozen=True)
