@@ -369,13 +369,15 @@ def longest_first(runs: list[Run]) -> list[Run]:
 def run_on_ray(runs: list[Run], address: str, progress: bool = True) -> None:
     """Every run of `runs` computed (the cache is not read) as a Ray task of one CPU on the cluster at `address`
     (run_on_node), longest first, each stored here as it returns (store_output); a run still running packed_deadline
-    seconds after it started is cancelled (mrl.runtime.cluster.GridTaskTimedOut)."""
+    seconds after it started is cancelled (mrl.runtime.cluster.GridTaskTimedOut). A probe of the user's own is
+    shipped to the nodes with its module (mrl.runtime.cluster.task_environment)."""
     if not runs:
         return
     connect(address)
     ordered = longest_first(runs)
-    tasks = [Task(run_on_node, (run, run.key(), tuple(sorted({get_probe(run.probe.name).module}))), run.label(),
-                  reads_of(run), deadline=packed_deadline([run])) for run in ordered]
+    modules = [(get_probe(run.probe.name).module,) for run in ordered]
+    tasks = [Task(run_on_node, (run, run.key(), module), run.label(), reads_of(run), module,
+                  deadline=packed_deadline([run])) for run, module in zip(ordered, modules)]
     map_on_ray(tasks, "grid runs", progress, memory=job_memory().run,
                on_result=lambda i, output: store_output(ordered[i], output))
 

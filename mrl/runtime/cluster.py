@@ -18,6 +18,7 @@ job API (docs/performance.md, Joining a cluster safely).
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from typing import Callable
 from tqdm.auto import tqdm
 
 from mrl import numerics
-from mrl.fingerprint import code_fingerprint
+from mrl.fingerprint import code_fingerprint, in_library, reached_modules, user_file
 from mrl.runtime.pools import import_path
 
 ADDRESS_ENV = "MRL_RAY_ADDRESS"
@@ -72,10 +73,37 @@ def grid_address() -> str | None:
     return os.environ.get(ADDRESS_ENV, "").strip() or None
 
 
-def task_environment() -> dict:
-    """The runtime_env of every task: the driver's numerics (a cluster's workers do not inherit its environment)
-    and its import path (a user's probe module; where a node lacks those folders, nothing is found there)."""
-    return {"env_vars": {**numerics.environment(), "PYTHONPATH": import_path()}}
+def task_environment(modules: tuple[str, ...] = ()) -> dict:
+    """The runtime_env of a grid's tasks: the driver's numerics (a cluster's workers do not inherit its environment),
+    the driver's own folders of its import path (user_path: on a node that lacks them nothing is found there), and
+    the files of the user's `modules` (a probe's, by name) with the user's modules they reach, shipped to every node
+    (Ray's `py_modules`, shipped_sources); the package's own modules ship nothing, every node has them."""
+    environment = {"env_vars": {**numerics.environment(), "PYTHONPATH": user_path()}}
+    sources = shipped_sources(modules)
+    return {**environment, "py_modules": sources} if sources else environment
+
+
+def user_path() -> str:
+    """The entries of this process's sys.path outside the interpreter's (standard library, site-packages), as a
+    PYTHONPATH: a node's own interpreter and packages come first, the driver's would be other machines' folders."""
+    return os.pathsep.join(entry for entry in import_path().split(os.pathsep) if not in_library(Path(entry)))
+
+
+def shipped_sources(modules: tuple[str, ...]) -> list[str]:
+    """What Ray's py_modules ships for the user's `modules` (names in sys.modules) and the user's modules they reach
+    (mrl.fingerprint.reached_modules): each one's top-level package folder, or its file where it is a module of its
+    own, so that it imports on a node under the same name; nothing for the package's or the interpreter's."""
+    shipped, seen, todo = {}, set(), [sys.modules[name] for name in modules if name in sys.modules]
+    while todo:
+        module = todo.pop()
+        if module.__name__ in seen or user_file(module) is None:
+            continue
+        seen.add(module.__name__)
+        top = sys.modules.get(module.__name__.split(".")[0], module)
+        folders = list(getattr(top, "__path__", []))
+        shipped[folders[0] if folders else top.__file__] = None
+        todo += reached_modules(vars(module))
+    return sorted(shipped)
 
 
 def start_local_ray(num_cpus: int, **init) -> None:
@@ -182,6 +210,9 @@ class Task:
     """the job in words, for the progress bar and errors"""
     reads: tuple[str, ...] = ()
     """the driver's folders the job reads (shipped as their files, each once per grid)"""
+    modules: tuple[str, ...] = ()
+    """the modules fn imports on the node by name (a run's probe): a user's are shipped with the grid
+    (task_environment)"""
     deadline: float | None = None
     """seconds the job may run, from when it reports its start on the progress board (Board), before it is cancelled
     (a run: mrl.experiments.runs.packed_deadline; a warm-up: mrl.runtime.zoo_grid.warmup_deadline); None: no bound"""
@@ -255,7 +286,8 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
     board = ray.remote(Board).options(num_cpus=0, max_restarts=-1, max_task_retries=-1,
                                       scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)).remote()
     remote = ray.remote(on_node).options(num_cpus=1, memory=memory or None, max_retries=max_retries,
-                                         runtime_env=task_environment())
+                                         runtime_env=task_environment(
+        tuple(sorted({module for task in tasks for module in task.modules}))))
     shipped = {read: ray.put(folder_files(Path(read))) for read in dict.fromkeys(r for t in tasks for r in t.reads)}
     results, queue, in_flight, seen = [None] * len(tasks), list(range(len(tasks))), {}, None
     clock = Clock()
