@@ -205,3 +205,20 @@ def test_run_many_packs_auto_to_the_usable_cores(monkeypatch, tmp_path):
     runs.run_many(grid, "auto", progress=False)
     runs.run_many(grid[:2], "auto", progress=False)
     assert packed == [(5, 3), (2, 2)]
+
+
+def test_build_zoos_sizes_auto_workers_to_the_usable_cores(monkeypatch, tmp_path):
+    """zoo.workers: auto becomes the usable cores (here MRL_CORES=3), never more than the missing families, before
+    mrl.runtime.zoo builds them (mrl.runtime.zoo_grid: the placement outside the zoo's fingerprint)."""
+    from mrl.core.config import FamilyConfig, TaskConfig, ZooConfig
+    from mrl.runtime import zoo, zoo_grid
+    from testsupport import SMALL, TINY_TASK
+
+    monkeypatch.setenv(CORES_ENV, "3")
+    families = [FamilyConfig(name=name, arch="gpt2", tokenizer="bpe", **SMALL) for name in "ABCD"]
+    seen = []
+    monkeypatch.setattr(zoo, "build_zoos", lambda task, zoo_cfgs, root, progress: seen.append(
+        [z.workers for z in zoo_cfgs]))
+    zoo_grid.build_zoos(TaskConfig(**TINY_TASK), [ZooConfig(families=families, workers="auto")], tmp_path, False)
+    zoo_grid.build_zoos(TaskConfig(**TINY_TASK), [ZooConfig(families=families[:2], workers="auto")], tmp_path, False)
+    assert seen == [[3], [2]]

@@ -78,7 +78,7 @@ def checkout(folder: Path) -> Path:
 def computed_here(root: Path, seeds=(0,)) -> tuple[dict, object, object]:
     """The tiny zoo and grid computed in this process's pools, in the checkout `root`: (zoo paths, steps, evals)."""
     from mrl.experiments.runs import run_many
-    from mrl.runtime.zoo import build_zoo
+    from mrl.runtime.zoo_grid import build_zoo
 
     task, zoo, grid = tiny_grid()
     paths = {name: str(p.path) for name, p in build_zoo(task, zoo, root / "data" / "models", False).items()}

@@ -41,7 +41,7 @@ def test_the_default_plan_counts_each_job_once_and_builds_nothing(default_plan, 
     50_hacpo without the probe grid's runs it shares with 40_probe, the wall time falling with the cores down to the
     critical path and no further. Planning builds nothing: no zoo folder appears."""
     from mrl.profiles import load_profile
-    from mrl.runtime.zoo import planned_zoos, build_zoo
+    from mrl.runtime.zoo_grid import build_zoo, planned_zoos
 
     rows = default_plan.set_index("notebook")
     assert rows.loc["00_zoo", "jobs"] == 3 and rows.loc["10_grpo_baseline", "jobs"] == 1

@@ -43,7 +43,7 @@ from mrl.runtime.results import (clear_work_folders, git_sha, process_alive, pub
 from mrl.runtime.runner import RunRecord, run_concurrent
 from mrl.runtime.saving import publish_folder
 from mrl.runtime.spec import HONEST, Run, Variant, run_identity  # noqa: F401  (HONEST, Variant: re-exported)
-from mrl.runtime.zoo import build_zoo
+from mrl.runtime.zoo_grid import build_zoo
 
 
 def panel_labels(panels: dict) -> dict[str, list[str]]:

@@ -3,7 +3,7 @@
 
 A notebook is a sequence of phases, each one call that runs independent jobs at once (a zoo's warm-ups, a grid of
 runs) and waits for them all; they are listed by calling the experiments' own functions under
-mrl.runtime.zoo.planned_zoos (nothing built, nothing run), each job counted in the first notebook that runs it (the
+mrl.runtime.zoo_grid.planned_zoos (nothing built, nothing run), each job counted in the first notebook that runs it (the
 later ones read the cache). A warm-up costs the measured CPU seconds per unit of mrl.runtime.zoo.warmup_cost, a run
 its arm's measured seconds per step times its steps and its policies over two (docs/measurements/arm_costs.json);
 a notebook without jobs takes its measured time (paper_tables/reproduce_default.json). 76_confirmatory_claims runs
@@ -149,7 +149,7 @@ def notebook_phases(config: RunConfig, costs: JobCosts) -> dict[str, list[Phase]
     from mrl.experiments.heldout import heldout_runs, heldout_zoos, knob_runs, marginal_arm_runs
     from mrl.experiments.probe import probe_runs
     from mrl.experiments.runs import Run, policy_paths
-    from mrl.runtime.zoo import planned_zoos
+    from mrl.runtime.zoo_grid import planned_zoos
 
     ledger, phases = Ledger(costs), {}
 
@@ -224,7 +224,7 @@ def claims_block_phases(config: RunConfig, ledger: Ledger) -> list[Phase]:
     block_chunks' warm-ups' zoos at a time, then their runs a chunk at a time, each chunk into the record; a clone
     reads the rest from the record."""
     from mrl.experiments.heldout import heldout_zoos
-    from mrl.runtime.zoo import planned_zoos
+    from mrl.runtime.zoo_grid import planned_zoos
 
     todo = claims_block_todo(config)
     zoos_at_once, chunk = block_chunks()

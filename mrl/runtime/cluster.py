@@ -4,7 +4,7 @@
 No filesystem is shared: a task gets the driver's folders it reads (a zoo's checkpoints) as their files' bytes,
 written into a temporary folder on its node, and returns what it made (a run's rows, its trained policies, a
 family's checkpoint and tokenizer) to the driver, which writes it where a local job would have (the callers:
-mrl.runtime.zoo.build_zoos, mrl.experiments.runs.run_many). Before it runs, a task checks that its node computes as
+mrl.runtime.zoo_grid.build_zoos, mrl.experiments.runs.run_many). Before it runs, a task checks that its node computes as
 the driver does (NodeContract: the numerics mode, its contract in effect or, in native mode, the driver's CPU, the
 same mrl code); a node that cannot runs nothing and says why (NodeRefused).
 

@@ -12,9 +12,6 @@ import math
 import os
 import random
 import shutil
-import tempfile
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,8 +28,6 @@ from mrl.core.seeding import torch_threads
 from mrl.core.tasks import ArithTask
 from mrl.core.validation import config_hash, to_dict
 from mrl.fingerprint import zoo_fingerprint
-from mrl.runtime.capacity import AUTO, job_memory, processes_for
-from mrl.runtime.cluster import Task, connect, folder_files, grid_address, map_on_ray, write_files
 from mrl.runtime.pools import map_in_processes
 from mrl.runtime.results import machine, repo_root
 from mrl.runtime.rollout import completion_logprobs
@@ -278,55 +273,13 @@ def _build_family_with_threads(task_cfg, family, zoo_cfg, out, threads, progress
               "n_params": sum(p.numel() for p in model.parameters()), "vocab_size": len(tokenizer),
               "torch_threads": threads, "machine": machine()}
     (tmp / "zoo.json").write_text(json.dumps(record))
-    publish_family(tmp, out)
-    return str(out)
-
-
-def publish_family(tmp: Path, out: Path) -> None:
-    """Rename a built family's folder `tmp` to its cache folder `out`, atomically: a half-built family is never
-    mistaken for a built one; where another process (a notebook, a test) built the same family first, the same bits,
-    `tmp` is removed."""
     try:
-        tmp.rename(out)
+        tmp.rename(out)  # atomic: a half-built family is never mistaken for a built one
     except OSError:
         if not (out / "zoo.json").exists():
             raise
-        shutil.rmtree(tmp)
-
-
-def family_on_node(job: tuple, folders: dict) -> dict[str, bytes]:
-    """A warm-up as a Ray task (mrl.runtime.cluster.map_on_ray): job = (task config, family, zoo config, the
-    driver's folder for it); the family is built into a temporary folder of the node and returned as its files."""
-    task_cfg, family, zoo_cfg, out = job
-    with tempfile.TemporaryDirectory(prefix="mrl-family-") as scratch:
-        built = _build_family((task_cfg, family, zoo_cfg, Path(scratch) / Path(out).name, 1, False, 0))
-        return folder_files(Path(built))
-
-
-WARMUP_STEP_TIMEOUT = 60.0
-"""seconds one warm-up step may take on a Ray node before its task is cancelled (a default-profile step takes about
-half a second on one core: docs/measurements/arm_costs.json)"""
-
-
-def warmup_deadline(zoo_cfg: ZooConfig) -> float:
-    """Seconds within which a warm-up must finish, as packed_deadline bounds a run: WARMUP_STEP_TIMEOUT for each of
-    its steps and for each of the two phases before them (the corpus and the tokenizer)."""
-    return WARMUP_STEP_TIMEOUT * (zoo_cfg.warmup.steps + 2)
-
-
-def build_on_ray(jobs: list[tuple], address: str, progress: bool) -> None:
-    """Every warm-up of `jobs` (_build_family's tuples) as a Ray task of one CPU on the cluster at `address`, each
-    family written into its cache folder here from the files its task returns, as it returns, as a local build
-    leaves it; a warm-up still running warmup_deadline seconds after it started is cancelled."""
-    connect(address)
-    tasks = [Task(family_on_node, (task_cfg, family, zoo_cfg, str(out)), f"warm-up {family.name} ({Path(out).name})",
-                  deadline=warmup_deadline(zoo_cfg)) for task_cfg, family, zoo_cfg, out, *_ in jobs]
-
-    def publish(i: int, files: dict[str, bytes]) -> None:
-        out = Path(jobs[i][3])
-        publish_family(write_files(files, Path(f"{out}.tmp-{os.getpid()}")), out)
-
-    map_on_ray(tasks, "the zoo's warm-up", progress, memory=job_memory().warmup, on_result=publish)
+        shutil.rmtree(tmp)  # another process (a notebook, a test) built the same family first: the same bits
+    return str(out)
 
 
 RELATIVE_TOKENS = {"bpe": 1.0, "wordpiece": 1.0, "unigram": 1.66, "char": 1.66}
@@ -346,23 +299,6 @@ def warmup_cost(family: FamilyConfig, zoo_cfg: ZooConfig) -> float:
     return zoo_cfg.warmup.steps * zoo_cfg.warmup.batch_size * RELATIVE_TOKENS.get(family.tokenizer, 1.0) * per_token
 
 
-PLANNED: ContextVar[list | None] = ContextVar("mrl_planned_warmups", default=None)
-"""the warm-ups build_zoos would run, inside planned_zoos"""
-
-
-@contextmanager
-def planned_zoos():
-    """A block in which build_zoos builds and loads nothing: it returns each family's cache folder (a Policy without
-    model, tokenizer or record) and appends (folder, family, zoo config) of every family asked for to the list this
-    yields, built or not (mrl.experiments.wall_time: the plan of a run from a fresh clone)."""
-    planned = []
-    token = PLANNED.set(planned)
-    try:
-        yield planned
-    finally:
-        PLANNED.reset(token)
-
-
 def build_zoos(task_cfg: TaskConfig, zoo_cfgs: list[ZooConfig], root: str | Path | None = None,
                progress: bool = True) -> list[dict[str, Policy]]:
     """Build (or load from the cache) every family of several zoos of one task (zoos that differ in their warm-up
@@ -370,36 +306,23 @@ def build_zoos(task_cfg: TaskConfig, zoo_cfgs: list[ZooConfig], root: str | Path
 
     root: the cache folder, by default data/models/ of the checkout (whatever the working directory). Every missing
     family of every zoo is one job, each in the folder build_zoo gives it (family_dir) with the same bits; the jobs
-    run longest first (warmup_cost) in one pool of max(workers) worker processes with one torch thread each ("auto":
-    one per usable core that the memory holds, mrl.runtime.capacity), so a process that finishes a short warm-up
-    starts the next job while a long one runs; on a Ray cluster (MRL_RAY_ADDRESS) each job is a task of one CPU
-    (build_on_ray). A family that two configs share is built once; cached ones are loaded. One worker (or one job)
-    builds inline. A warm-up process that dies or cannot start (a script without its `if __name__ == "__main__":`
-    guard) raises mrl.runtime.pools.PoolBroken.
+    run longest first (warmup_cost) in one pool of max(workers) worker processes with one torch thread each, so a
+    process that finishes a short warm-up starts the next job while a long one runs. A family that two configs share
+    is built once; cached ones are loaded. One worker (or one job) builds inline. A warm-up process that dies or
+    cannot start (a script without its `if __name__ == "__main__":` guard) raises mrl.runtime.pools.PoolBroken.
     """
     root = Path(root) if root is not None else repo_root() / "data" / "models"
     dirs = [{f.name: family_dir(root, task_cfg, f, zoo_cfg) for f in zoo_cfg.families} for zoo_cfg in zoo_cfgs]
-    planned = PLANNED.get()
-    if planned is not None:   # planned_zoos: what would be built, nothing built or loaded
-        planned += [(zoo_dirs[f.name], f, zoo_cfg) for zoo_cfg, zoo_dirs in zip(zoo_cfgs, dirs)
-                    for f in zoo_cfg.families]
-        return [{f.name: Policy(f, None, None, zoo_dirs[f.name], {}) for f in zoo_cfg.families}
-                for zoo_cfg, zoo_dirs in zip(zoo_cfgs, dirs)]
     missing = {}   # folder -> (family, zoo config): each missing family once
     for zoo_cfg, zoo_dirs in zip(zoo_cfgs, dirs):
         for f in zoo_cfg.families:
             if not zoo_dirs[f.name].exists():
                 missing.setdefault(zoo_dirs[f.name], (f, zoo_cfg))
     order = sorted(missing, key=lambda out: -warmup_cost(*missing[out]))   # stable: ties keep the configs' order
-    wanted, address = [zoo_cfg.workers for zoo_cfg in zoo_cfgs], grid_address()
-    workers = 1 if not order or address else processes_for(AUTO if AUTO in wanted else max(wanted), len(order),
-                                                           job_memory().warmup, "the zoo's warm-up",
-                                                           "ZooConfig.workers")
+    workers = max((zoo_cfg.workers for zoo_cfg in zoo_cfgs), default=1)
     # one torch thread per warm-up: with two, CPU backward kernels were not bit-reproducible here
     jobs = [(task_cfg, *missing[out], out, 1, progress, i % workers) for i, out in enumerate(order)]
-    if jobs and address is not None:
-        build_on_ray(jobs, address, progress)
-    elif workers > 1 and len(jobs) > 1:
+    if workers > 1 and len(jobs) > 1:
         map_in_processes(_build_family, jobs, min(workers, len(jobs)), "the zoo's warm-up")
     else:
         for job in jobs:
