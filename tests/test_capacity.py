@@ -139,6 +139,17 @@ def test_auto_takes_every_core_the_memory_holds_and_never_more_than_the_jobs(mon
     assert processes_for("auto", 100, GIB, "runs", "RunConfig.packed_runs", memory=10.5 * GIB) == 10   # found cores
 
 
+def test_the_cores_asked_for_cap_a_profiles_number(monkeypatch):
+    """--cores N (MRL_CORES) lowers a profile's own packed_runs or zoo.workers, and never raises it."""
+    monkeypatch.setenv(CORES_ENV, "2")
+    assert processes_for(8, 100, GIB, "grid runs", "RunConfig.packed_runs", memory=64 * GIB) == 2
+    monkeypatch.setenv(CORES_ENV, "16")
+    assert processes_for(3, 100, GIB, "the zoo's warm-up", "ZooConfig.workers", memory=64 * GIB) == 3
+    with pytest.raises(CapacityError, match=r"\(MRL_CORES=4\) need 4.0 GiB"):
+        monkeypatch.setenv(CORES_ENV, "4")
+        processes_for(8, 100, GIB, "grid runs", "RunConfig.packed_runs", memory=2 * GIB)
+
+
 def test_a_number_of_processes_the_memory_cannot_hold_is_refused_not_swapped(monkeypatch):
     monkeypatch.delenv(CORES_ENV, raising=False)
     with pytest.raises(CapacityError, match=r"8 processes of grid runs \(RunConfig.packed_runs = 8\) need 8.0 GiB .* "

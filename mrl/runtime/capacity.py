@@ -199,27 +199,29 @@ def job_memory(path: Path = JOB_MEMORY) -> JobMemory:
 
 
 def processes_for(wanted: Processes, jobs: int, peak_bytes: int, what: str, field_name: str,
-                  cores: int | None = None, memory: int | None = None) -> int:
+                  memory: int | None = None) -> int:
     """How many processes run `jobs` jobs of `what` at once, each at most `peak_bytes` resident.
 
-    wanted: AUTO takes the usable cores (usable_cores(), or `cores`), lowered to what the memory holds when the cores
-    were found, not asked for; an integer (a profile's own) is kept. Never more than the jobs. A number that the
-    memory (available_memory(), or `memory`) cannot hold is refused with a CapacityError naming `field_name`, the
-    memory each process needs and the number that fits, rather than left to swap."""
+    wanted: AUTO takes the usable cores (usable_cores()), lowered to what the memory holds when the cores were found,
+    not asked for; an integer (a profile's own) is kept, but never above the cores asked for (MRL_CORES, `mrl
+    reproduce --cores N`). Never more than the jobs. A number that the memory (available_memory(), or `memory`)
+    cannot hold is refused with a CapacityError naming where it came from (`field_name` or MRL_CORES), the memory
+    each process needs and the number that fits, rather than left to swap."""
     requested = requested_cores()
     if wanted != AUTO and (not isinstance(wanted, int) or isinstance(wanted, bool) or wanted < 1):
         raise CapacityError(f"{field_name} = {wanted!r} is not allowed; expected an integer >= 1 or {AUTO!r}")
     memory = available_memory() if memory is None else memory
     fits = memory // max(1, peak_bytes)
     if wanted == AUTO:
-        count = cores if cores is not None else usable_cores()
-        if cores is None and requested is None:   # found, not asked for: as many as the memory holds
+        count = usable_cores()
+        if requested is None:   # found, not asked for: as many as the memory holds
             count = min(count, max(1, fits))
     else:
-        count = wanted
+        count = wanted if requested is None else min(wanted, requested)
     count = max(1, min(count, jobs))
     if count * peak_bytes > memory:
-        source = f"{CORES_ENV}={requested}" if wanted == AUTO and requested else f"{field_name} = {wanted}"
+        source = f"{CORES_ENV}={requested}" if requested is not None and (wanted == AUTO or requested < wanted) \
+            else f"{field_name} = {wanted}"
         raise CapacityError(
             f"{count} processes of {what} ({source}) need {count * peak_bytes / 2**30:.1f} GiB at their peak "
             f"({peak_bytes / 2**30:.2f} GiB each, measured: {JOB_MEMORY.name}) and {memory / 2**30:.1f} GiB is "
