@@ -310,13 +310,24 @@ class RunOutput:
     """its trained policies' folders' files (runner.save_policies), else {}"""
 
 
-def run_on_node(job: tuple[Run, str, tuple[str, ...]], folders: dict[str, str]) -> RunOutput:
-    """A run as a Ray task (mrl.runtime.cluster.map_on_ray): job = (run, its key on the driver, the modules of its
-    probe), `folders` the node's copies of the driver's folders it reads (its policies' checkpoints, an offline
-    peer's log). Computed inline in a temporary folder, from its first step (a node keeps no checkpoints), with the
-    node's copies in place of the driver's folders: the same folder names, so the same key (refused where not)."""
-    run, key, modules = job
-    for module in modules:
+@dataclass(frozen=True)
+class RunJob:
+    """One run for a node (run_on_node)."""
+
+    run: Run
+    key: str
+    """its key on the driver, which its copy on the node must have too"""
+    modules: tuple[str, ...]
+    """the modules that register its probe, imported on the node first"""
+
+
+def run_on_node(job: RunJob, folders: dict[str, str]) -> RunOutput:
+    """A run as a Ray task (mrl.runtime.cluster.map_on_ray), `folders` the node's copies of the driver's folders it
+    reads (its policies' checkpoints, an offline peer's log). Computed inline in a temporary folder, from its first
+    step (a node keeps no checkpoints), with the node's copies in place of the driver's folders: the same folder
+    names, so the same key (refused where not)."""
+    run, key = job.run, job.key
+    for module in job.modules:
         importlib.import_module(module)
     variant = run.variant
     if variant.offline:
@@ -375,9 +386,9 @@ def run_on_ray(runs: list[Run], address: str, progress: bool = True) -> None:
         return
     connect(address)
     ordered = longest_first(runs)
-    modules = [(get_probe(run.probe.name).module,) for run in ordered]
-    tasks = [Task(run_on_node, (run, run.key(), module), run.label(), reads_of(run), module,
-                  deadline=packed_deadline([run])) for run, module in zip(ordered, modules)]
+    jobs = [RunJob(run, run.key(), (get_probe(run.probe.name).module,)) for run in ordered]
+    tasks = [Task(run_on_node, job, job.run.label(), reads_of(job.run), job.modules,
+                  deadline=packed_deadline([job.run])) for job in jobs]
     map_on_ray(tasks, "grid runs", progress, memory=job_memory().run,
                on_result=lambda i, output: store_output(ordered[i], output))
 
