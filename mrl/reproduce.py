@@ -105,6 +105,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cores is not None and args.cores < 1:
         parser.error(f"--cores {args.cores} is not allowed; expected an integer >= 1")
+    if args.ray is not None:
+        from mrl.runtime.cluster import checked_address
+
+        try:
+            checked_address(args.ray, "--ray")
+        except ValueError as err:
+            parser.error(str(err))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -66,3 +66,26 @@ def test_the_tasks_path_holds_the_drivers_own_folders_not_its_interpreters(tmp_p
     path = cluster.user_path().split(os.pathsep)
     assert str(tmp_path) in path
     assert not [entry for entry in path if "site-packages" in entry or entry.startswith(sys.base_prefix)]
+
+
+def test_the_progress_bar_names_a_few_running_tasks_and_counts_the_rest():
+    labels = [f"run {i}" for i in range(10)]
+    assert cluster.running_postfix(labels[:2]) == "running: run 0, run 1"
+    assert cluster.running_postfix(labels) == "running: run 0, run 1, run 2, run 3 and 6 more"
+
+
+def test_an_http_address_is_refused_with_what_is_expected(monkeypatch, capsys):
+    import pytest
+
+    from mrl.core.validation import ConfigError
+    from mrl.reproduce import main
+
+    for address in ("10.0.0.5:6379", "auto", "ray://10.0.0.5:10001", "local"):
+        assert cluster.checked_address(address, "--ray") == address
+    monkeypatch.setenv(cluster.ADDRESS_ENV, "http://10.0.0.5:8265")
+    with pytest.raises(ConfigError, match=r"MRL_RAY_ADDRESS='http://10.0.0.5:8265' is not allowed: an http\(s\):// "
+                                          r"address is the Ray dashboard's job API"):
+        cluster.grid_address()
+    with pytest.raises(SystemExit):
+        main(["--ray", "https://head:8265"])
+    assert "--ray='https://head:8265' is not allowed" in capsys.readouterr().err

@@ -28,6 +28,7 @@ from typing import Callable
 from tqdm.auto import tqdm
 
 from mrl import numerics
+from mrl.core.validation import ConfigError
 from mrl.fingerprint import code_fingerprint, in_library, reached_modules, user_file
 from mrl.runtime.pools import import_path
 
@@ -69,8 +70,19 @@ class NoNodeFits(GridTaskFailed):
 
 
 def grid_address() -> str | None:
-    """The Ray address the grid runs on (MRL_RAY_ADDRESS), None for this machine's process pools."""
-    return os.environ.get(ADDRESS_ENV, "").strip() or None
+    """The Ray address the grid runs on (MRL_RAY_ADDRESS, checked_address), None for this machine's process pools."""
+    address = os.environ.get(ADDRESS_ENV, "").strip()
+    return checked_address(address, ADDRESS_ENV) if address else None
+
+
+def checked_address(address: str, source: str) -> str:
+    """`address` when the grid can join it: a Ray address (host:port, "auto", ray://host:port) or LOCAL. An http(s)://
+    address is the dashboard's (its job API), which runs no task of a driver: a ConfigError naming `source`."""
+    if address.lower().startswith(("http://", "https://")):
+        raise ConfigError(f"{source}={address!r} is not allowed: an http(s):// address is the Ray dashboard's job API, "
+                          f"not a cluster a driver joins; expected the head's GCS address (host:6379), 'auto', "
+                          f"ray://host:10001 or {LOCAL!r}")
+    return address
 
 
 def task_environment(modules: tuple[str, ...] = ()) -> dict:
@@ -125,6 +137,7 @@ def connect(address: str) -> None:
 
     if ray.is_initialized():
         return
+    checked_address(address, "the Ray address")
     if address == LOCAL:
         from mrl.runtime.capacity import usable_cores
 
@@ -333,7 +346,7 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
             running = {tasks[i].label: start.node for i, start in clock.starts.items() if i in in_flight.values()}
             if running != seen:
                 seen = running
-                bar.set_postfix_str("running: " + ", ".join(running), refresh=True)
+                bar.set_postfix_str(running_postfix(list(running)), refresh=True)
                 if on_progress is not None:
                     on_progress(running)
     except BaseException:
@@ -377,6 +390,17 @@ class Clock:
 
     def unplaceable_for(self) -> float:
         return 0.0 if self.unplaceable_since is None else time.monotonic() - self.unplaceable_since
+
+
+RUNNING_SHOWN = 4
+"""how many running tasks the progress bar names (the others are counted)"""
+
+
+def running_postfix(labels: list[str], shown: int = RUNNING_SHOWN) -> str:
+    """The progress bar's postfix: the first `shown` running tasks by name, the others counted (a grid on hundreds of
+    CPUs would otherwise print hundreds of labels)."""
+    more = f" and {len(labels) - shown} more" if len(labels) > shown else ""
+    return "running: " + ", ".join(labels[:shown]) + more
 
 
 def nodes_that_fit(memory: int) -> list[dict]:
