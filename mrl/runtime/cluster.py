@@ -298,9 +298,9 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
     # Ray reruns it)
     board = ray.remote(Board).options(num_cpus=0, max_restarts=-1, max_task_retries=-1,
                                       scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)).remote()
+    modules = tuple(sorted({module for task in tasks for module in task.modules}))
     remote = ray.remote(on_node).options(num_cpus=1, memory=memory or None, max_retries=max_retries,
-                                         runtime_env=task_environment(
-        tuple(sorted({module for task in tasks for module in task.modules}))))
+                                         runtime_env=task_environment(modules))
     shipped = {read: ray.put(folder_files(Path(read))) for read in dict.fromkeys(r for t in tasks for r in t.reads)}
     results, queue, in_flight, seen = [None] * len(tasks), list(range(len(tasks))), {}, None
     clock = Clock()
@@ -314,6 +314,7 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
                                     *(shipped[read] for read in task.reads))
                 in_flight[ref] = i
             done, _ = ray.wait(list(in_flight), num_returns=1, timeout=POLL_SECONDS)
+            clock.read(running_nodes(board), set(in_flight.values()))
             for ref in done:
                 i = in_flight.pop(ref)
                 try:
@@ -330,7 +331,6 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
                 else:
                     on_result(i, result)
                 bar.update(1)
-            clock.read(running_nodes(board), set(in_flight.values()))
             for ref, i in list(in_flight.items()):
                 if clock.overdue(i, tasks[i].deadline):
                     del in_flight[ref]
