@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from mrl.paths import BLOCK_RECORD
 from mrl.profiles import PROFILES, load_profile
 from mrl.reports.performance import update_performance
 from mrl.reports.provenance import update_provenance
@@ -160,10 +161,6 @@ def scale_out(cores: int | None, ray_address: str | None) -> None:
         ray_address = ray.get_runtime_context().gcs_address
     if ray_address is not None:
         os.environ[ADDRESS_ENV] = ray_address
-
-
-BLOCK_RECORD = Path("paper_tables") / "confirmatory_claims_record"
-"""where the second registration's finished runs are committed (mrl.experiments.record), under the checkout"""
 
 
 def block_part(profile: str) -> int:

@@ -27,7 +27,7 @@ import pandas as pd
 
 from mrl.core.probes import probe_config, probe_label
 from mrl.core.run_config import RunConfig
-from mrl.paths import repo_root
+from mrl.paths import BLOCK_RECORD, repo_root
 
 COSTS = Path("docs") / "measurements" / "arm_costs.json"
 """the measured cost of each family's warm-up and each arm's run (benchmarks/arm_costs.py), under the checkout"""
@@ -194,13 +194,12 @@ def notebook_phases(config: RunConfig, costs: JobCosts) -> dict[str, list[Phase]
 
 
 def claims_block_todo(config: RunConfig) -> list:
-    """The second registration's runs a fresh clone runs: those its committed record (mrl.reproduce.BLOCK_RECORD)
+    """The second registration's runs a fresh clone runs: those its committed record (mrl.paths.BLOCK_RECORD)
     lacks under the checksum docs/registration_claims.md records, as 76_confirmatory_claims reads them
     (mrl.experiments.record.missing_runs); [] where the profile has no such block."""
     from mrl.experiments.heldout import claims_block_runs
     from mrl.experiments.record import missing_runs
     from mrl.reports.claims_registration import recorded_checksum
-    from mrl.reproduce import BLOCK_RECORD
 
     block = claims_block_runs(config)
     if not block:
