@@ -315,6 +315,14 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
                 in_flight[ref] = i
             done, _ = ray.wait(list(in_flight), num_returns=1, timeout=POLL_SECONDS)
             clock.read(running_nodes(board), set(in_flight.values()))
+            # the tasks in flight as the board saw them, those that just ended included: a rerun that ends between
+            # two polls is still named once
+            running = {tasks[i].label: start.node for i, start in clock.starts.items() if i in in_flight.values()}
+            if running != seen:
+                seen = running
+                bar.set_postfix_str(running_postfix(list(running)), refresh=True)
+                if on_progress is not None:
+                    on_progress(running)
             for ref in done:
                 i = in_flight.pop(ref)
                 try:
@@ -343,12 +351,6 @@ def map_on_ray(tasks: list[Task], what: str, progress: bool = True,
                 raise NoNodeFits(f"{what}: no live node of the cluster can hold {tasks[min(waiting)].label}, a task "
                                  f"of 1 CPU and {memory / 2**30:.2f} GiB of memory (waited {PLACEMENT_SECONDS:.0f} s;"
                                  f" the live nodes: {live_nodes_in_words() or 'none'}); add such a node")
-            running = {tasks[i].label: start.node for i, start in clock.starts.items() if i in in_flight.values()}
-            if running != seen:
-                seen = running
-                bar.set_postfix_str(running_postfix(list(running)), refresh=True)
-                if on_progress is not None:
-                    on_progress(running)
     except BaseException:
         for ref in in_flight:
             ray.cancel(ref, force=True)
