@@ -337,7 +337,8 @@ def profile_plan(profile: str = "default", cores: tuple[int, ...] = CORES) -> tu
     if profile == "default":
         record = json.loads((repo_root() / NOTEBOOK_TIMES).read_text())
         measured = dict(record["notebooks"])
-        block = measured_block(record, len(claims_block_todo(config)))
-        if block is not None:
+        todo = len(claims_block_todo(config))
+        block = measured_block(record, todo)
+        if block is not None and todo:   # a complete record: the notebook's own time, as measured
             measured[f"{CLAIMS_NOTEBOOK}.ipynb"] = block
     return plan_rows(config, list(cores), costs, measured), costs
