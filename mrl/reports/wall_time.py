@@ -100,13 +100,15 @@ class JobCosts:
         return per_step * run.steps * len(run.paths) / 2
 
 
-def measured_costs(config: RunConfig, record: dict) -> JobCosts:
-    """JobCosts from an arm_costs record measured on `config`'s held-out experiment (its families' warm-up CPU
-    seconds against their warmup_cost under that experiment's zoo, its arms' wall seconds per step)."""
+def measured_costs(record: dict) -> JobCosts:
+    """JobCosts from an arm_costs record: its families' warm-up CPU seconds against their warmup_cost under the
+    held-out zoo of the profile it was measured on (so a smaller profile's warm-ups cost less in proportion), its
+    arms' wall seconds per step."""
     from mrl.experiments.heldout import heldout_config
+    from mrl.profiles import load_profile
     from mrl.runtime.zoo import warmup_cost
 
-    zoo = heldout_config(config, 0).zoo
+    zoo = heldout_config(load_profile(record["profile"]), 0).zoo
     families = {f.name: f for f in zoo.families}
     rate = sum(f["cpu_seconds"] for f in record["families"]) / sum(
         warmup_cost(families[f["family"]], zoo) for f in record["families"])
@@ -332,7 +334,7 @@ def profile_plan(profile: str = "default", cores: tuple[int, ...] = CORES) -> tu
     from mrl.profiles import load_profile
 
     config = load_profile(profile)
-    costs = measured_costs(config, json.loads((repo_root() / COSTS).read_text()))
+    costs = measured_costs(json.loads((repo_root() / COSTS).read_text()))
     measured = {}
     if profile == "default":
         record = json.loads((repo_root() / NOTEBOOK_TIMES).read_text())
