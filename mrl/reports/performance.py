@@ -102,6 +102,41 @@ def plan_block(tables: Path) -> str:
             f"times those runs.\n\n" + "\n".join(lines) + "\n\n" + bounds_markdown(table, CORES))
 
 
+SMOKE_RUNS = {"on 2 cores here": Path("docs") / "measurements" / "reproduce_smoke_local.json",
+              "on a simulated Ray cluster (2 nodes of 1 CPU)": Path("docs") / "measurements" / "reproduce_smoke_ray.json"}
+"""the smoke profile's reproduce records from a fresh clone (mrl.reproduce's results/reproduce-smoke.json), kept as
+the plan's measured check: locally and on benchmarks/simulated_cluster.py's cluster (docs/performance.md)"""
+
+
+def smoke_plan_block(tables: Path) -> str:
+    """The smoke profile's plan at 2 cores (mrl.reports.wall_time.profile_plan) beside its measured time from a fresh
+    clone in each record of SMOKE_RUNS, per notebook: a notebook without warm-ups or runs is planned at its local
+    measured time, so only the others test the plan."""
+    from mrl.reports.wall_time import profile_plan
+
+    root = tables.parent
+    records = {where: json.loads((root / path).read_text()) for where, path in SMOKE_RUNS.items()
+               if (root / path).exists()}
+    local = next(iter(records.values()), None)
+    table, costs = profile_plan("smoke", (2,), local)
+    lines = ["| notebook | jobs | plan at 2 cores | " + " | ".join(f"measured {where}" for where in records) + " |",
+             "|---|---:|---:|" + "---:|" * len(records)]
+    for row in table.to_dict("records"):
+        name = row["notebook"]
+        cells = [record["notebooks"].get(f"{name}.ipynb") if name != "total" else record["total_seconds"]
+                 for record in records.values()]
+        planned = f"{row['2 cores (min)']:.1f}" + (" (its local time)" if row["jobs"] == 0 and name != "total" else "")
+        lines.append(f"| {'**total**' if name == 'total' else '`' + name + '`'} | {row['jobs']:.0f} | {planned} | "
+                     + " | ".join("not run" if c is None else f"{c / 60:.1f}" for c in cells) + " |")
+    sources = "; ".join(f"{where}: `{SMOKE_RUNS[where]}` ({run_source(record)}, commit "
+                        f"{short_sha(record['git_sha'])})" for where, record in records.items())
+    return (f"The smoke profile from a fresh clone, in minutes: its plan at 2 cores (`mrl plan --profile smoke "
+            f"--cores 2`, from the per-job costs measured on the default profile's jobs on {costs.machine}, scaled to "
+            f"the smoke zoo's size for the warm-ups, not for the runs) beside `make reproduce PROFILE=smoke` as it "
+            f"ran, its caches empty, {'; and '.join(records) or 'nowhere yet'}. Sources: {sources or 'none'}.\n\n"
+            + "\n".join(lines) + "\n")
+
+
 def bounds_markdown(table: pd.DataFrame, cores: tuple[int, ...]) -> str:
     """What bounds each notebook of plan_rows' `table` on each number of `cores` (mrl.reports.wall_time.Bound), the
     caps that fix a notebook's parallelism, and for the whole the notebook that binds it, with its share."""
@@ -122,7 +157,7 @@ def bounds_markdown(table: pd.DataFrame, cores: tuple[int, ...]) -> str:
     return "\n".join(lines) + ("\n\nThe fixed caps: " + "; ".join(caps) + ".\n" if caps else "\n")
 
 
-BLOCKS = {"mwra": mwra_block, "reproduce": reproduce_block, "plan": plan_block}
+BLOCKS = {"mwra": mwra_block, "reproduce": reproduce_block, "plan": plan_block, "smoke_plan": smoke_plan_block}
 
 TIMING = re.compile(r"\b\d[\d,.]*\s?(ms|s|seconds|minutes|hours|tokens/s|sequences/s)\b")
 """a time or a throughput as the page would quote one"""

@@ -329,16 +329,18 @@ def least_cores(phase: Phase) -> int:
     return low
 
 
-def profile_plan(profile: str = "default", cores: tuple[int, ...] = CORES) -> tuple[pd.DataFrame, JobCosts]:
-    """plan_rows of a profile from the committed records (COSTS, NOTEBOOK_TIMES)."""
+def profile_plan(profile: str = "default", cores: tuple[int, ...] = CORES,
+                 record: dict | None = None) -> tuple[pd.DataFrame, JobCosts]:
+    """plan_rows of a profile from the committed per-job costs (COSTS), its measured column from a reproduce record
+    of that profile (`record`; the default profile's committed NOTEBOOK_TIMES when not given; none for another)."""
     from mrl.profiles import load_profile
 
     config = load_profile(profile)
     costs = measured_costs(json.loads((repo_root() / COSTS).read_text()))
-    measured = {}
-    if profile == "default":
+    if record is None and profile == "default":
         record = json.loads((repo_root() / NOTEBOOK_TIMES).read_text())
-        measured = dict(record["notebooks"])
+    measured = dict(record["notebooks"]) if record is not None else {}
+    if record is not None and profile == "default":
         todo = len(claims_block_todo(config))
         block = measured_block(record, todo)
         if block is not None and todo:   # a complete record: the notebook's own time, as measured

@@ -118,14 +118,21 @@ def shipped_sources(modules: tuple[str, ...]) -> list[str]:
     return sorted(shipped)
 
 
-def start_local_ray(num_cpus: int, **init) -> None:
-    """Start Ray on this machine only: its servers advertise and bind the loopback interface (LOOPBACK_ENV) and the
-    dashboard, with its unauthenticated job API, is not started (CVE-2023-48022)."""
+def loopback_only() -> None:
+    """Make the Ray of this process advertise and bind 127.0.0.1 (LOOPBACK_ENV): for a node it starts, and for a
+    driver joining a cluster on 127.0.0.1, whose address Ray would otherwise rewrite to this machine's network one."""
     os.environ[LOOPBACK_ENV] = "0"   # read when ray is imported ...
-    import ray
     from ray._private import ray_constants
 
     ray_constants.ENABLE_RAY_CLUSTER = False   # ... and, where this process imported it before, set here
+
+
+def start_local_ray(num_cpus: int, **init) -> None:
+    """Start Ray on this machine only: its servers advertise and bind the loopback interface (loopback_only) and the
+    dashboard, with its unauthenticated job API, is not started (CVE-2023-48022)."""
+    import ray
+
+    loopback_only()
     # address "local": a new instance, even where another Ray on this machine would be joined by default
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, **init)
 
@@ -143,6 +150,8 @@ def connect(address: str) -> None:
 
         start_local_ray(usable_cores(), runtime_env=task_environment())
     else:
+        if address.split("://")[-1].rsplit(":", 1)[0] in ("127.0.0.1", "localhost"):
+            loopback_only()   # a cluster on this machine's loopback (benchmarks/simulated_cluster.py)
         ray.init(address=address, log_to_driver=False, runtime_env=task_environment())
 
 
