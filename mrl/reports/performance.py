@@ -157,7 +157,7 @@ def bounds_markdown(table: pd.DataFrame, cores: tuple[int, ...]) -> str:
     return "\n".join(lines) + ("\n\nThe fixed caps: " + "; ".join(caps) + ".\n" if caps else "\n")
 
 
-BLOCKS = {"mwra": mwra_block, "reproduce": reproduce_block, "plan": plan_block, "smoke_plan": smoke_plan_block}
+BLOCKS = {"mwra": mwra_block, "reproduce": reproduce_block, "plan": plan_block, "smoke": smoke_plan_block}
 
 TIMING = re.compile(r"\b\d[\d,.]*\s?(ms|s|seconds|minutes|hours|tokens/s|sequences/s)\b")
 """a time or a throughput as the page would quote one"""
