@@ -335,3 +335,30 @@ def test_a_ray_this_package_starts_listens_on_loopback_only_without_a_dashboard(
     for command in seen["dashboard"]:
         modules = command.split("--modules-to-load=")[1].split()[0].split(",")
         assert "--minimal" in command and "--disable-frontend" in command and modules == ["UsageStatsHead"], command
+
+
+def test_the_simulated_cluster_listens_on_loopback_and_a_driver_on_127_runs_a_task_there(tmp_path):
+    """benchmarks/simulated_cluster.py, as docs/performance.md uses it: its nodes bind 127.0.0.1 only, a kernel that
+    joins it by that address runs a grid task on it (Ray would rewrite 127.0.0.1 to the machine's network address
+    without mrl.runtime.cluster.loopback_only), and it shuts down on SIGTERM."""
+    import psutil
+
+    address_file = tmp_path / "address"
+    cluster = subprocess.Popen([sys.executable, str(TESTS.parent / "benchmarks" / "simulated_cluster.py"), "--nodes",
+                                "1", "--address-file", str(address_file)], stdout=subprocess.PIPE, text=True)
+    try:
+        wait_until(address_file.is_file, "the simulated cluster's address")
+        address = address_file.read_text().strip()
+        assert address.startswith("127.0.0.1:"), address
+        mine = {p.pid for p in psutil.Process(cluster.pid).children(recursive=True)} | {cluster.pid}
+        listening = {c.laddr.ip for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.pid in mine}
+        assert listening and listening <= {"127.0.0.1", "::1", "::ffff:127.0.0.1"}, listening
+        (tmp_path / "kernel.py").write_text(KERNEL)
+        env = {**os.environ, "MRL_RAY_ADDRESS": address,
+               "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+        done = subprocess.run([sys.executable, str(tmp_path / "kernel.py"), str(tmp_path / "made")],
+                              capture_output=True, text=True, timeout=DEADLINE, env=env)
+        assert done.returncode == 0 and "['made']" in done.stdout, done.stderr[-3000:]
+    finally:
+        cluster.terminate()
+        assert cluster.wait(timeout=DEADLINE) == 0

@@ -3,10 +3,9 @@
 
 No filesystem is shared: a task gets the driver's folders it reads (a zoo's checkpoints) as their files' bytes,
 written into a temporary folder on its node, and returns what it made (a run's rows, its trained policies, a
-family's checkpoint and tokenizer) to the driver, which writes it where a local job would have (the callers:
-mrl.runtime.zoo_grid.build_zoos, mrl.experiments.runs.run_many). Before it runs, a task checks that its node computes as
-the driver does (NodeContract: the numerics mode, its contract in effect or, in native mode, the driver's CPU, the
-same mrl code); a node that cannot runs nothing and says why (NodeRefused).
+family's checkpoint and tokenizer) to the driver, which writes it where a local job would have (zoo_grid.build_zoos,
+runs.run_many). A task first checks that its node computes as the driver does (NodeContract: the numerics mode, its
+contract in effect or, in native mode, the driver's CPU, the same mrl code); one that cannot runs nothing and says why.
 
 Faults are Ray's to handle, not a scheduler's of ours: a task whose node dies is retried elsewhere (`max_retries`);
 every task belongs to the driver that submitted it, and Ray ends them when that driver dies; what finished is in the
