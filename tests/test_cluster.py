@@ -266,8 +266,8 @@ def test_a_task_that_no_node_can_hold_is_refused_not_left_waiting(cluster, tmp_p
     monkeypatch.setattr(grid, "PLACEMENT_SECONDS", 1.0)
     made = tmp_path / "made"
     with pytest.raises(NoNodeFits, match=r"a grid: no live node of the cluster can hold touch, a task of 1 CPU and "
-                                         r"1048576.00 GiB of memory .* the live nodes: .*1 CPU"):
-        map_on_ray([Task(touch, str(made), "touch")], "a grid", progress=False, memory=2 ** 50)
+                                         r"16384.00 GiB of memory .* the live nodes: .*1 CPU"):
+        map_on_ray([Task(touch, str(made), "touch")], "a grid", progress=False, memory=2 ** 44)
     assert not made.exists()
 
 
