@@ -22,14 +22,14 @@
 # Start here. In a minute or two this notebook shows the pieces every later notebook builds on, one small example
 # each: the families and how differently their tokenizers split the same prompt; what two policies sample for one
 # prompt; how THL lines a peer's text up with the receiver's tokens by bytes; the records SEE exchanged in one step;
-# and a short SGT run whose rescues appear while it trains. It runs on the default profile's zoo when that is cached
-# (`make reproduce` builds it), where the policies learn within its steps, and otherwise on the smoke zoo, which
-# learns almost nothing: the first output says which. Change the parameters and run it again: nothing here is
-# cached.
+# and a short SGT run in which each policy learns its weak skill from its peer. It runs on the held-out experiment's
+# zoo when that is cached (`make reproduce`'s `70_heldout` builds it; `profile = "default"` builds it here, minutes
+# on two cores), where the learning shows within the run, and otherwise on the smoke zoo, which learns almost nothing:
+# the first output says which. Change the parameters and run it again: nothing here is cached.
 
 # %% tags=["parameters"]
-profile = "auto"   # auto (the default zoo when it is cached, else the smoke zoo) | smoke | default
-steps = 12         # RL steps of the SGT run
+profile = "auto"   # auto (the default profile's held-out zoo when it is cached, else the smoke zoo) | default | smoke
+steps = None       # RL steps of the SGT run (None: 60 on the held-out zoo, 12 on the smoke zoo)
 seed = 0           # sampling and training seed
 skill = "S2"       # the prompt's skill: S1, S2 or S3
 
@@ -44,28 +44,28 @@ from mrl.core.config import RunnerConfig
 from mrl.core.probes import probe_config
 from mrl.core.tasks import make_task
 from mrl.core.thl import align
-from mrl.experiments import policy_paths
 from mrl.notebook import setup_notebook
 from mrl.reports.palette import policy_colour
 from mrl.reports.substrate import zoo_table
-from mrl.reports.tour import (alignment_html, learning_sentence, logged_records, prompt_samples, tokenization_table,
-                              tour_profile)
+from mrl.reports.tour import (TOUR_STEPS, alignment_html, learning_figure, learning_sentence, logged_records,
+                              prompt_samples, tokenization_table, tour_eval_every, tour_setting, tour_zoo)
 from mrl.runtime.runner import run_concurrent
 from mrl.runtime.spec import Run
 from mrl.runtime.tracking import NotebookPlot, NotebookTable
 from mrl.runtime.zoo import load_policy
 
-profile, why = tour_profile(profile)
-run = setup_notebook("01_tour", profile, seed=seed)
-config = run.config
+chosen = tour_zoo(profile)
+steps = steps or TOUR_STEPS[chosen.zoo]
+run = setup_notebook("01_tour", chosen.profile, seed=seed)
+config, paths = tour_setting(run.config, chosen.zoo)
 task = make_task(config.task)
-paths = policy_paths(config, progress=False)
 zoo = {name: load_policy(path) for name, path in paths.items()}
 problem = task.test[skill][0]
-print(f"{why}\nprofile {profile}: policies {list(zoo)}; task {config.task.name}; the prompt: {problem.prompt!r}")
+print(f"{chosen.why}\nzoo {chosen.zoo}: policies {list(zoo)}; task {config.task.name}; {steps} SGT steps; the "
+      f"prompt: {problem.prompt!r}")
 
 # %% [markdown]
-# ## The families: three architectures, three tokenizer kinds
+# ## The families: different architectures, different tokenizers
 #
 # Each policy is a real `transformers` checkpoint with its own tokenizer, trained here from scratch
 # (`notebooks/00_zoo.ipynb` builds and evaluates them). The same prompt becomes different token sequences:
@@ -81,10 +81,9 @@ print(tokenization_table({name: policy.tokenizer for name, policy in zoo.items()
 # %% [markdown]
 # ## One prompt, sampled by A and B
 #
-# Six samples per policy at temperature 1, scored by the task's verifier (1: the exact answer). On the default
-# zoo a policy strong on the prompt's skill answers most of them and its peer few: the gap sharing tries to
-# close. The smoke zoo is warmed up for seconds only, so both answer few (run with `profile = "default"` after
-# `make reproduce` has built its zoo to see the gap).
+# Six samples per policy at temperature 1, scored by the task's verifier (1: the exact answer). On the held-out
+# zoo the prompt's form, S2, is B's strength and A's weakness: B answers most of them and A few, the gap sharing
+# tries to close. The smoke zoo is warmed up for seconds only, so both answer few.
 
 # %%
 samples = prompt_samples({name: zoo[name] for name in ("A", "B")}, problem, task.verify, n=6, seed=seed,
@@ -113,14 +112,17 @@ for text in (problem.prompt + peer.completion, peer.completion):
 # verified successes (re-verified by the learner) enter its loss. The plot and the table redraw at every step:
 # each policy's mean reward, how many of its prompts had no success (`rescue_candidates`) and how many peer
 # successes it learned from (`rescue_size`). `report_to="tensorboard"` or `"trackio"` on `RunnerConfig` sends the
-# same metrics to a dashboard.
+# same metrics to a dashboard. What to expect on the held-out zoo: a few rescues per policy at every step, and a
+# training reward, over all three forms, that barely moves; the learning is in each policy's weak skill, drawn
+# after the run.
 
 # %%
 metrics = ["train/reward", "probe/rescue_candidates", "probe/rescue_size"]
 live_plot = NotebookPlot(metrics, policies=["A", "B"], title="SGT, live: one run, one point per step",
                          colour=policy_colour)
 live = NotebookTable([f"{name}/{key}" for name in ("A", "B") for key in metrics], title="SGT, live")
-tour = dataclasses.replace(config, grpo=dataclasses.replace(config.grpo, eval_every=steps), runner=RunnerConfig())
+tour = dataclasses.replace(config, grpo=dataclasses.replace(config.grpo, eval_every=tour_eval_every(config, steps)),
+                           runner=RunnerConfig())
 sgt_run = Run(tour, {name: paths[name] for name in ("A", "B")}, probe_config("sgt"), seed, steps)
 record = run_concurrent(sgt_run, experience_dir=run.folder / "experience", progress=False, reporters=[live_plot, live])
 
@@ -143,7 +145,10 @@ for kind, rows in records.groupby("kind"):
     display(HTML(f"<b>{kind}</b>"), rows.dropna(axis=1, how="all").head(3))
 
 # %% [markdown]
-# ## The run as data: held-out accuracy before and after
+# ## What the run learned, and the run as data
+#
+# Each policy's held-out accuracy per skill along the run, its weak skill bold: on the held-out zoo it rises while
+# the strong skills hold (the sentence below the table is computed from the run).
 #
 # `save_run` writes the run as the notebooks' grids and `mrl run` write theirs (steps, evaluations, settings);
 # `mrl.runtime.results.load_runs` reads every run of a folder into one DataFrame (or a `datasets.Dataset`), each row with
@@ -160,6 +165,9 @@ from mrl.runtime.results import load_runs
 shutil.rmtree(run.folder / "runs" / "tour-sgt", ignore_errors=True)
 save_run(run.folder / "runs" / "tour-sgt", record, sgt_run, record.wall_seconds)
 evals = load_runs(run.folder / "runs", "evals")
+learning_figure(evals)
+
+# %%
 display(evals[evals.split == "held-out"].pivot_table(index=["probe", "policy", "step"], columns="skill",
                                                      values="accuracy"))
 Markdown(learning_sentence(pd.DataFrame(record.steps), pd.DataFrame(record.evals)))

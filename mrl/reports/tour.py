@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -13,46 +14,88 @@ import torch
 from mrl.core.thl import Alignment, token_pieces
 from mrl.core.validation import require
 from mrl.paths import repo_root
-from mrl.profiles import PROFILES, load_profile
+from mrl.core.run_config import RunConfig
+from mrl.profiles import load_profile
 from mrl.reports.palette import policy_colour
 from mrl.reports.substrate import token_split
 from mrl.runtime.experience_log import replay
 from mrl.runtime.rollout import sample_records
-from mrl.runtime.zoo import family_dir
 
 GROUP_COLOURS = ["#fde0dd", "#d9f0d3", "#deebf7", "#fff2cc", "#e5d8f0", "#d0f0f0", "#fbe3c8", "#e8e8e8"]
 """background colours of consecutive THL groups (cycled); the same group has the same colour on both sides"""
 
 
-TOUR_PROFILES = ("auto", *PROFILES)
-"""what the tour's `profile` parameter takes: auto (the default zoo when it is cached, else the smoke zoo) or a
-profile"""
+TOUR_PROFILES = ("auto", "default", "smoke")
+"""what the tour's `profile` parameter takes: auto (the default profile's held-out zoo when it is cached, else the
+smoke zoo), default (that held-out zoo, of warm-up seed 0, built when missing: minutes on two cores) or smoke (its
+zoo; what `mrl reproduce --profile smoke` and nbval inject)"""
+
+TOUR_STEPS = {"heldout": 60, "smoke": 12}
+"""the SGT run's steps on each zoo: on the held-out zoo 60 steps (about half a minute on one core) move each policy's
+weak skill visibly; the smoke profile's 12 keep `make test` short"""
 
 
-def zoo_cached(profile: str, root: Path | None = None) -> bool:
-    """Whether every family of the profile's zoo is in the zoo cache (data/models/ of the checkout by default): the
-    tour can run on it without building it."""
-    config = load_profile(profile)
+@dataclass(frozen=True)
+class TourZoo:
+    """Which zoo the tour runs on, and why."""
+
+    zoo: str
+    """heldout or smoke"""
+    profile: str
+    """the profile whose settings and results folder the notebook takes (default for the held-out zoo)"""
+    why: str
+    """a sentence for the reader: the zoo, and what they should see on it"""
+
+
+def heldout_zoo_cached(root: Path | None = None) -> bool:
+    """Whether the default profile's held-out zoo of warm-up seed 0 is in the zoo cache (data/models/ by default):
+    70_heldout builds it, and the tour reads it without building it."""
+    from mrl.experiments.heldout import heldout_zoos
+    from mrl.runtime.zoo_grid import planned_zoos
+
+    with planned_zoos() as planned:
+        heldout_zoos(load_profile("default"), False, [0])
     root = root if root is not None else repo_root() / "data" / "models"
-    return config.zoo is not None and all(family_dir(root, config.task, family, config.zoo).exists()
-                                          for family in config.zoo.families)
+    return bool(planned) and all((root / Path(folder).relative_to(repo_root() / "data" / "models")).exists()
+                                 for folder, _, _ in planned)
 
 
-def tour_profile(requested: str, root: Path | None = None) -> tuple[str, str]:
-    """(the profile the tour runs on, a sentence that says why): `auto` takes the default profile when its zoo is
-    cached (make reproduce's 00_zoo builds it), else the smoke profile, whose zoo is warmed up for seconds and
-    learns little: the sentence names that fallback and how to leave it. Another value is taken as asked."""
+def tour_zoo(requested: str, root: Path | None = None) -> TourZoo:
+    """The zoo the tour runs on (TourZoo): `auto` takes the default profile's held-out zoo when it is cached, else the
+    smoke zoo, whose families are warmed up for seconds and learn almost nothing (the sentence names that fallback
+    and how to leave it); `default` (the held-out zoo) or `smoke` as asked."""
     require(requested in TOUR_PROFILES, "01_tour", "profile", requested, f"one of {list(TOUR_PROFILES)}")
-    if requested != "auto":
-        return requested, f"The tour runs on the {requested} profile's zoo, as asked."
-    if zoo_cached("default", root):
-        return "default", ("The tour runs on the default profile's zoo (cached): warmed up to a skill profile in "
-                           "which each family is strong on its own forms and weak on its peer's, it learns within "
-                           "the tour's steps.")
-    return "smoke", ("The default profile's zoo is not cached, so the tour runs on its fallback, the smoke zoo: "
-                     "warmed up for seconds to keep `make test` short, it answers almost nothing and learns almost "
-                     "nothing here. Build the default zoo (`mrl reproduce --profile default --only 00`, minutes on "
-                     "two cores) and run the tour again with `profile = \"auto\"` to see the policies learn.")
+    heldout = TourZoo("heldout", "default", (
+        "The tour runs on the held-out experiment's zoo (the default profile's, warm-up seed 0): A is strong on the "
+        "forms S1 and S3 and weak on S2, B strong on S1 and S2 and weak on S3. Watch each policy's weak skill: SGT "
+        "puts the peer's verified successes on it into the learner's loss, and its held-out accuracy rises within "
+        "the run while the strong skills hold."))
+    smoke = TourZoo("smoke", "smoke", (
+        "The tour runs on the smoke zoo{}: warmed up for seconds to keep `make test` short, its policies answer "
+        "almost nothing and learn almost nothing here. Run the tour with `profile = \"default\"` (it builds the "
+        "held-out zoo once, minutes on two cores, which `70_heldout` reuses) to see the policies learn."))
+    if requested == "default" or (requested == "auto" and heldout_zoo_cached(root)):
+        return heldout
+    reason = ", as asked" if requested == "smoke" else " (the held-out zoo is not cached)"
+    return dataclasses.replace(smoke, why=smoke.why.format(reason))
+
+
+def tour_eval_every(config: RunConfig, steps: int) -> int:
+    """The tour run's evaluation cadence: its config's (the held-out experiment's every 10 steps, so the learning
+    figure has points along the run) where it divides the run in several, else only at the start and the end."""
+    every = config.grpo.eval_every
+    return every if every and steps >= 3 * every else steps
+
+
+def tour_setting(config: RunConfig, zoo: str) -> tuple[RunConfig, dict[str, str]]:
+    """(the run config, {policy: checkpoint folder}) of the tour on `zoo`: the held-out experiment's config and zoo
+    of warm-up seed 0 (built when missing), or the smoke profile's own zoo; `config` is the notebook's profile."""
+    from mrl.experiments import policy_paths
+    from mrl.experiments.heldout import heldout_config, heldout_zoos
+
+    if zoo == "heldout":
+        return heldout_config(config, 0), heldout_zoos(config, False, [0])[0]
+    return config, policy_paths(config, progress=False)
 
 
 def tokenization_table(tokenizers: dict, text: str) -> pd.DataFrame:
@@ -123,18 +166,53 @@ def logged_records(log_dir: str | Path, step: int) -> pd.DataFrame:
     return frame.drop(columns=[c for c in ("token_ids", "logps") if c in frame.columns])
 
 
-def learning_sentence(steps: pd.DataFrame, evals: pd.DataFrame, window: int = 3) -> str:
-    """What the tour's SGT run learned, in words (Markdown), from its step rows (policy, step, reward, rescue_size)
-    and evaluations (policy, step, split, skill, accuracy): each policy's mean reward over its first and last
-    `window` steps, the peer successes SGT put into its loss, and its held-out accuracy over every skill at the first
-    and last evaluation."""
+def weak_skills(evals: pd.DataFrame, split: str = "held-out") -> dict[str, str]:
+    """{policy: its weak skill}: the skill of its lowest `split` accuracy at the first evaluation."""
+    first = evals[(evals.split == split) & (evals.step == evals.step.min())]
+    return {policy: rows.sort_values("accuracy").skill.iloc[0] for policy, rows in first.groupby("policy")}
+
+
+def learning_sentence(steps: pd.DataFrame, evals: pd.DataFrame) -> str:
+    """What the tour's SGT run learned, in words (Markdown), from its step rows (policy, step, rescue_size) and
+    evaluations (policy, step, split, skill, accuracy): per policy, its held-out accuracy on its weak skill
+    (weak_skills) at the first and last evaluation, its other skills' mean at both, and the peer successes SGT put
+    into its loss."""
+    held = evals[evals.split == "held-out"]
+    first, last = held.step.min(), held.step.max()
     parts = []
-    held = evals[(evals.split == "held-out")].groupby(["policy", "step"]).accuracy.mean()
-    for policy, rows in steps.sort_values("step").groupby("policy"):
-        first, last = rows.reward.head(window).mean(), rows.reward.tail(window).mean()
-        before, after = held[policy].iloc[0], held[policy].iloc[-1]
-        parts.append(f"{policy}'s mean reward went from {first:.3f} (steps {rows.step.iloc[0]}-"
-                     f"{rows.step.iloc[min(window, len(rows)) - 1]}) to {last:.3f} (the last {min(window, len(rows))}), "
-                     f"with {int(rows.rescue_size.sum())} peer successes in its loss, and its held-out accuracy from "
-                     f"{before:.3f} to {after:.3f}")
-    return "In this run, " + "; ".join(parts) + "."
+    for policy, weak in weak_skills(evals).items():
+        mine = held[held.policy == policy]
+        at = mine.set_index(["step", "skill"]).accuracy
+        others = mine[mine.skill != weak].groupby("step").accuracy.mean()
+        rescued = int(steps[steps.policy == policy].rescue_size.sum())
+        parts.append(f"{policy}'s held-out accuracy on its weak skill {weak} went from {at[(first, weak)]:.3f} to "
+                     f"{at[(last, weak)]:.3f} ({at[(last, weak)] - at[(first, weak)]:+.3f}), its other skills' from "
+                     f"{others[first]:.3f} to {others[last]:.3f}, with {rescued} peer successes in its loss")
+    return (f"In this run of {last} steps, " + "; ".join(parts) + ". One run on one warm-up: the notebooks "
+            "that follow compare probes over many.")
+
+
+def learning_figure(evals: pd.DataFrame):
+    """Each policy's held-out accuracy per skill against the step, its weak skill (weak_skills) drawn bold: one
+    panel per policy, in the policy's colour."""
+    import matplotlib.pyplot as plt
+
+    from mrl.reports.palette import fit_accuracy_axis
+
+    held = evals[evals.split == "held-out"]
+    weak = weak_skills(evals)
+    fig, axes = plt.subplots(1, len(weak), figsize=(4.2 * len(weak), 3.0), sharey=True, squeeze=False)
+    for ax, (policy, skill_weak) in zip(axes[0], weak.items()):
+        for skill, rows in held[held.policy == policy].groupby("skill"):
+            rows = rows.sort_values("step")
+            bold = skill == skill_weak
+            ax.plot(rows.step, rows.accuracy, marker="o", markersize=3, color=policy_colour(policy),
+                    linewidth=2.4 if bold else 1.0, alpha=1.0 if bold else 0.45,
+                    label=f"{skill} (weak)" if bold else skill)
+        ax.set_title(f"{policy}: held-out accuracy per skill")
+        ax.set_xlabel("SGT step")
+        ax.legend(fontsize=8, frameon=False)
+    fit_accuracy_axis(axes[0][0], "held-out accuracy")
+    fig.tight_layout()
+    plt.close(fig)   # shown once, as the cell's value
+    return fig
