@@ -95,9 +95,9 @@ def test_with_a_correction_the_batch_carries_trls_weight_and_the_loss_uses_it(ti
     assert batch.sample_weight.shape == batch.completion_ids.shape and batch.sample_weight.max() <= 3.0
     assert stats["sampler_weight_min"] <= stats["sampler_weight_mean"] <= stats["sampler_weight_max"]
     assert stats["sampler_weight_min"] != 1.0 or stats["sampler_weight_max"] != 1.0
-    weighted = next(iter(actor.probe.loss(batch, PeerView(), actor.config.probe).losses))
-    plain = next(iter(actor.probe.loss(dataclasses.replace(batch, sample_weight=None), PeerView(),
-                                       actor.config.probe).losses))
+    weighted = actor.probe.loss(batch, PeerView(), actor.learner(1), actor.config.probe).loss(0)
+    plain = actor.probe.loss(dataclasses.replace(batch, sample_weight=None), PeerView(), actor.learner(1),
+                             actor.config.probe).loss(0)
     assert weighted.item() != plain.item()
 
 

@@ -107,15 +107,16 @@ def test_bf16_keeps_fp32_master_weights_and_its_loss_is_within_tolerance_of_fp32
     batch = fp32.pending
     losses = {}
     for actor in (fp32, bf16):
-        output = actor.probe.loss(dataclasses.replace(batch, logprobs=actor.logprobs), PeerView(), actor.config.probe)
-        losses[actor.config.placement.dtype] = [loss for loss in output.losses][0]
+        output = actor.probe.loss(batch, PeerView(), actor.learner(1), actor.config.probe)
+        losses[actor.config.placement.dtype] = output.loss(0)
     assert losses["bfloat16"].dtype == torch.float32  # the loss in fp32 over bf16 matmuls
     assert losses["bfloat16"].item() == pytest.approx(losses["float32"].item(), rel=0.05, abs=0.02)
     assert losses["bfloat16"].item() != losses["float32"].item()  # bf16 did compute in bf16
     assert {p.dtype for p in bf16.model.parameters()} == {torch.float32}  # loaded from bf16 into fp32 masters
     assert {p.dtype for p in bf16.reference.parameters()} == {torch.bfloat16}
     assert {p.dtype for p in bf16.sampler.parameters()} == {torch.bfloat16} and fp32.sampler is fp32.model
-    bf16.apply(losses["bfloat16"])
+    bf16.rollout(1, problems)
+    bf16.update(1)
     assert all(s["exp_avg"].dtype == torch.float32 for s in bf16.optimizer.state.values())
     for copy_, master in zip(bf16.sampler.parameters(), bf16.model.parameters()):
         assert torch.equal(copy_, master.to(torch.bfloat16))  # the sampler follows the update

@@ -52,8 +52,9 @@ def grid():
 
 def backend():
     from mrl.runtime.mwra import ProcessBackend, WorkerSpec
-    from mrl.runtime.worker import PingCall
-    ProcessBackend([WorkerSpec("A", SleepingActor, None)]).call({"A": PingCall()})
+    from mrl.runtime.worker import WorkerHandle
+    workers = ProcessBackend([WorkerSpec("A", SleepingActor, None)])
+    workers.gather({"A": WorkerHandle(workers, "A").ping()})
 
 
 if __name__ == "__main__":

@@ -33,14 +33,14 @@ class ScaledConfig(ProbeConfig):
 
 
 @register_probe("{name}", config=ScaledConfig, kinds=("success",))
-def scaled_loss(batch, peers: PeerView, cfg: ScaledConfig) -> ProbeOutput:
-    own = own_term(batch)
+def scaled_loss(batch, peers: PeerView, learner, cfg: ScaledConfig) -> ProbeOutput:
+    own = own_term(batch, learner)
     return ProbeOutput.single(None if own.loss is None else own.loss * SCALE + cfg.offset, own.active)
 
 
 @register_probe("{name}_plain")
-def plain_loss(batch, peers: PeerView, cfg: ProbeConfig) -> ProbeOutput:
-    own = own_term(batch)
+def plain_loss(batch, peers: PeerView, learner, cfg: ProbeConfig) -> ProbeOutput:
+    own = own_term(batch, learner)
     return ProbeOutput.single(None if own.loss is None else own.loss * SCALE, own.active)
 '''
 
