@@ -12,7 +12,7 @@ from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConf
 from mrl.core.probes import PROBES, PeerView, probe_config
 from mrl.core.run_config import RunConfig
 from mrl.core.tasks import make_task
-from mrl.runtime.actor import ActorConfig, PolicyActor
+from mrl.runtime.actor import WorkerSpec, PolicyActor
 from mrl.runtime.placement import DeviceGuard, PlacementError, precision, resolve_device
 from mrl.runtime.runner import run_concurrent
 
@@ -91,7 +91,7 @@ def test_a_placement_for_a_policy_the_profile_lacks_is_refused():
 
 
 def _actor(path, **placement) -> PolicyActor:
-    return PolicyActor(ActorConfig("A", path, TaskConfig(**TINY_TASK), GRPO, placement=PlacementConfig(**placement)))
+    return PolicyActor(WorkerSpec("A", path, TaskConfig(**TINY_TASK), GRPO, placement=PlacementConfig(**placement)))
 
 
 def test_bf16_keeps_fp32_master_weights_and_its_loss_is_within_tolerance_of_fp32(tiny_zoo_paths, tmp_path):
@@ -234,7 +234,7 @@ def test_the_evaluation_has_its_own_length_and_batch(tiny_zoo_paths, monkeypatch
     for grpo, expected in ((GrpoConfig(max_new_tokens=3), (3, 512)),
                            (GrpoConfig(max_new_tokens=3, eval_max_new_tokens=5, eval_batch=7), (5, 7))):
         calls.clear()
-        PolicyActor(ActorConfig("A", tiny_zoo_paths["A"], TaskConfig(**TINY_TASK), grpo)).evaluate(0)
+        PolicyActor(WorkerSpec("A", tiny_zoo_paths["A"], TaskConfig(**TINY_TASK), grpo)).evaluate(0)
         assert calls and set(calls) == {expected}
 
 

@@ -35,6 +35,15 @@ class SleepingActor:
         time.sleep(3600)
 
 
+class SleepingSpec:
+    """A worker's spec as the backends read it: its name, resources and build()."""
+
+    name, num_cpus, num_gpus = "A", 1, 0
+
+    def build(self):
+        return SleepingActor(self)
+
+
 def warmup():
     from mrl.runtime.pools import map_in_processes
     map_in_processes(sleeper, range(2), 2, "the zoo's warm-up")
@@ -51,9 +60,9 @@ def grid():
 
 
 def backend():
-    from mrl.runtime.mwra import ProcessBackend, WorkerSpec
+    from mrl.runtime.mwra import ProcessBackend
     from mrl.runtime.worker import WorkerHandle
-    workers = ProcessBackend([WorkerSpec("A", SleepingActor, None)])
+    workers = ProcessBackend([SleepingSpec()])
     workers.gather({"A": WorkerHandle(workers, "A").ping()})
 
 

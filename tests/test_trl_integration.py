@@ -22,7 +22,7 @@ from mrl.core.validation import ConfigError
 from mrl.integrations.file_exchange import FileExchange
 from mrl.runtime.experience_log import ExperienceLogError
 from mrl.integrations.trl import MRLGRPOTrainer, MrlSharing, PromptOrderMismatch, check_trl_args, problem_dataset
-from mrl.runtime.actor import ActorConfig, PolicyActor
+from mrl.runtime.actor import WorkerSpec, PolicyActor
 from mrl.runtime.mwra import WorkerFailed
 from mrl.runtime.runner import collect_for
 
@@ -79,7 +79,7 @@ def test_a_probe_through_trl_equals_the_actor(probe, micro_batch, tiny_zoo_paths
     """micro_batch > 0: TRL's training step backpropagates 5 sequences at a time, with the whole batch's gradient."""
     paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
     grpo = GrpoConfig(prompts_per_step=P, group_size=G, max_new_tokens=T, engine="hf", seed=0)
-    actors = {name: PolicyActor(ActorConfig(name=name, policy_path=path, task=TASK, grpo=grpo,
+    actors = {name: PolicyActor(WorkerSpec(name=name, policy_path=path, task=TASK, grpo=grpo,
                                             probe=probe_config(probe), peer_paths=paths))
               for name, path in paths.items()}
     task = make_task(TASK)

@@ -1,6 +1,6 @@
 """A policy actor: one policy's model, optimizer, optional reference model and task, driven step by step.
 
-The same class runs inline, in a worker process or as a Ray actor (MWRA builds it from an `ActorConfig`).
+The same class runs inline, in a worker process or as a Ray actor (MWRA builds it from its `WorkerSpec`).
 Each step has two phases: `rollout` (sample G completions per prompt, score them, keep them as this
 step's `RolloutBatch` and return the experience records to share) and `update` (the probe's loss from the batch,
 the peers' records and the `Learner`, then backward, clip and one optimizer step per update). Sampling draws
@@ -114,8 +114,10 @@ def policy_optimizer(parameters, lr: float) -> torch.optim.Adam:
 
 
 @dataclass
-class ActorConfig:
-    """Everything one policy actor is built from (sent to its worker process or Ray actor)."""
+class WorkerSpec:
+    """Everything one policy's worker is built from, and its resources: the last of the three records from a profile
+    to a worker (RunConfig, then mrl.runtime.spec.Run, then one WorkerSpec per policy, made by
+    mrl.runtime.runner.plan_run), sent as it is to the worker's process or Ray actor, which builds `actor(spec)`."""
 
     name: str
     """the policy id"""
@@ -143,9 +145,26 @@ class ActorConfig:
     """the module that registers the probe (mrl.core.probes.Probe.module), imported by a worker that does not know it
     yet; '' takes it from this process's registry"""
 
+    actor: type | None = None
+    """the worker's class: None for PolicyActor; PoisonedActor for a poisoned policy, a test's faulty subclass"""
+
     def __post_init__(self):
         if not self.probe_module:
             self.probe_module = get_probe(self.probe.name).module
+
+    @property
+    def num_cpus(self) -> int:
+        """the CPUs its backend reserves: its torch threads"""
+        return self.threads
+
+    @property
+    def num_gpus(self) -> float:
+        """the GPUs its backend reserves: its placement's share"""
+        return self.placement.gpus
+
+    def build(self) -> "PolicyActor":
+        """The worker's actor, built where it runs."""
+        return (self.actor or PolicyActor)(self)
 
 
 def batch_records(batch: RolloutBatch, texts: list[tuple[str, bool]], stops: StopIds, run_id: str, version: int,
@@ -173,7 +192,7 @@ def batch_records(batch: RolloutBatch, texts: list[tuple[str, bool]], stops: Sto
 class PolicyActor:
     """One policy in a run of n >= 1 policies: a mrl.runtime.worker.Worker, the runner's calls are its methods."""
 
-    def __init__(self, config: ActorConfig):
+    def __init__(self, config: WorkerSpec):
         numerics.require()  # in every worker, whichever backend started it
         torch.set_num_threads(config.threads)
         self.config, self.name, self.cfg = config, config.name, config.grpo

@@ -46,20 +46,11 @@ def raise_first_failure(failures: dict, context: str = "") -> None:
 
 
 @dataclass
-class WorkerSpec:
-    """How to build one worker: `cls(config)`, plus its resources."""
-
-    name: str
-    cls: type
-    config: object
-    """the worker's one constructor argument (the runner's ActorConfig), picklable"""
-    num_cpus: float = 1
-    num_gpus: float = 0
-
-
-@dataclass
 class Backend:
-    """Common bookkeeping of the backends: the live workers and the timeline of calls."""
+    """Common bookkeeping of the backends: the live workers and the timeline of calls.
+
+    `specs`: one per worker, each with its `name`, `num_cpus`, `num_gpus` and `build()` (mrl.runtime.actor.WorkerSpec;
+    a test's stand-in), picklable: a process or Ray worker builds its actor from it where it runs."""
 
     specs: list
     timeline: list = field(default_factory=list)
@@ -83,9 +74,9 @@ class Backend:
 class InlineBackend(Backend):
     """Actors in this process; calls run one after another (a timeout cannot pre-empt them)."""
 
-    def __init__(self, specs: list[WorkerSpec]):
+    def __init__(self, specs: list):
         super().__init__(specs)
-        self.actors = {s.name: s.cls(s.config) for s in specs}
+        self.actors = {s.name: s.build() for s in specs}
         self._done: list[Future] = []
 
     def submit(self, worker: str, method: str, *args) -> Future:
@@ -116,22 +107,22 @@ class InlineBackend(Backend):
         self.actors.pop(worker, None)
 
 
-def _own_process_actor(cls, config):
+def _own_process_actor(spec):
     """The actor of a process that holds one policy (a process or Ray worker), capped first to its placement's
     share of the GPU (PlacementConfig.gpus, mrl.runtime.placement.cap_gpu_memory): policies sharing a GPU each fail on
     their own share, not on a neighbour's."""
-    placement = getattr(config, "placement", None)
+    placement = getattr(spec, "placement", None)
     if placement is not None:
         cap_gpu_memory(resolve_device(placement.device), placement.gpus)
-    return cls(config)
+    return spec.build()
 
 
-def _serve(conn, cls, config) -> None:
+def _serve(conn, spec) -> None:
     """Worker process main loop: build the actor, then answer each (method, args) until None (close). Started by a
     WatchedContext, it dies with the process that started it from its first instruction, even in the middle of
     a call (mrl.runtime.pools.WATCH_PARENT)."""
     try:
-        actor = _own_process_actor(cls, config)
+        actor = _own_process_actor(spec)
         conn.send(("ok", None))
     except Exception:  # noqa: BLE001
         conn.send(("error", traceback.format_exc()))
@@ -155,7 +146,7 @@ class ProcessBackend(Backend):
     """One worker process per actor (mrl.runtime.pools.WatchedContext); a dead process is seen at once through its
     sentinel."""
 
-    def __init__(self, specs: list[WorkerSpec], start_timeout: float = 300.0):
+    def __init__(self, specs: list, start_timeout: float = 300.0):
         super().__init__(specs)
         context = WatchedContext()
         self.conns, self.processes = {}, {}
@@ -163,7 +154,7 @@ class ProcessBackend(Backend):
         self._stuck = set()   # workers that missed a deadline: busy in a call, they would not read close's stop
         for spec in specs:
             parent, child = context.Pipe()
-            process = context.Process(target=_serve, args=(child, spec.cls, spec.config),
+            process = context.Process(target=_serve, args=(child, spec),
                                       name=f"mrl-{spec.name}", daemon=True)
             process.start()
             child.close()
@@ -280,8 +271,8 @@ class ProcessBackend(Backend):
 class _RayHost:
     """Holds one actor inside a Ray worker process and times its calls."""
 
-    def __init__(self, cls, config):
-        self.actor = _own_process_actor(cls, config)
+    def __init__(self, spec):
+        self.actor = _own_process_actor(spec)
 
     def run(self, method: str, *args):
         start = time.perf_counter()
@@ -296,7 +287,7 @@ class RayBackend(Backend):
     joins a cluster. `startup_seconds` (ray.init plus actor creation) is kept apart from step costs.
     """
 
-    def __init__(self, specs: list[WorkerSpec], address: str | None = None, start_timeout: float = 300.0):
+    def __init__(self, specs: list, address: str | None = None, start_timeout: float = 300.0):
         import ray
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -326,7 +317,7 @@ class RayBackend(Backend):
                 # so does this process's import path as it is now (a user's probe module imported after ray.init)
                 runtime_env={"env_vars": {**numerics.environment(), "PYTHONPATH": import_path()}},
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=index),
-            ).remote(spec.cls, spec.config)
+            ).remote(spec)
         _, failures = self.gather({s.name: self.submit(s.name, "ping") for s in specs}, start_timeout)
         if failures:
             self.close()
@@ -399,7 +390,7 @@ class RayBackend(Backend):
             self._ray.shutdown()
 
 
-def make_backend(kind: str, specs: list[WorkerSpec], **kwargs) -> Backend:
+def make_backend(kind: str, specs: list, **kwargs) -> Backend:
     """A backend by name: inline, process or ray (kwargs go to the backend, e.g. address= for ray)."""
     if kind == "inline":
         return InlineBackend(specs)

@@ -25,9 +25,9 @@ from mrl.core.probes import Probe, ProbeConfig, get_probe, require_importable
 from mrl.core.run_config import RunConfig
 from mrl.core.see import Exchange, PolicySpec
 from mrl.core.seeding import step_prompts
-from mrl.runtime.actor import ActorConfig, FinishResult, PolicyActor, RolloutResult, UpdateResult, shared_task
+from mrl.runtime.actor import FinishResult, PolicyActor, RolloutResult, UpdateResult, WorkerSpec, shared_task
 from mrl.runtime.experience_log import ExperienceLog
-from mrl.runtime.mwra import WorkerFailed, WorkerSpec, make_backend
+from mrl.runtime.mwra import WorkerFailed, make_backend
 from mrl.runtime.poison import PoisonedActor
 from mrl.runtime.saving import RunCard, save_policy
 from mrl.runtime.spec import OfflinePeers, Run, run_identity
@@ -55,7 +55,7 @@ class RunRecord:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What plan_run decided from a Run: what each worker receives (`workers`, one ActorConfig each) and what the
+    """What plan_run decided from a Run: what each worker receives (`workers`, one WorkerSpec each) and what the
     driver needs besides; nothing in it changes while the run goes on."""
 
     runner: RunnerConfig
@@ -75,7 +75,7 @@ class RunPlan:
     experience_dir: Path | str | None
     """where the exchange logs its accepted records (None: no log)"""
     workers: tuple
-    """one WorkerSpec per live policy, the poisoned one's class PoisonedActor"""
+    """one WorkerSpec per live policy, the poisoned one's actor PoisonedActor"""
     resumed: Path | None = None
     """the checkpoint folder the run continues from (its identity matched), None for a fresh run"""
     saved: dict | None = None
@@ -111,11 +111,9 @@ def plan_run(run: Run, checkpoint_dir: str | Path | None = None, resume: bool = 
     _check_peers(probe, peer_paths, policy_paths, cfg)
     _check_placement(config, policy_paths)
     workers = tuple(
-        WorkerSpec(name, PoisonedActor if name == cfg.poisoned else actor_cls,
-                   ActorConfig(name, str(path), config.task, grpo_cfg, run.probe, config.threads, run.run_id,
-                               peer_paths, attack=cfg.attack if name == cfg.poisoned else "", reverify=cfg.reverify,
-                               placement=config.placement_of(name)),
-                   num_cpus=config.threads, num_gpus=config.placement_of(name).gpus)
+        WorkerSpec(name, str(path), config.task, grpo_cfg, run.probe, config.threads, run.run_id, peer_paths,
+                   attack=cfg.attack if name == cfg.poisoned else "", reverify=cfg.reverify,
+                   placement=config.placement_of(name), actor=PoisonedActor if name == cfg.poisoned else actor_cls)
         for name, path in policy_paths.items())
     return RunPlan(runner=cfg, task=task, grpo_cfg=grpo_cfg, probe=probe, offline_specs=offline_specs,
                    offline_records=offline_records, identity=identity, experience_dir=experience_dir,
@@ -387,7 +385,7 @@ class Session:
     def save_policies(self, folder: str | Path, card: RunCard) -> None:
         """Every live policy's trained weights (its worker's state dict, within the step deadline) saved as a
         transformers folder folder/<policy>/ by mrl.runtime.saving.save_policy; an event names each folder."""
-        step, sources = self.plan.grpo_cfg.steps, {spec.name: spec.config.policy_path for spec in self.plan.workers}
+        step, sources = self.plan.grpo_cfg.steps, {spec.name: spec.policy_path for spec in self.plan.workers}
         states = self.phase({w: self.worker(w).state_dict() for w in self.backend.workers}, step, "while saving: ")
         for name in sorted(states):
             saved = save_policy(states[name]["model"], sources[name], Path(folder) / name, name, list(sources), card)
