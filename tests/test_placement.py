@@ -281,6 +281,7 @@ def test_the_cap_of_a_plain_cuda_device_names_the_current_gpu_and_both_one_polic
     placement.cap_gpu_memory(torch.device("cuda"), 0.5)
     assert calls == [1]
     monkeypatch.setattr(mwra, "resolve_device", lambda spec: torch.device("cuda:0"))   # as the backends import it
-    config = SimpleNamespace(placement=SimpleNamespace(device="auto", gpus=0.25))
-    built = _own_process_actor(lambda cfg: ("actor", cfg), config)
-    assert built == ("actor", config) and calls == [1, 0]
+    spec = SimpleNamespace(placement=SimpleNamespace(device="auto", gpus=0.25))
+    spec.build = lambda: ("actor", spec)
+    built = _own_process_actor(spec)
+    assert built == ("actor", spec) and calls == [1, 0]
