@@ -144,6 +144,11 @@ def sequence_logprobs(batch: RolloutBatch, learner: Learner, prompts: list[str],
     return torch.where(used, values.to(canonical.dtype), canonical), marginal
 
 
+def marginal_gap_column(source: str) -> str:
+    """The step metric of the mean marginal gap of the texts from `source` (its writer and its readers name it here)."""
+    return f"marginal_gap_from_{source}"
+
+
 def marginal_statistics(sources: list[str], gaps: list[float], marginal: list[bool]) -> dict[str, float]:
     """Per source: the mean log marginal - log canonical of its texts that have a marginal (marginal_gap_from_B), and
     the texts that kept their canonical log-prob (marginal_fallback). Inputs: one entry per peer text."""
@@ -151,7 +156,7 @@ def marginal_statistics(sources: list[str], gaps: list[float], marginal: list[bo
     for source, gap, ok in zip(sources, gaps, marginal):
         if ok:
             by_source.setdefault(source, []).append(gap)
-    out = {f"marginal_gap_from_{source}": float(np.mean(values)) for source, values in sorted(by_source.items())}
+    out = {marginal_gap_column(source): float(np.mean(values)) for source, values in sorted(by_source.items())}
     return {**out, "marginal_fallback": marginal.count(False)}
 
 
