@@ -9,10 +9,9 @@ API, three backends.
 `Backend.submit(worker, method, *args)` starts one call of a worker's actor method (mrl.runtime.worker.WorkerHandle
 submits each by its PolicyActor method) and returns its `Future`; `Backend.gather({worker: future}, timeout)` is one
 phase's barrier and returns ({worker: result}, {worker: failure reason}), `wait_any` the first call to end. A barrier
-has a deadline: a worker that dies
-(its process sentinel fires, or Ray reports the actor lost), raises, or misses the deadline is
-reported by name, so no call can hang. The runner's failure policy decides what follows (`fail`:
-raise `WorkerFailed`, the last complete checkpoint stays on disk; `continue`: `drop` the worker). Every call records
+has a deadline: a worker that dies (its process sentinel fires, or Ray reports the actor lost), raises, or misses the
+deadline is reported by name, so no call can hang. The runner's failure policy decides what follows (`fail`: raise
+`WorkerFailed`, the last complete checkpoint stays on disk; `continue`: `drop` the worker). Every call records
 (worker, phase, start, end) in `timeline` for the utilisation report.
 """
 from __future__ import annotations
