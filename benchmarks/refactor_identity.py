@@ -4,6 +4,7 @@ run on two commits, compared bit for bit.
     python benchmarks/refactor_identity.py run --out tmp/identity_before.json      # on the commit before
     python benchmarks/refactor_identity.py run --out tmp/identity_after.json       # on the refactor
     python benchmarks/refactor_identity.py compare tmp/identity_before.json tmp/identity_after.json
+    python benchmarks/refactor_identity.py check tmp/identity_after.json     # the committed rows only
 
 `run` computes, in this checkout and with the default profile, every run of the first warm-up of the first
 registration's block (heldout.confirmatory, docs/registration.md) and of the second's (heldout.confirmatory_claims,
@@ -133,6 +134,17 @@ def compare(args) -> int:
     return 1 if wrong else 0
 
 
+def check(args) -> int:
+    """The runs of one file against the committed per-run rows (committed_differences): the evaluations the
+    registered code computed, without a run of the commit before."""
+    after = json.loads(Path(args.after).read_text())
+    wrong = committed_differences(after)
+    print(f"{len(after)} runs checked against the committed per-run rows: "
+          + ("bit for bit identical" if not wrong else f"{len(wrong)} differences"))
+    print("\n".join(wrong))
+    return 1 if wrong else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -142,8 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     compared = commands.add_parser("compare", help="compare two files of `run`")
     compared.add_argument("before")
     compared.add_argument("after")
+    checked = commands.add_parser("check", help="check one file of `run` against the committed per-run rows only")
+    checked.add_argument("after")
     args = parser.parse_args(argv)
-    return run(args) if args.command == "run" else compare(args)
+    return {"run": run, "compare": compare, "check": check}[args.command](args)
 
 
 if __name__ == "__main__":
