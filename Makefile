@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mrl-installed
 PROFILE ?= default
 
-.PHONY: install latex test unit nbval soak test-browser book test-book reproduce smoke bench lab sync clean-models
+.PHONY: install latex test test-cluster unit nbval soak test-browser book test-book reproduce smoke bench lab sync clean-models
 
 # pip installs without compiling bytecode, then compileall compiles it on both cores (pip compiles on one; measured
 # 184 s against 229 s for the whole install, 2026-11-29). Its status is not checked: a few files in the wheels are not
@@ -38,6 +38,11 @@ unit: $(STAMP) latex
 
 nbval: $(STAMP)
 	$(PY) -m pytest -q --durations=25 --nbval-lax --nbval-current-env notebooks/smoke
+
+# minutes on two cores: the grid on a simulated Ray cluster of two one-CPU nodes (tests/test_cluster.py): a warm-up and
+# a grid equal to the same computed here, a node removed mid-grid, a driver killed mid-grid, a refused node
+test-cluster: $(STAMP)
+	$(PY) -m pytest -q -m cluster tests/test_cluster.py
 
 # several minutes: a 200-step run under random worker kills, run kills and checkpoint damage (tests/test_soak.py)
 soak: $(STAMP)
@@ -72,8 +77,10 @@ test-book: book
 	$(PY) -m pytest -q -m book tests/test_book.py
 	$(PY) tests/browser/check_book.py; status=$$?; [ $$status -eq 0 ] || [ $$status -eq 2 ]
 
+# CORES=N: the cores the warm-ups and grid runs use (default: this process's affinity and cgroup quota);
+# RAY_ADDRESS=host:port (or local): each warm-up and grid run a Ray task of one CPU (docs/performance.md)
 reproduce: $(STAMP)
-	$(PY) -m mrl.reproduce --profile $(PROFILE)
+	$(PY) -m mrl.reproduce --profile $(PROFILE) $(if $(CORES),--cores $(CORES)) $(if $(RAY_ADDRESS),--ray $(RAY_ADDRESS))
 
 smoke: $(STAMP)
 	$(PY) -m mrl.reproduce --profile smoke

@@ -17,7 +17,7 @@ from mrl.runtime.runner import run_concurrent  # noqa: E402
 from mrl.runtime.spec import Run  # noqa: E402
 from mrl.core.config import RunnerConfig  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
-from mrl.runtime.zoo import build_zoo  # noqa: E402
+from mrl.runtime.zoo_grid import build_zoo  # noqa: E402
 from smoke import add_smoke_flag, tiny_profile  # noqa: E402
 
 

@@ -39,7 +39,10 @@ def main():
         from mrl.core.run_config import load_config
     except ImportError:   # an older checkout, before RunConfig moved out of mrl.core.config
         from mrl.core.config import load_config
-    from mrl.runtime.zoo import build_zoo
+    try:
+        from mrl.runtime.zoo_grid import build_zoo   # zoo.workers: auto placed on the usable cores
+    except ImportError:   # an older checkout, whose mrl.runtime.zoo places its warm-ups itself
+        from mrl.runtime.zoo import build_zoo
 
     config = load_config(args.config)
     if args.smoke:   # smoke.py's tiny zoo, imported here only: an older checkout runs this file without --smoke

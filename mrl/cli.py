@@ -255,7 +255,9 @@ def _bench(args) -> int:
 
 
 def _plan(args) -> int:
-    config, policies = load_profile(args.profile), args.pairing.split("+") if args.pairing else None
+    if args.cores is not None or args.ray is not None:
+        return _plan_cores(args)
+    config, policies = load_profile(args.profile or "paper"), args.pairing.split("+") if args.pairing else None
     if args.trainer == "trl":
         plan = plan_trl(config, parse_gpus(args.gpus), use_vllm=args.vllm, vllm_share=args.vllm_share,
                         prompt_tokens=args.prompt_tokens, policies=policies)
@@ -266,6 +268,48 @@ def _plan(args) -> int:
     print(f"[mrl plan] GB per policy on {args.gpus} GB GPUs (10% of each reserved); "
           "estimates, see mrl/runtime/resources.py")
     return 0
+
+
+def _plan_cores(args) -> int:
+    """`mrl plan --cores N` or `--ray ADDRESS`: each notebook's expected wall time (mrl.reports.wall_time)."""
+    from mrl.reports.wall_time import binding, profile_plan
+
+    if args.cores is not None and args.ray is not None:
+        raise ConfigError("mrl plan: --cores and --ray are not allowed together; --ray reads the cluster's CPUs")
+    if args.cores is not None and args.cores < 1:
+        raise ConfigError(f"mrl plan: --cores {args.cores} is not allowed; expected an integer >= 1")
+    profile = args.profile or "default"
+    if load_profile(profile).zoo is None:
+        raise ConfigError(f"mrl plan --cores: the {profile} profile has pretrained policies, not a CPU zoo; expected "
+                          f"a CPU profile (smoke, default, full)")
+    cores = args.cores if args.ray is None else cluster_cpus(args.ray)
+    table, costs = profile_plan(profile, (cores,))
+    shown = table.drop(columns=["caps"]).assign(**{f"bound at {cores} cores": [
+        getattr(kind, "value", "") for kind in table[f"bound at {cores} cores"]]})
+    print(shown.round(1).to_string(index=False))
+    total = table.iloc[-1]
+    where = f"the Ray cluster at {args.ray} ({cores} CPUs)" if args.ray else f"{cores} cores"
+    notebook, share, kind = binding(table, cores)
+    print(f"[mrl plan] the {profile} profile from a fresh clone on {where}: {total[f'{cores} cores (min)']:.0f} "
+          f"minutes expected, bound by {notebook} ({share:.0%} of it; {kind.value}); its critical path "
+          f"{total['critical path (min)']:.0f} minutes (the longest job of each phase, phase after phase); no notebook "
+          f"gets faster beyond {int(total['no faster beyond (cores)'])} cores. "
+          f"Per-job costs measured on {costs.machine} (docs/measurements/arm_costs.json), one core each; the "
+          f"notebooks' own work beside their jobs is not counted (docs/performance.md, The plan before the run)")
+    if costs.profile != profile:
+        print(f"[mrl plan] the costs were measured on the {costs.profile} profile's jobs: the {profile} profile's "
+              f"models, batches and steps differ, so its plan is an estimate of their order only")
+    return 0
+
+
+def cluster_cpus(address: str) -> int:
+    """The CPUs of the Ray cluster at `address` (joined as a driver, mrl.runtime.cluster.connect)."""
+    import ray
+
+    from mrl.runtime.cluster import connect
+
+    connect(address)
+    return int(ray.cluster_resources().get("CPU", 0))
 
 
 COMMANDS = {"run": _run, "bench": _bench, "plan": _plan}

@@ -18,6 +18,7 @@ USAGE = """The `mrl` command line: reproduce a profile, run one concurrent run, 
     mrl run --resume out2                          # a killed run continues from its newest intact checkpoint
     mrl bench rollout thl                          # benchmarks/bench_<name>.py; no name: all of them
     mrl plan --profile paper --gpus 2x80           # each policy's GPU memory and GPU (mrl.runtime.resources)
+    mrl plan --cores 32                            # each notebook's expected wall time on 32 cores, from a fresh clone
 
 `mrl <command> --help` lists each command's options and their allowed values."""
 
@@ -58,12 +59,21 @@ def parser() -> argparse.ArgumentParser:
                      help="run again even when the cache holds the run, discarding earlier checkpoints")
     bench = commands.add_parser("bench", help="run benchmarks/bench_<name>.py (all when no name is given)")
     bench.add_argument("names", nargs="*", metavar="NAME", help=f"benchmarks to run, from {list(BENCHMARKS)}")
-    plan = commands.add_parser("plan", help="the GPU memory of each policy of a profile and the GPU that holds it",
+    plan = commands.add_parser("plan", help="the GPU memory of each policy of a profile and the GPU that holds it, "
+                                            "or (--cores, --ray) each notebook's expected wall time on a CPU",
                                description="Each policy's weights, gradients, Adam states, frozen models, KV "
                                            "cache and activations (GB, estimated from its architecture and the "
                                            "profile's batch and placement) and its GPU; a plan that does not fit "
-                                           "is refused, naming the policy and the shortfall.")
-    plan.add_argument("--profile", choices=PROFILES, default="paper", help="a profile with pretrained policies")
+                                           "is refused, naming the policy and the shortfall. With --cores or --ray: "
+                                           "a CPU profile's expected wall time per notebook from a fresh clone, its "
+                                           "critical path and the cores beyond which it gets no faster, from the "
+                                           "committed per-job costs (mrl.reports.wall_time).")
+    plan.add_argument("--profile", choices=PROFILES,
+                      help="a profile with pretrained policies (default paper), or with --cores/--ray a CPU profile "
+                           "(default default)")
+    plan.add_argument("--cores", type=int, metavar="N", help="plan the profile's wall time on N cores")
+    plan.add_argument("--ray", metavar="ADDRESS", help="plan the profile's wall time on the CPUs of the Ray cluster "
+                                                       "at ADDRESS (read from Ray)")
     plan.add_argument("--gpus", default="1x80", help="GB per GPU: NxGB (2x80) or GB,GB,... (default 1x80)")
     plan.add_argument("--prompt-tokens", dest="prompt_tokens", type=int, default=256,
                       help="tokens of a prompt with its chat template (default 256)")

@@ -10,7 +10,9 @@ to keep the repository light; executed copies of other profiles go to results/no
 A timing record of the whole run is written to results/reproduce-<profile>.json; a whole default-profile run also
 commits it as paper_tables/reproduce_default.json and rewrites the README's generated blocks (the claims ledger,
 the notebooks' times) from paper_tables/. `--block-part` runs the second registration's block in parts, each part's
-time kept in that record (docs/reproducibility.md, A block in parts).
+time kept in that record (docs/reproducibility.md, A block in parts). `--cores N` sets the cores the warm-ups and
+grid runs use (default: every core this process may use); `--ray ADDRESS` runs each of them as a Ray task of one CPU
+on a cluster (docs/performance.md, On a Ray cluster).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from mrl.paths import BLOCK_RECORD
 from mrl.profiles import PROFILES, load_profile
 from mrl.reports.performance import update_performance
 from mrl.reports.provenance import update_provenance
@@ -93,10 +96,27 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--block-part", action="store_true",
                         help="run what the second registration's record lacks (docs/registration_claims.md), "
                              "recording the part's time; no notebook runs")
+    parser.add_argument("--cores", type=int, metavar="N",
+                        help="cores the warm-ups and grid runs use (default: this process's CPU affinity and cgroup "
+                             "quota; mrl.runtime.capacity)")
+    parser.add_argument("--ray", metavar="ADDRESS",
+                        help="run every warm-up and grid run as a Ray task of one CPU on the cluster at ADDRESS "
+                             "(a Ray address, 'auto' or ray://host:port), or 'local' for a Ray instance on this "
+                             "machine only (docs/performance.md, On a Ray cluster)")
     args = parser.parse_args(argv)
+    if args.cores is not None and args.cores < 1:
+        parser.error(f"--cores {args.cores} is not allowed; expected an integer >= 1")
+    if args.ray is not None:
+        from mrl.runtime.cluster import checked_address
+
+        try:
+            checked_address(args.ray, "--ray")
+        except ValueError as err:
+            parser.error(str(err))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    scale_out(args.cores, args.ray)
     if args.block_part:
         return block_part(args.profile)
     notebooks = [f"{stem}.ipynb" for stem in load_profile(args.profile).notebooks]
@@ -124,8 +144,23 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     return 0
 
 
-BLOCK_RECORD = Path("paper_tables") / "confirmatory_claims_record"
-"""where the second registration's finished runs are committed (mrl.experiments.record), under the checkout"""
+def scale_out(cores: int | None, ray_address: str | None) -> None:
+    """Where this process and every notebook kernel it starts (which inherit its environment) run their warm-ups and
+    grid runs: `cores` of this machine (MRL_CORES), and the Ray cluster at `ray_address` (MRL_RAY_ADDRESS); for
+    'local', a Ray instance this process starts on this machine alone (loopback only, no dashboard), which the
+    kernels join and which ends with this process."""
+    from mrl.runtime.capacity import CORES_ENV
+    from mrl.runtime.cluster import ADDRESS_ENV, LOCAL, connect
+
+    if cores is not None:
+        os.environ[CORES_ENV] = str(cores)
+    if ray_address == LOCAL:
+        import ray
+
+        connect(LOCAL)
+        ray_address = ray.get_runtime_context().gcs_address
+    if ray_address is not None:
+        os.environ[ADDRESS_ENV] = ray_address
 
 
 def block_part(profile: str) -> int:

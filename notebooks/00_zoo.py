@@ -48,7 +48,7 @@ from mrl.reports.figure_inputs import draw_and_save
 from mrl.reports.substrate import (skill_matrix, warmup_accuracy, warmup_caption, warmup_figure, warmup_figure_inputs,
                                    zoo_result, zoo_table)
 from mrl.runtime.results import write_table
-from mrl.runtime.zoo import build_zoo
+from mrl.runtime.zoo_grid import build_zoo
 
 run = setup_notebook("00_zoo", profile)
 config = run.config

@@ -50,7 +50,7 @@ from mrl.reports.substrate import thl_heatmap_inputs, thl_heatmaps, thl_residual
 from mrl.runtime.real_tokenizers import load_real_tokenizer, mixed_script_texts
 from mrl.runtime.results import write_table
 from mrl.runtime.rollout import sample_records
-from mrl.runtime.zoo import build_zoo
+from mrl.runtime.zoo_grid import build_zoo
 
 run = setup_notebook("20_thl", profile, seed=seed)
 config = run.config

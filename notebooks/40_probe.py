@@ -47,7 +47,7 @@ probes = None        # e.g. ["sgt", {"name": "prp", "clip": 4.0}]
 seeds = None         # e.g. [0]
 steps = None         # RL steps per run, or {pairing: steps}
 backend = None       # inline | process | ray: same metrics, different wall time (None: the profile's);
-                     # with the profile's packed_runs > 1 the runs go that many at a time, each inline
+                     # packed_runs > 1 or auto (one per core): that many at once, each inline; --ray: on Ray
 progress = True
 
 # %%

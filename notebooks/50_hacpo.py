@@ -54,7 +54,7 @@
 # %% tags=["parameters"]
 profile = "default"  # smoke | default
 backend = None       # inline | process | ray: same metrics, different wall time (None: the profile's);
-                     # with the profile's packed_runs > 1 the runs go that many at a time, each inline
+                     # packed_runs > 1 or auto (one per core): that many at once, each inline; --ray: on Ray
 progress = True
 
 # %%

@@ -294,7 +294,7 @@ if arm_runs:
     write_table(training, "beyond_marginal_training", run.tables, float_format="{:.3f}",
                 caption=f"What the marginal did inside training, per pair and learner (mean over steps, then over "
                         f"the pair's runs): the update phase's wall seconds per step of each arm and their ratio "
-                        f"(marginal / canonical; 70_heldout ran its runs {config.packed_runs} at a time, each on one "
+                        f"(marginal / canonical; 70_heldout packed its runs, packed_runs {config.packed_runs}, each on one "
                         f"core), HACPO's share of peer samples kept inside its clip range under each arm, and the "
                         f"marginal arm's mean gap log marginal - log canonical over the peer texts it scored.")
     display(training)

@@ -36,6 +36,9 @@ TIMEOUT = 300
 HELPERS = {"numerics_cost.py", "smoke.py"}
 """modules the scripts import, with no command of their own"""
 
+CLUSTER_RUNS = {"simulated_cluster.py"}
+"""scripts that tests/test_cluster.py runs (make test-cluster)"""
+
 SMOKE_RUNS = {
     "bench_grpo_step.py": (["--smoke", "--numerics", "both"],
                            r"ratio mrl/TRL\s*:\s*\d+\.\d+(.|\n)*portable/native\n.* \d+\.\d+\s+\d+\.\d+\s+\d+\.\d+"),
@@ -64,6 +67,8 @@ mrl, torch and transformers once for all of them."""
 
 SLOW_RUNS = {
     "arm_costs.py": (["--zoo-seed", "999", "--out", "{tmp}/arm_costs.json"], r"wrote .*arm_costs\.json"),
+    "job_memory.py": (["--warmup-steps", "1", "--run-steps", "1", "--arms", "grpo", "--out", "{tmp}/job_memory.json"],
+                      r"run grpo of A\+B.*: \d+ MiB(.|\n)*wrote .*job_memory\.json"),
     "gpu_first_run.py": (["--cpu-check", "--out", "{tmp}", "--policies", "C,A", "--steps", "1", "--prompts", "1",
                           "--eval-prompts", "1", "--engines", "generate,graphs"], r"tokens per second|tokens/s"),
 }
@@ -110,7 +115,7 @@ def shared_runs(tmp_path_factory) -> tuple[dict, dict]:
 
 def test_every_file_in_benchmarks_is_covered():
     """A new file in benchmarks/ needs a run here (or a place among the helpers)."""
-    covered = {*SMOKE_RUNS, *SLOW_RUNS, *HELPERS, "gpu_checks_43.sh"}
+    covered = {*SMOKE_RUNS, *SLOW_RUNS, *HELPERS, *CLUSTER_RUNS, "gpu_checks_43.sh"}
     present = {path.name for path in BENCHMARKS.iterdir() if path.suffix in (".py", ".sh")}
     assert present - covered == set(), f"benchmarks/ files no test runs: {sorted(present - covered)}"
     assert covered - present == set(), f"files this test names that benchmarks/ lacks: {sorted(covered - present)}"

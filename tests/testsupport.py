@@ -75,3 +75,24 @@ class CrashingActor(PolicyActor):
         if self.name == "B" and step == 3:
             os.kill(os.getpid(), signal.SIGKILL)
         return super().rollout(step, problems)
+
+
+def pid_then_wait(job, folders) -> None:
+    """A grid task (mrl.runtime.cluster.Task) that writes its process id into the file `job` names, then waits
+    forever: what a driver killed mid-grid leaves behind, unless Ray ends it."""
+    import threading
+
+    Path(job).write_text(str(os.getpid()))
+    threading.Event().wait()
+
+
+def touch(job, folders) -> str:
+    """A grid task that creates the file `job` names; returns its name."""
+    Path(job).touch()
+    return Path(job).name
+
+
+def pid_then_die(job, folders) -> None:
+    """A grid task that writes its process id into the file `job` names, then kills its own process."""
+    Path(job).write_text(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -153,9 +153,9 @@ class ZooConfig:
     """supervised warm-up settings shared by every family"""
     max_positions: PositiveInt = 48
     """maximum sequence length of the models"""
-    workers: PositiveInt = 2
-    """warm-up processes run at once (1 torch thread each; more than the cores keeps them all busy); 1 = in this
-    process"""
+    workers: PositiveInt | Literal["auto"] = 2
+    """warm-up processes run at once (1 torch thread each; more than the cores keeps them all busy); "auto": one per
+    usable core, as many as the memory holds (mrl.runtime.capacity); 1 = in this process"""
 
     def __post_init__(self):
         names = [f.name for f in self.families]

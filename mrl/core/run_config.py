@@ -49,9 +49,10 @@ class RunConfig:
     step_timeout, max_staleness, ... (a run's own variant sets its mode, peers and poisoning)"""
     threads: PositiveInt = 1
     """torch threads per policy worker (1 keeps CPU runs bit-reproducible)"""
-    packed_runs: PositiveInt = 1
+    packed_runs: PositiveInt | Literal["auto"] = 1
     """independent runs of a grid executed at once, each inline in its own process (no core waits at a barrier);
-    1: one run at a time on `runner.backend`"""
+    "auto": one per usable core, as many as the memory holds (mrl.runtime.capacity); 1: one run at a time on
+    `runner.backend`"""
     placement: dict[Str, PlacementConfig] = field(default_factory=dict)
     """{policy name: its device, dtype, checkpointing, micro-batch and GPU share}; a policy not named takes the
     defaults (this CPU)"""

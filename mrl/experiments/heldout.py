@@ -13,7 +13,8 @@ from mrl.core.validation import ConfigError
 from mrl.experiments.record import missing_runs, run_into_record
 from mrl.experiments.runs import Labelled, Run, policy_paths
 from mrl.paths import repo_root
-from mrl.runtime.zoo import build_zoos, family_dir
+from mrl.runtime.zoo import family_dir
+from mrl.runtime.zoo_grid import build_zoos
 
 
 def heldout_config(config: RunConfig, zoo_seed: int) -> RunConfig:

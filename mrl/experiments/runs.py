@@ -13,13 +13,17 @@ each inline in its own process) and returns every run's steps and evals with its
 """
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import multiprocessing
 import os
 import shutil
+import tempfile
 import time
 import warnings
 from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -30,13 +34,16 @@ from mrl.core.probes import as_probe_config, get_probe, probe_label
 from mrl.core.run_config import RunConfig
 from mrl.core.validation import ConfigError, to_dict
 from mrl.paths import repo_root
+from mrl.runtime.capacity import Processes, job_memory, processes_for
+from mrl.runtime.cluster import NodeRefused, Task, connect, folder_files, grid_address, map_on_ray, write_files
 from mrl.runtime.pools import GUARD_HINT, worker_executor
 from mrl.runtime.checkpoint import latest
 from mrl.runtime.results import (clear_work_folders, git_sha, process_alive, publish_run, work_folder,
                                  write_run_record)
-from mrl.runtime.runner import run_concurrent
+from mrl.runtime.runner import RunRecord, run_concurrent
+from mrl.runtime.saving import publish_folder
 from mrl.runtime.spec import HONEST, Run, Variant, run_identity  # noqa: F401  (HONEST, Variant: re-exported)
-from mrl.runtime.zoo import build_zoo
+from mrl.runtime.zoo_grid import build_zoo
 
 
 def panel_labels(panels: dict) -> dict[str, list[str]]:
@@ -250,8 +257,8 @@ def _run_inline(job: tuple[Run, bool]) -> None:
 
 def run_packed(runs: list[Run], processes: int, progress: bool = True, recompute: bool = False,
                job=_run_inline) -> None:
-    """Run independent runs `processes` at a time, each inline in its own worker process (its policies one after
-    another on one core, so no core waits at a barrier for a slower policy), into the run cache.
+    """Run independent runs `processes` at a time, longest first, each inline in its own worker process (its
+    policies one after another on one core, so no core waits at a barrier for a slower policy), into the run cache.
 
     Inline gives the metrics of every other backend, so the cached results are those of a run on the profile's
     backend. recompute: run even what the cache holds. Nothing hangs: a run process that dies raises at once,
@@ -260,6 +267,7 @@ def run_packed(runs: list[Run], processes: int, progress: bool = True, recompute
     inject faults here)."""
     if not runs:
         return
+    runs = longest_first(runs)
     processes = min(processes, len(runs))
     before = set(multiprocessing.active_children())
     executor = worker_executor(processes, sorted({get_probe(run.probe.name).module for run in runs}))
@@ -289,6 +297,102 @@ def run_packed(runs: list[Run], processes: int, progress: bool = True, recompute
     executor.shutdown()
 
 
+@dataclass(frozen=True)
+class RunOutput:
+    """What a run computed on a node returns to the driver (run_on_node): what run_one leaves in the caches."""
+
+    record: RunRecord
+    """its steps, evaluations, events and counters (mrl.runtime.runner)"""
+    wall_seconds: float
+    experience: dict[str, bytes]
+    """its experience log's files (Variant.log_experience), else {}"""
+    trained: dict[str, bytes]
+    """its trained policies' folders' files (runner.save_policies), else {}"""
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """One run for a node (run_on_node)."""
+
+    run: Run
+    key: str
+    """its key on the driver, which its copy on the node must have too"""
+    modules: tuple[str, ...]
+    """the modules that register its probe, imported on the node first"""
+
+
+def run_on_node(job: RunJob, folders: dict[str, str]) -> RunOutput:
+    """A run as a Ray task (mrl.runtime.cluster.map_on_ray), `folders` the node's copies of the driver's folders it
+    reads (its policies' checkpoints, an offline peer's log). Computed inline in a temporary folder, from its first
+    step (a node keeps no checkpoints), with the node's copies in place of the driver's folders: the same folder
+    names, so the same key (refused where not)."""
+    run, key = job.run, job.key
+    for module in job.modules:
+        importlib.import_module(module)
+    variant = run.variant
+    if variant.offline:
+        variant = dataclasses.replace(variant, offline=tuple((peer, folders[path]) for peer, path in variant.offline),
+                                      offline_log=folders[variant.offline_log])
+    here = dataclasses.replace(run, paths={name: folders[path] for name, path in run.paths.items()}, variant=variant)
+    if here.key() != key:
+        raise NodeRefused(f"{run.label()} has key {here.key()} on this node and {key} on the driver: its code or "
+                          f"settings differ here")
+    with tempfile.TemporaryDirectory(prefix="mrl-run-") as scratch:
+        experience = Path(scratch) / "experience" if variant.log_experience else None
+        trained = Path(scratch) / "trained" if run.config.runner.save_policies else None
+        start = time.perf_counter()
+        record = run_concurrent(here.with_runner(backend="inline"), experience_dir=experience, output_dir=trained,
+                                progress=False)
+        return RunOutput(record, time.perf_counter() - start, folder_files(experience) if experience else {},
+                         folder_files(trained) if trained else {})
+
+
+def reads_of(run: Run) -> tuple[str, ...]:
+    """The driver's folders a run reads: its policies' checkpoints, and an offline variant's peers and log."""
+    offline = [path for _, path in run.variant.offline] + ([run.variant.offline_log] if run.variant.offline else [])
+    return tuple(dict.fromkeys([*run.paths.values(), *offline]))
+
+
+def store_output(run: Run, output: RunOutput) -> None:
+    """A run computed elsewhere into this checkout, as run_one leaves it: its trained policies into
+    trained_folder(run) (each folder put in place whole), its experience log and tables into its cache folder
+    (save_run: published by one rename)."""
+    folder = run.folder()
+    clear_work_folders(folder)
+    if output.trained:
+        staging = write_files(output.trained, trained_folder(run).with_name(f"{run.key()}.tmp-{os.getpid()}"))
+        trained_folder(run).mkdir(parents=True, exist_ok=True)
+        for policy in sorted(staging.iterdir()):
+            publish_folder(policy, trained_folder(run) / policy.name)
+        shutil.rmtree(staging, ignore_errors=True)
+    if output.experience:
+        write_files(output.experience, work_folder(folder) / "experience")
+    save_run(folder, output.record, run.with_runner(backend="inline"), output.wall_seconds,
+             run.variant.log_experience)
+
+
+def longest_first(runs: list[Run]) -> list[Run]:
+    """`runs` by their work, longest first (steps x policies, stable): a grid's last job to start is a short one, so
+    its wall time is near its longest run's or its total over the cores (mrl.experiments.wall_time)."""
+    return sorted(runs, key=lambda run: -run.steps * len(run.paths))
+
+
+def run_on_ray(runs: list[Run], address: str, progress: bool = True) -> None:
+    """Every run of `runs` computed (the cache is not read) as a Ray task of one CPU on the cluster at `address`
+    (run_on_node), longest first, each stored here as it returns (store_output); a run still running packed_deadline
+    seconds after it started is cancelled (mrl.runtime.cluster.GridTaskTimedOut). A probe of the user's own is
+    shipped to the nodes with its module (mrl.runtime.cluster.task_environment)."""
+    if not runs:
+        return
+    connect(address)
+    ordered = longest_first(runs)
+    jobs = [RunJob(run, run.key(), (get_probe(run.probe.name).module,)) for run in ordered]
+    tasks = [Task(run_on_node, job, job.run.label(), reads_of(job.run), job.modules,
+                  deadline=packed_deadline([job.run])) for job in jobs]
+    map_on_ray(tasks, "grid runs", progress, memory=job_memory().run,
+               on_result=lambda i, output: store_output(ordered[i], output))
+
+
 def packed_deadline(runs: list[Run]) -> float:
     """Seconds within which one of `runs` must finish: the step deadline for each phase of the longest
     (rollout and update per step, an evaluation every eval_every steps and at 0)."""
@@ -305,25 +409,36 @@ Labelled = list[tuple[dict, Run]]
 """[(label, run)]: each run with the columns its rows carry in the tables (pairing, probe, seed, ...)"""
 
 
-def run_many(labelled: Labelled, packed_runs: int = 1, backend: str | None = None, cache: bool = True,
+def run_many(labelled: Labelled, packed_runs: Processes = 1, backend: str | None = None, cache: bool = True,
              progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(steps, evals) of every run, each row with its label's columns, in the order given.
 
-    With packed_runs > 1 the runs missing from the cache first run that many at a time, each inline in its own
-    process (run_packed; a run asked for twice runs once), but for runs of a probe that another process cannot import
-    (written in a notebook cell or a script, or in a module outside sys.modules); then every run is read (or, one at a
-    time, run on `backend`: None takes the profile's). cache=False runs every run again."""
+    The runs missing from the cache run first, each once (a run asked for twice runs once), but for runs of a probe
+    that another process cannot import (written in a notebook cell or a script, or in a module outside
+    sys.modules): on a Ray cluster (MRL_RAY_ADDRESS) each is a Ray task of one CPU (run_on_ray), but a run whose
+    wall time is what it measures (its variant pins a backend), which runs here; with packed_runs > 1 ("auto": one
+    per usable core that the memory holds, mrl.runtime.capacity) that many at a time, each inline in its own process
+    (run_packed). Then every run is read (or, one at a time, run on `backend`: None takes the profile's).
+    cache=False runs every run again."""
     in_main = {run.folder() for _, run in labelled if not get_probe(run.probe.name).importable}
-    packed = set()
-    if packed_runs > 1:
+    done, address = set(), grid_address()
+    if packed_runs != 1 or address is not None:
         runs = {run.folder(): run for _, run in labelled if run.folder() not in in_main}
         missing = [run for run in runs.values() if not cache or not run.is_cached()]
-        run_packed(missing, packed_runs, progress, recompute=not cache)
-        packed = set(runs)  # these are in the cache now
+        if address is not None:
+            remote = [run for run in missing if not run.variant.backend_pinned]
+            run_on_ray(remote, address, progress)
+            done |= {run.folder() for run in remote}
+            missing = [run for run in missing if run.folder() not in done]
+        processes = processes_for(packed_runs, len(missing), job_memory().run, "grid runs",
+                                  "RunConfig.packed_runs") if missing else 1
+        if processes > 1:
+            run_packed(missing, processes, progress, recompute=not cache)
+            done |= set(runs)  # these are in the cache now
     all_steps, all_evals = [], []
-    for label, run in tqdm(labelled, desc="probe runs", disable=not progress or (packed_runs > 1 and not in_main)):
+    for label, run in tqdm(labelled, desc="probe runs", disable=not progress or (bool(done) and not in_main)):
         steps_df, evals_df = run_one(run, backend="inline" if run.folder() in in_main else backend,
-                                     cache=cache or run.folder() in packed)
+                                     cache=cache or run.folder() in done)
         all_steps.append(steps_df.assign(**label))
         all_evals.append(evals_df.assign(**label))
     return pd.concat(all_steps, ignore_index=True), pd.concat(all_evals, ignore_index=True)

@@ -3,8 +3,9 @@
 A block sits between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`, as in the README
 (mrl.reports.readme). `mwra` renders the backends' step timing from `paper_tables/mwra_compute.csv`, `reproduce` the
 default profile's end-to-end time from the reproduce record `paper_tables/reproduce_default.json`, each with the
-record's date, CPU and numerics. `tests/test_performance_doc.py` fails when a block differs from what the records
-give, and when the page quotes a time outside a block, so no timing in it is typed by hand.
+record's date, CPU and numerics; `plan` the default profile's expected wall time on 2 to 512 cores
+(mrl.reports.wall_time) beside the record's. `tests/test_performance_doc.py` fails when a block differs from what the
+records give, and when the page quotes a time outside a block, so no timing in it is typed by hand.
 """
 from __future__ import annotations
 
@@ -71,7 +72,92 @@ def reproduce_block(tables: Path) -> str:
             f"(minutes): {longest}. Each notebook's time: the README's table, generated from the same record.\n")
 
 
-BLOCKS = {"mwra": mwra_block, "reproduce": reproduce_block}
+def plan_block(tables: Path) -> str:
+    """The default profile's expected wall time from a fresh clone on 2 to 512 cores (mrl.reports.wall_time), per
+    notebook, with its critical path, the cores beyond which it gets no faster and the reproduce record's measured
+    time at 2 cores beside the plan; then what bounds each notebook and the whole at each core count
+    (bounds_markdown)."""
+    from mrl.reports.wall_time import CLAIMS_NOTEBOOK, COSTS, CORES, profile_plan
+
+    table, costs = profile_plan("default", CORES)
+    record = json.loads((tables / RECORD).read_text())
+    columns = [f"{n} cores" for n in CORES]
+    lines = ["| notebook | jobs | work (core-min) | critical path | " + " | ".join(columns)
+             + " | no faster beyond | measured at 2 cores |", "|---|" + "---:|" * (len(CORES) + 5)]
+    for row in table.to_dict("records"):
+        measured = row["measured at 2 cores (min)"]
+        shown = "not measured (plan only)" if pd.isna(measured) else f"{measured:.1f}" + (
+            " (the measured rows)" if row["notebook"] == "total" and table["measured at 2 cores (min)"].isna().any()
+            else "")
+        lines.append(f"| {'**total**' if row['notebook'] == 'total' else '`' + row['notebook'] + '`'} | "
+                     f"{row['jobs']:.0f} | {row['work (core-min)']:.0f} | {row['critical path (min)']:.1f} | "
+                     + " | ".join(f"{row[f'{n} cores (min)']:.1f}" for n in CORES)
+                     + f" | {row['no faster beyond (cores)']:.0f} | {shown} |")
+    return (f"From the default profile's grids and the per-job costs of `{COSTS}` ({costs.machine}, each job on one "
+            f"core), from a fresh clone, in minutes (`mrl plan --cores N` prints one column; `--ray ADDRESS` the "
+            f"cluster's). The measured column is `paper_tables/{RECORD}`'s time of each notebook at 2 cores "
+            f"({record_source(tables)}), with its runs and warm-ups as that run found them in its caches; "
+            f"`{CLAIMS_NOTEBOOK}`'s plans and measures only the runs the block's committed record lacks (a clone reads "
+            f"the others from it), measured as the record's block parts' time per run, their warm-ups included, "
+            f"times those runs.\n\n" + "\n".join(lines) + "\n\n" + bounds_markdown(table, CORES))
+
+
+SMOKE_RUNS = {"on 2 cores here": Path("docs") / "measurements" / "reproduce_smoke_local.json",
+              "on a simulated Ray cluster (2 nodes of 1 CPU)": Path("docs") / "measurements" / "reproduce_smoke_ray.json"}
+"""the smoke profile's reproduce records from a fresh clone (mrl.reproduce's results/reproduce-smoke.json), kept as
+the plan's measured check: locally and on benchmarks/simulated_cluster.py's cluster (docs/performance.md)"""
+
+
+def smoke_plan_block(tables: Path) -> str:
+    """The smoke profile's plan at 2 cores (mrl.reports.wall_time.profile_plan) beside its measured time from a fresh
+    clone in each record of SMOKE_RUNS, per notebook: a notebook without warm-ups or runs is planned at its local
+    measured time, so only the others test the plan."""
+    from mrl.reports.wall_time import profile_plan
+
+    root = tables.parent
+    records = {where: json.loads((root / path).read_text()) for where, path in SMOKE_RUNS.items()
+               if (root / path).exists()}
+    local = next(iter(records.values()), None)
+    table, costs = profile_plan("smoke", (2,), local)
+    lines = ["| notebook | jobs | plan at 2 cores | " + " | ".join(f"measured {where}" for where in records) + " |",
+             "|---|---:|---:|" + "---:|" * len(records)]
+    for row in table.to_dict("records"):
+        name = row["notebook"]
+        cells = [record["notebooks"].get(f"{name}.ipynb") if name != "total" else record["total_seconds"]
+                 for record in records.values()]
+        planned = f"{row['2 cores (min)']:.1f}" + (" (its local time)" if row["jobs"] == 0 and name != "total" else "")
+        lines.append(f"| {'**total**' if name == 'total' else '`' + name + '`'} | {row['jobs']:.0f} | {planned} | "
+                     + " | ".join("not run" if c is None else f"{c / 60:.1f}" for c in cells) + " |")
+    sources = "; ".join(f"{where}: `{SMOKE_RUNS[where]}` ({run_source(record)}, commit "
+                        f"{short_sha(record['git_sha'])})" for where, record in records.items())
+    return (f"The smoke profile from a fresh clone, in minutes: its plan at 2 cores (`mrl plan --profile smoke "
+            f"--cores 2`, from the per-job costs measured on the default profile's jobs on {costs.machine}, scaled to "
+            f"the smoke zoo's size for the warm-ups, not for the runs) beside `make reproduce PROFILE=smoke` as it "
+            f"ran, its caches empty, {'; and '.join(records) or 'nowhere yet'}. Sources: {sources or 'none'}.\n\n"
+            + "\n".join(lines) + "\n")
+
+
+def bounds_markdown(table: pd.DataFrame, cores: tuple[int, ...]) -> str:
+    """What bounds each notebook of plan_rows' `table` on each number of `cores` (mrl.reports.wall_time.Bound), the
+    caps that fix a notebook's parallelism, and for the whole the notebook that binds it, with its share."""
+    from mrl.reports.wall_time import binding
+
+    lines = ["What bounds each notebook, by cores: its longest job (phase after phase; more cores do not help), its "
+             "work over the cores (more help), a fixed cap (phases that hold a fixed number of jobs whatever the "
+             "cores), or, without warm-ups or runs, its measured time. For the whole: the notebook that takes the "
+             "longest, its share of the total and its bound.", "",
+             "| notebook | " + " | ".join(f"{n} cores" for n in cores) + " |", "|---|" + "---|" * len(cores)]
+    for row in table[table.notebook != "total"].to_dict("records"):
+        lines.append(f"| `{row['notebook']}` | " + " | ".join(row[f"bound at {n} cores"].value for n in cores) + " |")
+    whole = [binding(table, n) for n in cores]
+    lines.append("| **total** | " + " | ".join(f"`{notebook}` ({share:.0%}, {kind.value})"
+                                               for notebook, share, kind in whole) + " |")
+    caps = [f"`{row['notebook']}`: {row['caps']}" for row in table[table.notebook != "total"].to_dict("records")
+            if row["caps"]]
+    return "\n".join(lines) + ("\n\nThe fixed caps: " + "; ".join(caps) + ".\n" if caps else "\n")
+
+
+BLOCKS = {"mwra": mwra_block, "reproduce": reproduce_block, "plan": plan_block, "smoke": smoke_plan_block}
 
 TIMING = re.compile(r"\b\d[\d,.]*\s?(ms|s|seconds|minutes|hours|tokens/s|sequences/s)\b")
 """a time or a throughput as the page would quote one"""

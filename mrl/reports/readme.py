@@ -45,7 +45,8 @@ NOTEBOOKS = {   # what each notebook shows and writes (names, not results: the r
                         "confirmatory_rliable", "confirmatory_rliable"),
     "76_confirmatory_claims": ("every claim's confirmatory test (the second registration): the ten arms of nine "
                                "comparisons on 12 warm-ups no one had run, registered before its runs",
-                               "claims_seed_effect", ""),
+                               "confirmatory_claims_plan, confirmatory_claims_power, confirmatory_claims, "
+                               "confirmatory_claims_runs, sgt_forest, claims_seed_effect", "sgt_forest"),
     "80_beyond": ("beyond the papers: TRRD, GRAFT online and offline, a poisoned peer, more policies, the exact "
                   "cross-tokenizer probability",
                   "beyond_main, beyond_poison, beyond_scaling, beyond_marginal_gap, beyond_marginal_ratio, "

@@ -16,7 +16,6 @@ deadline is reported by name, so no call can hang. The runner's failure policy d
 """
 from __future__ import annotations
 
-import os
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -24,6 +23,8 @@ from multiprocessing.connection import wait
 
 from mrl import numerics
 from mrl.core.config import BACKENDS
+from mrl.runtime.capacity import usable_cores
+from mrl.runtime.cluster import start_local_ray
 from mrl.runtime.placement import cap_gpu_memory, resolve_device
 from mrl.runtime.pools import GUARD_HINT, WatchedContext, import_path
 from mrl.runtime.worker import Future
@@ -282,8 +283,9 @@ class _RayHost:
 class RayBackend(Backend):
     """One Ray actor per policy, with num_cpus / num_gpus from its spec, gang-scheduled in a placement group.
 
-    address: None starts a local Ray (all cores of this machine); "auto" or "ray://host:10001"
-    joins a cluster. `startup_seconds` (ray.init plus actor creation) is kept apart from step costs.
+    address: None starts a local Ray on this machine's usable cores, listening on the loopback interface only and
+    without a dashboard (mrl.runtime.cluster.start_local_ray); "auto" or "ray://host:10001" joins a cluster.
+    `startup_seconds` (ray.init plus actor creation) is kept apart from step costs.
     """
 
     def __init__(self, specs: list, address: str | None = None, start_timeout: float = 300.0):
@@ -294,12 +296,12 @@ class RayBackend(Backend):
         super().__init__(specs)
         begin = time.perf_counter()
         self._ray, self._owns = ray, not ray.is_initialized()
-        if self._owns:
-            local = {} if address else {
-                "num_cpus": max(os.cpu_count() or 1, int(sum(s.num_cpus for s in specs))),
-                # workers import what this process can (as the process backend's do), e.g. test-defined actors
-                "runtime_env": {"env_vars": {"PYTHONPATH": import_path()}}}
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, **local)
+        if self._owns and address:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        elif self._owns:   # this machine only, no dashboard (mrl.runtime.cluster.start_local_ray)
+            start_local_ray(max(usable_cores(), int(sum(s.num_cpus for s in specs))),
+                            # workers import what this process can (as the process backend's do), e.g. test actors
+                            runtime_env={"env_vars": {"PYTHONPATH": import_path()}})
         bundles = [{"CPU": s.num_cpus, **({"GPU": s.num_gpus} if s.num_gpus else {})} for s in specs]
         self._group = placement_group(bundles, strategy="PACK")
         self._remove_group = remove_placement_group

@@ -1,7 +1,9 @@
 """`make test-book`: the built book as a reader meets it. Headless Chromium (Debian's package, driven by Playwright)
 opens every page of results/book/html/ from a server on localhost and checks that no image is broken, no internal
-link leads nowhere, no notebook chapter shows an error output, and every figure of a chapter's notebook is on it; it saves screenshots of the landing page, 75_confirmatory and 80_beyond under results/book/screenshots/ for
-a person to look at.
+link leads nowhere (its page exists and so does the anchor it names), no notebook chapter shows an error output or a
+traceback in a stream, no page raises a script error, and every figure of a chapter's notebook is on it; it saves
+screenshots of the landing page, 75_confirmatory and 80_beyond under results/book/screenshots/ for a person to look
+at.
 
     python tests/browser/check_book.py [--html results/book/html]
 
@@ -14,6 +16,7 @@ import argparse
 import functools
 import http.server
 import json
+import re
 import shutil
 import sys
 import threading
@@ -29,7 +32,10 @@ PAGE_CHECKS = """() => ({
   broken: Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src')),
   images: Array.from(document.querySelectorAll('.cell_output img, .output img')).length,
   errors: Array.from(document.querySelectorAll('.output.traceback, .output.error'))
-               .map(e => e.textContent.slice(0, 200)),
+               .map(e => e.textContent.slice(0, 200))
+               .concat(Array.from(document.querySelectorAll('.output.stream, .output.stderr'))
+                       .filter(e => e.textContent.includes('Traceback (most recent call last)'))
+                       .map(e => e.textContent.slice(0, 200))),
   links: Array.from(document.querySelectorAll('a[href]')).map(a => a.getAttribute('href')),
 })"""
 
@@ -42,12 +48,19 @@ def notebook_figures(html: Path, stem: str) -> int:
                if any(kind.startswith("image/") for kind in output.get("data", {})))
 
 
-def link_target(html: Path, page: Path, href: str) -> Path | None:
-    """The file an internal link of `page` points to (None: an external link, an anchor in the page, or mailto)."""
+def link_target(html: Path, page: Path, href: str) -> tuple[Path, str] | None:
+    """(the file an internal link of `page` points to, the anchor it names or ''); None for an external link or
+    mailto. A link to an anchor of its own page points to the page."""
     parts = urlsplit(href)
-    if parts.scheme or parts.netloc or not parts.path:
+    if parts.scheme or parts.netloc or not (parts.path or parts.fragment):
         return None
-    return (page.parent / unquote(parts.path)).resolve()
+    return (page.parent / unquote(parts.path)).resolve() if parts.path else page.resolve(), unquote(parts.fragment)
+
+
+@functools.lru_cache(maxsize=None)
+def anchors(page: Path) -> frozenset[str]:
+    """The ids (and a names) a built page defines, from its HTML."""
+    return frozenset(re.findall(r"""\b(?:id|name)=["']([^"']+)["']""", page.read_text(errors="replace")))
 
 
 def serve(folder: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
@@ -74,16 +87,25 @@ def check(html: Path, shots: Path) -> list[str]:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=FLAGS)
             tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+            script_errors: list[str] = []
+            tab.on("pageerror", lambda error: script_errors.append(str(error)[:200]))
             for page in pages:
                 name = page.relative_to(html).as_posix()
                 tab.goto(url + name, wait_until="load")
                 found = tab.evaluate(PAGE_CHECKS)
                 failures += [f"{name}: broken image {src}" for src in found["broken"]]
                 failures += [f"{name}: error output: {text}" for text in found["errors"]]
+                failures += [f"{name}: script error: {error}" for error in script_errors]
+                script_errors.clear()
                 for href in found["links"]:
                     target = link_target(html, page, href)
-                    if target is not None and not target.exists():
+                    if target is None:
+                        continue
+                    path, anchor = target
+                    if not path.exists():
                         failures.append(f"{name}: broken link {href}")
+                    elif anchor and path.suffix == ".html" and anchor not in anchors(path):
+                        failures.append(f"{name}: link {href} names an anchor its page lacks")
                 if name.startswith("notebooks/"):
                     expected = notebook_figures(html, page.stem)
                     if found["images"] < expected:
