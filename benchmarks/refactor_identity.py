@@ -3,6 +3,7 @@ run on two commits, compared bit for bit.
 
     python benchmarks/refactor_identity.py run --out tmp/identity_before.json      # on the commit before
     python benchmarks/refactor_identity.py run --out tmp/identity_after.json       # on the refactor
+        [--zoo-fingerprint HEX]   # from the zoos the commit before used, where the refactor moved ZOO_MODULES' code
     python benchmarks/refactor_identity.py compare tmp/identity_before.json tmp/identity_after.json
     python benchmarks/refactor_identity.py check tmp/identity_after.json     # the committed rows only
 
@@ -80,6 +81,14 @@ def run_block(config, block: str, processes: int) -> dict:
 def run(args) -> int:
     from mrl.profiles import load_profile
 
+    if args.zoo_fingerprint:   # the zoos the commit before built and used, whatever this commit's zoo code hashes to
+        import mrl.fingerprint
+        import mrl.runtime.zoo
+
+        for module in (mrl.fingerprint, mrl.runtime.zoo):
+            if hasattr(module, "zoo_fingerprint"):
+                module.zoo_fingerprint = lambda: args.zoo_fingerprint
+
     config = load_profile("default")
     found = {}
     for block in ("confirmatory", "claims"):
@@ -151,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     ran = commands.add_parser("run", help="run one warm-up of each registered block into a JSON file")
     ran.add_argument("--out", required=True)
     ran.add_argument("--processes", type=int, default=2)
+    ran.add_argument("--zoo-fingerprint", help="run from the zoos cached under this zoo fingerprint (the commit "
+                     "before's, mrl.fingerprint.zoo_fingerprint) where this commit's zoo code hashes otherwise")
     compared = commands.add_parser("compare", help="compare two files of `run`")
     compared.add_argument("before")
     compared.add_argument("after")
