@@ -193,7 +193,7 @@ def knob_table(evals: pd.DataFrame, split: str = "held-out") -> pd.DataFrame:
     t interval (formatted; bold only when it excludes 0 with n >= 3, so one seed is never called real)."""
     final = final_values(evals, split)
     rows = []
-    for base, frame in final.groupby(final.probe.str.split(" (", regex=False).str[0], sort=False):
+    for base, frame in final.groupby(final.probe.map(base_probe), sort=False):
         for metric, label in (("weak", "weak"), ("overall", "overall")):
             diffs = paired_differences(frame, metric, baseline=base)
             diffs = diffs.assign(metric=label, default=base)

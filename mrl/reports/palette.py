@@ -40,7 +40,9 @@ patterns (on, off, ...) in line widths); the variants of a base probe take them 
 
 def base_probe(label: str) -> str:
     """The registered probe a label names: 'prp (clip=4.0)' -> 'prp', 'sgt (lambda)' -> 'sgt', 'prp c=2' -> 'prp',
-    'IS-PRP' -> 'prp'."""
+    'IS-PRP' -> 'prp'. With knobs_suffix, the one reader of a label's text: run frames and the committed CSVs that
+    figures are redrawn from name a probe by its label (mrl.core.probes.probe_label), so the reports read it here
+    and nowhere else."""
     name = str(label).split(" (")[0].strip()
     alias = ALIASES.get(name.lower())
     return alias if alias is not None else name.split(" ")[0].lower()
