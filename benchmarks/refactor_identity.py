@@ -6,13 +6,18 @@ run on two commits, compared bit for bit.
         [--zoo-fingerprint HEX]   # from the zoos the commit before used, where the refactor moved ZOO_MODULES' code
     python benchmarks/refactor_identity.py compare tmp/identity_before.json tmp/identity_after.json
     python benchmarks/refactor_identity.py check tmp/identity_after.json     # the committed rows only
+    python benchmarks/refactor_identity.py smoke CHECKOUT_BEFORE CHECKOUT_AFTER   # after make reproduce PROFILE=smoke
 
 `run` computes, in this checkout and with the default profile, every run of the first warm-up of the first
 registration's block (heldout.confirmatory, docs/registration.md) and of the second's (heldout.confirmatory_claims,
 docs/registration_claims.md), each into its trained folder (the run cache keeps numbers, not weights), and writes
 for each run: its step rows (loss, grad norm, rewards, ... without the wall times and memory peaks, which are not
 numbers of the run), its evaluation rows, the sha256 of each trained policy's weights, and the sha256 of each zoo
-member's weights it started from. `compare` names every run whose rows or hashes differ (exit 1), and checks the
+member's weights it started from. `smoke` compares two checkouts' smoke outputs: every file of results/smoke and of each notebook's folder byte for
+byte (the tables whose content is a wall time apart), the step rows but their wall-time columns, the zoo members'
+and trained policies' weights, and each executed smoke notebook's outputs cell by cell (it names the cells that
+differ, for a person to read: wall times, progress bars). `compare` names every run whose rows or hashes differ
+(exit 1), and checks the
 second file's evaluations against the committed per-run rows: the second registration's record
 (paper_tables/confirmatory_claims_record/evals.csv, matched by label) and the first registration's endpoint values
 (paper_tables/confirmatory_runs.csv, overall). It runs only what this script imports from mrl, so it runs on both
@@ -154,6 +159,76 @@ def check(args) -> int:
     return 1 if wrong else 0
 
 
+WALL_TIME_FILES = ("beyond_scaling", "beyond_marginal_cost", "beyond_marginal_training", "mwra_compute",
+                   "mwra_timeline", "timeline.csv", "meta.json", "run.json", "README.md")
+"""smoke outputs whose content is a wall time, a date or a commit (beyond_marginal_training: its update seconds)"""
+
+
+def smoke_files(root: Path) -> dict[str, Path]:
+    """{path relative to the checkout: path} of the smoke run's outputs: results/smoke and each notebook's folder,
+    but the step rows (compared without their wall times)."""
+    found = [*root.glob("results/smoke/**/*"), *root.glob("results/[0-9]*/smoke-seed0/**/*")]
+    return {str(p.relative_to(root)): p for p in found if p.is_file() and p.name != "steps.csv"}
+
+
+def weights_by_family(root: Path) -> list[tuple[str, str, str]]:
+    """(task, family, weights hash) of every zoo member under the checkout's data/models, sorted: folder names carry
+    the zoo code's fingerprint, which a refactor may move."""
+    return sorted((p.parent.parent.name, p.parent.name.split("-")[0], weights_hash(p.parent))
+                  for p in root.glob("data/models/*/*/model.safetensors"))
+
+
+def notebook_outputs(path: Path) -> list[str]:
+    """Each code cell's outputs of an executed notebook as text (streams, plain text, Markdown, HTML)."""
+    import nbformat
+
+    texts = []
+    for cell in nbformat.read(path, 4).cells:
+        if cell.cell_type == "code":
+            parts = [o.get("text", "") if o.output_type == "stream" else
+                     "".join(o.get("data", {}).get(kind, "") for kind in ("text/plain", "text/markdown", "text/html"))
+                     for o in cell.get("outputs", [])]
+            texts.append("".join(parts))
+    return texts
+
+
+def smoke(args) -> int:
+    before, after = Path(args.before), Path(args.after)
+    files_before, files_after = smoke_files(before), smoke_files(after)
+    wrong = [f"{name}: only in one checkout" for name in sorted(set(files_before) ^ set(files_after))]
+    same, timed = 0, 0
+    for name in sorted(set(files_before) & set(files_after)):
+        if files_before[name].read_bytes() == files_after[name].read_bytes():
+            same += 1
+        elif any(part in name for part in WALL_TIME_FILES):
+            timed += 1
+        else:
+            wrong.append(f"{name}: differs")
+    rows = 0
+    for path in sorted(before.glob("results/[0-9]*/smoke-seed0/**/steps.csv")):
+        mine, theirs = pd.read_csv(path), pd.read_csv(after / path.relative_to(before))
+        numbers = [c for c in mine.columns if not c.endswith(NOT_NUMBERS)]
+        rows += len(mine)
+        if list(mine.columns) != list(theirs.columns) or not mine[numbers].equals(theirs[numbers]):
+            wrong.append(f"{path.relative_to(before)}: step rows differ")
+    if weights_by_family(before) != weights_by_family(after):
+        wrong.append("zoo weights differ")
+    trained = [sorted(weights_hash(p) for p in root.glob("results/trained/*") if p.is_dir()) for root in (before, after)]
+    if trained[0] != trained[1]:
+        wrong.append("trained weights differ")
+    cells = []
+    for path in sorted(before.glob("notebooks/smoke/*.ipynb")):
+        pairs = zip(notebook_outputs(path), notebook_outputs(after / path.relative_to(before)))
+        cells += [f"{path.name} cell {i}" for i, (a, b) in enumerate(pairs) if a != b]
+    print(f"smoke outputs compared: {same} files byte-identical, {timed} wall-time files differ, {rows} step rows, "
+          f"{len(weights_by_family(before))} zoo members, {len(trained[0])} trained runs: "
+          + ("identical but wall times" if not wrong else f"{len(wrong)} differences"))
+    print("\n".join(wrong))
+    print(f"notebook cells whose outputs differ ({len(cells)}; read them: wall times, progress bars and object "
+          f"addresses may differ): {', '.join(cells) or 'none'}")
+    return 1 if wrong else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -167,8 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     compared.add_argument("after")
     checked = commands.add_parser("check", help="check one file of `run` against the committed per-run rows only")
     checked.add_argument("after")
+    smoked = commands.add_parser("smoke", help="compare two checkouts' outputs of make reproduce PROFILE=smoke")
+    smoked.add_argument("before")
+    smoked.add_argument("after")
     args = parser.parse_args(argv)
-    return {"run": run, "compare": compare, "check": check}[args.command](args)
+    return {"run": run, "compare": compare, "check": check, "smoke": smoke}[args.command](args)
 
 
 if __name__ == "__main__":
