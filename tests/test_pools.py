@@ -69,6 +69,9 @@ def backend():
 if __name__ == "__main__":
     pools = {"warmup": warmup, "grid": grid, "backend": backend}
     if sys.argv[1] == "all":   # every pool at once, each started from its own thread
+        # what the three pools import, imported here first: three threads importing mrl at once race on
+        # transformers' lazy attributes ("cannot import name 'GenerationConfig'"), which is not what this tests
+        import mrl.core.run_config, mrl.experiments.runs, mrl.runtime.mwra, mrl.runtime.pools, mrl.runtime.worker
         for pool in pools.values():
             threading.Thread(target=pool, daemon=True).start()
         time.sleep(3600)
