@@ -49,7 +49,7 @@ def main():
     from mrl.paths import repo_root
 
     config = load_config(args.config)
-    heldout = config.experiment("heldout")
+    heldout = config.heldout
     run_config = heldout_config(config, args.zoo_seed)
     root = repo_root() / "data" / "models"
     folders = {f.name: family_dir(root, run_config.task, f, run_config.zoo) for f in run_config.zoo.families}

@@ -61,7 +61,7 @@ from mrl.core.microbatch import MicroBatchedLogprobs  # noqa: E402
 from mrl.runtime.placement import cast_parameters, measured_peak, precision, set_training  # noqa: E402
 from mrl.core.probes import PeerView, get_probe, probe_config  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
-from mrl.core.batch import RolloutBatch
+from mrl.core.batch import Learner, RolloutBatch
 from mrl.runtime.rollout import completion_logprobs  # noqa: E402
 
 SETTINGS = {"64x8": Setting(64, 8, 64, 256, 512, True), "16x8": Setting(16, 8, 64, 256, 512, True)}
@@ -100,7 +100,7 @@ def matmul_weights(model) -> int:
 
 
 @dataclasses.dataclass
-class Learner:
+class Placed:
     """What the actor's update reads: fp32 masters, their bf16 sampler, the optimizer, the micro-batched log-probs."""
 
     model: torch.nn.Module
@@ -114,7 +114,7 @@ class Learner:
     """the placement's dtype (bfloat16)"""
 
 
-def learner(model, device: torch.device, grpo, placement, micro_batch: int) -> Learner:
+def placed(model, device: torch.device, grpo, placement, micro_batch: int) -> Placed:
     """The policy as PolicyActor.__init__ places it under the paper profile: fp32 masters, a bf16 sampler copy,
     activation checkpointing, micro-batched log-probs, fused Adam."""
     master = model.to(torch.float32)
@@ -128,18 +128,20 @@ def learner(model, device: torch.device, grpo, placement, micro_batch: int) -> L
             return completion_logprobs(master, prompt_ids, prompt_mask, completion_ids, completion_mask,
                                        engine=grpo.engine, temperature=grpo.temperature)
 
-    return Learner(master, sampler, policy_optimizer(master.parameters(), grpo.lr),
+    return Placed(master, sampler, policy_optimizer(master.parameters(), grpo.lr),
                    MicroBatchedLogprobs(forward, micro_batch), device, grpo, placement.dtype)
 
 
-def update(policy: Learner, rollout: RolloutBatch) -> dict:
+def update(policy: Placed, rollout: RolloutBatch) -> dict:
     """PolicyActor.update with apply: the grpo probe's losses, for each a micro-batched backward, the clipped global
     norm, one Adam step, the sampler synced. -> loss, grad_norm (before clipping), update_peak_gb on a GPU."""
     peak: dict = {}
     losses, norms = [], []
     with measured_peak(policy.device, "update_peak_gb", peak):
-        output = get_probe("grpo").loss(rollout, PeerView(), probe_config("grpo"))
-        for loss in output.losses:
+        learner = Learner(policy.logprobs, None, None, torch.Generator(policy.device).manual_seed(2))
+        output = get_probe("grpo").loss(rollout, PeerView(), learner, probe_config("grpo"))
+        for m in range(output.updates):
+            loss = output.loss(m)
             losses.append(loss.item())
             set_training(policy.model, True)
             policy.optimizer.zero_grad(set_to_none=True)
@@ -153,7 +155,7 @@ def update(policy: Learner, rollout: RolloutBatch) -> dict:
     return {"loss": sum(losses) / len(losses), "grad_norm": sum(norms) / len(norms), **peak}
 
 
-def rollout_batch(policy: Learner, setting: Setting, vocab: int, rows: slice | None = None) -> RolloutBatch:
+def rollout_batch(policy: Placed, setting: Setting, vocab: int, rows: slice | None = None) -> RolloutBatch:
     """A step's samples as the actor keeps them: the setting's prompts (bench_gpu_rollout.batch) with completions of
     setting.new_tokens random ids, two successes in every group of eight (a quarter), groups contiguous."""
     prompt_ids, prompt_mask = batch(setting, vocab, policy.device)
@@ -169,11 +171,10 @@ def rollout_batch(policy: Learner, setting: Setting, vocab: int, rows: slice | N
         policy="B", step=1, problems=[None] * (len(prompt_ids) // setting.group), group_size=setting.group,
         prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=completion_ids,
         completion_mask=completion_mask, sample_logp=sample_logp, rewards=rewards,
-        grpo=dataclasses.replace(policy.grpo, max_new_tokens=setting.new_tokens), tokenizer=None, verify=None,
-        logprobs=policy.logprobs, generator=torch.Generator(policy.device).manual_seed(2))
+        grpo=dataclasses.replace(policy.grpo, max_new_tokens=setting.new_tokens))
 
 
-def measure(policy: Learner, initial: dict, path: str, setting_name: str, setting: Setting, vocab: int,
+def measure(policy: Placed, initial: dict, path: str, setting_name: str, setting: Setting, vocab: int,
             weights: int, rate: float, micro_batch: int) -> dict:
     """One row: a warm-up update of one micro-batch's groups, the weights reset, the whole batch's update timed."""
     full = rollout_batch(policy, setting, vocab)
@@ -231,7 +232,7 @@ def main() -> None:
     micro_batch = CPU_MICRO_BATCH if args.cpu_check else placement.micro_batch
     model, _ = stand_in(args.model, device, tiny=args.cpu_check)
     vocab = model.config.vocab_size
-    policy = learner(model, device, profile.grpo, placement, micro_batch)
+    policy = placed(model, device, profile.grpo, placement, micro_batch)
     initial = {name: tensor.detach().to("cpu", copy=True) for name, tensor in policy.model.state_dict().items()}
     weights = matmul_weights(policy.model)
     rate = matmul_rate(device, 512 if args.cpu_check else 8192)

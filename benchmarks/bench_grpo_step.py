@@ -30,7 +30,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from numerics_cost import add_numerics_flag, compare, hand_back  # noqa: E402
 from smoke import add_smoke_flag  # noqa: E402
-from mrl.runtime.actor import ActorConfig, PolicyActor  # noqa: E402
+from mrl.runtime.actor import WorkerSpec, PolicyActor  # noqa: E402
 from mrl.core.config import FamilyConfig, GrpoConfig, TaskConfig  # noqa: E402
 from mrl.numerics import state  # noqa: E402
 from mrl.core.tasks import ArithTask  # noqa: E402
@@ -106,7 +106,7 @@ def bench_mrl(model_dir, problems, steps, threads, shape: Shape):
     """(seconds of each mrl step, sequences forwarded in each) of `steps` PolicyActor rollouts and updates."""
     cfg = GrpoConfig(prompts_per_step=shape.prompts, group_size=shape.group, max_new_tokens=shape.length, lr=1e-4,
                      loss_type="grpo")
-    actor = PolicyActor(ActorConfig("A", model_dir, TaskConfig(), cfg, threads=threads))
+    actor = PolicyActor(WorkerSpec("A", model_dir, TaskConfig(), cfg, threads=threads))
     actor.task = CoinFlipTask(1)
     times, lengths = [], []
     for step in range(1, steps + 1):

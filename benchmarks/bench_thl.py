@@ -26,7 +26,7 @@ import torch  # noqa: E402
 from mrl.runtime.actor import policy_optimizer  # noqa: E402
 from mrl.core.config import GrpoConfig  # noqa: E402
 from mrl.core.probes.terms import own_grpo_loss  # noqa: E402
-from mrl.core.batch import RolloutBatch  # noqa: E402
+from mrl.core.batch import Learner, RolloutBatch  # noqa: E402
 from mrl.runtime.rollout import completion_logprobs, sample_groups  # noqa: E402
 from mrl.profiles import load_profile  # noqa: E402
 from mrl.runtime.real_tokenizers import load_real_tokenizer, mixed_script_texts  # noqa: E402
@@ -101,9 +101,9 @@ def main():
         tensors = [torch.cat([own[0], peer[0]]), torch.cat([own[1], peer[1]]),
                    torch.cat([pad(own[2]), pad(peer[2])]), torch.cat([pad(own[3]), pad(peer[3])])]
         batch = RolloutBatch("A", step, [], 2 * cfg.group_size, *tensors, torch.zeros(tensors[2].shape),
-                             torch.zeros(len(tensors[0])), cfg, tokenizer, None,
-                             lambda *t: completion_logprobs(model.train(), *t), None)
-        loss, _, _ = own_grpo_loss(batch, torch.randn(len(tensors[0])))
+                             torch.zeros(len(tensors[0])), cfg)
+        learner = Learner(lambda *t: completion_logprobs(model.train(), *t), tokenizer, None, None)
+        loss, _, _ = own_grpo_loss(batch, learner, torch.randn(len(tensors[0])))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -74,7 +74,7 @@ def main():
     torch.set_num_threads(1)
     config = load_profile("default")
     if args.zoo == "heldout":
-        config = heldout_config(config, config.experiment("heldout").zoo_seeds[0])
+        config = heldout_config(config, config.heldout.zoo_seeds[0])
     if args.smoke:
         config, args.steps = tiny_profile(config), 2
     task = ArithTask(config.task)
@@ -101,7 +101,7 @@ def main():
         timings.update({f"{family.name} {label}": ms for label, ms in times.items()})
     if args.per_run:
         fast = [ms for label, ms in timings.items() if label.endswith(VARIANTS[1][0])]
-        zoo_seconds = sum(fast) / 1000 * load_profile("default").experiment("heldout").zoo.warmup.steps
+        zoo_seconds = sum(fast) / 1000 * load_profile("default").heldout.zoo.warmup.steps
         run_seconds = run_cost(config, 1 if args.smoke else args.run_steps, 2 if args.smoke else args.run_zoo_steps)
         print(f"one zoo build ({len(fast)} warm-ups of the default's steps at the fast fp32 step) {zoo_seconds:.0f} s; "
               f"one sgt run "
@@ -121,7 +121,7 @@ def run_cost(config, steps: int, zoo_steps: int) -> float:
     from mrl.runtime.runner import run_concurrent
     from mrl.runtime.zoo import build_zoo
 
-    heldout = config.experiment("heldout")
+    heldout = config.heldout
     zoo = dataclasses.replace(config.zoo, workers=1, warmup=dataclasses.replace(
         config.zoo.warmup, steps=zoo_steps, lr_warmup_steps=min(config.zoo.warmup.lr_warmup_steps, zoo_steps)))
     with tempfile.TemporaryDirectory() as root:

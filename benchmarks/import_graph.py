@@ -24,7 +24,7 @@ LAYERS = {
     1: {"mrl.core"},
     2: {"mrl.runtime"},
     3: {"mrl.experiments", "mrl.integrations", "mrl.profiles"},
-    4: {"mrl.reports", "mrl.notebook", "mrl.cli", "mrl.reproduce"},
+    4: {"mrl.reports", "mrl.notebook", "mrl.cli", "mrl.command", "mrl.reproduce"},
 }
 """the layers, lowest first: a module's folder says its layer"""
 

@@ -26,9 +26,9 @@ from smoke import add_smoke_flag, tiny_grpo, tiny_task, tiny_zoo  # noqa: E402
 
 def tiny_marginal(config):
     """The profile with the held-out experiment tiny (its test split, its zoo, 1 RL step) and 1 prompt per skill."""
-    heldout = config.experiment("heldout")
+    heldout = config.heldout
     heldout = dataclasses.replace(heldout, task=tiny_task(heldout.task), zoo=tiny_zoo(heldout.zoo), steps=1)
-    beyond = dataclasses.replace(config.experiment("beyond"), marginal_prompts=1)
+    beyond = dataclasses.replace(config.beyond, marginal_prompts=1)
     return dataclasses.replace(config, grpo=tiny_grpo(config.grpo),
                                experiments={**config.experiments, "heldout": heldout, "beyond": beyond})
 

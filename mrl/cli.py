@@ -18,8 +18,7 @@ from typing import Annotated, Literal
 
 import yaml
 
-from mrl.command import BENCHMARKS
-from mrl.core.choices import BACKENDS, REPORT_TO
+from mrl.core.choices import BACKENDS, BENCHMARKS, REPORT_TO
 from mrl.core.probes import as_probe_config
 from mrl.core.run_config import RunConfig
 from mrl.core.validation import ConfigError, Count, PositiveInt, StrictLoader, Str, config_dataclass, to_dict
@@ -316,13 +315,3 @@ def cluster_cpus(address: str) -> int:
 COMMANDS = {"run": _run, "bench": _bench, "plan": _plan}
 """what `mrl <command>` runs once mrl.command has parsed its arguments"""
 
-
-def main(argv: list[str] | None = None) -> int:
-    """`mrl` (mrl.command.main, which parses the arguments before importing this module)."""
-    from mrl.command import main as command_main
-
-    return command_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

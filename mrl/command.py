@@ -7,11 +7,8 @@ import argparse
 import os
 import sys
 
-from mrl.core.choices import BACKENDS, BUILTIN_PROBES, REPORT_TO
+from mrl.core.choices import BACKENDS, BENCHMARKS, BUILTIN_PROBES, REPORT_TO
 from mrl.profiles import PROFILES
-
-BENCHMARKS = ("grpo_step", "rollout", "thl", "probes", "packing", "warmup", "mwra")
-"""benchmarks/bench_<name>.py, in the order `make bench` runs them"""
 USAGE = """The `mrl` command line: reproduce a profile, run one concurrent run, run the benchmarks.
 
     mrl reproduce --profile smoke                  # every notebook of a profile (python -m mrl.reproduce)

@@ -170,7 +170,7 @@ def block_part(profile: str) -> int:
     from mrl.reports.claims_registration import registered_stamp
 
     config = load_profile(profile)
-    if config.experiment("heldout").confirmatory_claims is None:
+    if config.heldout.confirmatory_claims is None:
         print(f"[mrl.reproduce] the {profile} profile has no confirmatory_claims block")
         return 1
     try:

@@ -55,6 +55,8 @@ SMOKE_RUNS = {
     "plan_vs_measured.py": (["--smoke"], r"update\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+"),
     "marginal_gap.py": (["--smoke"], r"Cost: CPU milliseconds and ratio"),
     "import_graph.py": ([], r"longest chain of module-level imports: \d+ files"),
+    "refactor_identity.py": (["smoke", ".", "."], r"smoke outputs compared: \d+ files byte-identical, 0 wall-time "
+                                                 r"files differ, .*: identical but wall times"),
     "bench_gpu_rollout.py": (["--cpu-check", "--out", "{tmp}"], r"\| 64x8 +\| graphs +\|.*\d"),
     "bench_gpu_update.py": (["--cpu-check", "--out", "{tmp}"], r"\| 64x8 +\| chunked +\|.*\d"),
 }

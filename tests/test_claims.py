@@ -301,7 +301,7 @@ def test_the_power_table_and_the_like_for_like_table():
     like = like_for_like_table(values).set_index("comparison")
     assert set(like.index) == {"grpo (minibatches=4) - grpo", "hacpo (minibatches=4) - grpo (minibatches=4)",
                                "hacpo (minibatches=4) - grpo"}
-    assert like.loc["grpo (minibatches=4) - grpo", "Δ overall [95% t]"].startswith("**-0.01")
+    assert str(like.loc["grpo (minibatches=4) - grpo", "Δ overall [95% t]"]).startswith("**-0.01")
 
 
 def row_tests(ledger: pd.DataFrame) -> int:

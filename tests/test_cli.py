@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from mrl import cli
+from mrl import cli, command
 from mrl.core.config import ConfigError
 import mrl.experiments.runs
 import mrl.runtime.spec
@@ -42,10 +42,10 @@ def test_bad_requests_are_refused_by_field(values, field):
 
 def test_unknown_benchmark_and_policy_are_refused(capsys):
     with pytest.raises(SystemExit):
-        cli.main(["bench", "nothing"])
+        command.main(["bench", "nothing"])
     assert "grpo_step" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        cli.main(["run", "--policies", "A+Z", "--steps", "1"])
+        command.main(["run", "--policies", "A+Z", "--steps", "1"])
     assert "policies" in capsys.readouterr().err
 
 
@@ -58,7 +58,7 @@ def test_unknown_benchmark_and_policy_are_refused(capsys):
     ("lr", "expected a dotted path into the profile's config and a value")])
 def test_a_bad_setting_is_refused_naming_the_field_and_what_is_allowed(setting, message, capsys):
     with pytest.raises(SystemExit):
-        cli.main(["run", "--set", setting])
+        command.main(["run", "--set", setting])
     assert message in capsys.readouterr().err
 
 
@@ -85,7 +85,7 @@ def tiny_profile(monkeypatch, tmp_path, tiny_zoo_paths):
 def test_mrl_run_writes_a_run_that_load_runs_reads_back(tiny_profile, tmp_path, capsys):
     request = tmp_path / "run.yaml"
     request.write_text("policies: A+B\nprobe: {name: sgt, lam: 0.3}\nsteps: 3\nseed: 5\n")
-    assert cli.main(["run", "--config", str(request), "--seed", "1", "--backend", "inline"]) == 0
+    assert command.main(["run", "--config", str(request), "--seed", "1", "--backend", "inline"]) == 0
     assert "load_runs" in capsys.readouterr().out
     folder, steps, evals = cli.run_request(cli.RunRequest(policies="A+B", probe={"name": "sgt", "lam": 0.3},
                                                           steps=3, seed=1), progress=False)  # from the cache

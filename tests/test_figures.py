@@ -114,6 +114,15 @@ def test_every_builtin_probe_has_its_own_colour_and_grpo_is_black():
     assert PROBE_COLOURS["grpo"] == "#000000"
 
 
+def test_a_probe_the_palette_does_not_name_takes_a_spare_colour_of_its_own():
+    """A new probe needs no palette entry: its colour is a spare one, fixed by its name, no built-in probe's."""
+    from mrl.reports.palette import SPARE_COLOURS
+
+    colour = probe_colour("my_new_probe (scale=2)")
+    assert colour in SPARE_COLOURS and colour == probe_colour("my_new_probe")
+    assert not set(SPARE_COLOURS) & set(PROBE_COLOURS.values())
+
+
 @pytest.mark.parametrize("label, base", [("prp (clip=4.0)", "prp"), ("prp c=2", "prp"), ("hacpo no stepwise", "hacpo"),
                                          ("prp (c, sigma_T=0)", "prp"), ("IS-PRP", "prp"), ("prp_naive", "prp_naive"),
                                          ("gspo_x2 (minibatches=4)", "gspo_x2"), ("sgt (lambda=0.1, eta=0)", "sgt")])

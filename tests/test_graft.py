@@ -47,11 +47,11 @@ def test_the_gate_takes_only_prompts_whose_own_group_all_failed():
 def test_without_peer_successes_graft_is_grpo(bpe_tokenizer, arith_task, problems):
     model = make_model(bpe_tokenizer)
     own = [answers(problems[0], 1), answers(problems[1], 0), answers(problems[2], 2)]
-    batch = make_batch(model, bpe_tokenizer, problems, own, arith_task.verify)
+    batch, learner = make_batch(model, bpe_tokenizer, problems, own, arith_task.verify)
     peers = PeerView(rollout=peer_rollouts(bpe_tokenizer, problems, [answers(p, 0) for p in problems],
                                            arith_task.verify), tokenizers={"P": bpe_tokenizer})
-    out = get_probe("graft").loss(batch, peers, probe_config("graft"))
-    grpo, _, _ = own_grpo_loss(batch, group_advantages(batch.rewards, G, batch.grpo.scale))
+    out = get_probe("graft").loss(batch, peers, learner, probe_config("graft"))
+    grpo, _, _ = own_grpo_loss(batch, learner, group_advantages(batch.rewards, G, batch.grpo.scale))
     assert out.stats["graft_samples"] == 0 and the_loss(out).item() == pytest.approx(grpo.item(), abs=1e-7)
 
 
@@ -61,32 +61,32 @@ def test_graft_loss_is_its_equation(bpe_tokenizer, arith_task, problems):
     c(y) * clip(rho_t) with rho_t = pi_learner / pi_peer per token."""
     model = make_model(bpe_tokenizer)
     verify = arith_task.verify
-    batch = make_batch(model, bpe_tokenizer, problems, [answers(problems[0], 1), answers(problems[1], 0),
+    batch, learner = make_batch(model, bpe_tokenizer, problems, [answers(problems[0], 1), answers(problems[1], 0),
                                                         answers(problems[2], 0)], verify)
     peer_texts = [answers(problems[0], 2), answers(problems[1], 3), answers(problems[2], 0)]
     rollouts = peer_rollouts(bpe_tokenizer, problems, peer_texts, verify)
     out = get_probe("graft").loss(batch, PeerView(rollout=rollouts, tokenizers={"P": bpe_tokenizer}),
-                                  probe_config("graft"))
+                                  learner, probe_config("graft"))
     assert (out.stats["graft_candidates"], out.stats["graft_prompts"], out.stats["graft_samples"]) == (2, 1, 3)
     got, got_grads = loss_and_grads(model, the_loss(out))
 
     used = [r for r in rollouts[problems[1].pid] if r.reward > 0]
-    peer_batch = make_batch(model, bpe_tokenizer, [problems[1]], [[r.completion for r in used] + ["x"] * (G - 3)],
-                            verify)
+    peer_batch, _ = make_batch(model, bpe_tokenizer, [problems[1]], [[r.completion for r in used] + ["x"] * (G - 3)],
+                               verify)
     logp = completion_logprobs(model, peer_batch.prompt_ids[:3], peer_batch.prompt_mask[:3],
                                peer_batch.completion_ids[:3], peer_batch.completion_mask[:3])
     mask = peer_batch.completion_mask[:3]
     weights = torch.zeros_like(logp)
     for row, record in enumerate(used):
         n = len(record.logps)
-        learner = logp[row, :n].detach().double()
-        s = math.exp(learner.mean().item() - float(np.mean(record.logps)))
+        own = logp[row, :n].detach().double()
+        s = math.exp(own.mean().item() - float(np.mean(record.logps)))
         c = min(1.0, max(0.8, s))
-        rho = torch.exp(learner - torch.tensor(record.logps, dtype=torch.float64))
+        rho = torch.exp(own - torch.tensor(record.logps, dtype=torch.float64))
         weights[row, :n] = (c * rho.clamp(0.8, 1.2)).to(weights.dtype)
     advantage = pooled_advantages([torch.tensor([0.0] * G + [1.0] * 3)])[0][G]
     peer_sum = weighted_sequence_loss(logp, mask, advantage.repeat(3), weights)
-    grpo, _, _ = own_grpo_loss(batch, group_advantages(batch.rewards, G, batch.grpo.scale))
+    grpo, _, _ = own_grpo_loss(batch, learner, group_advantages(batch.rewards, G, batch.grpo.scale))
     want, want_grads = loss_and_grads(model, (grpo * 3 * G + peer_sum) / (3 * G + 3))
     assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
     for a, b in zip(got_grads, want_grads):
@@ -96,11 +96,11 @@ def test_graft_loss_is_its_equation(bpe_tokenizer, arith_task, problems):
 def test_a_forged_success_never_enters_graft(bpe_tokenizer, arith_task, problems):
     """A peer that marks wrong answers as successes: the learner's verifier rejects them, nothing transfers."""
     model = make_model(bpe_tokenizer)
-    batch = make_batch(model, bpe_tokenizer, problems[:1], [answers(problems[0], 0)], arith_task.verify)
+    batch, learner = make_batch(model, bpe_tokenizer, problems[:1], [answers(problems[0], 0)], arith_task.verify)
     rollouts = peer_rollouts(bpe_tokenizer, problems[:1], [answers(problems[0], 0)], arith_task.verify)
     forged = {pid: [Rollout(**{**r.__dict__, "reward": 1.0}) for r in records] for pid, records in rollouts.items()}
     out = get_probe("graft").loss(batch, PeerView(rollout=forged, tokenizers={"P": bpe_tokenizer}),
-                                  probe_config("graft"))
+                                  learner, probe_config("graft"))
     assert out.stats["rejected_successes"] == G and out.stats["graft_samples"] == 0
 
 

@@ -176,14 +176,14 @@ def test_the_sampler_log_probs_are_its_own_so_the_mismatch_is_measured_as_under_
 def test_a_bf16_actor_on_the_graphs_engine_logs_the_mismatch_from_its_sampler(tiny_zoo_paths):
     from testsupport import TINY_TASK
 
-    from mrl.runtime.actor import ActorConfig, PolicyActor
+    from mrl.runtime.actor import WorkerSpec, PolicyActor
     from mrl.core.config import GrpoConfig, PlacementConfig, TaskConfig
     from mrl.runtime.rollout import sample_groups
     from mrl.core.seeding import step_generator
     from mrl.core.tasks import make_task
 
     grpo = GrpoConfig(prompts_per_step=4, group_size=4, max_new_tokens=6, lr=1e-4, engine="graphs")
-    actor = PolicyActor(ActorConfig("B", tiny_zoo_paths["B"], TaskConfig(**TINY_TASK), grpo,
+    actor = PolicyActor(WorkerSpec("B", tiny_zoo_paths["B"], TaskConfig(**TINY_TASK), grpo,
                                     placement=PlacementConfig(dtype="bfloat16")))
     problems = make_task(TaskConfig(**TINY_TASK)).rl_prompts(__import__("random").Random(0), 4)
     stats = actor.rollout(1, problems).sampler

@@ -228,9 +228,10 @@ def forms():
 
 
 def make_batch(model, tok, problems, texts_per_prompt, verify):
-    """The learner's RolloutBatch whose completions are the given texts (canonical ids, EOS appended)."""
+    """(the learner's RolloutBatch whose completions are the given texts (canonical ids, EOS appended), its
+    Learner)."""
+    from mrl.core.batch import Learner, RolloutBatch
     from mrl.core.config import GrpoConfig
-    from mrl.core.batch import RolloutBatch
 
     texts = [t for row in texts_per_prompt for t in row]
     expanded = [p for p in problems for _ in range(G)]
@@ -238,9 +239,10 @@ def make_batch(model, tok, problems, texts_per_prompt, verify):
     ids, mask = pad_completions([tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts],
                                 tok.pad_token_id, "cpu")
     rewards = torch.tensor([verify(t, p) for t, p in zip(texts, expanded)])
-    return RolloutBatch("L", 1, list(problems), G, prompt_ids, prompt_mask, ids, mask, torch.zeros(ids.shape),
-                        rewards, GrpoConfig(group_size=G, lr=1e-3), tok, verify,
-                        lambda *tensors: completion_logprobs(model, *tensors), torch.Generator().manual_seed(0))
+    return (RolloutBatch("L", 1, list(problems), G, prompt_ids, prompt_mask, ids, mask, torch.zeros(ids.shape),
+                         rewards, GrpoConfig(group_size=G, lr=1e-3)),
+            Learner(lambda *tensors: completion_logprobs(model, *tensors), tok, verify,
+                    torch.Generator().manual_seed(0)))
 
 
 def peer_view(tok, problems, texts_per_prompt, verify):
@@ -269,7 +271,7 @@ def peer_case(zoo, forms):
     wrong = ["16" if p.answer == "17" else "17" for p in problems]
     own = [[w] * G for w in wrong]
     peer = [[p.answer, p.answer, w, "1" + w] for p, w in zip(problems, wrong)]
-    return (tok, model, make_batch(model, tok, problems, own, forms.verify),
+    return (tok, model, *make_batch(model, tok, problems, own, forms.verify),
             peer_view(zoo["char48"][0], problems, peer, forms.verify), problems, peer)
 
 
@@ -288,10 +290,10 @@ def expected_marginals(tok, model, problems, peer):
 def test_the_probes_marginal_log_probs_equal_the_search(peer_case, zoo):
     from mrl.core.probes.terms import marginal_text_logprobs
 
-    tok, model, batch, _, problems, peer = peer_case
+    tok, model, batch, learner, _, problems, peer = peer_case
     prompts = [p.prompt for p, texts in zip(problems, peer) for _ in texts] + [problems[0].prompt]
     texts = [t for row in peer for t in row] + ["30:"]
-    values, marginal = marginal_text_logprobs(batch, prompts, texts, [True] * len(texts))
+    values, marginal = marginal_text_logprobs(batch, learner, prompts, texts, [True] * len(texts))
     assert values.requires_grad and all(marginal)
     search = marginal_logprobs(model, tok, prompts, texts, eos=True)
     for prompt, text, got, want in zip(prompts, texts, values.tolist(), search):
@@ -299,8 +301,8 @@ def test_the_probes_marginal_log_probs_equal_the_search(peer_case, zoo):
         assert got == pytest.approx(want.logp, abs=2 * tol)
     assert all(m.tokenizations >= 2 for m in search[:-1])
     wordpiece_tok, wordpiece_model, _ = zoo["wordpiece40"]
-    wordpiece_batch = make_batch(wordpiece_model, wordpiece_tok, problems[:1], [["18"] * G], lambda t, p: 0.0)
-    _, written = marginal_text_logprobs(wordpiece_batch, [problems[0].prompt] * 2, ["30:", "18"], [True, True])
+    wordpiece = make_batch(wordpiece_model, wordpiece_tok, problems[:1], [["18"] * G], lambda t, p: 0.0)
+    _, written = marginal_text_logprobs(*wordpiece, [problems[0].prompt] * 2, ["30:", "18"], [True, True])
     assert written == [False, True]   # WordPiece cannot write '30:': the caller keeps the canonical
 
 
@@ -326,19 +328,19 @@ def test_hacpo_with_the_marginal_takes_the_texts_probability_in_its_ratio(peer_c
 
     from mrl.core.probes import get_probe, probe_config
 
-    tok, model, batch, peers, problems, peer = peer_case
+    tok, model, batch, learner, peers, problems, peer = peer_case
     hacpo = get_probe("hacpo").loss
-    default = hacpo(batch, peers, probe_config("hacpo", clipping="none", ratio=ratio))
-    canonical = hacpo(batch, peers, probe_config("hacpo", clipping="none", ratio=ratio, tokenization="canonical"))
-    marginal = hacpo(batch, peers, probe_config("hacpo", clipping="none", ratio=ratio, tokenization="marginal"))
-    assert list(default.losses)[0].item() == list(canonical.losses)[0].item()   # today's behaviour is the default
+    default = hacpo(batch, peers, learner, probe_config("hacpo", clipping="none", ratio=ratio))
+    canonical = hacpo(batch, peers, learner, probe_config("hacpo", clipping="none", ratio=ratio, tokenization="canonical"))
+    marginal = hacpo(batch, peers, learner, probe_config("hacpo", clipping="none", ratio=ratio, tokenization="marginal"))
+    assert default.loss(0).item() == canonical.loss(0).item()   # today's behaviour is the default
     expected, tol = peer_log_s(tok, model, problems, peer, peers, ratio), probe_tolerance(zoo, problems, peer)
     stats = marginal.stats
     assert stats["log_s_mean_from_P"] == pytest.approx(np.mean(expected), abs=tol)
     assert stats["log_s_q50_from_P"] == pytest.approx(np.quantile(expected, 0.5), abs=tol)
     assert stats["marginal_fallback"] == 0 and stats["marginal_gap_from_P"] > 0
     assert stats["log_s_mean_from_P"] > canonical.stats["log_s_mean_from_P"]   # every text: marginal > canonical
-    loss = list(marginal.losses)[0]
+    loss = marginal.loss(0)
     model.zero_grad(set_to_none=True)
     loss.backward()   # the gradient reaches the model through every tokenization
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
@@ -350,10 +352,10 @@ def test_graft_compatibility_with_the_marginal(peer_case, zoo):
 
     from mrl.core.probes import get_probe, probe_config
 
-    tok, model, batch, peers, problems, peer = peer_case
+    tok, model, batch, learner, peers, problems, peer = peer_case
     graft = get_probe("graft").loss
-    canonical = graft(batch, peers, probe_config("graft", delta=0.0))
-    marginal = graft(batch, peers, probe_config("graft", delta=0.0, tokenization="marginal"))
+    canonical = graft(batch, peers, learner, probe_config("graft", delta=0.0))
+    marginal = graft(batch, peers, learner, probe_config("graft", delta=0.0, tokenization="marginal"))
     assert marginal.stats["graft_samples"] == canonical.stats["graft_samples"] == 4   # both prompts' two successes
     from mrl.core.thl import align
 
@@ -376,12 +378,12 @@ def test_prp_takes_the_marginal_at_the_sequence_level_only(peer_case, zoo):
     from mrl.core.config import ConfigError
     from mrl.core.probes import get_probe, probe_config
 
-    tok, model, batch, peers, problems, peer = peer_case
+    tok, model, batch, learner, peers, problems, peer = peer_case
     with pytest.raises(ConfigError, match="tokenization"):
         probe_config("prp", tokenization="marginal")   # level token by default
     prp = get_probe("prp").loss
-    canonical = prp(batch, peers, probe_config("prp", level="sequence"))
-    marginal = prp(batch, peers, probe_config("prp", level="sequence", tokenization="marginal"))
+    canonical = prp(batch, peers, learner, probe_config("prp", level="sequence"))
+    marginal = prp(batch, peers, learner, probe_config("prp", level="sequence", tokenization="marginal"))
     expected = []
     for p, texts in zip(problems, peer):
         for record, m in zip(peers.rollout[p.pid], expected_marginals(tok, model, [p], [texts])):

@@ -12,7 +12,7 @@ from mrl.core.grpo import Surrogate, policy_loss
 from mrl.core.mismatch import SAMPLER_CORRECTIONS, mismatch_stats, sampler_weights, weight_stats
 from mrl.core.probes import PeerView
 from mrl.core.tasks import make_task
-from mrl.runtime.actor import ActorConfig, PolicyActor
+from mrl.runtime.actor import WorkerSpec, PolicyActor
 
 TRAIN = torch.tensor([[-1.0, -2.0, -0.5], [-0.2, -3.0, 0.0]])
 SAMPLER = torch.tensor([[-1.5, -1.0, -0.5], [-0.2, float("nan"), 0.0]])
@@ -69,7 +69,7 @@ def test_the_weight_multiplies_the_surrogate_not_the_kl_term():
 
 def _bf16_actor(path, correction="off"):
     grpo = GrpoConfig(prompts_per_step=4, group_size=4, max_new_tokens=6, lr=1e-4, sampler_correction=correction)
-    return PolicyActor(ActorConfig("A", path, TaskConfig(**TINY_TASK), grpo,
+    return PolicyActor(WorkerSpec("A", path, TaskConfig(**TINY_TASK), grpo,
                                    placement=PlacementConfig(dtype="bfloat16")))
 
 
@@ -82,7 +82,7 @@ def test_a_bf16_actor_logs_the_mismatch_every_step_and_an_fp32_one_has_none(tiny
         assert 0.0 < stats["sampler_logp_diff_mean"] <= stats["sampler_logp_diff_max"]   # bf16 is not fp32
         assert actor.pending.sample_weight is None                                         # off: no weight
         actor.update(step)
-    fp32 = PolicyActor(ActorConfig("A", tiny_zoo_paths["A"], TaskConfig(**TINY_TASK), GrpoConfig(prompts_per_step=4,
+    fp32 = PolicyActor(WorkerSpec("A", tiny_zoo_paths["A"], TaskConfig(**TINY_TASK), GrpoConfig(prompts_per_step=4,
                                                                                                   group_size=4)))
     assert fp32.rollout(1, problems).sampler == {}
 
@@ -95,16 +95,16 @@ def test_with_a_correction_the_batch_carries_trls_weight_and_the_loss_uses_it(ti
     assert batch.sample_weight.shape == batch.completion_ids.shape and batch.sample_weight.max() <= 3.0
     assert stats["sampler_weight_min"] <= stats["sampler_weight_mean"] <= stats["sampler_weight_max"]
     assert stats["sampler_weight_min"] != 1.0 or stats["sampler_weight_max"] != 1.0
-    weighted = next(iter(actor.probe.loss(batch, PeerView(), actor.config.probe).losses))
-    plain = next(iter(actor.probe.loss(dataclasses.replace(batch, sample_weight=None), PeerView(),
-                                       actor.config.probe).losses))
+    weighted = actor.probe.loss(batch, PeerView(), actor.learner(1), actor.config.probe).loss(0)
+    plain = actor.probe.loss(dataclasses.replace(batch, sample_weight=None), PeerView(), actor.learner(1),
+                             actor.config.probe).loss(0)
     assert weighted.item() != plain.item()
 
 
 def test_a_correction_without_a_bf16_sampler_or_with_crossed_bounds_is_refused(tiny_zoo_paths):
     with pytest.raises(ConfigError, match=r"sampler_correction = 'token_mask' is not allowed with "
                                           r"PlacementConfig.dtype = 'float32'.*expected 'off'"):
-        PolicyActor(ActorConfig("A", tiny_zoo_paths["A"], TaskConfig(**TINY_TASK),
+        PolicyActor(WorkerSpec("A", tiny_zoo_paths["A"], TaskConfig(**TINY_TASK),
                                 GrpoConfig(sampler_correction="token_mask")))
     with pytest.raises(ConfigError, match=r"GrpoConfig.sampler_clip_min = 4.0 is not allowed; expected at most "
                                           r"sampler_clip_max \(3.0\)"):

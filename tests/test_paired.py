@@ -184,6 +184,6 @@ def test_a_knob_variant_is_paired_with_its_own_probes_defaults():
     table = knob_table(pd.DataFrame(rows)).set_index(["probe", "policy"])
     assert set(table.index.get_level_values(0)) == {"sgt (lam=0.3)", "prp (clip=None)"}
     assert table.loc[("sgt (lam=0.3)", "A"), "default"] == "sgt"
-    assert table.loc[("sgt (lam=0.3)", "A"), "Δ weak vs default [95% CI]"].startswith("**+0.052")
-    assert table.loc[("prp (clip=None)", "B"), "Δ weak vs default [95% CI]"].startswith("**-0.018")
+    assert str(table.loc[("sgt (lam=0.3)", "A"), "Δ weak vs default [95% CI]"]).startswith("**+0.052")
+    assert str(table.loc[("prp (clip=None)", "B"), "Δ weak vs default [95% CI]"]).startswith("**-0.018")
     assert (table.pairs == 3).all()

@@ -72,7 +72,7 @@ def test_paper_code_path_runs_sgt_on_worker_processes_with_stand_ins(stand_ins):
     """The paper profile's path (pretrained-style checkpoints, chat templates, GSM8K and MATH test files) in worker
     processes, each loading its checkpoint and task where it runs. On the process backend, not the profile's Ray: a
     local Ray cluster's start-up was four fifths of this test (53 s of make test), and a Ray actor builds its policy
-    from the same ActorConfig a process worker does; Ray itself is covered by tests/test_runner.py (a Ray run equals
+    from the same WorkerSpec a process worker does; Ray itself is covered by tests/test_runner.py (a Ray run equals
     the inline one and a dead actor is named) and tests/test_user_probe.py (a user's probe on every backend)."""
     data, paths = stand_ins
     config = load_profile("paper")

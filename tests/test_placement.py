@@ -12,7 +12,7 @@ from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, RunnerConf
 from mrl.core.probes import PROBES, PeerView, probe_config
 from mrl.core.run_config import RunConfig
 from mrl.core.tasks import make_task
-from mrl.runtime.actor import ActorConfig, PolicyActor
+from mrl.runtime.actor import WorkerSpec, PolicyActor
 from mrl.runtime.placement import DeviceGuard, PlacementError, precision, resolve_device
 from mrl.runtime.runner import run_concurrent
 
@@ -91,7 +91,7 @@ def test_a_placement_for_a_policy_the_profile_lacks_is_refused():
 
 
 def _actor(path, **placement) -> PolicyActor:
-    return PolicyActor(ActorConfig("A", path, TaskConfig(**TINY_TASK), GRPO, placement=PlacementConfig(**placement)))
+    return PolicyActor(WorkerSpec("A", path, TaskConfig(**TINY_TASK), GRPO, placement=PlacementConfig(**placement)))
 
 
 def test_bf16_keeps_fp32_master_weights_and_its_loss_is_within_tolerance_of_fp32(tiny_zoo_paths, tmp_path):
@@ -107,15 +107,16 @@ def test_bf16_keeps_fp32_master_weights_and_its_loss_is_within_tolerance_of_fp32
     batch = fp32.pending
     losses = {}
     for actor in (fp32, bf16):
-        output = actor.probe.loss(dataclasses.replace(batch, logprobs=actor.logprobs), PeerView(), actor.config.probe)
-        losses[actor.config.placement.dtype] = [loss for loss in output.losses][0]
+        output = actor.probe.loss(batch, PeerView(), actor.learner(1), actor.config.probe)
+        losses[actor.config.placement.dtype] = output.loss(0)
     assert losses["bfloat16"].dtype == torch.float32  # the loss in fp32 over bf16 matmuls
     assert losses["bfloat16"].item() == pytest.approx(losses["float32"].item(), rel=0.05, abs=0.02)
     assert losses["bfloat16"].item() != losses["float32"].item()  # bf16 did compute in bf16
     assert {p.dtype for p in bf16.model.parameters()} == {torch.float32}  # loaded from bf16 into fp32 masters
     assert {p.dtype for p in bf16.reference.parameters()} == {torch.bfloat16}
     assert {p.dtype for p in bf16.sampler.parameters()} == {torch.bfloat16} and fp32.sampler is fp32.model
-    bf16.apply(losses["bfloat16"])
+    bf16.rollout(1, problems)
+    bf16.update(1)
     assert all(s["exp_avg"].dtype == torch.float32 for s in bf16.optimizer.state.values())
     for copy_, master in zip(bf16.sampler.parameters(), bf16.model.parameters()):
         assert torch.equal(copy_, master.to(torch.bfloat16))  # the sampler follows the update
@@ -233,7 +234,7 @@ def test_the_evaluation_has_its_own_length_and_batch(tiny_zoo_paths, monkeypatch
     for grpo, expected in ((GrpoConfig(max_new_tokens=3), (3, 512)),
                            (GrpoConfig(max_new_tokens=3, eval_max_new_tokens=5, eval_batch=7), (5, 7))):
         calls.clear()
-        PolicyActor(ActorConfig("A", tiny_zoo_paths["A"], TaskConfig(**TINY_TASK), grpo)).evaluate(0)
+        PolicyActor(WorkerSpec("A", tiny_zoo_paths["A"], TaskConfig(**TINY_TASK), grpo)).evaluate(0)
         assert calls and set(calls) == {expected}
 
 
@@ -280,6 +281,7 @@ def test_the_cap_of_a_plain_cuda_device_names_the_current_gpu_and_both_one_polic
     placement.cap_gpu_memory(torch.device("cuda"), 0.5)
     assert calls == [1]
     monkeypatch.setattr(mwra, "resolve_device", lambda spec: torch.device("cuda:0"))   # as the backends import it
-    config = SimpleNamespace(placement=SimpleNamespace(device="auto", gpus=0.25))
-    built = _own_process_actor(lambda cfg: ("actor", cfg), config)
-    assert built == ("actor", config) and calls == [1, 0]
+    spec = SimpleNamespace(placement=SimpleNamespace(device="auto", gpus=0.25))
+    spec.build = lambda: ("actor", spec)
+    built = _own_process_actor(spec)
+    assert built == ("actor", spec) and calls == [1, 0]

@@ -82,10 +82,9 @@ def test_a_forged_success_never_enters_a_probes_loss_while_reverification_is_on(
 
     def loss_grads(records, reverify=True):
         model = make_model(bpe_tokenizer)
-        batch = make_batch(model, bpe_tokenizer, problems, own, arith_task.verify)
-        out = get_probe(name).loss(batch, peer_view(records, bpe_tokenizer, reverify), cfg)
-        losses = list(out.losses)
-        return loss_and_grads(model, losses[0]) if losses else (None, None)
+        batch, learner = make_batch(model, bpe_tokenizer, problems, own, arith_task.verify)
+        out = get_probe(name).loss(batch, peer_view(records, bpe_tokenizer, reverify), learner, cfg)
+        return loss_and_grads(model, out.loss(0)) if out.updates else (None, None)
 
     (loss_h, grads_h), (loss_f, grads_f) = loss_grads(honest), loss_grads(forged)
     assert loss_f == loss_h
@@ -102,9 +101,9 @@ def test_lying_group_statistics_move_xgrpo_even_with_reverification(bpe_tokenize
     own = [answers(problems[0], 1), answers(problems[1], 2), answers(problems[2], 1)]
     losses = []
     for records in (honest, lying):
-        batch = make_batch(make_model(bpe_tokenizer), bpe_tokenizer, problems, own, arith_task.verify)
-        out = get_probe("xgrpo").loss(batch, peer_view(records, bpe_tokenizer), probe_config("xgrpo"))
-        losses.append(next(iter(out.losses)).item())
+        batch, learner = make_batch(make_model(bpe_tokenizer), bpe_tokenizer, problems, own, arith_task.verify)
+        out = get_probe("xgrpo").loss(batch, peer_view(records, bpe_tokenizer), learner, probe_config("xgrpo"))
+        losses.append(out.loss(0).item())
     assert losses[0] != losses[1]
 
 
@@ -161,9 +160,9 @@ def test_a_peer_sample_that_is_not_well_formed_scores_zero_whatever_its_text(bpe
                      [-0.1] * (len(ids) + 2), 1.0, "eos", "P:bpe")
     honest = Rollout(**{**forged.__dict__, "token_ids": [*ids, bpe_tokenizer.eos_token_id],
                         "logps": [-0.1] * (len(ids) + 1)})
-    batch = make_batch(make_model(bpe_tokenizer), bpe_tokenizer, problems, [answers(p, 0) for p in problems],
-                       arith_task.verify)
+    batch, learner = make_batch(make_model(bpe_tokenizer), bpe_tokenizer, problems,
+                                [answers(p, 0) for p in problems], arith_task.verify)
     view = peer_view([], bpe_tokenizer)
-    assert rescored_reward(batch, view, 0, honest) == 1.0
-    assert rescored_reward(batch, view, 0, forged) == 0.0
-    assert rescored_reward(batch, peer_view([], bpe_tokenizer, reverify=False), 0, forged) == 1.0
+    assert rescored_reward(batch, learner, view, 0, honest) == 1.0
+    assert rescored_reward(batch, learner, view, 0, forged) == 0.0
+    assert rescored_reward(batch, learner, peer_view([], bpe_tokenizer, reverify=False), 0, forged) == 1.0

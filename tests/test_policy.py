@@ -1,7 +1,7 @@
 """Sampling, rewards and the own-sample GRPO loss on a tiny untrained model."""
 import torch
 
-from mrl.core.batch import Decoding, RolloutBatch, completion_texts, encode_prompts
+from mrl.core.batch import Decoding, Learner, RolloutBatch, completion_texts, encode_prompts
 from mrl.core.config import FamilyConfig, GrpoConfig
 from mrl.core.probes.terms import own_grpo_loss
 from mrl.runtime.rollout import completion_logprobs, sample_completions
@@ -76,9 +76,9 @@ def test_skipping_zero_advantage_rows_gives_the_same_update(bpe_tokenizer):
         for loss_type in ("grpo", "dapo"):
             model = tiny(bpe_tokenizer, seed=1)
             batch = RolloutBatch("A", 1, [], 4, ids, mask, completion, completion_mask, torch.zeros(completion.shape),
-                                 torch.zeros(4), GrpoConfig(skip_zero_advantage=skip, loss_type=loss_type),
-                                 bpe_tokenizer, None, lambda *t, m=model: completion_logprobs(m.train(), *t), None)
-            loss, n_active, _ = own_grpo_loss(batch, advantages)
+                                 torch.zeros(4), GrpoConfig(skip_zero_advantage=skip, loss_type=loss_type))
+            learner = Learner(lambda *t, m=model: completion_logprobs(m.train(), *t), bpe_tokenizer, None, None)
+            loss, n_active, _ = own_grpo_loss(batch, learner, advantages)
             assert n_active == (2 if skip else 4)
             optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.99))
             loss.backward()

@@ -35,6 +35,15 @@ class SleepingActor:
         time.sleep(3600)
 
 
+class SleepingSpec:
+    """A worker's spec as the backends read it: its name, resources and build()."""
+
+    name, num_cpus, num_gpus = "A", 1, 0
+
+    def build(self):
+        return SleepingActor(self)
+
+
 def warmup():
     from mrl.runtime.pools import map_in_processes
     map_in_processes(sleeper, range(2), 2, "the zoo's warm-up")
@@ -51,14 +60,18 @@ def grid():
 
 
 def backend():
-    from mrl.runtime.mwra import ProcessBackend, WorkerSpec
-    from mrl.runtime.worker import PingCall
-    ProcessBackend([WorkerSpec("A", SleepingActor, None)]).call({"A": PingCall()})
+    from mrl.runtime.mwra import ProcessBackend
+    from mrl.runtime.worker import WorkerHandle
+    workers = ProcessBackend([SleepingSpec()])
+    workers.gather({"A": WorkerHandle(workers, "A").ping()})
 
 
 if __name__ == "__main__":
     pools = {"warmup": warmup, "grid": grid, "backend": backend}
     if sys.argv[1] == "all":   # every pool at once, each started from its own thread
+        # what the three pools import, imported here first: three threads importing mrl at once race on
+        # transformers' lazy attributes ("cannot import name 'GenerationConfig'"), which is not what this tests
+        import mrl.core.run_config, mrl.experiments.runs, mrl.runtime.mwra, mrl.runtime.pools, mrl.runtime.worker
         for pool in pools.values():
             threading.Thread(target=pool, daemon=True).start()
         time.sleep(3600)

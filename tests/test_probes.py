@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from mrl.core.batch import RolloutBatch, encode_prompts
+from mrl.core.batch import Learner, RolloutBatch, encode_prompts
 from mrl.core.config import ConfigError, FamilyConfig, GrpoConfig
 from mrl.core.grpo import Surrogate, group_advantages, policy_loss
 from mrl.core.probes import PeerView, get_probe, probe_config
@@ -32,7 +32,8 @@ def make_model(tokenizer, seed=0):
 
 
 def make_batch(model, tokenizer, problems, texts_per_prompt, verify, grpo=None):
-    """A RolloutBatch of `model` whose completions are the given texts (EOS appended) for each prompt."""
+    """(a RolloutBatch of `model` whose completions are the given texts (EOS appended) for each prompt, its
+    Learner)."""
     tok = tokenizer
     texts = [t for row in texts_per_prompt for t in row]
     expanded = [p for p in problems for _ in range(G)]
@@ -47,9 +48,9 @@ def make_batch(model, tokenizer, problems, texts_per_prompt, verify, grpo=None):
         model.train()
         return completion_logprobs(model, *tensors)
 
-    return RolloutBatch("L", 1, list(problems), G, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                        torch.zeros(completion_ids.shape), rewards, grpo or GrpoConfig(group_size=G, lr=1e-3), tok,
-                        verify, logprobs, torch.Generator().manual_seed(0))
+    return (RolloutBatch("L", 1, list(problems), G, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                         torch.zeros(completion_ids.shape), rewards, grpo or GrpoConfig(group_size=G, lr=1e-3)),
+            Learner(logprobs, tok, verify, torch.Generator().manual_seed(0)))
 
 
 def answers(problem, correct: int):
@@ -62,9 +63,8 @@ def grads(model):
 
 def the_loss(output):
     """The one loss of a single-update probe output (None when it has none)."""
-    losses = list(output.losses)
-    assert len(losses) <= 1
-    return losses[0] if losses else None
+    assert output.updates <= 1
+    return output.loss(0) if output.updates else None
 
 
 def loss_and_grads(model, loss):
@@ -77,7 +77,8 @@ def apply_updates(model, output, lr=1e-3):
     """What the actor does with a probe's output: backward and one (fused) Adam step after each loss, in order."""
     optimizer = policy_optimizer(model.parameters(), lr)
     values = []
-    for loss in output.losses:
+    for m in range(output.updates):
+        loss = output.loss(m)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -99,17 +100,17 @@ def test_sgt_gate_fires_exactly_when_own_group_fails_and_a_peer_succeeded():
 def test_sgt_loss_is_grpo_plus_lambda_nll_of_the_verified_peer_success(bpe_tokenizer, arith_task, problems):
     model = make_model(bpe_tokenizer)
     verify = arith_task.verify
-    batch = make_batch(model, bpe_tokenizer, problems,
+    batch, learner = make_batch(model, bpe_tokenizer, problems,
                        [answers(problems[0], 0), answers(problems[1], 2), answers(problems[2], 0)],
                        verify)
     successes = {problems[0].pid: [Success("P", 0, problems[0].pid, problems[0].answer, "arith-integer")],
                  problems[1].pid: [Success("P", 0, problems[1].pid, problems[1].answer, "arith-integer")]}
     cfg = probe_config("sgt", lam=0.1)
-    out = get_probe("sgt").loss(batch, PeerView(success=successes), cfg)
+    out = get_probe("sgt").loss(batch, PeerView(success=successes), learner, cfg)
     assert out.stats["rescue_size"] == 1 and out.stats["rescue_candidates"] == 2  # prompt 2 failed but no peer success
     got, got_grads = loss_and_grads(model, the_loss(out))
     # independent: GRPO on the own groups + 0.1 * token-mean NLL of learner_tok(answer) + EOS after prompt 0
-    own, _, _ = own_grpo_loss(batch, group_advantages(batch.rewards, G))
+    own, _, _ = own_grpo_loss(batch, learner, group_advantages(batch.rewards, G))
     target = bpe_tokenizer(problems[0].answer, add_special_tokens=False)["input_ids"] + [bpe_tokenizer.eos_token_id]
     ids, mask = encode_prompts(bpe_tokenizer, [problems[0].prompt])
     logp = completion_logprobs(model, ids, mask, torch.tensor([target]), torch.ones(1, len(target)))
@@ -122,10 +123,10 @@ def test_sgt_loss_is_grpo_plus_lambda_nll_of_the_verified_peer_success(bpe_token
 
 def test_a_forged_success_never_enters_sgt(bpe_tokenizer, arith_task, problems):
     model = make_model(bpe_tokenizer)
-    batch = make_batch(model, bpe_tokenizer, problems[:1], [answers(problems[0], 0)], arith_task.verify)
+    batch, learner = make_batch(model, bpe_tokenizer, problems[:1], [answers(problems[0], 0)], arith_task.verify)
     wrong = str(int(problems[0].answer) + 7)
     forged = {problems[0].pid: [Success("P", 0, problems[0].pid, wrong, "arith-integer")]}
-    out = get_probe("sgt").loss(batch, PeerView(success=forged), probe_config("sgt"))
+    out = get_probe("sgt").loss(batch, PeerView(success=forged), learner, probe_config("sgt"))
     assert the_loss(out) is None and out.stats["rescue_size"] == 0 and out.stats["rejected_successes"] == 1
     # and the runner never hands it over: collect re-verifies with the learner's verifier and counts it
     exchange = Exchange({"L": PolicySpec(vocab_size=48, tokenizer_id="L:bpe"), "P": PolicySpec(48, "P:bpe")})
@@ -146,12 +147,12 @@ def test_xgrpo_with_gamma_zero_is_grpo(bpe_tokenizer, arith_task, problems):
     advantages, _ = xgrpo_advantages(rewards, G, gamma=0.0, std="own", **peer)
     assert torch.equal(advantages, group_advantages(rewards, G))
     model = make_model(bpe_tokenizer)
-    batch = make_batch(model, bpe_tokenizer, problems,
+    batch, learner = make_batch(model, bpe_tokenizer, problems,
                        [answers(problems[0], 1), answers(problems[1], 2), answers(problems[2], 3)],
                        arith_task.verify)
     stats = {p.pid: [GroupStats("P", 0, p.pid, G, 3.0, 3.0)] for p in problems}
-    x = get_probe("xgrpo").loss(batch, PeerView(group_stats=stats), probe_config("xgrpo", gamma=0.0, std="own"))
-    g = get_probe("grpo").loss(batch, PeerView(), probe_config("grpo"))
+    x = get_probe("xgrpo").loss(batch, PeerView(group_stats=stats), learner, probe_config("xgrpo", gamma=0.0, std="own"))
+    g = get_probe("grpo").loss(batch, PeerView(), learner, probe_config("grpo"))
     assert the_loss(x).item() == the_loss(g).item()
 
 
@@ -187,10 +188,11 @@ def peer_rollouts(tokenizer, problems, texts_per_prompt, verify, seed=0):
 
 def batch_with_same_tokenizer_peer(tokenizer, task, problems):
     """The learner's groups (1, 0 and 2 correct of G) and a peer with the same tokenizer (2 correct each)."""
-    batch = make_batch(make_model(tokenizer), tokenizer, problems,
-                       [answers(problems[0], 1), answers(problems[1], 0), answers(problems[2], 2)], task.verify)
+    batch, learner = make_batch(make_model(tokenizer), tokenizer, problems,
+                                [answers(problems[0], 1), answers(problems[1], 0), answers(problems[2], 2)],
+                                task.verify)
     rollouts = peer_rollouts(tokenizer, problems, [answers(p, 2) for p in problems], task.verify)
-    return batch, PeerView(rollout=rollouts, tokenizers={"P": tokenizer})
+    return batch, learner, PeerView(rollout=rollouts, tokenizers={"P": tokenizer})
 
 
 @pytest.mark.parametrize("naive", [False, True])
@@ -201,20 +203,20 @@ def test_prp_with_one_tokenizer_is_the_importance_weighted_grpo_term(bpe_tokeniz
     verify = arith_task.verify
     own_texts = [answers(problems[0], 1), answers(problems[1], 0), answers(problems[2], 2)]
     peer_texts = [answers(problems[0], 2), answers(problems[1], 3), answers(problems[2], 0)]
-    batch = make_batch(model, bpe_tokenizer, problems, own_texts, verify)
+    batch, learner = make_batch(model, bpe_tokenizer, problems, own_texts, verify)
     rollouts = peer_rollouts(bpe_tokenizer, problems, peer_texts, verify)
     peers = PeerView(rollout=rollouts, tokenizers={"P": bpe_tokenizer})
     name = "prp_naive" if naive else "prp"
     cfg = probe_config(name) if naive else probe_config(name, clip=None, level="token")
-    out = get_probe(name).loss(batch, peers, cfg)
+    out = get_probe(name).loss(batch, peers, learner, cfg)
     assert out.stats["peer_samples"] == 12 and out.stats["thl_inexact"] == 0
     got, got_grads = loss_and_grads(model, the_loss(out))
 
-    peer_batch = make_batch(model, bpe_tokenizer, problems, peer_texts, verify)
+    peer_batch, _ = make_batch(model, bpe_tokenizer, problems, peer_texts, verify)
     pooled = pooled_advantages([torch.cat([batch.rewards[i * G:(i + 1) * G], peer_batch.rewards[i * G:(i + 1) * G]])
                                 for i in range(3)])
     own_adv, peer_adv = torch.cat([a[:G] for a in pooled]), torch.cat([a[G:] for a in pooled])
-    own_loss, _, _ = own_grpo_loss(batch, own_adv)
+    own_loss, _, _ = own_grpo_loss(batch, learner, own_adv)
     logp = completion_logprobs(model, peer_batch.prompt_ids, peer_batch.prompt_mask,
                                peer_batch.completion_ids, peer_batch.completion_mask)
     old = torch.zeros_like(logp)
@@ -231,10 +233,10 @@ def test_prp_with_one_tokenizer_is_the_importance_weighted_grpo_term(bpe_tokeniz
 
 def test_prp_truncation_and_sequence_level(bpe_tokenizer, arith_task, problems):
     """Truncation at c caps every weight; the sequence-level weight is one number per sample."""
-    batch, peers = batch_with_same_tokenizer_peer(bpe_tokenizer, arith_task, problems)
-    free = get_probe("prp").loss(batch, peers, probe_config("prp", clip=None))
-    capped = get_probe("prp").loss(batch, peers, probe_config("prp", clip=1e-3))
-    seq = get_probe("prp").loss(batch, peers, probe_config("prp", level="sequence", clip=None))
+    batch, learner, peers = batch_with_same_tokenizer_peer(bpe_tokenizer, arith_task, problems)
+    free = get_probe("prp").loss(batch, peers, learner, probe_config("prp", clip=None))
+    capped = get_probe("prp").loss(batch, peers, learner, probe_config("prp", clip=1e-3))
+    seq = get_probe("prp").loss(batch, peers, learner, probe_config("prp", level="sequence", clip=None))
     assert capped.stats["truncated_tokens"] > 0 and free.stats["truncated_tokens"] == 0
     assert len({round(the_loss(o).item(), 6) for o in (free, capped, seq)}) == 3
     assert 0 < free.stats["ess_fraction"] <= 1
@@ -242,10 +244,10 @@ def test_prp_truncation_and_sequence_level(bpe_tokenizer, arith_task, problems):
 
 def test_prp_rescores_peer_rewards_with_the_learners_verifier(bpe_tokenizer, arith_task, problems):
     model = make_model(bpe_tokenizer)
-    batch = make_batch(model, bpe_tokenizer, problems[:1], [answers(problems[0], 1)], arith_task.verify)
+    batch, learner = make_batch(model, bpe_tokenizer, problems[:1], [answers(problems[0], 1)], arith_task.verify)
     rollouts = peer_rollouts(bpe_tokenizer, problems[:1], [answers(problems[0], 0)], arith_task.verify)
     lying = {pid: [Rollout(**{**r.__dict__, "reward": 1.0}) for r in records] for pid, records in rollouts.items()}
-    out = get_probe("prp").loss(batch, PeerView(rollout=lying, tokenizers={"P": bpe_tokenizer}), probe_config("prp"))
+    out = get_probe("prp").loss(batch, PeerView(rollout=lying, tokenizers={"P": bpe_tokenizer}), learner, probe_config("prp"))
     assert out.stats["reward_disagreements"] == G
 
 
@@ -275,14 +277,15 @@ def test_grpo_with_minibatches_takes_one_update_per_share_against_the_sampling_p
     clipped surrogate of its rows against the policy that sampled them, on the parameters the updates before left."""
     texts = [answers(problems[0], 1), answers(problems[1], 3), answers(problems[2], 0)]
     model = make_model(bpe_tokenizer)
-    batch = make_batch(model, bpe_tokenizer, problems, texts, arith_task.verify)
+    batch, learner = make_batch(model, bpe_tokenizer, problems, texts, arith_task.verify)
     advantages = group_advantages(batch.rewards, G)
     sampled = completion_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
                                   batch.completion_mask).detach()
-    out = get_probe("grpo").loss(batch, PeerView(), probe_config("grpo", minibatches=2))
+    out = get_probe("grpo").loss(batch, PeerView(), learner, probe_config("grpo", minibatches=2))
     optimizer = policy_optimizer(model.parameters(), 1e-2)
     rows = len(advantages)
-    for m, loss in enumerate(out.losses):
+    for m in range(out.updates):
+        loss = out.loss(m)
         chunk = slice(m * math.ceil(rows / 2), (m + 1) * math.ceil(rows / 2))
         logp = completion_logprobs(model, batch.prompt_ids[chunk], batch.prompt_mask[chunk],
                                    batch.completion_ids[chunk], batch.completion_mask[chunk])
@@ -292,8 +295,8 @@ def test_grpo_with_minibatches_takes_one_update_per_share_against_the_sampling_p
         loss.backward()
         optimizer.step()
     assert m == 1
-    one = get_probe("grpo").loss(batch, PeerView(), probe_config("grpo"))
-    assert len(list(one.losses)) == 1
+    one = get_probe("grpo").loss(batch, PeerView(), learner, probe_config("grpo"))
+    assert one.updates == 1
 
 
 # --- HACPO ------------------------------------------------------------------------------------------
@@ -305,8 +308,8 @@ def test_hacpo_without_peers_is_gspo(bpe_tokenizer, arith_task, problems, miniba
     results = {}
     for name in ("hacpo", "gspo"):
         model = make_model(bpe_tokenizer)
-        batch = make_batch(model, bpe_tokenizer, problems, texts, arith_task.verify)
-        out = get_probe(name).loss(batch, PeerView(), probe_config(name, minibatches=minibatches))
+        batch, learner = make_batch(model, bpe_tokenizer, problems, texts, arith_task.verify)
+        out = get_probe(name).loss(batch, PeerView(), learner, probe_config(name, minibatches=minibatches))
         if minibatches == 1:
             value, gradients = loss_and_grads(model, the_loss(out))
         else:  # the actor's updates, one after each minibatch's loss: equal losses and equal parameters after
@@ -320,10 +323,10 @@ def test_hacpo_without_peers_is_gspo(bpe_tokenizer, arith_task, problems, miniba
 
 def test_gspo_own_loss_is_trl_sequence_level_grpo_with_hacpo_advantages(bpe_tokenizer, arith_task, problems):
     model = make_model(bpe_tokenizer)
-    batch = make_batch(model, bpe_tokenizer, problems,
+    batch, learner = make_batch(model, bpe_tokenizer, problems,
                        [answers(problems[0], 1), answers(problems[1], 2), answers(problems[2], 0)],
                        arith_task.verify)
-    out = get_probe("gspo").loss(batch, PeerView(), probe_config("gspo"))
+    out = get_probe("gspo").loss(batch, PeerView(), learner, probe_config("gspo"))
     got, _ = loss_and_grads(model, the_loss(out))
     advantages = group_advantages(batch.rewards, G, eps=1e-6)
     logp = completion_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
@@ -334,12 +337,12 @@ def test_gspo_own_loss_is_trl_sequence_level_grpo_with_hacpo_advantages(bpe_toke
 
 
 def test_hacpo_peer_terms_follow_the_clip_and_the_ratio_option(bpe_tokenizer, arith_task, problems):
-    batch, peers = batch_with_same_tokenizer_peer(bpe_tokenizer, arith_task, problems)
-    narrow = get_probe("hacpo").loss(batch, peers, probe_config("hacpo", clipping="fixed", delta=0.0))
-    wide = get_probe("hacpo").loss(batch, peers, probe_config("hacpo", clipping="symmetric", delta=0.99))
+    batch, learner, peers = batch_with_same_tokenizer_peer(bpe_tokenizer, arith_task, problems)
+    narrow = get_probe("hacpo").loss(batch, peers, learner, probe_config("hacpo", clipping="fixed", delta=0.0))
+    wide = get_probe("hacpo").loss(batch, peers, learner, probe_config("hacpo", clipping="symmetric", delta=0.99))
     assert narrow.stats["peer_samples"] == 12
     assert wide.stats["peer_kept"] > narrow.stats["peer_kept"]
-    official = get_probe("hacpo").loss(batch, peers, probe_config("hacpo", clipping="symmetric", delta=0.99,
+    official = get_probe("hacpo").loss(batch, peers, learner, probe_config("hacpo", clipping="symmetric", delta=0.99,
                                                                   ratio="mean"))
     # one tokenizer: THL groups are tokens, the two ratios agree
     assert the_loss(official).item() == the_loss(wide).item()
@@ -348,13 +351,13 @@ def test_hacpo_peer_terms_follow_the_clip_and_the_ratio_option(bpe_tokenizer, ar
 def test_hacpo_reports_its_ratio_statistics_and_no_clip_keeps_every_peer(bpe_tokenizer, arith_task, problems):
     """Table 6 of the HACPO paper per step: log s of each source (mean, std, quantiles) and the fraction inside the
     clip range; clipping "none" (the paper's "no clip") keeps every peer sample."""
-    batch, peers = batch_with_same_tokenizer_peer(bpe_tokenizer, arith_task, problems)
-    stepwise = get_probe("hacpo").loss(batch, peers, probe_config("hacpo"))
+    batch, learner, peers = batch_with_same_tokenizer_peer(bpe_tokenizer, arith_task, problems)
+    stepwise = get_probe("hacpo").loss(batch, peers, learner, probe_config("hacpo"))
     stats = stepwise.stats
     assert stats["inside_from_P"] == pytest.approx(stats["peer_kept"] / stats["peer_samples"])
     assert stats["log_s_q10_from_P"] <= stats["log_s_q50_from_P"] <= stats["log_s_q90_from_P"]
     assert stats["log_s_std_from_P"] >= 0 and stats["log_s_mean_self"] == 0.0  # one on-policy update: pi = pi_old
-    free = get_probe("hacpo").loss(batch, peers, probe_config("hacpo", clipping="none"))
+    free = get_probe("hacpo").loss(batch, peers, learner, probe_config("hacpo", clipping="none"))
     assert free.stats["inside_from_P"] == 1.0 and free.stats["peer_kept"] == free.stats["peer_samples"]
     assert the_loss(free).item() != the_loss(stepwise).item()
 
@@ -366,12 +369,12 @@ def test_hacpo_thl_and_mean_ratios_differ_across_tokenizers(bpe_tokenizer, arith
     unigram = train_tokenizer("unigram", arith_task.corpus, 40, 48)
     model = make_model(bpe_tokenizer)
     verify = arith_task.verify
-    batch = make_batch(model, bpe_tokenizer, problems,
+    batch, learner = make_batch(model, bpe_tokenizer, problems,
                        [answers(problems[0], 1), answers(problems[1], 0), answers(problems[2], 2)],
                        verify)
     texts = [["137", "42", "9", "1000"] for _ in problems]
     peers = PeerView(rollout=peer_rollouts(unigram, problems, texts, verify), tokenizers={"P": unigram})
     cfg = dict(name="hacpo", clipping="symmetric", delta=0.99)
-    thl = get_probe("hacpo").loss(batch, peers, probe_config(**cfg))
-    mean = get_probe("hacpo").loss(batch, peers, probe_config(**cfg, ratio="mean"))
+    thl = get_probe("hacpo").loss(batch, peers, learner, probe_config(**cfg))
+    mean = get_probe("hacpo").loss(batch, peers, learner, probe_config(**cfg, ratio="mean"))
     assert thl.stats["thl_inexact"] == 0 and the_loss(thl).item() != the_loss(mean).item()

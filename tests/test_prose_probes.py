@@ -11,6 +11,7 @@ from scipy.stats import t as student_t
 from mrl.reports.paired import (hacpo_comparisons, hacpo_result, interval_count, interval_phrase, paired_table,
                                 probe_result, seeds_phrase, significance_sentence, transfer_sentence,
                                 weak_skill_lines)
+from mrl.reports.cells import Count
 from mrl.reports.probes import stability_sentence
 
 NAN = float("nan")
@@ -78,8 +79,10 @@ def test_transfer_sentence_sets_pool_gains_beside_held_out_ones():
 def test_stability_sentence_counts_collapses_and_averages_over_policies():
     stability = pd.DataFrame([{"pairing": "A+B", "probe": p, "policy": q, "collapsed runs": c,
                                "strong-skill change": d, "ESS fraction": e}
-                              for p, q, c, d, e in [("grpo", "A", "1/3", -0.04, NAN), ("grpo", "B", "0/3", -0.06, NAN),
-                                                    ("prp", "A", "0/3", 0.0, 0.1), ("prp", "B", "0/3", 0.02, 0.2)]])
+                              for p, q, c, d, e in [("grpo", "A", Count(1, 3), -0.04, NAN),
+                                                    ("grpo", "B", Count(0, 3), -0.06, NAN),
+                                                    ("prp", "A", Count(0, 3), 0.0, 0.1),
+                                                    ("prp", "B", Count(0, 3), 0.02, 0.2)]])
     sentence = stability_sentence(stability)
     assert sentence.startswith("1 of 12 policy runs collapsed.")
     assert "-0.050 under `grpo`, +0.010 under `prp`." in sentence
@@ -152,7 +155,7 @@ def test_one_seed_gives_sentences_without_intervals():
     assert hacpo_result(evals, numbers[numbers.probe != "hacpo"]) == "HACPO did not run in this profile."
     held_out = pd.DataFrame({"pairing": "A+B", "probe": ["grpo", "sgt"], "policy": "A", "skill": "S2",
                              "mean": [0.1, 0.1], "ci95": NAN, "seeds": 1})
-    stability = pd.DataFrame({"pairing": "A+B", "probe": ["grpo", "sgt"], "policy": "A", "collapsed runs": "0/1",
-                              "strong-skill change": [0.0, NAN], "ESS fraction": NAN})
+    stability = pd.DataFrame({"pairing": "A+B", "probe": ["grpo", "sgt"], "policy": "A",
+                              "collapsed runs": Count(0, 1), "strong-skill change": [0.0, NAN], "ESS fraction": NAN})
     text = probe_result(ONE_SEED, held_out, held_out, stability)
     assert "A (S2) +0.020 (one pair: no interval)" in text and "0 of 2 policy runs collapsed" in text

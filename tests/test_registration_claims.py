@@ -17,6 +17,7 @@ from mrl.experiments.heldout import claims_block_runs
 from mrl.paths import repo_root
 from mrl.profiles import load_profile
 from mrl.reports import claims_registration as registration
+from mrl.reports.registration import amended_checksum
 from mrl.reports.claims_rule import claim_hypotheses
 from mrl.reports import statistics
 from mrl.reports.statistics import t_p_value
@@ -41,6 +42,10 @@ def test_the_recorded_checksum_holds_or_the_page_says_it_is_not_registered():
     if all(key is not None for key in keys):
         chosen = runs[runs.key.isin(keys)]
         assert set(chosen.stamp) == {recorded} and chosen.code.nunique() == 1
+        amended = amended_checksum(PAGE)   # a refactor after the results, shown to move no registered number
+        assert amended is None or registration.registration_checksum(config, PAGE) == amended, (
+            "the second registration's code or settings changed since its latest amendment "
+            "(docs/registration_claims.md): record a refactor's checksum in an amendment with its evidence")
         return
     assert registration.registration_checksum(config, PAGE) == recorded, (
         "the second registration's block, settings, code or registered text changed before the block's last run "

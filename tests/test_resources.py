@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from mrl.cli import main
+from mrl.command import main
 from mrl.core.config import ConfigError, PlacementConfig
 from mrl.profiles import load_profile
 from mrl.runtime.resources import (Architecture, ResourceError, Workload, architecture, group_multiplier, parse_gpus,

@@ -133,7 +133,7 @@ def test_a_probe_added_in_one_file_runs(paths):
     peers' GroupStats and its knob, and the actor steps the optimizer on its loss."""
     from mrl.core.probes import PeerView, ProbeConfig, ProbeOutput, register_probe
     from mrl.core.probes.terms import own_grpo_loss
-    from mrl.core.batch import RolloutBatch
+    from mrl.core.batch import Learner, RolloutBatch
 
     @dataclasses.dataclass(frozen=True)
     class ToyConfig(ProbeConfig):
@@ -141,9 +141,9 @@ def test_a_probe_added_in_one_file_runs(paths):
         """multiplies the GRPO advantages"""
 
     @register_probe("toy_scaled_grpo", config=ToyConfig, kinds=("group_stats",))
-    def toy_loss(batch: RolloutBatch, peers: PeerView, cfg: ToyConfig) -> ProbeOutput:
+    def toy_loss(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: ToyConfig) -> ProbeOutput:
         advantages = cfg.scale * group_advantages(batch.rewards, batch.group_size)
-        loss, active, _ = own_grpo_loss(batch, advantages)
+        loss, active, _ = own_grpo_loss(batch, learner, advantages)
         covered = sum(bool(peers.group_stats.get(p.pid)) for p in batch.problems)
         return ProbeOutput.single(loss, active, {"prompts_with_peer_stats": covered})
 

@@ -17,7 +17,7 @@ import torch
 from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-from mrl import cli
+from mrl import cli, command
 from mrl.core.batch import encode_prompts
 from mrl.core.probes import probe_config
 from mrl.core.stop_tokens import stop_ids
@@ -123,7 +123,7 @@ def test_mrl_run_leaves_folders_whose_greedy_completions_are_the_trained_actors(
     monkeypatch.setattr(mrl.experiments.runs, "run_concurrent",
                         lambda run, **kw: run_concurrent(run, **kw, actor_cls=GreedyAtTheEnd))
     out = smoke_run / "out"
-    assert cli.main(["run", "--policies", "A+B", "--probe", "sgt", "--steps", "4", "--output-dir", str(out)]) == 0
+    assert command.main(["run", "--policies", "A+B", "--probe", "sgt", "--steps", "4", "--output-dir", str(out)]) == 0
     assert str(out / "A") in capsys.readouterr().out
 
     smoke = load_profile("smoke")
@@ -157,7 +157,7 @@ import dataclasses, os, signal, sys
 from pathlib import Path
 
 import mrl
-from mrl import cli
+from mrl import cli, command
 import mrl.experiments.runs
 import mrl.runtime.spec
 from mrl.profiles import load_profile
@@ -176,7 +176,7 @@ if __name__ == "__main__":
     mrl.experiments.runs.repo_root = mrl.runtime.spec.repo_root = lambda: Path({root!r})
     mrl.experiments.runs.run_concurrent = lambda run, **kw: run_concurrent(run, **kw, actor_cls=KilledInStep4)
     cli.policy_paths = lambda config, progress=True: {paths!r}
-    cli.main(sys.argv[1:])
+    command.main(sys.argv[1:])
 """
 
 
@@ -201,8 +201,8 @@ def test_a_sigkilled_run_resumed_with_resume_ends_as_an_uninterrupted_one(smoke_
     assert done.returncode == -9, done.stderr[-3000:]
     assert checkpoint.latest(killed / "checkpoints").name == "step-000003" and not (killed / "A").exists()
 
-    assert cli.main(["run", "--resume", str(killed)]) == 0
-    assert cli.main([*args, "--output-dir", str(smoke_run / "uninterrupted")]) == 0
+    assert command.main(["run", "--resume", str(killed)]) == 0
+    assert command.main([*args, "--output-dir", str(smoke_run / "uninterrupted")]) == 0
     assert_same_metrics(killed, smoke_run / "uninterrupted")
     events = [e["event"] for e in json.loads((killed / "run.json").read_text())["events"]]
     assert "resumed from step-000003" in events
@@ -219,24 +219,24 @@ def test_resume_refuses_another_experiment_and_a_folder_without_checkpoints(smok
     folder = smoke_run / "run"
     folder.mkdir()
     with pytest.raises(SystemExit):
-        cli.main(["run", "--resume", str(folder)])
+        command.main(["run", "--resume", str(folder)])
     assert "request.yaml" in capsys.readouterr().err
     (folder / cli.REQUEST).write_text("policies: A+B\nsteps: 2\n")
     with pytest.raises(SystemExit):
-        cli.main(["run", "--resume", str(folder)])
+        command.main(["run", "--resume", str(folder)])
     assert "no checkpoint" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_resume_refuses_a_different_experiment(smoke_run, capsys):
     out = smoke_run / "out"
-    assert cli.main(["run", "--steps", "2", "--set", "runner.checkpoint_every=1", "--output-dir", str(out)]) == 0
+    assert command.main(["run", "--steps", "2", "--set", "runner.checkpoint_every=1", "--output-dir", str(out)]) == 0
     with pytest.raises(SystemExit):
-        cli.main(["run", "--resume", str(out), "--seed", "3"])
+        command.main(["run", "--resume", str(out), "--seed", "3"])
     err = capsys.readouterr().err
     assert "another run" in err and "seed: the checkpoint has 0, this run has 3" in err
     with pytest.raises(SystemExit):   # a fresh run would write over its checkpoints
-        cli.main(["run", "--steps", "2", "--set", "runner.checkpoint_every=1", "--output-dir", str(out)])
+        command.main(["run", "--steps", "2", "--set", "runner.checkpoint_every=1", "--output-dir", str(out)])
     assert "--resume" in capsys.readouterr().err
 
 
@@ -250,7 +250,7 @@ def test_a_transformers_folder_and_a_cached_hub_model_train_beside_a_zoo_policy(
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(Path(tiny_zoo_paths["B"]) / name, folder / name)
     out = smoke_run / "out"
-    assert cli.main(["run", "--policies", f"{folder}+A", "--steps", "2", "--output-dir", str(out)]) == 0
+    assert command.main(["run", "--policies", f"{folder}+A", "--steps", "2", "--output-dir", str(out)]) == 0
     assert sorted(set(pd.read_csv(out / "steps.csv").policy)) == ["A", "my-model"]
     trained = AutoModelForCausalLM.from_pretrained(out / "my-model").state_dict()
     before = AutoModelForCausalLM.from_pretrained(folder).state_dict()
@@ -263,7 +263,7 @@ def test_a_transformers_folder_and_a_cached_hub_model_train_beside_a_zoo_policy(
     (cache / "models--mrl-test--tiny-qwen" / "refs" / "main").write_text(revision)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
     hub_out = smoke_run / "hub-out"
-    assert cli.main(["run", "--policies", "mrl-test/tiny-qwen+A", "--steps", "2", "--output-dir", str(hub_out)]) == 0
+    assert command.main(["run", "--policies", "mrl-test/tiny-qwen+A", "--steps", "2", "--output-dir", str(hub_out)]) == 0
     assert sorted(set(pd.read_csv(hub_out / "steps.csv").policy)) == ["A", "tiny-qwen"]
     assert "mrl-test/tiny-qwen" in ModelCard.load(hub_out / "tiny-qwen" / "README.md").text
 

@@ -22,7 +22,7 @@ from mrl.core.validation import ConfigError
 from mrl.integrations.file_exchange import FileExchange
 from mrl.runtime.experience_log import ExperienceLogError
 from mrl.integrations.trl import MRLGRPOTrainer, MrlSharing, PromptOrderMismatch, check_trl_args, problem_dataset
-from mrl.runtime.actor import ActorConfig, PolicyActor
+from mrl.runtime.actor import WorkerSpec, PolicyActor
 from mrl.runtime.mwra import WorkerFailed
 from mrl.runtime.runner import collect_for
 
@@ -47,8 +47,9 @@ def trainer_for(paths, probe, tmp_path, exchange, micro_batch=0, **args) -> MRLG
                           problem_dataset(make_task(TASK)), tokenizer, sharing=sharing)
 
 
-def texts_of(batch):
-    return completion_texts(batch.tokenizer, batch.completion_ids, batch.completion_mask, batch.eos_id)
+def texts_of(actor):
+    batch = actor.pending
+    return completion_texts(actor.tokenizer, batch.completion_ids, batch.completion_mask, actor.tokenizer.eos_token_id)
 
 
 def plant_answers(actor, rows: list[int]) -> None:
@@ -57,15 +58,15 @@ def plant_answers(actor, rows: list[int]) -> None:
     batch = actor.pending
     for row in rows:
         problem = batch.problems[row // batch.group_size]
-        ids = batch.tokenizer.encode(problem.answer, add_special_tokens=False) + [batch.eos_id]
-        batch.completion_ids[row] = batch.pad_id
+        ids = actor.tokenizer.encode(problem.answer, add_special_tokens=False) + [actor.tokenizer.eos_token_id]
+        batch.completion_ids[row] = actor.tokenizer.pad_token_id
         batch.completion_ids[row, :len(ids)] = torch.tensor(ids)
         batch.completion_mask[row] = 0
         batch.completion_mask[row, :len(ids)] = 1
     batch.sample_logp = batch.completion_mask * actor.scored_logprobs(
         actor.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
     expanded = [p for p in batch.problems for _ in range(batch.group_size)]
-    batch.rewards = score(texts_of(batch), expanded, actor.task.verify)
+    batch.rewards = score(texts_of(actor), expanded, actor.task.verify)
     assert batch.rewards[rows].tolist() == [1.0] * len(rows)
 
 
@@ -78,7 +79,7 @@ def test_a_probe_through_trl_equals_the_actor(probe, micro_batch, tiny_zoo_paths
     """micro_batch > 0: TRL's training step backpropagates 5 sequences at a time, with the whole batch's gradient."""
     paths = {name: tiny_zoo_paths[name] for name in ("A", "B")}
     grpo = GrpoConfig(prompts_per_step=P, group_size=G, max_new_tokens=T, engine="hf", seed=0)
-    actors = {name: PolicyActor(ActorConfig(name=name, policy_path=path, task=TASK, grpo=grpo,
+    actors = {name: PolicyActor(WorkerSpec(name=name, policy_path=path, task=TASK, grpo=grpo,
                                             probe=probe_config(probe), peer_paths=paths))
               for name, path in paths.items()}
     task = make_task(TASK)
@@ -89,7 +90,7 @@ def test_a_probe_through_trl_equals_the_actor(probe, micro_batch, tiny_zoo_paths
     # successes rescue A's failed group 1 (SGT), and every probe's peer term acts
     plant_answers(actors["A"], rows=[0, 1, 8, 9, 10])
     plant_answers(actors["B"], rows=[4, 5, 6, 12])
-    published = {name: actor.records(actor.pending, texts_of(actor.pending)) for name, actor in actors.items()}
+    published = {name: actor.records(actor.pending, texts_of(actor)) for name, actor in actors.items()}
     actor = actors["A"]
 
     exchange = Exchange(policies={name: PolicySpec(**a.policy_spec()) for name, a in actors.items()})
@@ -100,8 +101,8 @@ def test_a_probe_through_trl_equals_the_actor(probe, micro_batch, tiny_zoo_paths
                      tokenizers=actor.peer_tokenizers)
     assert any(any(records.values()) for records in (peers.rollout, peers.group_stats, peers.success)
                if records) or not actor.probe.kinds, "the peer's records reach the probe"
-    actor_output = actor.probe.loss(actor.pending, peers, actor.config.probe)
-    actor_loss = next(iter(actor_output.losses))
+    actor_output = actor.probe.loss(actor.pending, peers, actor.learner(1), actor.config.probe)
+    actor_loss = actor_output.loss(0)
     actor.optimizer.zero_grad()
     actor_loss.backward()
     actor_grads = gradients(actor.model)

@@ -15,7 +15,7 @@ from mrl.core.thl import align
 from mrl.runtime.rollout import completion_logprobs
 from mrl.runtime.teacher import LearnerSamples, spread_over_learner_tokens, teacher_logprobs
 from mrl.runtime.zoo import train_tokenizer
-from test_probes import G, answers, loss_and_grads, make_batch, make_model
+from test_probes import G, answers, loss_and_grads, make_batch, make_model, the_loss
 
 
 @pytest.fixture(scope="module")
@@ -36,21 +36,21 @@ def test_the_anchored_ratio_is_old_and_teacher_ratios_mixed_with_the_teacher_ter
 
 def own_batch(tokenizer, task, problems, teacher_logp):
     model = make_model(tokenizer)
-    batch = make_batch(model, tokenizer, problems, [answers(problems[0], 1), answers(problems[1], 2),
-                                                    answers(problems[2], 0)], task.verify)
+    batch, learner = make_batch(model, tokenizer, problems, [answers(problems[0], 1), answers(problems[1], 2),
+                                                             answers(problems[2], 0)], task.verify)
     batch.teacher_logp = teacher_logp(batch.completion_ids.shape)
-    return model, batch
+    return model, batch, learner
 
 
 def test_alpha_one_is_grpo_exactly(bpe_tokenizer, arith_task, problems):
     def teacher(shape):
         return -3.0 * torch.rand(shape, generator=torch.Generator().manual_seed(1))
 
-    model, batch = own_batch(bpe_tokenizer, arith_task, problems, teacher)
-    trrd = loss_and_grads(model, next(iter(get_probe("trrd").loss(batch, PeerView(),
-                                                                   probe_config("trrd", alpha=1.0)).losses)))
-    model, batch = own_batch(bpe_tokenizer, arith_task, problems, teacher)
-    grpo = loss_and_grads(model, next(iter(get_probe("grpo").loss(batch, PeerView(), probe_config("grpo")).losses)))
+    model, batch, learner = own_batch(bpe_tokenizer, arith_task, problems, teacher)
+    trrd = loss_and_grads(model, the_loss(get_probe("trrd").loss(batch, PeerView(), learner,
+                                                                 probe_config("trrd", alpha=1.0))))
+    model, batch, learner = own_batch(bpe_tokenizer, arith_task, problems, teacher)
+    grpo = loss_and_grads(model, the_loss(get_probe("grpo").loss(batch, PeerView(), learner, probe_config("grpo"))))
     assert trrd[0] == grpo[0] and all(torch.equal(a, b) for a, b in zip(trrd[1], grpo[1]))
 
 
@@ -58,15 +58,15 @@ def test_trrd_loss_is_its_equation(bpe_tokenizer, arith_task, problems):
     """The teacher 0.8 nats above the learner on even tokens (kept) and 2 below on odd ones (clamped to 1): r_t =
     exp(0.5 clamp(log pi - log pi_T, -1, 1)) in value, the clipped surrogate with the own advantages, and the
     gradient of that expression (a clamped token keeps only the old-policy half of it)."""
-    model, batch = own_batch(bpe_tokenizer, arith_task, problems, lambda shape: None)
+    model, batch, learner = own_batch(bpe_tokenizer, arith_task, problems, lambda shape: None)
     model.train()
     with torch.no_grad():
         own = completion_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
                                   batch.completion_mask)
     offsets = torch.where(torch.arange(own.shape[1]) % 2 == 0, 0.8, -2.0)
     batch.teacher_logp = own + offsets
-    loss, grads = loss_and_grads(model, next(iter(get_probe("trrd").loss(batch, PeerView(),
-                                                                          probe_config("trrd")).losses)))
+    loss, grads = loss_and_grads(model, the_loss(get_probe("trrd").loss(batch, PeerView(), learner,
+                                                                        probe_config("trrd"))))
     model.zero_grad(set_to_none=True)
     logp = completion_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask)
     mask = batch.completion_mask.float()
@@ -101,7 +101,7 @@ def test_the_teacher_projection_keeps_every_groups_total(arith_task):
 
 
 def test_a_teacher_equal_to_the_learner_scores_its_tokens_as_the_learner(bpe_tokenizer, arith_task, problems):
-    model, batch = own_batch(bpe_tokenizer, arith_task, problems, lambda shape: None)
+    model, batch, learner = own_batch(bpe_tokenizer, arith_task, problems, lambda shape: None)
     texts = [t for t, _ in completion_texts(bpe_tokenizer, batch.completion_ids, batch.completion_mask,
                                            bpe_tokenizer.eos_token_id)]
     prompts = [p.prompt for p in batch.problems for _ in range(G)]

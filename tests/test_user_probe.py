@@ -33,14 +33,14 @@ class ScaledConfig(ProbeConfig):
 
 
 @register_probe("{name}", config=ScaledConfig, kinds=("success",))
-def scaled_loss(batch, peers: PeerView, cfg: ScaledConfig) -> ProbeOutput:
-    own = own_term(batch)
+def scaled_loss(batch, peers: PeerView, learner, cfg: ScaledConfig) -> ProbeOutput:
+    own = own_term(batch, learner)
     return ProbeOutput.single(None if own.loss is None else own.loss * SCALE + cfg.offset, own.active)
 
 
 @register_probe("{name}_plain")
-def plain_loss(batch, peers: PeerView, cfg: ProbeConfig) -> ProbeOutput:
-    own = own_term(batch)
+def plain_loss(batch, peers: PeerView, learner, cfg: ProbeConfig) -> ProbeOutput:
+    own = own_term(batch, learner)
     return ProbeOutput.single(None if own.loss is None else own.loss * SCALE, own.active)
 '''
 
@@ -272,3 +272,42 @@ def test_a_cell_probe_as_the_scaling_probe_is_refused_before_any_run(monkeypatch
     finally:
         PROBES.pop("cell_scaling", None)
         PROBES.pop("cell_scaling_plain", None)
+
+
+PACKAGE_PROBE = '''
+"""scaled_in_package: GRPO's own term, doubled (a probe of the package, written as one file)."""
+from mrl.core.batch import Learner, RolloutBatch
+from mrl.core.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
+from mrl.core.probes.terms import own_term
+
+
+@register_probe("scaled_in_package")
+def scaled_in_package_loss(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: ProbeConfig) -> ProbeOutput:
+    own = own_term(batch, learner)
+    return ProbeOutput.single(None if own.loss is None else 2 * own.loss, own.active)
+'''
+
+
+def test_a_probe_of_the_package_is_one_file(tmp_path):
+    """A copy of the package with one new file in mrl/core/probes/ and no other edit: the registry holds it (a run
+    finds it by name), the command line lists it without importing torch, the figures give it a colour of its own."""
+    import shutil
+    import subprocess
+
+    from mrl.paths import PACKAGE
+
+    shutil.copytree(PACKAGE, tmp_path / "mrl", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "mrl" / "core" / "probes" / "scaled_in_package.py").write_text(PACKAGE_PROBE)
+    code = textwrap.dedent("""
+        import sys
+        from mrl.core.choices import BUILTIN_PROBES
+        assert "scaled_in_package" in BUILTIN_PROBES and "torch" not in sys.modules
+        from mrl.core.probes import PROBES, probe_config
+        from mrl.reports.palette import SPARE_COLOURS, probe_colour
+        assert PROBES["scaled_in_package"].module == "mrl.core.probes.scaled_in_package"
+        assert probe_colour("scaled_in_package") in SPARE_COLOURS
+        print(probe_config("scaled_in_package").name)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0 and done.stdout.strip() == "scaled_in_package", done.stdout + done.stderr

@@ -1,5 +1,7 @@
-"""The rollout's record: the `RolloutBatch` every probe reads, and the plain functions around it (a prompt as a policy
-reads it, prompts encoded and completions padded, completions decoded and scored). Sampling is mrl.runtime.rollout.
+"""The rollout's record: the `RolloutBatch` every probe reads (data only), the `Learner` through which a probe reaches
+its policy (log-probs, tokenizer, verifier, renderer, its draws and state), and the plain functions around them (a
+prompt as a policy reads it, prompts encoded and completions padded, completions decoded and scored). Sampling is
+mrl.runtime.rollout.
 """
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import torch
 from torch import Tensor
 
 from mrl.core.config import ConfigError, GrpoConfig
-from mrl.core.stop_tokens import stop_ids
 
 
 def as_written(prompt: str) -> str:
@@ -107,11 +108,9 @@ log pi_learner of every completion token, with gradient (the model in training m
 
 @dataclass
 class RolloutBatch:
-    """One policy's sampled groups of one step: P prompts x G completions, groups contiguous.
-
-    Plain data plus one callable: the learner's log-probs with gradient (the actor's method; the only way a
-    probe reaches the model). The actor builds it after sampling and hands it to its probe.
-    """
+    """One policy's sampled groups of one step: P prompts x G completions, groups contiguous: tensors, problems and
+    the step's settings, nothing else. The actor builds it after sampling and hands it to its probe with its
+    `Learner`."""
 
     policy: str
     """the learner's id"""
@@ -135,16 +134,6 @@ class RolloutBatch:
     """(P*G,) the learner's verifier on its own samples"""
     grpo: GrpoConfig
     """the loss settings every own-sample term uses (aggregation, clip range, beta, scale, skipping)"""
-    tokenizer: object
-    """the learner's tokenizer (targets, THL receiver)"""
-    verify: Callable
-    """verify(completion_text, problem) -> reward in [0, 1], the learner's own verifier"""
-    logprobs: LogProbs
-    """log pi_learner with gradient (see LogProbs)"""
-    generator: torch.Generator
-    """the probe's own draws, derived from (seed, step, policy)"""
-    state: dict = field(default_factory=dict)
-    """the probe's state across steps (checkpointed with the actor)"""
     ref_logp: Tensor | None = None
     """(P*G, T) log-probs of the frozen reference policy, when grpo.beta > 0"""
     teacher_logp: Tensor | None = None
@@ -152,9 +141,6 @@ class RolloutBatch:
     probes registered with teacher=True"""
     teacher_failed: int = 0
     """rows THL could not align to the teacher's tokenizer (their teacher_logp is sample_logp)"""
-    render: Callable[[str], str] = as_written
-    """the learner's text of a task prompt (its chat template when the task uses one; prompt_renderer): a peer
-    sample's prompt is read through it before the learner scores the peer's completion"""
     sample_weight: Tensor | None = None
     """(P*G, T) or (P*G, 1) the sampler correction's weight pi_train / pi_sampler on the own samples' surrogate
     (mrl.core.mismatch, GrpoConfig.sampler_correction); None: no weight (an fp32 sampler is the model itself)"""
@@ -165,23 +151,38 @@ class RolloutBatch:
         return self.prompt_ids.device
 
     @property
+    def successes_per_prompt(self) -> Tensor:
+        """k(x): correct samples per prompt. (P,)."""
+        return (self.rewards.view(-1, self.group_size) > 0).sum(dim=1)
+
+
+@dataclass(frozen=True)
+class Learner:
+    """What a probe may use of its policy besides the batch's data; the actor owns it and passes it to the probe
+    with every update (probe(batch, peers, learner, cfg))."""
+
+    logprobs: LogProbs
+    """log pi_learner with gradient (see LogProbs): the only way a probe reaches the model"""
+    tokenizer: object
+    """the learner's tokenizer (targets, THL receiver)"""
+    verify: Callable
+    """verify(completion_text, problem) -> reward in [0, 1], the learner's own verifier"""
+    generator: torch.Generator
+    """the probe's own draws, derived from (seed, step, policy)"""
+    state: dict = field(default_factory=dict)
+    """the probe's state across steps (checkpointed with the actor)"""
+    render: Callable[[str], str] = as_written
+    """the learner's text of a task prompt (its chat template when the task uses one; prompt_renderer): a peer
+    sample's prompt is read through it before the learner scores the peer's completion"""
+
+    @property
     def eos_id(self) -> int:
         """the EOS mrl appends where it writes a completion"""
         return self.tokenizer.eos_token_id
 
     @property
-    def stop_ids(self) -> tuple[int, ...]:
-        """every id that ended a completion of this batch (stop_ids of the learner's tokenizer)"""
-        return stop_ids(self.tokenizer)
-
-    @property
     def pad_id(self) -> int:
         return self.tokenizer.pad_token_id
-
-    @property
-    def successes_per_prompt(self) -> Tensor:
-        """k(x): correct samples per prompt. (P,)."""
-        return (self.rewards.view(-1, self.group_size) > 0).sum(dim=1)
 
 
 def pad_completions(completions: list[list[int]], pad_id: int,

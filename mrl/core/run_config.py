@@ -99,11 +99,36 @@ class RunConfig:
         return list(self.pairings[name])
 
     def experiment(self, name: str) -> Any:
-        """The config of one experiment of this profile (e.g. experiment('heldout') -> HeldoutConfig)."""
+        """The config of one experiment of this profile by name (a user's own, registered with register_experiment);
+        the package's have typed accessors (`heldout`, `probe_grid`, ...)."""
         if name not in self.experiments:
             raise ConfigError(f"RunConfig.experiments has no {name!r} experiment in this profile; it holds "
                               f"{sorted(self.experiments)}")
         return self.experiments[name]
+
+    @property
+    def mwra_timing(self) -> MwraTimingConfig:
+        return self.experiment("mwra")
+
+    @property
+    def probe_grid(self) -> ProbeGridConfig:
+        return self.experiment("probe")
+
+    @property
+    def hacpo_grid(self) -> HacpoGridConfig:
+        return self.experiment("hacpo")
+
+    @property
+    def bandit(self) -> BanditConfig:
+        return self.experiment("bandit")
+
+    @property
+    def heldout(self) -> HeldoutConfig:
+        return self.experiment("heldout")
+
+    @property
+    def beyond(self) -> BeyondConfig:
+        return self.experiment("beyond")
 
 
 def _experiment(name: str, value: Any) -> Any:

@@ -25,7 +25,7 @@ def beyond_runs(config: RunConfig) -> Labelled:
     """The online probes (beyond.probes), the poison probes beside an honest peer (the comparison) and grpo on the
     held-out experiment's first zoo seed over beyond.seeds, labelled like the held-out runs (those it shares come
     from their cache)."""
-    beyond, heldout = config.experiment("beyond"), config.experiment("heldout")
+    beyond, heldout = config.beyond, config.heldout
     run_config, paths, base = heldout_base(config)
     probes = [probe_config("grpo"), *(as_probe_config(entry) for entry in [*beyond.probes, *beyond.poison_probes])]
     return [({"pairing": base["pairing"], "probe": probe_label(probe), "seed": seed, "zoo_seed": base["zoo_seed"]},
@@ -34,7 +34,7 @@ def beyond_runs(config: RunConfig) -> Labelled:
 
 def offline_sources(config: RunConfig) -> Labelled:
     """The grpo runs whose experience logs the offline probes replay, recorded with their logs (same metrics)."""
-    beyond, heldout = config.experiment("beyond"), config.experiment("heldout")
+    beyond, heldout = config.beyond, config.heldout
     run_config, paths, _ = heldout_base(config)
     logged = Variant(log_experience=True)
     return [({"seed": seed}, Run(run_config, paths, probe_config("grpo"), seed, heldout.steps, logged))
@@ -45,7 +45,7 @@ def offline_runs(config: RunConfig) -> Labelled:
     """The offline probes: each policy of the pairing learns alone while the others are replayed from the
     experience log of the grpo run of the same seed (offline_sources; no co-training; GRAFT's offline variant).
     Labelled "<probe> (offline)"."""
-    beyond, heldout = config.experiment("beyond"), config.experiment("heldout")
+    beyond, heldout = config.beyond, config.heldout
     run_config, paths, base = heldout_base(config)
     logs = {run.seed: run.folder() / "experience" for _, run in offline_sources(config)}
     labelled = []
@@ -88,7 +88,7 @@ def run_marginal_gap(config: RunConfig, backend: str | None = None,
     the pairing samples G completions of the first beyond.marginal_prompts held-out test prompts per skill, at the
     profile's temperature, length and engine, seeded from the profile's GRPO seed; the cost is measured on one RL step's
     peer samples (prompts_per_step x G ended texts)."""
-    beyond = config.experiment("beyond")
+    beyond = config.beyond
     run_config, _, _ = heldout_base(config)
     task, grpo = make_task(run_config.task), run_config.grpo
     problems = [p for skill in sorted(task.test) for p in task.test[skill][:beyond.marginal_prompts]]
@@ -113,7 +113,7 @@ def poison_runs(config: RunConfig) -> Labelled:
     without re-verification over beyond.seeds and with it over beyond.reverified_seeds; the other attacks, which
     re-verification cannot touch, over beyond.seeds), and each probe honest over beyond.seeds (from the held-out
     grid's cache). Labels add attack ("none" for honest) and reverify."""
-    beyond, heldout = config.experiment("beyond"), config.experiment("heldout")
+    beyond, heldout = config.beyond, config.heldout
     run_config, paths, base = heldout_base(config)
     require(beyond.poisoned in paths, "BeyondConfig", "poisoned", beyond.poisoned,
             f"a policy of the held-out pairing, one of {sorted(paths)}")
@@ -140,7 +140,7 @@ def scaling_runs(config: RunConfig, progress: bool = True) -> Labelled:
     held-out zoo of its first zoo seed), sharing with beyond.scaling_probe under each clock of scaling_modes (async:
     records up to scaling_async_staleness steps old), on beyond.scaling_backend (in the run's key: its wall time is
     a measurement of that backend); labelled with pairing, probe, seed, zoo_seed, n and mode."""
-    beyond, heldout = config.experiment("beyond"), config.experiment("heldout")
+    beyond, heldout = config.beyond, config.heldout
     zoo_seed = heldout.zoo_seeds[0]
     base = heldout_config(config, zoo_seed)
     added = beyond.scaling_families[:max(beyond.scaling_sizes) - 2]   # only the families some run needs
@@ -164,7 +164,7 @@ def scaling_runs(config: RunConfig, progress: bool = True) -> Labelled:
 def run_scaling(config: RunConfig, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The n-policy runs one at a time (scaling_runs; never packed: their wall times are measurements). Returns
     (steps, evals, runs: one row per run with its label, its wall seconds start-up included and backend)."""
-    probe = as_probe_config(config.experiment("beyond").scaling_probe).name
+    probe = as_probe_config(config.beyond.scaling_probe).name
     if get_probe(probe).in_cells:
         raise ConfigError(f"BeyondConfig.scaling_probe = {probe!r} is not allowed: it is written in a notebook cell, "
                           f"and a run's wall seconds are read from its run cache entry; move it into a .py module")

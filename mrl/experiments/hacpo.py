@@ -15,12 +15,12 @@ def ablation_probes(grid: HacpoGridConfig) -> dict[str, list[ProbeConfig]]:
 
 def hacpo_runs(config: RunConfig, zoo_paths: dict[str, str]) -> Labelled:
     """The comparison's runs: every arm on every pairing and seed, labelled with pairing, probe and seed."""
-    grid = config.experiment("hacpo")
+    grid = config.hacpo_grid
     return grid_runs(config, zoo_paths, grid.pairings, grid.probes, grid.seeds, grid.steps)
 
 
 def ablation_runs(config: RunConfig, zoo_paths: dict[str, str]) -> dict[str, Labelled]:
     """{axis: its runs} of the ablations over ablation_seeds and ablation_steps, labelled like the comparison's."""
-    grid = config.experiment("hacpo")
+    grid = config.hacpo_grid
     return {axis: grid_runs(config, zoo_paths, grid.pairings, arms, grid.ablation_seeds, grid.ablation_steps)
             for axis, arms in ablation_probes(grid).items()}

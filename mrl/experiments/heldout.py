@@ -20,7 +20,7 @@ from mrl.runtime.zoo_grid import build_zoos
 def heldout_config(config: RunConfig, zoo_seed: int) -> RunConfig:
     """The profile of the held-out experiment on one zoo seed: its task and zoo (warm-up seed `zoo_seed`), its
     pairing, the profile's GRPO settings with the held-out evaluation cadence, and the profile's execution."""
-    heldout = config.experiment("heldout")
+    heldout = config.heldout
     zoo = dataclasses.replace(heldout.zoo, warmup=dataclasses.replace(heldout.zoo.warmup, seed=zoo_seed))
     return dataclasses.replace(config, task=heldout.task, zoo=zoo, policies={},
                                grpo=dataclasses.replace(config.grpo, eval_every=heldout.eval_every),
@@ -33,7 +33,7 @@ def heldout_zoos(config: RunConfig, progress: bool = True,
     """{zoo seed: {name: checkpoint folder}} of the held-out experiment, each zoo built when missing: the zoo seeds
     given, or (None) its zoo seeds, then its replication's. Every missing warm-up of every seed runs in one pool
     (mrl.runtime.zoo.build_zoos), so a core that finishes one seed's A starts the next job while B runs."""
-    heldout = config.experiment("heldout")
+    heldout = config.heldout
     seeds = (*heldout.zoo_seeds, *heldout.replication_zoo_seeds) if zoo_seeds is None else zoo_seeds
     zoos = build_zoos(heldout.task, [heldout_config(config, seed).zoo for seed in seeds], progress=progress)
     return {seed: {name: str(policy.path) for name, policy in zoo.items()} for seed, zoo in zip(seeds, zoos)}
@@ -42,7 +42,7 @@ def heldout_zoos(config: RunConfig, progress: bool = True,
 def heldout_base(config: RunConfig) -> tuple[RunConfig, dict[str, str], dict]:
     """(the held-out experiment's run config on its first zoo seed, that zoo's paths of the pairing, the label
     columns its runs share: pairing and zoo_seed)."""
-    heldout = config.experiment("heldout")
+    heldout = config.heldout
     run_config = heldout_config(config, heldout.zoo_seeds[0])
     zoo = policy_paths(run_config, progress=False)   # the first zoo seed's only: the other seeds' are not needed
     return (run_config, {name: zoo[name] for name in heldout.pairing},
@@ -57,7 +57,7 @@ def heldout_runs(config: RunConfig, progress: bool = True, zoo_seeds: list[int] 
     """Every run of the held-out experiment: each probe on the first zoo seed, the zoo_seed_probes on every other
     zoo seed and every replication zoo seed, every RL seed; labelled with pairing, probe, seed and zoo_seed.
     zoo_seeds: only those warm-ups' runs (None: every one, the replication's included)."""
-    heldout = config.experiment("heldout")
+    heldout = config.heldout
     probes = [as_probe_config(entry) for entry in heldout.probes]
     labelled = []
     for zoo_seed, paths in heldout_zoos(config, progress, zoo_seeds).items():
@@ -75,7 +75,7 @@ def marginal_arm_runs(config: RunConfig, progress: bool = True) -> Labelled:
     twin (marginal_arms) on every zoo seed (not the replication's) and RL seed, labelled as heldout_runs labels them,
     ordered warm-up by warm-up, seed by seed, so that an interrupted grid leaves whole pairs in the cache. [] where
     the profile runs no marginal arm."""
-    heldout = config.experiment("heldout")
+    heldout = config.heldout
     arms = [label for pair in marginal_arms(heldout) for label in pair]
     if not arms:
         return []
@@ -89,7 +89,7 @@ def confirmatory_runs(config: RunConfig, progress: bool = True) -> Labelled:
     """The confirmatory block's runs (ConfirmatoryConfig): each arm on every confirmatory warm-up and RL seed, labelled
     as heldout_runs labels them, ordered warm-up by warm-up so that an interrupted grid leaves whole warm-ups in the
     cache. [] where the profile has no confirmatory block."""
-    heldout = config.experiment("heldout")
+    heldout = config.heldout
     block = heldout.confirmatory
     if block is None:
         return []
@@ -104,7 +104,7 @@ def confirmatory_runs(config: RunConfig, progress: bool = True) -> Labelled:
 def knob_runs(config: RunConfig, progress: bool = True) -> Labelled:
     """The probes' knob variants (knob_probes) and each one's probe at its defaults, on the first zoo seed over
     knob_seeds, labelled like heldout_runs' (a default shared with the main grid comes from the run cache)."""
-    heldout = config.experiment("heldout")
+    heldout = config.heldout
     variants = [as_probe_config(entry) for entry in heldout.knob_probes]
     defaults = [probe_config(name) for name in dict.fromkeys(v.name for v in variants)]
     zoo_seed = heldout.zoo_seeds[0]
@@ -120,7 +120,7 @@ def claims_block_runs(config: RunConfig) -> Labelled:
     so that a stop leaves whole warm-ups behind it. The policies' folders are where the zoo cache puts each warm-up
     (mrl.runtime.zoo.family_dir): nothing is built here, so the runs' keys are known before their zoos exist
     (run_claims_block builds them). [] where the profile has no such block."""
-    heldout = config.experiment("heldout")
+    heldout = config.heldout
     block = heldout.confirmatory_claims
     if block is None:
         return []
@@ -142,7 +142,7 @@ def run_claims_block(config: RunConfig, record: Path, progress: bool = True, bac
     their runs, each chunk added to the record with `stamp` (the registration's checksum) as it finishes (after_chunk:
     as run_into_record). Refused in another numerics mode than the block's. Returns the block's runs
     (claims_block_runs)."""
-    block = config.experiment("heldout").confirmatory_claims
+    block = config.heldout.confirmatory_claims
     if block is not None and numerics.mode() != block.numerics:
         raise ConfigError(f"the confirmatory_claims block's runs must run in numerics mode {block.numerics!r}; this "
                           f"process runs in {numerics.mode()!r} (MRL_NUMERICS)")

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mrl.core.batch import RolloutBatch, completion_texts, encode_prompts, pad_completions
+from mrl.core.batch import Learner, RolloutBatch, completion_texts, encode_prompts, pad_completions
 from mrl.core.config import GrpoConfig
 from mrl.core.marginal import lattice, marginal_logprobs
 from mrl.core.probes.hacpo_primitives import stepwise_lower_bound
@@ -110,19 +110,20 @@ def score_samples(learner, source, samples: list[SourceSample]) -> pd.DataFrame:
     return frame
 
 
-def scoring_batch(policy, engine: str = "hf") -> RolloutBatch:
-    """A RolloutBatch with no own samples whose `logprobs` is the policy's forward with gradient: what the probes'
-    scoring functions (mrl.core.probes.terms) read to score peer texts, and nothing else."""
+def scoring_batch(policy, engine: str = "hf") -> tuple[RolloutBatch, Learner]:
+    """A RolloutBatch with no own samples (on the policy's device) and a Learner whose `logprobs` is the policy's
+    forward with gradient: what the probes' scoring functions (mrl.core.probes.terms) read to score peer texts, and
+    nothing else."""
     device = policy.model.device
     empty = torch.zeros((0, 1), dtype=torch.long, device=device)
 
     def logprobs(prompt_ids, prompt_mask, completion_ids, completion_mask):
         return completion_logprobs(policy.model, prompt_ids, prompt_mask, completion_ids, completion_mask, engine)
 
-    return RolloutBatch(policy=str(policy.path), step=0, problems=[], group_size=1, prompt_ids=empty,
-                        prompt_mask=empty, completion_ids=empty, completion_mask=empty, sample_logp=empty.float(),
-                        rewards=torch.zeros(0, device=device), grpo=None, tokenizer=policy.tokenizer,
-                        verify=lambda text, problem: 0.0, logprobs=logprobs, generator=torch.Generator())
+    batch = RolloutBatch(policy=str(policy.path), step=0, problems=[], group_size=1, prompt_ids=empty,
+                         prompt_mask=empty, completion_ids=empty, completion_mask=empty, sample_logp=empty.float(),
+                         rewards=torch.zeros(0, device=device), grpo=None)
+    return batch, Learner(logprobs, policy.tokenizer, lambda text, problem: 0.0, torch.Generator())
 
 
 def scoring_cost(policy, prompts: list[str], texts: list[str], engine: str = "hf", repeats: int = COST_REPEATS,
@@ -142,14 +143,14 @@ def scoring_cost(policy, prompts: list[str], texts: list[str], engine: str = "hf
     if not texts:
         raise ValueError("scoring_cost needs at least one text")
     model, tokenizer = policy.model, policy.tokenizer
-    batch = scoring_batch(policy, engine)
-    canonical_ids = [encode_completion(batch, text) for text in texts]
+    batch, learner = scoring_batch(policy, engine)
+    canonical_ids = [encode_completion(learner, text) for text in texts]
 
     def probe(marginal: bool) -> None:
-        logp, mask = text_logprobs(batch, prompts, canonical_ids)
+        logp, mask = text_logprobs(batch, learner, prompts, canonical_ids)
         values = (logp * mask).sum(-1)
         if marginal:
-            values, _ = sequence_logprobs(batch, prompts, texts, values, [True] * len(texts), "marginal")
+            values, _ = sequence_logprobs(batch, learner, prompts, texts, values, [True] * len(texts), "marginal")
         (-values.sum()).backward()
         model.zero_grad(set_to_none=True)
 
@@ -168,17 +169,17 @@ def scoring_cost(policy, prompts: list[str], texts: list[str], engine: str = "hf
             start = clock()
             scoring()
             times[name].append(clock() - start)
-    out = {"texts": len(texts), "rows per text": _marginal_rows(batch, texts) / len(texts)}
+    out = {"texts": len(texts), "rows per text": _marginal_rows(learner.tokenizer, texts) / len(texts)}
     out.update({name: statistics.median(values) for name, values in times.items()})
     for kind in ("probe", "search"):
         out[f"{kind} ratio"] = out[f"{kind} marginal s"] / out[f"{kind} canonical s"]
     return out
 
 
-def _marginal_rows(batch: RolloutBatch, texts: list[str]) -> int:
+def _marginal_rows(tokenizer, texts: list[str]) -> int:
     """The rows the probes' marginal scores for these texts: the canonical ones plus every tokenization of a text
     that has a marginal (terms.marginal_text_logprobs' rule)."""
-    counts = [lattice(batch.tokenizer, text).count for text in texts]
+    counts = [lattice(tokenizer, text).count for text in texts]
     return len(texts) + sum(c for c in counts if 0 < c <= MAX_TOKENIZATIONS)
 
 

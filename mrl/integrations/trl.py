@@ -15,7 +15,7 @@ import functools
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from mrl.core.batch import RolloutBatch, completion_texts, score
+from mrl.core.batch import Learner, RolloutBatch, completion_texts, score
 from mrl.core.config import GrpoConfig
 from mrl.core.grpo import LEVELS, LOSS_TYPES
 from mrl.core.microbatch import MicroBatchedLogprobs
@@ -231,17 +231,15 @@ class MRLGRPOTrainer(GRPOTrainer):
             **ids,
             sample_logp=sample_logp * ids["completion_mask"],
             rewards=score(texts, expanded, task.verify, device),
-            grpo=self.mrl_grpo, tokenizer=tokenizer, verify=task.verify,
-            logprobs=functools.partial(self.logprobs, self.model),
-            generator=step_generator(self.mrl_grpo.seed, step, f"{policy}/probe", device),
-            state=self.mrl_state, ref_logp=ref_logp)
+            grpo=self.mrl_grpo, ref_logp=ref_logp)
 
     def share(self, batch: RolloutBatch, step: int) -> PeerView:
         """Publish this step's records and collect the peers' for the same prompts (the PeerView of the probe);
         the exchange's counters go to TRL's metrics as exchange/<counter>."""
         sharing = self.mrl_sharing
-        texts = completion_texts(batch.tokenizer, batch.completion_ids, batch.completion_mask, batch.stop_ids)
-        own = batch_records(batch, texts, sharing.run_id, self.state.global_step, self.tokenizer_id,
+        stops = stop_ids(self.processing_class)
+        texts = completion_texts(self.processing_class, batch.completion_ids, batch.completion_mask, stops)
+        own = batch_records(batch, texts, stops, sharing.run_id, self.state.global_step, self.tokenizer_id,
                             sharing.task.verifier_id)
         sharing.exchange.publish(step, own)
         exchange, missing = sharing.exchange.gather(step, own)
@@ -300,19 +298,21 @@ class MRLGRPOTrainer(GRPOTrainer):
         logprobs = functools.partial(self.logprobs, model)
         if self.mrl_sharing.micro_batch:   # training_step backpropagates it (MicroBatchedLogprobs.backward)
             logprobs = self.mrl_micro = MicroBatchedLogprobs(logprobs, self.mrl_sharing.micro_batch)
-        batch = dataclasses.replace(batch, logprobs=logprobs)
-        output = self.mrl_probe.loss(batch, peers, self.mrl_sharing.probe)
-        losses = list(output.losses)
-        if len(losses) > 1:
-            raise ConfigError(f"probe {self.mrl_probe.name!r} returned {len(losses)} updates for one batch; "
+        learner = Learner(logprobs, self.processing_class, self.mrl_sharing.task.verify,
+                          step_generator(self.mrl_grpo.seed, batch.step, f"{batch.policy}/probe", batch.device),
+                          self.mrl_state)
+        output = self.mrl_probe.loss(batch, peers, learner, self.mrl_sharing.probe)
+        if output.updates > 1:
+            raise ConfigError(f"probe {self.mrl_probe.name!r} returned {output.updates} updates for one batch; "
                               f"MRLGRPOTrainer takes 1 per step")
+        loss = output.loss(0) if output.updates else None   # computed first: the statistics are complete after it
         metrics = self._metrics["train"]
         metrics["probe/active_sequences"].append(float(output.active_sequences))
         for name, value in output.stats.items():
             metrics[f"probe/{name}"].append(float(value))
-        if not losses:   # nothing to learn: a zero that reaches no parameter, so no gradient and no Adam step
+        if loss is None:   # nothing to learn: a zero that reaches no parameter, so no gradient and no Adam step
             return torch.zeros((), device=batch.device, requires_grad=True)
-        return losses[0]
+        return loss
 
 
 def check_same_prompts(exchange, problems: list, policy: str) -> None:

@@ -165,11 +165,11 @@ def _label_entries(plane: pd.DataFrame, curves: list[str], floor: bool) -> list[
             x = max(point.support, SUPPORT_FLOOR) if floor else point.support
             key = (round(float(point.support), 12), round(float(point.instability), 9))
             if key in texts:
-                if text not in texts[key][2].split(" / "):
-                    texts[key][2] += f" / {text}"
+                if text not in texts[key][2]:
+                    texts[key][2].append(text)
             else:
-                texts[key] = [x, point.instability, text, probe_colour(curve), side]
-    return [tuple(entry) for entry in texts.values()]
+                texts[key] = [x, point.instability, [text], probe_colour(curve), side]
+    return [(x, y, " / ".join(shown), colour, side) for x, y, shown, colour, side in texts.values()]
 
 
 def _zoom_points(points: pd.DataFrame) -> pd.DataFrame:

@@ -221,7 +221,7 @@ def scaling_figure(table: pd.DataFrame):
 
 def _delta(diff: float, low: float, high: float, real) -> str:
     """A paired difference for prose: interval_cell's text (bold when real), 'no shared seed' without one."""
-    text = interval_cell(diff, low, high, bool(real) if pd.notna(real) else False)
+    text = str(interval_cell(diff, low, high, bool(real) if pd.notna(real) else False))
     return text or "no shared seed"
 
 

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from mrl.core.probes.terms import marginal_gap_column
 from mrl.reports.claims import CLAIMS, Claim, claims_ledger, ledger_table
 from mrl.reports.claims_rule import MARGIN, Fragility, Verdict, VerdictKind
 from mrl.reports.palette import policy_colour
@@ -23,6 +24,8 @@ DEFINITIONS = ("canonical", "marginal", "exact")
 SHARE_LINE = 0.9
 """the canonical share below which a text counts as one where the canonical tokenization misses much"""
 OUTCOMES = {"success": "successes", "failure": "failures"}
+INSIDE = f"inside +-{MARGIN:g}"
+"""marginal_arms_table's column: whether the t interval lies inside the ledger's margin"""
 
 
 def _share(mask) -> float:
@@ -248,7 +251,7 @@ def marginal_arms_table(values: pd.DataFrame, pairs: list[tuple[str, str]]) -> p
         table["reading"] = [as_reading(v) for v in ledger.verdict]
         table["leave one warm-up out"] = [fragility_reading(f) for f in ledger["leave-one-out"]]
         low, high = (ledger[c] if c in ledger else pd.Series(np.nan, index=ledger.index) for c in ("low", "high"))
-        table[f"inside +-{MARGIN:g}"] = ["" if math.isnan(lo) else "yes" if -MARGIN < lo and hi < MARGIN else "no"
+        table[INSIDE] = ["" if math.isnan(lo) else "yes" if -MARGIN < lo and hi < MARGIN else "no"
                                          for lo, hi in zip(low, high)]
         tables.append(table.drop(columns=["verdict"]))
     return pd.concat(tables, ignore_index=True)
@@ -296,7 +299,8 @@ def arms_training_table(steps: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd
     peer_samples) under each arm, and the marginal arm's mean gap log marginal - log canonical of the peer texts it
     scored (marginal_gap_from_<source>, averaged over sources).
     steps: run_many's steps of the pairs' runs."""
-    gap_columns = [c for c in steps.columns if c.startswith("marginal_gap_from_")]
+    sources = {marginal_gap_column(policy) for policy in steps.policy.unique()}   # every source is a policy
+    gap_columns = [c for c in steps.columns if c in sources]
     frame = steps.assign(kept=steps.peer_kept / steps.peer_samples.where(steps.peer_samples > 0)
                          if {"peer_kept", "peer_samples"} <= set(steps.columns) else np.nan,
                          gap=steps[gap_columns].mean(axis=1) if gap_columns else np.nan)
@@ -329,12 +333,12 @@ def arms_training_result(training: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _endpoint_reading(row: dict, inside: str) -> str:
+def _endpoint_reading(row: dict) -> str:
     """'overall +0.003 [-0.004, +0.010], no difference detected (inside +-0.01: yes)' from a marginal_arms_table
     row; 'overall not run' where the pair has no runs."""
     if not row["difference"]:
         return f"{row['endpoint']} not run"
-    margin = f" ({inside}: {row[inside]})" if row[inside] else ""
+    margin = f" ({INSIDE}: {row[INSIDE]})" if row[INSIDE] else ""
     return f"{row['endpoint']} {row['difference']} {row['95% t over warm-ups']}, {row['reading']}{margin}"
 
 
@@ -342,9 +346,8 @@ def marginal_arms_result(arms: pd.DataFrame, verdicts: pd.DataFrame) -> str:
     """The arms' result in words, on this substrate: a line per (marginal, canonical) pair with each endpoint's
     difference, interval, reading and whether the interval lies inside the ledger's margin, then which ledger
     verdicts the marginal arm changes. arms: marginal_arms_table; verdicts: marginal_ledger_verdicts."""
-    inside = next(c for c in arms.columns if c.startswith("inside "))
     lines = [f"- `{comparison}`, {rows['warm-ups x seeds'].iloc[0]} warm-ups x seeds: "
-             + "; ".join(_endpoint_reading(r, inside) for r in rows.to_dict("records")) + ", on this substrate."
+             + "; ".join(_endpoint_reading(r) for r in rows.to_dict("records")) + ", on this substrate."
              for comparison, rows in arms.groupby("comparison", sort=False)]
     if verdicts.empty:
         return "\n".join([*lines, "- No claim of the ledger reads these arms."])

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from mrl.reports.cells import Interval
 from mrl.reports.palette import base_probe, fit_accuracy_axis, knobs_suffix, line_style, probe_palette
 from mrl.reports.probes import (KEYS, PEER_USE, ci95, final_accuracy, probe_order, rescue_skills,
                                 stability_sentence)
@@ -145,14 +146,10 @@ def own_rollouts(evals: pd.DataFrame) -> pd.Series:
         level=[0, 1, 2], sort=False).mean().rename("own rollouts")
 
 
-def interval_cell(mean: float, low: float, high: float, real: bool) -> str:
-    """'+0.123 [+0.050, +0.196]', in bold when real; the mean alone when there is one pair."""
-    if np.isnan(mean):
-        return ""
-    if np.isnan(low):
-        return f"{mean:+.3f}"
-    text = f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
-    return f"**{text}**" if real else text
+def interval_cell(mean: float, low: float, high: float, real: bool) -> Interval:
+    """The table cell of a paired difference (mrl.reports.cells.Interval): '+0.123 [+0.050, +0.196]', in bold when
+    real; the mean alone when there is one pair."""
+    return Interval(float(mean), float(low), float(high), bool(real))
 
 
 def paired_table(evals: pd.DataFrame, steps: pd.DataFrame, split: str = "held-out",
@@ -196,7 +193,7 @@ def knob_table(evals: pd.DataFrame, split: str = "held-out") -> pd.DataFrame:
     t interval (formatted; bold only when it excludes 0 with n >= 3, so one seed is never called real)."""
     final = final_values(evals, split)
     rows = []
-    for base, frame in final.groupby(final.probe.str.split(" (", regex=False).str[0], sort=False):
+    for base, frame in final.groupby(final.probe.map(base_probe), sort=False):
         for metric, label in (("weak", "weak"), ("overall", "overall")):
             diffs = paired_differences(frame, metric, baseline=base)
             diffs = diffs.assign(metric=label, default=base)
@@ -393,8 +390,8 @@ def interval_caption(table: pd.DataFrame, over: str, n_column: str = "pairs", re
 
 
 def interval_count(table: pd.DataFrame) -> int:
-    """How many interval cells ('+0.1 [+0.0, +0.2]') a formatted table holds."""
-    return int(sum(table[c].astype(str).str.contains(r"\[[+-]", regex=True).sum() for c in table.columns))
+    """How many interval cells ('+0.1 [+0.0, +0.2]': an Interval with both ends) a table holds."""
+    return sum(isinstance(cell, Interval) and cell.bounded for column in table.columns for cell in table[column])
 
 
 def interval_phrase(mean: float, low: float, high: float, n: float, real: bool) -> str:
@@ -402,7 +399,7 @@ def interval_phrase(mean: float, low: float, high: float, n: float, real: bool) 
     interval)' when it rests on one pair, 'no pair' when the arm shares no seed with its reference."""
     if np.isnan(mean) or not n:
         return "no pair"
-    text = interval_cell(mean, low, high, bool(real))
+    text = str(interval_cell(mean, low, high, bool(real)))
     return f"{text} (one pair: no interval)" if np.isnan(low) else text
 
 

@@ -7,6 +7,7 @@ variants of one base apart. grpo, the baseline every figure compares to, is blac
 """
 from __future__ import annotations
 
+import hashlib
 import textwrap
 
 import matplotlib.ticker as mticker
@@ -39,7 +40,9 @@ patterns (on, off, ...) in line widths); the variants of a base probe take them 
 
 def base_probe(label: str) -> str:
     """The registered probe a label names: 'prp (clip=4.0)' -> 'prp', 'sgt (lambda)' -> 'sgt', 'prp c=2' -> 'prp',
-    'IS-PRP' -> 'prp'."""
+    'IS-PRP' -> 'prp'. With knobs_suffix, the one reader of a label's text: run frames and the committed CSVs that
+    figures are redrawn from name a probe by its label (mrl.core.probes.probe_label), so the reports read it here
+    and nowhere else."""
     name = str(label).split(" (")[0].strip()
     alias = ALIASES.get(name.lower())
     return alias if alias is not None else name.split(" ")[0].lower()
@@ -53,9 +56,19 @@ def knobs_suffix(label: str) -> str:
     return sep + knobs
 
 
+SPARE_COLOURS = ("#bcbd22", "#aec7e8", "#98df8a", "#ff9896", "#c5b0d5", "#f7b6d2", "#dbdb8d", "#9edae5", "#ffbb78",
+                 "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173")
+"""the colours of probes PROBE_COLOURS does not name (a new probe needs no entry): tab20's and tab20b's that no probe,
+policy or phase takes, one per name by a stable digest of it"""
+
+
 def probe_colour(label: str) -> str:
-    """The colour of a probe label (its base probe's; grey for a label no probe claims)."""
-    return PROBE_COLOURS.get(base_probe(label), OTHER)
+    """The colour of a probe label: its base probe's in PROBE_COLOURS, else one of SPARE_COLOURS chosen by the base
+    name's digest (the same in every figure and every process)."""
+    base = base_probe(label)
+    if base in PROBE_COLOURS:
+        return PROBE_COLOURS[base]
+    return SPARE_COLOURS[int(hashlib.sha256(base.encode()).hexdigest(), 16) % len(SPARE_COLOURS)]
 
 
 def probe_palette(labels) -> dict[str, str]:

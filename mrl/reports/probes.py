@@ -15,6 +15,7 @@ from scipy.stats import t as student_t
 from mrl.core.config import GrpoConfig, TaskConfig, WarmupConfig
 from mrl.core.probes import get_probe, probe_config
 from mrl.core.probes.hacpo_primitives import stepwise_lower_bound
+from mrl.reports.cells import Count
 from mrl.reports.palette import (COMPACT, baseline_on_top, figure_title, fit_accuracy_axis, line_style,
                                  probe_colour, probe_palette)
 
@@ -106,8 +107,8 @@ def stability_table(steps: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     numeric = ["grad-norm std", "grad-norm max", "ESS fraction", "rescue hits / step", "strong-skill change"]
     table = frame.groupby(KEYS, sort=False)[numeric].mean()
-    table.insert(0, "collapsed runs", frame.groupby(KEYS, sort=False).collapsed.sum().astype(int).astype(str)
-                 + "/" + frame.groupby(KEYS, sort=False).collapsed.size().astype(str))
+    collapsed = frame.groupby(KEYS, sort=False).collapsed
+    table.insert(0, "collapsed runs", [Count(int(k), int(n)) for k, n in zip(collapsed.sum(), collapsed.size())])
     table.insert(1, "strong skill", frame.groupby(KEYS, sort=False)["strong skill"].first())
     return table.reset_index()
 
@@ -118,9 +119,9 @@ def stability_sentence(stability: pd.DataFrame) -> str:
     stability_table's frame."""
     if stability.empty:
         return ""
-    counts = stability["collapsed runs"].str.split("/", expand=True).astype(int).sum()
+    collapsed = stability["collapsed runs"]
     change = stability.groupby("probe", sort=False)["strong-skill change"].mean().dropna()
-    sentences = [f"{counts[0]} of {counts[1]} policy runs collapsed."]
+    sentences = [f"{sum(c.k for c in collapsed)} of {sum(c.n for c in collapsed)} policy runs collapsed."]
     if len(change):
         sentences.append("Held-out accuracy on each policy's strongest skill changed over training by, on average "
                          "over the policies, " + ", ".join(f"{v:+.3f} under `{p}`" for p, v in change.items()) + ".")

@@ -67,7 +67,7 @@ def ledger_block(tables: Path) -> str:
         return (f"No claims ledger under the current rule is committed yet: `make reproduce` writes it on "
                 f"{MIN_WARMUPS} or more warm-ups, and this block.\n")
     values = read_endpoint_values(tables / "claims_runs.csv")
-    values = values[values.zoo_seed.isin(load_profile("default").experiment("heldout").zoo_seeds)]
+    values = values[values.zoo_seed.isin(load_profile("default").heldout.zoo_seeds)]
     return rule_v2_block(*(claims_ledger(values, family) for family in FAMILIES), confirmatory_answers(tables))
 
 
@@ -80,7 +80,7 @@ def second_registration(tables: Path):
     path = tables / "confirmatory_claims_runs.csv"
     if not path.exists():
         return None
-    heldout = load_profile("default").experiment("heldout")
+    heldout = load_profile("default").heldout
     block = heldout.confirmatory_claims
     values = read_endpoint_values(path)
     return claims_test(warmup_differences(values, COMPARISONS, block.seeds, heldout.pairing), len(block.zoo_seeds))
@@ -187,7 +187,7 @@ def standing_reruns(record: dict) -> list[tuple[dict, list[str]]]:
 def substrate_block(tables: Path) -> str:
     """The substrate the ledger's evidence comes from, in one sentence: the held-out experiment's policies (size in
     parameters, architecture, tokenizer: heldout_zoo.csv) and task and RL steps (the default profile)."""
-    heldout = load_profile("default").experiment("heldout")
+    heldout = load_profile("default").heldout
     path = tables / "heldout_zoo.csv"
     if not path.exists():
         return "No held-out zoo is committed yet: `make reproduce` writes it, and this sentence.\n"
@@ -240,7 +240,7 @@ def claims_confirmatory_block(tables: Path) -> str:
     from mrl.reports.claims_confirmatory import COMPARISONS
     from mrl.reports.claims_rule import claim_hypotheses
 
-    block = load_profile("default").experiment("heldout").confirmatory_claims
+    block = load_profile("default").heldout.confirmatory_claims
     tests = sum(len(claim_hypotheses(claim)) for claim in COMPARISONS)
     design = (f"{len(COMPARISONS)} comparisons on {len(block.zoo_seeds)} fresh warm-ups, one Holm family of {tests} "
               f"tests at 0.05")
@@ -254,7 +254,7 @@ def claims_confirmatory_block(tables: Path) -> str:
                       for r in results)
     from mrl.reports.sgt_evidence import committed_evidence, pooled_random_effects, warmup_rows
 
-    heldout = load_profile("default").experiment("heldout")
+    heldout = load_profile("default").heldout
     evidence = committed_evidence(tables.parent)
     pooled = pooled_random_effects(evidence, warmup_rows(evidence, heldout.seeds, heldout.pairing))
     return (f"**Every claim's confirmatory test** (the second registration, `docs/registration_claims.md`: {design}; "
@@ -280,7 +280,7 @@ def confirmatory_context(tables: Path, passed: bool) -> str:
                  f" Leaving out {seeds} alone would change whether it passes")
         text += " (at the full sample's critical t)."
     plan = tables / "confirmatory_plan.csv"
-    block = load_profile("default").experiment("heldout").confirmatory
+    block = load_profile("default").heldout.confirmatory
     if plan.exists() and block is not None:
         designed = pd.read_csv(plan, dtype=str)
         row = designed[(designed["RL seeds"] == str(len(block.seeds)))

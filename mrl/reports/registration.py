@@ -93,3 +93,15 @@ def recorded_checksum(page: Path) -> str | None:
     """The checksum docs/registration.md records (its `checksum: sha256:<hex>` line); None before the registration."""
     found = CHECKSUM_LINE.search(page.read_text())
     return found.group(1) if found else None
+
+
+AMENDED_LINE = re.compile(r"^amended checksum: sha256:([0-9a-f]{64})$", re.MULTILINE)
+"""how a registration page's amendment after the results records the checksum of a refactor shown not to move a
+registered number (the recorded checksum stays: it is the stamp the block's runs carry)"""
+
+
+def amended_checksum(page: Path) -> str | None:
+    """The checksum the page's latest amendment records (its last `amended checksum: sha256:<hex>` line); None
+    where no amendment records one."""
+    found = AMENDED_LINE.findall(page.read_text())
+    return found[-1] if found else None

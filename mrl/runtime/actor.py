@@ -1,9 +1,9 @@
 """A policy actor: one policy's model, optimizer, optional reference model and task, driven step by step.
 
-The same class runs inline, in a worker process or as a Ray actor (MWRA builds it from an `ActorConfig`).
+The same class runs inline, in a worker process or as a Ray actor (MWRA builds it from its `WorkerSpec`).
 Each step has two phases: `rollout` (sample G completions per prompt, score them, keep them as this
-step's `RolloutBatch` and return the experience records to share) and `update` (the probe's losses over
-the batch and what the runner collected from the peers, one optimizer step after each). Sampling draws
+step's `RolloutBatch` and return the experience records to share) and `update` (the probe's loss from the batch,
+the peers' records and the `Learner`, then backward, clip and one optimizer step per update). Sampling draws
 from a generator derived from (seed, step, policy), and so do the probe's own draws, so a resumed actor
 draws exactly what it would have. The actor is the only place that steps the optimizer.
 """
@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_map
 from transformers import PreTrainedTokenizerFast
 
 from mrl import numerics
-from mrl.core.batch import RolloutBatch, completion_texts, prompt_renderer, score
+from mrl.core.batch import Learner, RolloutBatch, StopIds, completion_texts, prompt_renderer, score
 from mrl.core.config import ConfigError, GrpoConfig, PlacementConfig, TaskConfig
 from mrl.core.engines import CAPABILITIES, Engine
 from mrl.core.microbatch import MicroBatchedLogprobs
@@ -34,8 +34,47 @@ from mrl.runtime.placement import (active_dropout, cast_parameters, frozen_dtype
                                    resolve_device, set_training)
 from mrl.runtime.rollout import completion_logprobs, sample_groups, stop_ids
 from mrl.runtime.teacher import LearnerSamples, teacher_logprobs
-from mrl.runtime.worker import FinishResult, RolloutResult, UpdateResult
 from mrl.runtime.zoo import load_policy
+
+
+@dataclass
+class RolloutResult:
+    """What a worker's rollout of one step returns to the runner."""
+
+    records: list
+    """the step's experience as SEE records (Rollout, Success, GroupStats), to publish"""
+    reward: float
+    """the mean reward of the step's samples"""
+    tokens: int
+    """completion tokens sampled this step, stop ids included"""
+    seconds: float
+    """the rollout's wall time"""
+    sampler: dict = field(default_factory=dict)
+    """under a bf16 sampler, the sampler/trainer mismatch statistics (mrl.core.mismatch); on a GPU, rollout_peak_gb"""
+
+
+@dataclass
+class UpdateResult:
+    """What a worker's update of one step returns: the means over the probe's optimizer steps (0 without any)."""
+
+    loss: float
+    """the mean loss"""
+    grad_norm: float
+    """the mean gradient norm before clipping"""
+    active_sequences: int
+    """sequences with a non-zero advantage or weight (ProbeOutput.active_sequences)"""
+    probe: dict
+    """the probe's statistics (ProbeOutput.stats); on a GPU, update_peak_gb"""
+    seconds: float
+    """the update's wall time"""
+
+
+@dataclass
+class FinishResult:
+    """The async clock's second call of a step: the update, then the evaluation rows (None off evaluation steps)."""
+
+    update: UpdateResult
+    evals: list | None
 
 
 SHARED_TASKS: OrderedDict = OrderedDict()
@@ -75,8 +114,10 @@ def policy_optimizer(parameters, lr: float) -> torch.optim.Adam:
 
 
 @dataclass
-class ActorConfig:
-    """Everything one policy actor is built from (sent to its worker process or Ray actor)."""
+class WorkerSpec:
+    """Everything one policy's worker is built from, and its resources: the last of the three records from a profile
+    to a worker (RunConfig, then mrl.runtime.spec.Run, then one WorkerSpec per policy, made by
+    mrl.runtime.runner.plan_run), sent as it is to the worker's process or Ray actor, which builds `actor(spec)`."""
 
     name: str
     """the policy id"""
@@ -104,16 +145,34 @@ class ActorConfig:
     """the module that registers the probe (mrl.core.probes.Probe.module), imported by a worker that does not know it
     yet; '' takes it from this process's registry"""
 
+    actor: type | None = None
+    """the worker's class: None for PolicyActor; PoisonedActor for a poisoned policy, a test's faulty subclass"""
+
     def __post_init__(self):
         if not self.probe_module:
             self.probe_module = get_probe(self.probe.name).module
 
+    @property
+    def num_cpus(self) -> int:
+        """the CPUs its backend reserves: its torch threads"""
+        return self.threads
 
-def batch_records(batch: RolloutBatch, texts: list[tuple[str, bool]], run_id: str, version: int, tokenizer_id: str,
-                  verifier_id: str) -> list:
+    @property
+    def num_gpus(self) -> float:
+        """the GPUs its backend reserves: its placement's share"""
+        return self.placement.gpus
+
+    def build(self) -> "PolicyActor":
+        """The worker's actor, built where it runs."""
+        return (self.actor or PolicyActor)(self)
+
+
+def batch_records(batch: RolloutBatch, texts: list[tuple[str, bool]], stops: StopIds, run_id: str, version: int,
+                  tokenizer_id: str, verifier_id: str) -> list:
     """One policy's experience of a step as SEE records: a Rollout per sample (its ids and sampling log-probs up to
     and including EOS), a Success per verified one, GroupStats per prompt. texts: completion_texts of the batch;
-    version: the policy's updates so far."""
+    stops: the learner's stop ids; version: the policy's updates so far."""
+    stops = (stops,) if isinstance(stops, int) else stops
     records = []
     expanded = [p for p in batch.problems for _ in range(batch.group_size)]
     for i, (problem, (text, _)) in enumerate(zip(expanded, texts)):
@@ -121,7 +180,7 @@ def batch_records(batch: RolloutBatch, texts: list[tuple[str, bool]], run_id: st
         ids = batch.completion_ids[i, :n].tolist()
         records.append(Rollout(run_id, batch.policy, version, problem.pid, problem.prompt, text, ids,
                                batch.sample_logp[i, :n].tolist(), float(batch.rewards[i]),
-                               "eos" if ids and ids[-1] in batch.stop_ids else "length", tokenizer_id, sample=i))
+                               "eos" if ids and ids[-1] in stops else "length", tokenizer_id, sample=i))
         if batch.rewards[i] > 0:
             records.append(Success(batch.policy, version, problem.pid, text, verifier_id, sample=i))
     for x, (problem, group) in enumerate(zip(batch.problems, batch.rewards.view(-1, batch.group_size))):
@@ -133,7 +192,7 @@ def batch_records(batch: RolloutBatch, texts: list[tuple[str, bool]], run_id: st
 class PolicyActor:
     """One policy in a run of n >= 1 policies: a mrl.runtime.worker.Worker, the runner's calls are its methods."""
 
-    def __init__(self, config: ActorConfig):
+    def __init__(self, config: WorkerSpec):
         numerics.require()  # in every worker, whichever backend started it
         torch.set_num_threads(config.threads)
         self.config, self.name, self.cfg = config, config.name, config.grpo
@@ -260,10 +319,8 @@ class PolicyActor:
         self.pending = RolloutBatch(
             policy=self.name, step=step, problems=list(problems), group_size=cfg.group_size, prompt_ids=prompt_ids,
             prompt_mask=prompt_mask, completion_ids=completion_ids, completion_mask=completion_mask,
-            sample_logp=sample_logp, rewards=rewards, grpo=cfg, tokenizer=self.tokenizer, verify=self.task.verify,
-            logprobs=self.logprobs, generator=step_generator(cfg.seed, step, f"{self.name}/probe", self.device),
-            state=self.probe_state, ref_logp=ref_logp, teacher_logp=teacher_logp, teacher_failed=teacher_failed,
-            render=self.render, sample_weight=sample_weight)
+            sample_logp=sample_logp, rewards=rewards, grpo=cfg, ref_logp=ref_logp, teacher_logp=teacher_logp,
+            teacher_failed=teacher_failed, sample_weight=sample_weight)
         return RolloutResult(records=self.records(self.pending, texts), reward=rewards.mean().item(),
                              tokens=int(completion_mask.sum().item()), seconds=time.perf_counter() - start,
                              sampler=sampler)
@@ -288,48 +345,48 @@ class PolicyActor:
 
     def records(self, batch: RolloutBatch, texts: list[tuple[str, bool]]) -> list:
         """The step's experience as SEE records (batch_records)."""
-        return batch_records(batch, texts, self.config.run_id, self.version, self.tokenizer_id,
-                             self.task.verifier_id)
+        return batch_records(batch, texts, stop_ids(self.tokenizer), self.config.run_id, self.version,
+                             self.tokenizer_id, self.task.verifier_id)
+
+    def learner(self, step: int) -> Learner:
+        """What this policy's probe may use of it at `step`: its log-probs with gradient, tokenizer, verifier and
+        renderer, the probe's own draws (a generator derived from (seed, step, policy)) and its state."""
+        return Learner(self.logprobs, self.tokenizer, self.task.verify,
+                       step_generator(self.cfg.seed, step, f"{self.name}/probe", self.device), self.probe_state,
+                       self.render)
 
     def update(self, step: int, peer_records: dict | None = None) -> UpdateResult:
-        """The probe's losses on the pending batch and the peers' records, one optimizer step after each.
+        """One update of this policy (docs/architecture.md, One step): the probe's loss from the step's batch, the
+        peers' records and the learner, then for each of its optimizer updates backward, clip and step.
 
-        peer_records: {kind: {prompt_id: [records]}} as the runner collected them for this policy.
-        Returns the mean loss and mean pre-clip gradient norm over the updates (0 when there were none), and the
-        probe's statistics (on a GPU with the phase's measured memory peak, update_peak_gb).
-        """
-        start, peak = time.perf_counter(), {}
-        if self.pending is None or self.pending.step != step:
+        peer_records: {kind: {prompt_id: [records]}}, what the runner collected for this policy between the step's
+        two barriers. Returns the mean loss and mean pre-clip gradient norm over the updates (0 when there were
+        none) and the probe's statistics (on a GPU with the update's measured memory peak, update_peak_gb)."""
+        batch, start, peak = self.pending, time.perf_counter(), {}
+        if batch is None or batch.step != step:
             raise RuntimeError(f"{self.name}: update({step}) without the rollout of step {step}")
         peers = PeerView(**(peer_records or {}), tokenizers=self.peer_tokenizers, reverify=self.config.reverify)
         losses, norms = [], []
         with measured_peak(self.device, "update_peak_gb", peak):
-            output = self.probe.loss(self.pending, peers, self.config.probe)
-            for loss in output.losses:  # a lazy iterable: update m's loss is computed after update m - 1
+            output = self.probe.loss(batch, peers, self.learner(step), self.config.probe)
+            for m in range(output.updates):   # minibatches (HACPO's, grpo's): loss m on the weights update m - 1 left
+                loss = output.loss(m)
                 losses.append(loss.item())
-                norms.append(self.apply(loss))
-        self.version = step
-        self.pending = None
+                set_training(self.model, True)
+                self.optimizer.zero_grad(set_to_none=True)
+                if self.micro_batched is not None:
+                    self.micro_batched.backward(loss)   # backpropagated micro_batch rows at a time
+                else:
+                    loss.backward()
+                norms.append(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip).item())
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)   # freed: the next rollout runs without them
+                self.sync_sampler()
+        self.version, self.pending = step, None
         return UpdateResult(loss=sum(losses) / len(losses) if losses else 0.0,
                             grad_norm=sum(norms) / len(norms) if norms else 0.0,
                             active_sequences=output.active_sequences, probe={**output.stats, **peak},
                             seconds=time.perf_counter() - start)
-
-    def apply(self, loss: Tensor) -> float:
-        """Backward, clip the global gradient norm, one Adam step; returns the norm before clipping. The gradients
-        are freed after the step (4 bytes a parameter), so the next rollout and evaluation run without them, as the
-        resource plan counts them (the update's phase alone)."""
-        set_training(self.model, True)
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.micro_batched is not None:
-            self.micro_batched.backward(loss)
-        else:
-            loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.sync_sampler()
-        return grad_norm.item()
 
     @torch.no_grad()
     def sync_sampler(self) -> None:

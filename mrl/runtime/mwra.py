@@ -6,12 +6,12 @@ API, three backends.
   commands over a pipe (the fast CPU default).
 - `ray`: one Ray actor per policy with num_cpus / num_gpus (local `ray.init` or a cluster address).
 
-`Backend.call({worker: call}, timeout)` runs one phase (each call a `mrl.runtime.worker.WorkerCall`: a typed record of
-one `Worker` method and its arguments, run in the worker as `call(actor)`) on every worker and returns
-({worker: result}, {worker: failure reason}). It is a barrier with a deadline: a worker that dies
-(its process sentinel fires, or Ray reports the actor lost), raises, or misses the deadline is
-reported by name, so no call can hang. The runner's failure policy decides what follows (`fail`:
-raise `WorkerFailed`, the last complete checkpoint stays on disk; `continue`: `drop` the worker). Every call records
+`Backend.submit(worker, method, *args)` starts one call of a worker's actor method (mrl.runtime.worker.WorkerHandle
+submits each by its PolicyActor method) and returns its `Future`; `Backend.gather({worker: future}, timeout)` is one
+phase's barrier and returns ({worker: result}, {worker: failure reason}), `wait_any` the first call to end. A barrier
+has a deadline: a worker that dies (its process sentinel fires, or Ray reports the actor lost), raises, or misses the
+deadline is reported by name, so no call can hang. The runner's failure policy decides what follows (`fail`: raise
+`WorkerFailed`, the last complete checkpoint stays on disk; `continue`: `drop` the worker). Every call records
 (worker, phase, start, end) in `timeline` for the utilisation report.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from mrl.runtime.capacity import usable_cores
 from mrl.runtime.cluster import start_local_ray
 from mrl.runtime.placement import cap_gpu_memory, resolve_device
 from mrl.runtime.pools import GUARD_HINT, WatchedContext, import_path
-from mrl.runtime.worker import PingCall, WorkerCall
+from mrl.runtime.worker import Future
 
 
 class WorkerFailed(RuntimeError):
@@ -46,20 +46,11 @@ def raise_first_failure(failures: dict, context: str = "") -> None:
 
 
 @dataclass
-class WorkerSpec:
-    """How to build one worker: `cls(config)`, plus its resources."""
-
-    name: str
-    cls: type
-    config: object
-    """the worker's one constructor argument (the runner's ActorConfig), picklable"""
-    num_cpus: float = 1
-    num_gpus: float = 0
-
-
-@dataclass
 class Backend:
-    """Common bookkeeping of the backends: the live workers and the timeline of calls."""
+    """Common bookkeeping of the backends: the live workers and the timeline of calls.
+
+    `specs`: one per worker, each with its `name`, `num_cpus`, `num_gpus` and `build()` (mrl.runtime.actor.WorkerSpec;
+    a test's stand-in), picklable: a process or Ray worker builds its actor from it where it runs."""
 
     specs: list
     timeline: list = field(default_factory=list)
@@ -83,53 +74,55 @@ class Backend:
 class InlineBackend(Backend):
     """Actors in this process; calls run one after another (a timeout cannot pre-empt them)."""
 
-    def __init__(self, specs: list[WorkerSpec]):
+    def __init__(self, specs: list):
         super().__init__(specs)
-        self.actors = {s.name: s.cls(s.config) for s in specs}
-        self._done = []
+        self.actors = {s.name: s.build() for s in specs}
+        self._done: list[Future] = []
 
-    def call(self, calls: dict[str, WorkerCall], timeout: float | None = None) -> tuple[dict, dict]:
-        results, failures = {}, {}
-        for name, call in calls.items():
-            start = time.perf_counter()
-            try:
-                results[name] = call(self.actors[name])
-            except Exception as err:  # noqa: BLE001 - a worker's error becomes a named failure
-                failures[name] = f"{call.phase} raised {type(err).__name__}: {err}"
-                continue
-            self._record(name, call.phase, start, time.perf_counter())
-        return results, failures
+    def submit(self, worker: str, method: str, *args) -> Future:
+        """Run one call now (inline: in submission order); its Future holds (result, failure reason or None)."""
+        start = time.perf_counter()
+        try:
+            outcome = getattr(self.actors[worker], method)(*args), None
+            self._record(worker, method, start, time.perf_counter())
+        except Exception as err:  # noqa: BLE001 - a worker's error becomes a named failure
+            outcome = None, f"{method} raised {type(err).__name__}: {err}"
+        future = Future(worker, method, outcome)
+        self._done.append(future)
+        return future
 
-    def submit(self, worker: str, call: WorkerCall) -> None:
-        """Start one call without waiting (inline: it runs now; `wait_any` hands back its outcome)."""
-        results, failures = self.call({worker: call})
-        self._done.append((worker, results.get(worker), failures.get(worker)))
+    def gather(self, futures: dict[str, Future], timeout: float | None = None) -> tuple[dict, dict]:
+        """({worker: result}, {worker: failure reason}) of calls that already ran (a timeout cannot pre-empt them)."""
+        self._done = [f for f in self._done if all(f is not g for g in futures.values())]
+        results = {name: f.ref[0] for name, f in futures.items() if f.ref[1] is None}
+        return results, {name: f.ref[1] for name, f in futures.items() if f.ref[1] is not None}
 
     def wait_any(self, timeout: float | None = None) -> tuple[str, object, str | None]:
         """(worker, result, failure reason or None) of the oldest finished call."""
-        return self._done.pop(0)
+        future = self._done.pop(0)
+        return future.worker, *future.ref
 
     def drop(self, worker: str) -> None:
         super().drop(worker)
         self.actors.pop(worker, None)
 
 
-def _own_process_actor(cls, config):
+def _own_process_actor(spec):
     """The actor of a process that holds one policy (a process or Ray worker), capped first to its placement's
     share of the GPU (PlacementConfig.gpus, mrl.runtime.placement.cap_gpu_memory): policies sharing a GPU each fail on
     their own share, not on a neighbour's."""
-    placement = getattr(config, "placement", None)
+    placement = getattr(spec, "placement", None)
     if placement is not None:
         cap_gpu_memory(resolve_device(placement.device), placement.gpus)
-    return cls(config)
+    return spec.build()
 
 
-def _serve(conn, cls, config) -> None:
-    """Worker process main loop: build the actor, then answer each WorkerCall until None (close). Started by a
+def _serve(conn, spec) -> None:
+    """Worker process main loop: build the actor, then answer each (method, args) until None (close). Started by a
     WatchedContext, it dies with the process that started it from its first instruction, even in the middle of
     a call (mrl.runtime.pools.WATCH_PARENT)."""
     try:
-        actor = _own_process_actor(cls, config)
+        actor = _own_process_actor(spec)
         conn.send(("ok", None))
     except Exception:  # noqa: BLE001
         conn.send(("error", traceback.format_exc()))
@@ -141,9 +134,10 @@ def _serve(conn, cls, config) -> None:
             return
         if call is None:
             return
+        method, args = call
         start = time.perf_counter()
         try:
-            conn.send(("ok", (call(actor), start, time.perf_counter())))
+            conn.send(("ok", (getattr(actor, method)(*args), start, time.perf_counter())))
         except Exception:  # noqa: BLE001
             conn.send(("error", traceback.format_exc()))
 
@@ -152,7 +146,7 @@ class ProcessBackend(Backend):
     """One worker process per actor (mrl.runtime.pools.WatchedContext); a dead process is seen at once through its
     sentinel."""
 
-    def __init__(self, specs: list[WorkerSpec], start_timeout: float = 300.0):
+    def __init__(self, specs: list, start_timeout: float = 300.0):
         super().__init__(specs)
         context = WatchedContext()
         self.conns, self.processes = {}, {}
@@ -160,7 +154,7 @@ class ProcessBackend(Backend):
         self._stuck = set()   # workers that missed a deadline: busy in a call, they would not read close's stop
         for spec in specs:
             parent, child = context.Pipe()
-            process = context.Process(target=_serve, args=(child, spec.cls, spec.config),
+            process = context.Process(target=_serve, args=(child, spec),
                                       name=f"mrl-{spec.name}", daemon=True)
             process.start()
             child.close()
@@ -175,29 +169,30 @@ class ProcessBackend(Backend):
     def pid(self, worker: str) -> int:
         return self.processes[worker].pid
 
-    def call(self, calls: dict[str, WorkerCall], timeout: float | None = None) -> tuple[dict, dict]:
-        failures = {}
-        for name, call in calls.items():
-            try:
-                self.conns[name].send(call)
-            except (BrokenPipeError, OSError) as err:
-                failures[name] = f"cannot send {call.phase}: {err}"
-        pending = {name: call.phase for name, call in calls.items() if name not in failures}
+    def submit(self, worker: str, method: str, *args) -> Future:
+        """Send one call without waiting; a call that cannot be sent is a Future holding the reason."""
+        try:
+            self.conns[worker].send((method, args))
+        except (BrokenPipeError, OSError) as err:
+            failed = Future(worker, method, f"cannot send {method}: {err}")
+            self._failed_sends.append(failed)
+            return failed
+        self._inflight[worker] = method
+        return Future(worker, method)
+
+    def gather(self, futures: dict[str, Future], timeout: float | None = None) -> tuple[dict, dict]:
+        """Wait for the answers of `futures` ({worker: future}) within one deadline: (results, failures)."""
+        failures = {name: f.ref for name, f in futures.items() if f.ref is not None}
+        self._failed_sends = [f for f in self._failed_sends if all(f is not g for g in futures.values())]
+        pending = {name: self._inflight.pop(name) for name, f in futures.items() if f.ref is None}
         results, late = self._gather(pending, timeout, None)
         return results, failures | late
-
-    def submit(self, worker: str, call: WorkerCall) -> None:
-        """Send one call without waiting; `wait_any` returns whichever in-flight call ends first."""
-        try:
-            self.conns[worker].send(call)
-            self._inflight[worker] = call.phase
-        except (BrokenPipeError, OSError) as err:
-            self._failed_sends.append((worker, None, f"cannot send {call.phase}: {err}"))
 
     def wait_any(self, timeout: float | None = None) -> tuple[str, object, str | None]:
         """(worker, result, failure reason or None) of the first in-flight call to end (or miss the deadline)."""
         if self._failed_sends:
-            return self._failed_sends.pop(0)
+            failed = self._failed_sends.pop(0)
+            return failed.worker, None, failed.ref
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -276,12 +271,12 @@ class ProcessBackend(Backend):
 class _RayHost:
     """Holds one actor inside a Ray worker process and times its calls."""
 
-    def __init__(self, cls, config):
-        self.actor = _own_process_actor(cls, config)
+    def __init__(self, spec):
+        self.actor = _own_process_actor(spec)
 
-    def run(self, call: WorkerCall):
+    def run(self, method: str, *args):
         start = time.perf_counter()
-        value = call(self.actor)
+        value = getattr(self.actor, method)(*args)
         return value, start, time.perf_counter()
 
 
@@ -293,7 +288,7 @@ class RayBackend(Backend):
     `startup_seconds` (ray.init plus actor creation) is kept apart from step costs.
     """
 
-    def __init__(self, specs: list[WorkerSpec], address: str | None = None, start_timeout: float = 300.0):
+    def __init__(self, specs: list, address: str | None = None, start_timeout: float = 300.0):
         import ray
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -323,8 +318,8 @@ class RayBackend(Backend):
                 # so does this process's import path as it is now (a user's probe module imported after ray.init)
                 runtime_env={"env_vars": {**numerics.environment(), "PYTHONPATH": import_path()}},
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=index),
-            ).remote(spec.cls, spec.config)
-        _, failures = self.call({s.name: PingCall() for s in specs}, start_timeout)
+            ).remote(spec)
+        _, failures = self.gather({s.name: self.submit(s.name, "ping") for s in specs}, start_timeout)
         if failures:
             self.close()
             raise_first_failure(failures)
@@ -332,9 +327,18 @@ class RayBackend(Backend):
         self.startup_seconds = time.perf_counter() - begin
         self.started = time.perf_counter()
 
-    def call(self, calls: dict[str, WorkerCall], timeout: float | None = None) -> tuple[dict, dict]:
+    def submit(self, worker: str, method: str, *args) -> Future:
+        """Start one call on the worker's Ray actor without waiting."""
+        ref = self.actors[worker].run.remote(method, *args)
+        self._inflight[ref] = (worker, method)
+        return Future(worker, method, ref)
+
+    def gather(self, futures: dict[str, Future], timeout: float | None = None) -> tuple[dict, dict]:
+        """Wait for the answers of `futures` ({worker: future}) within one deadline: (results, failures)."""
         ray = self._ray
-        refs = {self.actors[name].run.remote(call): (name, call.phase) for name, call in calls.items()}
+        refs = {f.ref: (name, f.method) for name, f in futures.items()}
+        for ref in refs:
+            self._inflight.pop(ref, None)
         ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
         results, failures = {}, {}
         for ref in ready:
@@ -353,10 +357,6 @@ class RayBackend(Backend):
             name, method = refs[ref]
             failures[name] = f"no answer to {method} within {timeout:.1f} s"
         return results, failures
-
-    def submit(self, worker: str, call: WorkerCall) -> None:
-        """Start one call without waiting; `wait_any` returns whichever in-flight call ends first."""
-        self._inflight[self.actors[worker].run.remote(call)] = (worker, call.phase)
 
     def wait_any(self, timeout: float | None = None) -> tuple[str, object, str | None]:
         """(worker, result, failure reason or None) of the first in-flight call to end (or miss the deadline)."""
@@ -391,7 +391,7 @@ class RayBackend(Backend):
             self._ray.shutdown()
 
 
-def make_backend(kind: str, specs: list[WorkerSpec], **kwargs) -> Backend:
+def make_backend(kind: str, specs: list, **kwargs) -> Backend:
     """A backend by name: inline, process or ray (kwargs go to the backend, e.g. address= for ray)."""
     if kind == "inline":
         return InlineBackend(specs)

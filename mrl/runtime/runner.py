@@ -25,15 +25,14 @@ from mrl.core.probes import Probe, ProbeConfig, get_probe, require_importable
 from mrl.core.run_config import RunConfig
 from mrl.core.see import Exchange, PolicySpec
 from mrl.core.seeding import step_prompts
-from mrl.runtime.actor import ActorConfig, PolicyActor, shared_task
+from mrl.runtime.actor import FinishResult, PolicyActor, RolloutResult, UpdateResult, WorkerSpec, shared_task
 from mrl.runtime.experience_log import ExperienceLog
-from mrl.runtime.mwra import WorkerFailed, WorkerSpec, make_backend
+from mrl.runtime.mwra import WorkerFailed, make_backend
 from mrl.runtime.poison import PoisonedActor
 from mrl.runtime.saving import RunCard, save_policy
 from mrl.runtime.spec import OfflinePeers, Run, run_identity
 from mrl.runtime.tracking import Reporting, make_reporters
-from mrl.runtime.worker import (EvaluateCall, FinishCall, FinishResult, LoadStateCall, PolicySpecCall, RolloutCall,
-                        RolloutResult, StateDictCall, UpdateCall, UpdateResult)
+from mrl.runtime.worker import WorkerHandle
 
 
 @dataclass
@@ -56,7 +55,7 @@ class RunRecord:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What plan_run decided from a Run: what each worker receives (`workers`, one ActorConfig each) and what the
+    """What plan_run decided from a Run: what each worker receives (`workers`, one WorkerSpec each) and what the
     driver needs besides; nothing in it changes while the run goes on."""
 
     runner: RunnerConfig
@@ -76,7 +75,7 @@ class RunPlan:
     experience_dir: Path | str | None
     """where the exchange logs its accepted records (None: no log)"""
     workers: tuple
-    """one WorkerSpec per live policy, the poisoned one's class PoisonedActor"""
+    """one WorkerSpec per live policy, the poisoned one's actor PoisonedActor"""
     resumed: Path | None = None
     """the checkpoint folder the run continues from (its identity matched), None for a fresh run"""
     saved: dict | None = None
@@ -112,11 +111,9 @@ def plan_run(run: Run, checkpoint_dir: str | Path | None = None, resume: bool = 
     _check_peers(probe, peer_paths, policy_paths, cfg)
     _check_placement(config, policy_paths)
     workers = tuple(
-        WorkerSpec(name, PoisonedActor if name == cfg.poisoned else actor_cls,
-                   ActorConfig(name, str(path), config.task, grpo_cfg, run.probe, config.threads, run.run_id,
-                               peer_paths, attack=cfg.attack if name == cfg.poisoned else "", reverify=cfg.reverify,
-                               placement=config.placement_of(name)),
-                   num_cpus=config.threads, num_gpus=config.placement_of(name).gpus)
+        WorkerSpec(name, str(path), config.task, grpo_cfg, run.probe, config.threads, run.run_id, peer_paths,
+                   attack=cfg.attack if name == cfg.poisoned else "", reverify=cfg.reverify,
+                   placement=config.placement_of(name), actor=PoisonedActor if name == cfg.poisoned else actor_cls)
         for name, path in policy_paths.items())
     return RunPlan(runner=cfg, task=task, grpo_cfg=grpo_cfg, probe=probe, offline_specs=offline_specs,
                    offline_records=offline_records, identity=identity, experience_dir=experience_dir,
@@ -242,7 +239,7 @@ class Session:
         evaluation of a fresh run."""
         at = plan.first_step - 1
         session = cls(plan, backend, None, record, reporting, checkpoint_dir)
-        policies = session.phase({w: PolicySpecCall() for w in backend.workers}, at, "at start-up: ")
+        policies = session.phase({w: session.worker(w).policy_spec() for w in backend.workers}, at, "at start-up: ")
         session.exchange = Exchange(
             {**plan.offline_specs, **{name: PolicySpec(**spec) for name, spec in policies.items()}},
             log=None if plan.experience_dir is None else ExperienceLog(plan.experience_dir))
@@ -274,14 +271,18 @@ class Session:
         for worker in list(self.backend.workers):
             if worker not in saved["workers"]:
                 self.backend.drop(worker)
-        self.phase({w: LoadStateCall(saved["workers"][w]) for w in self.backend.workers}, saved["step"],
-                   f"while resuming from {self.plan.resumed.name}: ")
+        self.phase({w: self.worker(w).load_state_dict(saved["workers"][w]) for w in self.backend.workers},
+                   saved["step"], f"while resuming from {self.plan.resumed.name}: ")
         self.exchange.load_state_dict(saved["exchange"])
 
+    def worker(self, name: str) -> WorkerHandle:
+        """The handle of worker `name`: its actor's methods, each returning a Future (mrl.runtime.worker)."""
+        return WorkerHandle(self.backend, name)
+
     def phase(self, calls: dict, step: int, context: str = "") -> dict:
-        """One barrier over `calls` ({worker: WorkerCall}) within the step deadline: the results of the workers that
-        answered; each failure goes to `lose` (the failure policy), and a barrier that leaves no worker raises."""
-        results, failures = self.backend.call(calls, timeout=self.cfg.step_timeout)
+        """One barrier over `calls` ({worker: Future}, submitted) within the step deadline: the results of the workers
+        that answered; each failure goes to `lose` (the failure policy), and a barrier that leaves no worker raises."""
+        results, failures = self.backend.gather(calls, timeout=self.cfg.step_timeout)
         for name, reason in failures.items():
             self.lose(name, reason, step, context)
         if failures and not self.backend.workers:
@@ -305,7 +306,7 @@ class Session:
         their records are published in name order (whatever order they answered in), then the offline peers' of
         this step, and the step is logged. {worker: rollout result}."""
         self.exchange.advance(step)
-        rollouts = self.phase({w: RolloutCall(step, problems) for w in self.backend.workers}, step)
+        rollouts = self.phase({w: self.worker(w).rollout(step, problems) for w in self.backend.workers}, step)
         for name in sorted(rollouts):
             self.exchange.publish_many(rollouts[name].records)
         self.exchange.publish_many(self.plan.offline_records.get(step, []))
@@ -328,7 +329,7 @@ class Session:
         calls, received = {}, {}
         for name in sorted(rollouts):
             peer_records, received[name] = self.collect(name, step, problems)
-            calls[name] = UpdateCall(step, peer_records)
+            calls[name] = self.worker(name).update(step, peer_records)
         updates = self.phase(calls, step)
         for name in sorted(updates):
             self.record.steps.append(step_row(name, step, rollouts[name], updates[name], received[name]))
@@ -343,7 +344,7 @@ class Session:
 
     def evaluate(self, step: int) -> None:
         """The greedy evaluation barrier; every answer's rows are added in name order."""
-        results = self.phase({w: EvaluateCall(step) for w in self.backend.workers}, step)
+        results = self.phase({w: self.worker(w).evaluate(step) for w in self.backend.workers}, step)
         for name in sorted(results):
             self.add_evals(step, results[name])
 
@@ -374,7 +375,8 @@ class Session:
         """Every live worker's state at `step` (a barrier within the step deadline, failures under the failure
         policy), the exchange and the metrics so far, written atomically into the checkpoint folder with the run's
         identity (mrl.runtime.checkpoint.save)."""
-        states = self.phase({w: StateDictCall() for w in self.backend.workers}, step, "while checkpointing: ")
+        states = self.phase({w: self.worker(w).state_dict() for w in self.backend.workers}, step,
+                            "while checkpointing: ")
         state = {"step": step, "workers": states, "exchange": self.exchange.state_dict(),
                  "record": {k: v for k, v in self.record.__dict__.items()
                             if k not in ("timeline", "startup_seconds", "wall_seconds")}}
@@ -383,8 +385,8 @@ class Session:
     def save_policies(self, folder: str | Path, card: RunCard) -> None:
         """Every live policy's trained weights (its worker's state dict, within the step deadline) saved as a
         transformers folder folder/<policy>/ by mrl.runtime.saving.save_policy; an event names each folder."""
-        step, sources = self.plan.grpo_cfg.steps, {spec.name: spec.config.policy_path for spec in self.plan.workers}
-        states = self.phase({w: StateDictCall() for w in self.backend.workers}, step, "while saving: ")
+        step, sources = self.plan.grpo_cfg.steps, {spec.name: spec.policy_path for spec in self.plan.workers}
+        states = self.phase({w: self.worker(w).state_dict() for w in self.backend.workers}, step, "while saving: ")
         for name in sorted(states):
             saved = save_policy(states[name]["model"], sources[name], Path(folder) / name, name, list(sources), card)
             self.record.events.append({"step": step, "event": f"saved {name} to {saved}"})
@@ -467,7 +469,7 @@ class _Lanes:
                     or (barrier and s > barrier):
                 continue
             session.exchange.advance(max(session.exchange.clock, s))
-            session.backend.submit(w, RolloutCall(s, session.prompts(s)))
+            session.worker(w).rollout(s, session.prompts(s))
             self.running[w] = "rollout"
             session.record.events.append({"step": s, "event": f"dispatch {w}", "lead": s - slowest})
         return bool(self.running)
@@ -485,7 +487,7 @@ class _Lanes:
         session.exchange.publish_many(result.records)
         self.rollout_of[name] = result
         peer_records, self.received[(s, name)] = session.collect(name, s, session.prompts(s))
-        session.backend.submit(name, FinishCall(s, peer_records, session.is_eval_step(s)))
+        session.worker(name).finish(s, peer_records, session.is_eval_step(s))
         self.running[name] = "finish"
 
     def finished(self, name: str, result: FinishResult) -> None:

@@ -1,155 +1,66 @@
-"""The one typed protocol between the runner and its workers: what a worker does (`Worker`), the calls the runner
-sends it (one record per method, run by every MWRA backend as `call(worker)`), and the records a step's calls
-return (`RolloutResult`, `UpdateResult`, `FinishResult`).
+"""A worker as the runner sees it: `WorkerHandle`, one method per method of the policy actor it hosts, each
+returning a `Future` at once, so a barrier waits on several workers with one deadline (mrl.runtime.mwra's
+`Backend.gather`, or `wait_any` for the async clock).
 
-A reader follows a call from the runner into the actor by name: `RolloutCall(step, problems)` runs
-`worker.rollout(step, problems)`, which `mrl.runtime.actor.PolicyActor.rollout` implements. The calls are plain
-picklable records, so the process and Ray backends send them as they are.
+A reader follows a call from the runner into the actor by name: `handle.rollout(step, problems)` submits
+`PolicyActor.rollout`, which the worker runs on its actor as `actor.rollout(step, problems)` (its class's method: a
+PoisonedActor's or a test's subclass's where it overrides one). Every MWRA backend (inline, process, Ray) implements
+`submit`; what travels is the method's name and its arguments, picklable as they are.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, TypeVar
+
+from mrl.runtime.actor import FinishResult, PolicyActor, RolloutResult, UpdateResult
+
+T = TypeVar("T")
 
 
-@dataclass
-class RolloutResult:
-    """What a worker's rollout of one step returns to the runner."""
+@dataclass(eq=False)
+class Future(Generic[T]):
+    """One submitted call of a worker: its result, or its failure, comes back through the backend that holds it
+    (Backend.gather, Backend.wait_any); `method` names it in the timeline and in failures."""
 
-    records: list
-    """the step's experience as SEE records (Rollout, Success, GroupStats), to publish"""
-    reward: float
-    """the mean reward of the step's samples"""
-    tokens: int
-    """completion tokens sampled this step, stop ids included"""
-    seconds: float
-    """the rollout's wall time"""
-    sampler: dict = field(default_factory=dict)
-    """under a bf16 sampler, the sampler/trainer mismatch statistics (mrl.core.mismatch); on a GPU, rollout_peak_gb"""
-
-
-@dataclass
-class UpdateResult:
-    """What a worker's update of one step returns: the means over the probe's optimizer steps (0 without any)."""
-
-    loss: float
-    """the mean loss"""
-    grad_norm: float
-    """the mean gradient norm before clipping"""
-    active_sequences: int
-    """sequences with a non-zero advantage or weight (ProbeOutput.active_sequences)"""
-    probe: dict
-    """the probe's statistics (ProbeOutput.stats); on a GPU, update_peak_gb"""
-    seconds: float
-    """the update's wall time"""
-
-
-@dataclass
-class FinishResult:
-    """The async clock's second call of a step: the update, then the evaluation rows (None off evaluation steps)."""
-
-    update: UpdateResult
-    evals: list | None
-
-
-@runtime_checkable
-class Worker(Protocol):
-    """What the runner asks of one policy's worker (mrl.runtime.actor.PolicyActor implements it)."""
-
-    def ping(self) -> str: ...
-
-    def policy_spec(self) -> dict: ...
-
-    def rollout(self, step: int, problems: list) -> RolloutResult: ...
-
-    def update(self, step: int, peer_records: dict | None = None) -> UpdateResult: ...
-
-    def finish(self, step: int, peer_records: dict | None = None, evaluate: bool = False) -> FinishResult: ...
-
-    def evaluate(self, step: int) -> list[dict]: ...
-
-    def state_dict(self) -> dict: ...
-
-    def load_state_dict(self, state: dict) -> None: ...
-
-
-class WorkerCall:
-    """A call of one Worker method with its arguments; `phase` names it in the timeline and in failures."""
-
-    phase: ClassVar[str]
-
-    def __call__(self, worker: Worker) -> Any:
-        raise NotImplementedError
+    worker: str
+    method: str
+    ref: Any = None
+    """the backend's own handle of the call (a Ray object ref; the inline result; None on the process backend)"""
 
 
 @dataclass(frozen=True)
-class PingCall(WorkerCall):
-    phase: ClassVar[str] = "ping"
+class WorkerHandle:
+    """One policy's worker on a backend; each method submits the actor's method of the same name."""
 
-    def __call__(self, worker: Worker) -> str:
-        return worker.ping()
+    backend: Any
+    """the mrl.runtime.mwra.Backend that hosts the worker"""
+    name: str
+    """the worker's policy id"""
 
+    def submit(self, method: Callable[..., T], *args) -> Future[T]:
+        """Run `method` (a PolicyActor method) with `args` on this worker's actor, without waiting."""
+        return self.backend.submit(self.name, method.__name__, *args)
 
-@dataclass(frozen=True)
-class PolicySpecCall(WorkerCall):
-    phase: ClassVar[str] = "policy_spec"
+    def ping(self) -> Future[str]:
+        return self.submit(PolicyActor.ping)
 
-    def __call__(self, worker: Worker) -> dict:
-        return worker.policy_spec()
+    def policy_spec(self) -> Future[dict]:
+        return self.submit(PolicyActor.policy_spec)
 
+    def rollout(self, step: int, problems: list) -> Future[RolloutResult]:
+        return self.submit(PolicyActor.rollout, step, problems)
 
-@dataclass(frozen=True)
-class RolloutCall(WorkerCall):
-    step: int
-    problems: list
-    phase: ClassVar[str] = "rollout"
+    def update(self, step: int, peer_records: dict | None = None) -> Future[UpdateResult]:
+        return self.submit(PolicyActor.update, step, peer_records)
 
-    def __call__(self, worker: Worker) -> RolloutResult:
-        return worker.rollout(self.step, self.problems)
+    def finish(self, step: int, peer_records: dict | None = None, evaluate: bool = False) -> Future[FinishResult]:
+        return self.submit(PolicyActor.finish, step, peer_records, evaluate)
 
+    def evaluate(self, step: int) -> Future[list]:
+        return self.submit(PolicyActor.evaluate, step)
 
-@dataclass(frozen=True)
-class UpdateCall(WorkerCall):
-    step: int
-    peer_records: dict | None = None
-    phase: ClassVar[str] = "update"
+    def state_dict(self) -> Future[dict]:
+        return self.submit(PolicyActor.state_dict)
 
-    def __call__(self, worker: Worker) -> UpdateResult:
-        return worker.update(self.step, self.peer_records)
-
-
-@dataclass(frozen=True)
-class FinishCall(WorkerCall):
-    step: int
-    peer_records: dict | None = None
-    evaluate: bool = False
-    phase: ClassVar[str] = "finish"
-
-    def __call__(self, worker: Worker) -> FinishResult:
-        return worker.finish(self.step, self.peer_records, self.evaluate)
-
-
-@dataclass(frozen=True)
-class EvaluateCall(WorkerCall):
-    step: int
-    phase: ClassVar[str] = "evaluate"
-
-    def __call__(self, worker: Worker) -> list[dict]:
-        return worker.evaluate(self.step)
-
-
-@dataclass(frozen=True)
-class StateDictCall(WorkerCall):
-    phase: ClassVar[str] = "state_dict"
-
-    def __call__(self, worker: Worker) -> dict:
-        return worker.state_dict()
-
-
-@dataclass(frozen=True)
-class LoadStateCall(WorkerCall):
-    state: dict
-    phase: ClassVar[str] = "load_state_dict"
-
-    def __call__(self, worker: Worker) -> None:
-        return worker.load_state_dict(self.state)
+    def load_state_dict(self, state: dict) -> Future[None]:
+        return self.submit(PolicyActor.load_state_dict, state)

@@ -5,19 +5,24 @@ the loss terms the probes share; then one module per probe: grpo (the reference)
 xgrpo (value level), sgt (outcome level), hacpo with gspo, gspo_x2 and naive (HACPO's pure functions in
 hacpo_primitives), graft (trajectory level) and trrd (trust region level).
 
-The package's probes are one table, mrl.core.choices.BUILTIN_PROBES (their names, which the command line reads
-without importing torch), registered by the modules imported here by name; then every entry point of the group
-`mrl.probes` that an installed package declares is imported. A probe in a user's own module needs neither:
-importing the module registers it (docs/architecture.md, Adding a probe).
+Every module of this folder is imported here, so a probe of the package is one file: its registration is its
+name, which mrl.core.choices.BUILTIN_PROBES reads from the file's syntax for the command line (without importing
+torch); then every entry point of the group `mrl.probes` that an installed package declares is imported. A probe in
+a user's own module needs neither: importing the module registers it (docs/architecture.md, Adding a probe).
 """
+import importlib
+import pkgutil
 import warnings
 from importlib.metadata import entry_points
 
 from mrl.core.choices import BUILTIN_PROBES
 from mrl.core.probes.contract import (PROBES, PeerView, Probe, ProbeConfig, ProbeLoss, ProbeOutput, as_probe_config,
-                                 get_probe, probe_code, probe_config, probe_label, register_probe,
-                                 require_importable)
-from mrl.core.probes import graft, grpo, hacpo, prp, sgt, trrd, xgrpo  # noqa: F401  (each registers its probes)
+                                      get_probe, probe_code, probe_config, probe_label, register_probe,
+                                      require_importable)
+
+for _module in pkgutil.iter_modules(__path__):   # sorted by name: the registry's order does not depend on the disk
+    importlib.import_module(f"{__name__}.{_module.name}")
+del _module
 
 assert set(BUILTIN_PROBES) <= set(PROBES), "every name of mrl.core.choices.BUILTIN_PROBES is registered above"
 

@@ -1,12 +1,13 @@
 """The probe contract (verl's `core_algos.py` shape): a typed loss-function alias, a registry, configs.
 
-A probe is a function of the learner's `RolloutBatch`, the peers' records (`PeerView`) and its own config
-dataclass, registered with it:
+A probe is a function of the learner's `RolloutBatch` (data), the peers' records (`PeerView`), the `Learner` (its
+log-probs, tokenizer, verifier, renderer, draws and state) and its own config dataclass, registered with it:
 
     @register_probe("sgt", config=SgtConfig, kinds=("success",))
-    def sgt_loss(batch: RolloutBatch, peers: PeerView, cfg: SgtConfig) -> ProbeOutput: ...
+    def sgt_loss(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: SgtConfig) -> ProbeOutput: ...
 
-It returns the losses of its optimizer updates; the actor steps the optimizer after each. What a probe may read,
+It returns how many optimizer updates it takes and the loss of each; the actor's update steps the optimizer after
+each (mrl.runtime.actor.PolicyActor.update). What a probe may read,
 `kinds` and `aggregations`: docs/architecture.md, The probes; where a probe may live (a package, a user's module,
 a notebook cell): its Adding a probe.
 """
@@ -16,11 +17,11 @@ import dataclasses
 import importlib
 import sys
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable
 
 from torch import Tensor
 
-from mrl.core.batch import RolloutBatch
+from mrl.core.batch import Learner, RolloutBatch
 from mrl.core.config import GrpoConfig
 from mrl.core.grpo import LOSS_TYPES
 from mrl.core.see import KINDS
@@ -63,26 +64,26 @@ assert {f.name for f in dataclasses.fields(PeerView)} == {*KINDS, "tokenizers", 
 
 @dataclass
 class ProbeOutput:
-    """What a probe hands back to the actor.
+    """What a probe hands back to the actor: `updates` optimizer steps, the scalar loss of step m computed by
+    `loss(m)` when the actor asks for it, after step m - 1 (so a minibatch's loss is taken on the parameters the
+    previous minibatch left: HACPO's and grpo's minibatches). 0 updates: nothing to learn from this step."""
 
-    losses: one scalar per optimizer update, in order. The actor backpropagates and steps after each one
-    before it asks for the next, so a lazy iterable (a generator) computes update m on the parameters that
-    update m - 1 left (HACPO's minibatches). Empty: nothing to learn from this step.
-    stats: per-step probe statistics (a generator may add to them while it runs).
-    """
-
-    losses: Iterable[Tensor] = ()
+    updates: int = 0
+    loss: Callable[[int], Tensor] | None = None
+    """loss(m) -> the scalar loss of update m, 0 <= m < updates, called in order"""
     active_sequences: int = 0
+    """sequences with a non-zero advantage or weight"""
     stats: dict = field(default_factory=dict)
+    """per-step statistics (loss(m) may add to them; complete once the last update's loss is computed)"""
 
     @classmethod
     def single(cls, loss: Tensor | None, active_sequences: int = 0, stats: dict | None = None) -> "ProbeOutput":
         """One optimizer update on `loss` (none when it is None)."""
-        return cls(() if loss is None else (loss,), active_sequences, stats or {})
+        return cls(0 if loss is None else 1, lambda m: loss, active_sequences, stats or {})
 
 
-ProbeLoss = Callable[[RolloutBatch, PeerView, ProbeConfig], ProbeOutput]
-"""probe(batch, peers, cfg) -> ProbeOutput"""
+ProbeLoss = Callable[[RolloutBatch, PeerView, Learner, ProbeConfig], ProbeOutput]
+"""probe(batch, peers, learner, cfg) -> ProbeOutput"""
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ PROBES: dict[str, Probe] = {}
 def register_probe(name: str, config: type = ProbeConfig, kinds: tuple[str, ...] = (),
                    aggregations: tuple[str, ...] = tuple(LOSS_TYPES), group_multiplier: int = 1,
                    teacher: bool = False):
-    """Register `fn(batch, peers, cfg) -> ProbeOutput` under `name` with its config class. The same definition
+    """Register `fn(batch, peers, learner, cfg) -> ProbeOutput` under `name` with its config class. The same definition
     registered again (a re-run notebook cell, a reloaded module) replaces the first; a different one is refused."""
     def wrap(fn: ProbeLoss) -> ProbeLoss:
         known = PROBES.get(name)

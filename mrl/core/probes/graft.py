@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from mrl.core.batch import RolloutBatch
+from mrl.core.batch import Learner, RolloutBatch
 from mrl.core.probes.advantages import pooled_advantages
 from mrl.core.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.core.probes.terms import (MAX_LOG_WEIGHT, TOKENIZATIONS, group_log_ratios, marginal_statistics, own_term,
@@ -57,20 +57,20 @@ def token_weights(log_rho: np.ndarray, c: float, eps_low: float, eps_high: float
 
 
 @register_probe("graft", config=GraftConfig, kinds=("rollout",), aggregations=("grpo",))
-def graft_loss(batch: RolloutBatch, peers: PeerView, cfg: GraftConfig) -> ProbeOutput:
+def graft_loss(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: GraftConfig) -> ProbeOutput:
     """The own GRPO loss pooled with the compatibility-weighted, token-clipped policy-gradient terms of the peers'
     verified successes on the prompts the learner's whole group failed (see the module docstring)."""
-    samples, failed, inexact = retokenize_rollouts(batch, peers)
+    samples, failed, inexact = retokenize_rollouts(batch, learner, peers)
     claimed = [(x, record, alignment) for x, record, alignment in samples if record.reward > 0]
     verified = [(x, record, alignment) for x, record, alignment in claimed
-                if rescored_reward(batch, peers, x, record) > 0]
+                if rescored_reward(batch, learner, peers, x, record) > 0]
     counts = [0] * len(batch.problems)
     for x, _, _ in verified:
         counts[x] += 1
     chosen = set(rescue_set(batch.successes_per_prompt, batch.group_size, 0.0, [n > 0 for n in counts]))
     used = [(x, record, alignment) for x, record, alignment in verified if x in chosen]
     g = batch.group_size
-    loss, active, _, _ = own_term(batch)
+    loss, active, _, _ = own_term(batch, learner)
     stats = {"graft_candidates": int((batch.successes_per_prompt == 0).sum()), "graft_prompts": len(chosen),
              "graft_samples": len(used), "rejected_successes": len(claimed) - len(verified), "thl_failed": failed,
              "thl_inexact": inexact}
@@ -80,13 +80,13 @@ def graft_loss(batch: RolloutBatch, peers: PeerView, cfg: GraftConfig) -> ProbeO
     advantage = {x: pooled_advantages([torch.cat([own[x], torch.ones(counts[x], dtype=own.dtype,
                                                                   device=own.device)])])[0][g]
                  for x in chosen}
-    learner_logp, mask = text_logprobs(batch, [batch.problems[x].prompt for x, _, _ in used],
+    learner_logp, mask = text_logprobs(batch, learner, [batch.problems[x].prompt for x, _, _ in used],
                                        [a.dst_ids for _, _, a in used])
     detached = learner_logp.detach().double().cpu().numpy()
     canonical = (learner_logp.detach() * mask).sum(-1)
     with torch.no_grad():   # c(y) carries no gradient
-        texts = sequence_logprobs(batch, [batch.problems[x].prompt for x, _, _ in used], [a.text for _, _, a in used],
-                                  canonical, [a.dst_ids[-1] == batch.eos_id for _, _, a in used], cfg.tokenization)
+        texts = sequence_logprobs(batch, learner, [batch.problems[x].prompt for x, _, _ in used],
+                                  [a.text for _, _, a in used], canonical, [a.dst_ids[-1] == learner.eos_id for _, _, a in used], cfg.tokenization)
     learner_sums, marginal = texts[0].double().cpu().tolist(), texts[1]
     weights = torch.ones_like(learner_logp)
     compat, floored, capped = [], 0, 0

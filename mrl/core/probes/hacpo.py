@@ -17,7 +17,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from mrl.core.batch import RolloutBatch
+from mrl.core.batch import Learner, RolloutBatch
 from mrl.core.grpo import Surrogate, policy_loss
 from mrl.core.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.core.probes.hacpo_primitives import (CapabilityTracker, capability_advantages, peer_objective,
@@ -65,15 +65,16 @@ class HacpoConfig(ProbeConfig):
     """K, steps in the rolling positive-reward rate"""
 
 
-def _pooled(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig | HacpoConfig, mode: str):
+def _pooled(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: GspoConfig | HacpoConfig, mode: str):
     """The pooled groups: own advantages (P*G,), peer rows (prompt, record, alignment, advantage, omega), stats."""
-    samples, failed, inexact = retokenize_rollouts(batch, peers) if mode != "gspo" else ([], 0, 0)
+    samples, failed, inexact = retokenize_rollouts(batch, learner, peers) if mode != "gspo" else ([], 0, 0)
     g = batch.group_size
     weighted = mode == "hacpo" and cfg.omega
-    rescored = [rescored_reward(batch, peers, x, record) for x, record, _ in samples]  # never a peer's own claim
+    # never a peer's own claim
+    rescored = [rescored_reward(batch, learner, peers, x, record) for x, record, _ in samples]
     tracker, rates = None, {}
     if mode == "hacpo":
-        tracker = batch.state.setdefault("capability", CapabilityTracker(window=cfg.capability_window))
+        tracker = learner.state.setdefault("capability", CapabilityTracker(window=cfg.capability_window))
         rates = {batch.policy: float((batch.rewards > 0).float().mean())}
         per_source: dict[str, list] = {}
         for (_, record, _), reward in zip(samples, rescored):
@@ -120,13 +121,13 @@ def _bounds(cfg: HacpoConfig, minibatch: int) -> tuple[float, float]:
     return 1.0 - cfg.delta, 1.0 + cfg.delta
 
 
-def _own_term(batch: RolloutBatch, rows: list[int], own_adv: Tensor,
+def _own_term(batch: RolloutBatch, learner: Learner, rows: list[int], own_adv: Tensor,
               old_logp: Tensor | None) -> tuple[Tensor, list]:
     """(the sum over these own sequences of GSPO's per-sequence loss, with the k3 KL of batch.grpo.beta; their
     log(pi / pi_old), token mean, each with True: own sequences are never clipped out) (Table 6 of the HACPO paper).
     rows: indices into the batch."""
     rows = torch.tensor(rows, device=batch.device)
-    logp = own_logprobs(batch, rows)
+    logp = own_logprobs(batch, learner, rows)
     old = logp.detach() if old_logp is None else old_logp[rows]
     beta = batch.grpo.beta
     gspo = Surrogate(level="sequence", eps_low=GSPO_EPS[0], eps_high=GSPO_EPS[1], beta=beta,
@@ -139,8 +140,8 @@ def _own_term(batch: RolloutBatch, rows: list[int], own_adv: Tensor,
     return own_loss * len(rows), [(float(v), True) for v in own_log_ratio]
 
 
-def _peer_term(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, peer_rows: list, minibatch: int,
-               marginal: list) -> tuple[Tensor, int, int, dict]:
+def _peer_term(batch: RolloutBatch, learner: Learner, cfg: GspoConfig | HacpoConfig, mode: str, peer_rows: list,
+               minibatch: int, marginal: list) -> tuple[Tensor, int, int, dict]:
     """(the sum over these peer samples of the HACPO objective (naive: the unclipped one), peer samples kept, peer
     samples clipped, {source: that source's log s with whether s was inside the clip range}). With tokenization
     "marginal", appends each peer text's (source, log marginal - log canonical, whether it has a marginal) to
@@ -148,12 +149,13 @@ def _peer_term(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, pe
     kept, clipped = 0, 0
     ratios: dict[str, list] = {}
     prompts = [batch.problems[x].prompt for x, *_ in peer_rows]
-    logp, mask = text_logprobs(batch, prompts, [alignment.dst_ids for _, _, alignment, _, _ in peer_rows])
+    logp, mask = text_logprobs(batch, learner, prompts, [alignment.dst_ids for _, _, alignment, _, _ in peer_rows])
     sums = (logp * mask).sum(-1)
     if mode == "hacpo" and cfg.tokenization == "marginal":
         canonical = sums.detach()
-        sums, used = sequence_logprobs(batch, prompts, [alignment.text for _, _, alignment, _, _ in peer_rows],
-                                       sums, [a.dst_ids[-1] == batch.eos_id for _, _, a, _, _ in peer_rows],
+        sums, used = sequence_logprobs(batch, learner, prompts,
+                                       [alignment.text for _, _, alignment, _, _ in peer_rows], sums,
+                                       [a.dst_ids[-1] == learner.eos_id for _, _, a, _, _ in peer_rows],
                                        cfg.tokenization)
         marginal.extend(zip([record.policy_id for _, record, *_ in peer_rows],
                             (sums.detach() - canonical).tolist(), used))
@@ -178,8 +180,8 @@ def _peer_term(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, pe
     return objective.sum(), kept, clipped, ratios
 
 
-def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, chunk: list, own_adv: Tensor,
-                old_logp: Tensor | None, minibatch: int, marginal: list):
+def _chunk_loss(batch: RolloutBatch, learner: Learner, cfg: GspoConfig | HacpoConfig, mode: str, chunk: list,
+                own_adv: Tensor, old_logp: Tensor | None, minibatch: int, marginal: list):
     """Minus the mean over this chunk's sequences ([("own", row) or ("peer", peer row), ...]) of the per-sequence
     objectives: own GSPO (_own_term), peer HACPO (_peer_term). Returns (loss, peer samples kept, peer samples
     clipped, ratios {"self": ..., source: ...})."""
@@ -188,43 +190,47 @@ def _chunk_loss(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, c
     total, kept, clipped = 0.0, 0, 0
     ratios: dict[str, list] = {}
     if own_rows:
-        own_total, ratios["self"] = _own_term(batch, own_rows, own_adv, old_logp)
+        own_total, ratios["self"] = _own_term(batch, learner, own_rows, own_adv, old_logp)
         total = total + own_total
     if peer_rows:
-        objective, kept, clipped, peer_ratios = _peer_term(batch, cfg, mode, peer_rows, minibatch, marginal)
+        objective, kept, clipped, peer_ratios = _peer_term(batch, learner, cfg, mode, peer_rows, minibatch, marginal)
         ratios.update(peer_ratios)
         total = total - objective
     return total / max(len(own_rows) + len(peer_rows), 1), kept, clipped, ratios
 
 
-def _minibatch_losses(batch: RolloutBatch, cfg: GspoConfig | HacpoConfig, mode: str, sequences: list, own_adv,
-                      stats: dict, n_total: int):
-    """The loss of each minibatch update m, computed when asked for (after the actor applied update m - 1);
-    adds the peer samples kept and clipped, and the ratio statistics (`ratio_statistics`), to stats."""
+def _minibatch_output(batch: RolloutBatch, learner: Learner, cfg: GspoConfig | HacpoConfig, mode: str,
+                      sequences: list, own_adv: Tensor, stats: dict, n_total: int) -> ProbeOutput:
+    """One update per minibatch of `sequences`, update m's loss computed when the actor asks for it (after it applied
+    update m - 1); each adds the peer samples kept and clipped, and the last the ratio statistics
+    (`ratio_statistics`), to stats."""
     old_logp = None
     if cfg.minibatches > 1:  # the ratio of later updates is to the policy that sampled
         with torch.no_grad():
-            old_logp = own_logprobs(batch, torch.arange(len(batch.rewards), device=batch.device))
+            old_logp = own_logprobs(batch, learner, torch.arange(len(batch.rewards), device=batch.device))
     size = math.ceil(len(sequences) / cfg.minibatches)
+    updates = math.ceil(len(sequences) / size)
     stats.update({"peer_kept": 0, "peer_clipped": 0})
     ratios: dict[str, list] = {}
     marginal: list[tuple[str, float, bool]] = []
-    for m in range(cfg.minibatches):
+
+    def loss(m: int) -> Tensor:
         chunk = sequences[m * size:(m + 1) * size]
-        if not chunk:
-            break
-        loss, kept, clipped, chunk_ratios = _chunk_loss(batch, cfg, mode, chunk, own_adv, old_logp, m, marginal)
+        value, kept, clipped, chunk_ratios = _chunk_loss(batch, learner, cfg, mode, chunk, own_adv, old_logp, m,
+                                                         marginal)
         stats["peer_kept"] += kept
         stats["peer_clipped"] += clipped
         for source, values in chunk_ratios.items():
             ratios.setdefault(source, []).extend(values)
-        if m == cfg.minibatches - 1 or (m + 1) * size >= len(sequences):
-            stats.update(ratio_statistics(ratios))  # before the last loss is handed over: complete when it is used
+        if m == updates - 1:
+            stats.update(ratio_statistics(ratios))  # with the last loss: complete when the actor reads them
             if getattr(cfg, "tokenization", "canonical") == "marginal":
                 stats.update(marginal_statistics(*map(list, zip(*marginal))) if marginal else {})
         if cfg.minibatches == 1:   # the loss of a full batch averages over every sequence, skipped ones included
-            loss = loss * len(chunk) / n_total
-        yield loss
+            value = value * len(chunk) / n_total
+        return value
+
+    return ProbeOutput(updates, loss, len(sequences), stats)
 
 
 def ratio_statistics(ratios: dict[str, list]) -> dict[str, float]:
@@ -243,41 +249,42 @@ def ratio_statistics(ratios: dict[str, list]) -> dict[str, float]:
     return out
 
 
-def _shared_gspo(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig | HacpoConfig, mode: str) -> ProbeOutput:
-    own_adv, peer_rows, stats = _pooled(batch, peers, cfg, mode)
+def _shared_gspo(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: GspoConfig | HacpoConfig,
+                 mode: str) -> ProbeOutput:
+    own_adv, peer_rows, stats = _pooled(batch, peers, learner, cfg, mode)
     own_rows = list(range(len(batch.rewards)))
     if batch.grpo.skip_zero_advantage and not batch.grpo.beta and cfg.minibatches == 1:
         own_rows = [i for i in own_rows if own_adv[i] != 0]   # exact: beta = 0 and one on-policy update
         peer_rows = [row for row in peer_rows if row[3] != 0]
     sequences = [("own", i) for i in own_rows] + [("peer", row) for row in peer_rows]
     if not sequences:
-        return ProbeOutput((), 0, stats)
+        return ProbeOutput(0, None, 0, stats)
     n_total = len(batch.rewards) + stats["peer_samples"]
-    losses = _minibatch_losses(batch, cfg, mode, sequences, own_adv, stats, n_total)
-    if cfg.minibatches == 1:
-        losses = list(losses)  # one update on the current parameters: computed now, stats complete
-    return ProbeOutput(losses, len(sequences), stats)
+    output = _minibatch_output(batch, learner, cfg, mode, sequences, own_adv, stats, n_total)
+    if cfg.minibatches == 1:   # one update on the current parameters: computed now, its statistics complete
+        return ProbeOutput.single(output.loss(0), output.active_sequences, stats)
+    return output
 
 
 @register_probe("hacpo", config=HacpoConfig, kinds=("rollout",), aggregations=("grpo",))
-def hacpo_loss(batch: RolloutBatch, peers: PeerView, cfg: HacpoConfig) -> ProbeOutput:
+def hacpo_loss(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: HacpoConfig) -> ProbeOutput:
     """HACPO: capability-aware advantages, exponential IS with stepwise clipping on peer samples, GSPO on own."""
-    return _shared_gspo(batch, peers, cfg, "hacpo")
+    return _shared_gspo(batch, peers, learner, cfg, "hacpo")
 
 
 @register_probe("gspo", config=GspoConfig, aggregations=("grpo",))
-def gspo_loss(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig) -> ProbeOutput:
+def gspo_loss(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: GspoConfig) -> ProbeOutput:
     """GSPO on the own samples only: HACPO's independent baseline."""
-    return _shared_gspo(batch, PeerView(), cfg, "gspo")
+    return _shared_gspo(batch, PeerView(), learner, cfg, "gspo")
 
 
 @register_probe("gspo_x2", config=GspoConfig, aggregations=("grpo",), group_multiplier=2)
-def gspo_x2_loss(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig) -> ProbeOutput:
+def gspo_x2_loss(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: GspoConfig) -> ProbeOutput:
     """GSPO with twice the rollouts per prompt (2G): the resource-equivalent of two policies' samples."""
-    return _shared_gspo(batch, PeerView(), cfg, "gspo")
+    return _shared_gspo(batch, PeerView(), learner, cfg, "gspo")
 
 
 @register_probe("naive", config=GspoConfig, kinds=("rollout",), aggregations=("grpo",))
-def naive_loss(batch: RolloutBatch, peers: PeerView, cfg: GspoConfig) -> ProbeOutput:
+def naive_loss(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: GspoConfig) -> ProbeOutput:
     """Naive sharing: pooled samples, plain-mean advantages, peer samples as if own (no ratio, omega or clip)."""
-    return _shared_gspo(batch, peers, cfg, "naive")
+    return _shared_gspo(batch, peers, learner, cfg, "naive")

@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from mrl.core.batch import RolloutBatch
+from mrl.core.batch import Learner, RolloutBatch
 from mrl.core.grpo import LEVELS
 from mrl.core.probes.advantages import pooled_advantages
 from mrl.core.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
@@ -45,21 +45,21 @@ class PrpConfig(ProbeConfig):
                 "level='sequence' takes 'marginal')")
 
 
-def _prp(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig | None) -> ProbeOutput:
+def _prp(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: PrpConfig | None) -> ProbeOutput:
     """The pooled-group loss; cfg None: naive (every peer token weighted 1)."""
-    samples, failed, inexact = retokenize_rollouts(batch, peers)
+    samples, failed, inexact = retokenize_rollouts(batch, learner, peers)
     g = batch.group_size
     own = batch.rewards.view(-1, g)
     peer_rewards = [[] for _ in batch.problems]
     disagreements = 0
     for x, record, _ in samples:
-        reward = rescored_reward(batch, peers, x, record)
+        reward = rescored_reward(batch, learner, peers, x, record)
         disagreements += reward != record.reward
         peer_rewards[x].append(reward)
     pooled = pooled_advantages([torch.cat([own[x], torch.tensor(peer_rewards[x], dtype=own.dtype, device=own.device)])
                                 for x in range(len(batch.problems))])
     own_advantages = torch.cat([a[:g] for a in pooled])
-    loss, active, _ = own_grpo_loss(batch, own_advantages)
+    loss, active, _ = own_grpo_loss(batch, learner, own_advantages)
     stats = {"peer_samples": len(samples), "thl_failed": failed, "thl_inexact": inexact,
              "reward_disagreements": disagreements}
     if not samples:
@@ -74,16 +74,16 @@ def _prp(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig | None) -> ProbeOu
     log_w_seq = []
     if keep:
         kept = [samples[i] for i in keep]
-        learner_logp, mask = text_logprobs(batch, [batch.problems[x].prompt for x, _, _ in kept],
+        learner_logp, mask = text_logprobs(batch, learner, [batch.problems[x].prompt for x, _, _ in kept],
                                            [a.dst_ids for _, _, a in kept])
         weights = torch.ones_like(learner_logp)
         detached = learner_logp.detach().double().cpu().numpy()
         tokenization = "canonical" if cfg is None else cfg.tokenization
         canonical = (learner_logp.detach() * mask).sum(-1)
         with torch.no_grad():   # the weights carry no gradient
-            texts = sequence_logprobs(batch, [batch.problems[x].prompt for x, _, _ in kept],
+            texts = sequence_logprobs(batch, learner, [batch.problems[x].prompt for x, _, _ in kept],
                                       [a.text for _, _, a in kept], canonical,
-                                      [a.dst_ids[-1] == batch.eos_id for _, _, a in kept], tokenization)
+                                      [a.dst_ids[-1] == learner.eos_id for _, _, a in kept], tokenization)
         learner_sums, marginal = texts[0].double().cpu().tolist(), texts[1]
         truncated = 0
         for row, (_, record, alignment) in enumerate(kept):
@@ -113,12 +113,12 @@ def _prp(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig | None) -> ProbeOu
 
 
 @register_probe("prp", config=PrpConfig, kinds=("rollout",), aggregations=("grpo",))
-def prp_loss(batch: RolloutBatch, peers: PeerView, cfg: PrpConfig) -> ProbeOutput:
+def prp_loss(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: PrpConfig) -> ProbeOutput:
     """Pooled group, THL-projected importance weights truncated at cfg.clip (cfg.level token or sequence)."""
-    return _prp(batch, peers, cfg)
+    return _prp(batch, peers, learner, cfg)
 
 
 @register_probe("prp_naive", kinds=("rollout",), aggregations=("grpo",))
-def prp_naive_loss(batch: RolloutBatch, peers: PeerView, cfg: ProbeConfig) -> ProbeOutput:
+def prp_naive_loss(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: ProbeConfig) -> ProbeOutput:
     """Pooled group, peer tokens weighted 1 (ratio to the learner's own log-probs, as if it had sampled them)."""
-    return _prp(batch, peers, None)
+    return _prp(batch, peers, learner, None)

@@ -7,7 +7,7 @@ from typing import Annotated
 import torch
 from pydantic import Field
 
-from mrl.core.batch import RolloutBatch
+from mrl.core.batch import Learner, RolloutBatch
 from mrl.core.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.core.probes.terms import (accepted_success, encode_completion, failure_threshold, own_term, rescue_set,
                               text_logprobs)
@@ -24,15 +24,15 @@ class SgtConfig(ProbeConfig):
 
 
 @register_probe("sgt", config=SgtConfig, kinds=("success",))
-def sgt_loss(batch: RolloutBatch, peers: PeerView, cfg: SgtConfig) -> ProbeOutput:
+def sgt_loss(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: SgtConfig) -> ProbeOutput:
     """L_GRPO + lam * mean_{x in R} NLL_learner(T(y*) | x), token mean per target, y* uniform among the
     peers' successes on x that the learner's own verifier accepts (a forged success never enters)."""
     verified = []
     for problem in batch.problems:
         texts = [s.completion for s in peers.success.get(problem.pid, [])]
-        verified.append([t for t in texts if accepted_success(batch, peers, t, problem)])
+        verified.append([t for t in texts if accepted_success(learner, peers, t, problem)])
     rescue = rescue_set(batch.successes_per_prompt, batch.group_size, cfg.tau, [bool(v) for v in verified])
-    loss, active, _, _ = own_term(batch)
+    loss, active, _, _ = own_term(batch, learner)
     threshold = failure_threshold(batch.group_size, cfg.tau)
     stats = {"rescue_candidates": int((batch.successes_per_prompt <= threshold).sum()), "rescue_size": len(rescue),
              "rejected_successes": sum(len(peers.success.get(p.pid, [])) for p in batch.problems)
@@ -41,11 +41,11 @@ def sgt_loss(batch: RolloutBatch, peers: PeerView, cfg: SgtConfig) -> ProbeOutpu
         return ProbeOutput.single(loss, active, stats)
     targets = []
     for x in rescue:
-        pick = int(torch.randint(len(verified[x]), (1,), generator=batch.generator, device=batch.generator.device))
-        ids = encode_completion(batch, verified[x][pick])
-        stats["targets_inexact"] += decode_text(batch.tokenizer, ids) != verified[x][pick]  # THL residual
+        pick = int(torch.randint(len(verified[x]), (1,), generator=learner.generator, device=learner.generator.device))
+        ids = encode_completion(learner, verified[x][pick])
+        stats["targets_inexact"] += decode_text(learner.tokenizer, ids) != verified[x][pick]  # THL residual
         targets.append(ids)
-    logp, mask = text_logprobs(batch, [batch.problems[x].prompt for x in rescue], targets)
+    logp, mask = text_logprobs(batch, learner, [batch.problems[x].prompt for x in rescue], targets)
     nll = -((logp * mask).sum(-1) / mask.sum(-1)).mean()
     rescue_loss = cfg.lam * nll
     stats["rescue_nll"] = nll.item()

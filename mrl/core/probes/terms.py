@@ -2,8 +2,9 @@
 peer rollouts retokenized by THL and re-scored, importance ratios over THL groups, importance-weighted sequence
 terms and their pooling, and the rescue set.
 
-Every function reads a `RolloutBatch` (plain data plus the learner's `logprobs`) or plain arrays and returns
-tensors or numbers; none touches a model or an optimizer. A probe file holds only what is its own.
+Every function reads a `RolloutBatch` (data), the `Learner` it needs (its log-probs, tokenizer, verifier) or plain
+arrays and returns tensors or numbers; none touches a model or an optimizer. A probe file holds only what is its
+own.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mrl.core.batch import RolloutBatch, encode_prompts, pad_completions
+from mrl.core.batch import Learner, RolloutBatch, encode_prompts, pad_completions
 from mrl.core.grpo import policy_loss
 from mrl.core.probes.advantages import AdvantageEstimator, group_estimator
 from mrl.core.probes.contract import PeerView, ProbeConfig
@@ -32,13 +33,13 @@ MAX_TOKENIZATIONS = 256
 """tokenizations of one peer text scored for the marginal; a text with more keeps its canonical one (counted)"""
 
 
-def own_logprobs(batch: RolloutBatch, rows: Tensor) -> Tensor:
+def own_logprobs(batch: RolloutBatch, learner: Learner, rows: Tensor) -> Tensor:
     """log pi_learner of the own completions `rows` (indices into the batch), with gradient. -> (len(rows), T)."""
-    return batch.logprobs(batch.prompt_ids[rows], batch.prompt_mask[rows], batch.completion_ids[rows],
-                          batch.completion_mask[rows])
+    return learner.logprobs(batch.prompt_ids[rows], batch.prompt_mask[rows], batch.completion_ids[rows],
+                            batch.completion_mask[rows])
 
 
-def own_grpo_loss(batch: RolloutBatch, advantages: Tensor,
+def own_grpo_loss(batch: RolloutBatch, learner: Learner, advantages: Tensor,
                   anchor: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor | None, int, dict]:
     """The GRPO loss (mrl.core.grpo.policy_loss with batch.grpo's settings) on the own samples, on-policy: ratio 1,
     old_logp = logp.detach(), as TRL with num_iterations = 1. advantages: (P*G,).
@@ -57,7 +58,7 @@ def own_grpo_loss(batch: RolloutBatch, advantages: Tensor,
         else (advantages != 0).nonzero().squeeze(-1)
     if active.numel() == 0:
         return None, 0, {}
-    logp_active = own_logprobs(batch, active)
+    logp_active = own_logprobs(batch, learner, active)
     logp = torch.zeros(batch.completion_ids.shape, dtype=logp_active.dtype, device=batch.device).index_put(
         (active,), logp_active)
     old_logp = logp.detach() if anchor is None else anchor(logp)
@@ -79,42 +80,43 @@ class OwnTerm(NamedTuple):
     """the estimator's statistics"""
 
 
-def own_term(batch: RolloutBatch, peers: PeerView | None = None, cfg: ProbeConfig | None = None,
+def own_term(batch: RolloutBatch, learner: Learner, peers: PeerView | None = None, cfg: ProbeConfig | None = None,
              estimator: AdvantageEstimator = group_estimator,
              anchor: Callable[[Tensor], Tensor] | None = None) -> OwnTerm:
     """own_grpo_loss with the advantages of `estimator` (mrl.core.probes.advantages: GRPO's group_estimator, or
     xgrpo_estimator): the prelude every probe that trains on its own samples with GRPO shares."""
     advantages, advantage_stats = estimator(batch, peers or PeerView(), cfg or ProbeConfig())
-    loss, active, stats = own_grpo_loss(batch, advantages, anchor)
+    loss, active, stats = own_grpo_loss(batch, learner, advantages, anchor)
     return OwnTerm(loss, active, stats, advantage_stats)
 
 
-def encode_completion(batch: RolloutBatch, text: str, with_eos: bool = True) -> list[int]:
+def encode_completion(learner: Learner, text: str, with_eos: bool = True) -> list[int]:
     """The learner's canonical ids of a completion text, EOS appended (a target or a retokenized sample)."""
-    ids = batch.tokenizer(text, add_special_tokens=False)["input_ids"]
-    return ids + [batch.eos_id] if with_eos else ids
+    ids = learner.tokenizer(text, add_special_tokens=False)["input_ids"]
+    return ids + [learner.eos_id] if with_eos else ids
 
 
-def text_logprobs(batch: RolloutBatch, prompts: list[str], completions: list[list[int]]) -> tuple[Tensor, Tensor]:
-    """log pi_learner of each completion token (learner ids) given its task prompt (read through batch.render),
-    with gradient. -> (logp (N, T), mask (N, T))."""
-    prompt_ids, prompt_mask = encode_prompts(batch.tokenizer, [batch.render(p) for p in prompts], batch.device)
-    ids, mask = pad_completions(completions, batch.pad_id, batch.device)
-    return batch.logprobs(prompt_ids, prompt_mask, ids, mask), mask
+def text_logprobs(batch: RolloutBatch, learner: Learner, prompts: list[str],
+                  completions: list[list[int]]) -> tuple[Tensor, Tensor]:
+    """log pi_learner of each completion token (learner ids) given its task prompt (read through learner.render),
+    with gradient, on the batch's device. -> (logp (N, T), mask (N, T))."""
+    prompt_ids, prompt_mask = encode_prompts(learner.tokenizer, [learner.render(p) for p in prompts], batch.device)
+    ids, mask = pad_completions(completions, learner.pad_id, batch.device)
+    return learner.logprobs(prompt_ids, prompt_mask, ids, mask), mask
 
 
-def marginal_text_logprobs(batch: RolloutBatch, prompts: list[str], texts: list[str],
+def marginal_text_logprobs(batch: RolloutBatch, learner: Learner, prompts: list[str], texts: list[str],
                            eos: list[bool]) -> tuple[Tensor, list[bool]]:
     """log pi_learner(text | prompt) summed over every tokenization of each text, with gradient: each tokenization
-    (mrl.core.marginal's lattice, EOS appended where `eos`) is one row of batch.logprobs and a text's value is the
+    (mrl.core.marginal's lattice, EOS appended where `eos`) is one row of learner.logprobs and a text's value is the
     logsumexp of its rows, whose gradient weighs each tokenization by its posterior share.
 
     Returns (values (N,), marginal (N,) bools): a text the learner cannot write (no tokenization) or with more than
     MAX_TOKENIZATIONS has no marginal (marginal False, value NaN): the caller keeps its canonical log-prob."""
     rows, owner, marginal = [], [], []
     for k, (text, end) in enumerate(zip(texts, eos)):
-        graph = lattice(batch.tokenizer, text)
-        paths = [p + [batch.eos_id] if end else p for p in tokenizations(graph)] \
+        graph = lattice(learner.tokenizer, text)
+        paths = [p + [learner.eos_id] if end else p for p in tokenizations(graph)] \
             if 0 < graph.count <= MAX_TOKENIZATIONS else []
         paths = [p for p in paths if p]
         marginal.append(bool(paths))
@@ -122,7 +124,7 @@ def marginal_text_logprobs(batch: RolloutBatch, prompts: list[str], texts: list[
         owner.extend([k] * len(paths))
     values = torch.full((len(texts),), float("nan"), device=batch.device)
     if rows:
-        logp, mask = text_logprobs(batch, [prompts[k] for k in owner], rows)
+        logp, mask = text_logprobs(batch, learner, [prompts[k] for k in owner], rows)
         sums = (logp * mask).sum(-1)
         index = torch.tensor(owner, device=batch.device)
         values = torch.stack([torch.logsumexp(sums[index == k], 0) if ok else values[k]
@@ -130,16 +132,21 @@ def marginal_text_logprobs(batch: RolloutBatch, prompts: list[str], texts: list[
     return values, marginal
 
 
-def sequence_logprobs(batch: RolloutBatch, prompts: list[str], texts: list[str], canonical: Tensor, eos: list[bool],
-                      tokenization: str) -> tuple[Tensor, list[bool]]:
+def sequence_logprobs(batch: RolloutBatch, learner: Learner, prompts: list[str], texts: list[str], canonical: Tensor,
+                      eos: list[bool], tokenization: str) -> tuple[Tensor, list[bool]]:
     """The learner's log-probability of each peer text in a sequence ratio: `canonical` (N,) (its canonical
     tokenization's, summed) or, with tokenization "marginal", the sum over every tokenization where the learner can
     write the text (marginal_text_logprobs), the canonical elsewhere. Returns (values (N,), which are marginal)."""
     if tokenization == "canonical" or not texts:
         return canonical, [False] * len(texts)
-    values, marginal = marginal_text_logprobs(batch, prompts, texts, eos)
+    values, marginal = marginal_text_logprobs(batch, learner, prompts, texts, eos)
     used = torch.tensor(marginal, device=canonical.device)
     return torch.where(used, values.to(canonical.dtype), canonical), marginal
+
+
+def marginal_gap_column(source: str) -> str:
+    """The step metric of the mean marginal gap of the texts from `source` (its writer and its readers name it here)."""
+    return f"marginal_gap_from_{source}"
 
 
 def marginal_statistics(sources: list[str], gaps: list[float], marginal: list[bool]) -> dict[str, float]:
@@ -149,7 +156,7 @@ def marginal_statistics(sources: list[str], gaps: list[float], marginal: list[bo
     for source, gap, ok in zip(sources, gaps, marginal):
         if ok:
             by_source.setdefault(source, []).append(gap)
-    out = {f"marginal_gap_from_{source}": float(np.mean(values)) for source, values in sorted(by_source.items())}
+    out = {marginal_gap_column(source): float(np.mean(values)) for source, values in sorted(by_source.items())}
     return {**out, "marginal_fallback": marginal.count(False)}
 
 
@@ -178,7 +185,7 @@ def pooled_loss(own_loss: Tensor | None, n_own: int, extra_sum: Tensor | None, n
     return sum(parts) / (n_own + n_extra) if parts else None
 
 
-def retokenize_rollouts(batch: RolloutBatch, peers: PeerView):
+def retokenize_rollouts(batch: RolloutBatch, learner: Learner, peers: PeerView):
     """Every peer rollout of the step's prompts, aligned to the learner's tokenizer by THL.
 
     Returns ([(prompt index, record, Alignment)], failed, inexact): a sample THL cannot align is counted
@@ -190,7 +197,7 @@ def retokenize_rollouts(batch: RolloutBatch, peers: PeerView):
     samples, failed, inexact = [], 0, 0
     for source in sorted(by_source):
         items = by_source[source]
-        alignments = align_batch([r.completion for _, r in items], peers.tokenizers[source], batch.tokenizer,
+        alignments = align_batch([r.completion for _, r in items], peers.tokenizers[source], learner.tokenizer,
                                  [r.token_ids for _, r in items])
         for (x, record), alignment in zip(items, alignments):
             if isinstance(alignment, ThlError) or not alignment.dst_ids:
@@ -209,7 +216,7 @@ def well_formed(token_ids: list[int], tokenizer) -> bool:
     return bool(token_ids) and token_ids[-1] in stops and not special & set(token_ids[:-1])
 
 
-def rescored_reward(batch: RolloutBatch, peers: PeerView, x: int, record) -> float:
+def rescored_reward(batch: RolloutBatch, learner: Learner, peers: PeerView, x: int, record) -> float:
     """A peer sample's reward under the learner's rules, never above what the peer claimed: 0 unless it is well-formed
     in its own tokenizer (well_formed), else the learner's verifier on its text; the claim as it is when
     peers.reverify is off (the poisoned-peer ablation)."""
@@ -217,14 +224,14 @@ def rescored_reward(batch: RolloutBatch, peers: PeerView, x: int, record) -> flo
         return record.reward
     if record.finish_reason != "eos" or not well_formed(list(record.token_ids), peers.tokenizers[record.policy_id]):
         return 0.0
-    return min(record.reward, batch.verify(record.completion, batch.problems[x]))
+    return min(record.reward, learner.verify(record.completion, batch.problems[x]))
 
 
-def accepted_success(batch: RolloutBatch, peers: PeerView, text: str, problem) -> bool:
+def accepted_success(learner: Learner, peers: PeerView, text: str, problem) -> bool:
     """Whether a peer's claimed success counts: the learner's verifier accepts its text (every claim when
     peers.reverify is off). A Success carries text only, so a correct text a peer's sample did not earn (a pad token
     inside it, say) still counts: it is a correct answer, though not one the peer's own reward credited."""
-    return not peers.reverify or batch.verify(text, problem) > 0
+    return not peers.reverify or learner.verify(text, problem) > 0
 
 
 def group_log_ratios(learner_logp: np.ndarray, source_logps: np.ndarray, alignment) -> np.ndarray:

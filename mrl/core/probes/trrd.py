@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mrl.core.batch import RolloutBatch
+from mrl.core.batch import Learner, RolloutBatch
 from mrl.core.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.core.probes.terms import own_term
 from mrl.core.validation import Fraction, Positive, config_dataclass
@@ -39,7 +39,7 @@ def trrd_anchor(logp: Tensor, old_logp: Tensor, teacher_logp: Tensor, alpha: flo
 
 
 @register_probe("trrd", config=TrrdConfig, teacher=True)
-def trrd_loss(batch: RolloutBatch, peers: PeerView, cfg: TrrdConfig) -> ProbeOutput:
+def trrd_loss(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: TrrdConfig) -> ProbeOutput:
     """The GRPO loss on the own samples with the token ratio r^TRRD (one update, on-policy: pi_S,old = pi_S in
     value)."""
     if batch.teacher_logp is None:
@@ -50,7 +50,7 @@ def trrd_loss(batch: RolloutBatch, peers: PeerView, cfg: TrrdConfig) -> ProbeOut
     def anchor(logp: Tensor) -> Tensor:
         return trrd_anchor(logp, logp.detach(), teacher, cfg.alpha, cfg.clamp)
 
-    loss, active, stats, _ = own_term(batch, anchor=anchor)
+    loss, active, stats, _ = own_term(batch, learner, anchor=anchor)
     mask = batch.completion_mask.bool()
     gap = (batch.sample_logp - teacher)[mask]   # log pi_S - log pi_T at sampling, per token
     stats = {**stats, "teacher_log_ratio_mean": gap.mean().item() if gap.numel() else 0.0,

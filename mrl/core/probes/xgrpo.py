@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from mrl.core.batch import RolloutBatch
+from mrl.core.batch import Learner, RolloutBatch
 from mrl.core.probes.advantages import xgrpo_estimator
 from mrl.core.probes.contract import PeerView, ProbeConfig, ProbeOutput, register_probe
 from mrl.core.probes.terms import own_term
@@ -22,8 +22,8 @@ class XgrpoConfig(ProbeConfig):
 
 
 @register_probe("xgrpo", config=XgrpoConfig, kinds=("group_stats",))
-def xgrpo_loss(batch: RolloutBatch, peers: PeerView, cfg: XgrpoConfig) -> ProbeOutput:
+def xgrpo_loss(batch: RolloutBatch, peers: PeerView, learner: Learner, cfg: XgrpoConfig) -> ProbeOutput:
     """L_GRPO on the own samples with the mixed baseline (advantages.xgrpo_advantages); stats: the mean baseline shift
     |b - mean(own r)| and the prompts without peer statistics."""
-    loss, active, _, advantage_stats = own_term(batch, peers, cfg, estimator=xgrpo_estimator)
+    loss, active, _, advantage_stats = own_term(batch, learner, peers, cfg, estimator=xgrpo_estimator)
     return ProbeOutput.single(loss, active, advantage_stats)
