@@ -82,8 +82,9 @@ print(tokenization_table({name: policy.tokenizer for name, policy in zoo.items()
 # ## One prompt, sampled by A and B
 #
 # Six samples per policy at temperature 1, scored by the task's verifier (1: the exact answer). On the held-out
-# zoo the prompt's form, S2, is B's strength and A's weakness: B answers most of them and A few, the gap sharing
-# tries to close. The smoke zoo is warmed up for seconds only, so both answer few.
+# zoo the prompt's form, S2, is B's strength and A's weakness (their held-out accuracies on it are in the table at
+# the end, step 0), the gap sharing tries to close; on one prompt either may miss. The smoke zoo is warmed up for
+# seconds only, so both answer few.
 
 # %%
 samples = prompt_samples({name: zoo[name] for name in ("A", "B")}, problem, task.verify, n=6, seed=seed,

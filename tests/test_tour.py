@@ -40,7 +40,7 @@ def test_default_and_smoke_are_taken_as_asked(tmp_path):
 
 
 def test_the_run_is_evaluated_along_the_way_only_where_its_cadence_divides_it_in_several():
-    heldout = load_profile("default").experiment("heldout")
+    heldout = load_profile("default").heldout
     config = load_profile("smoke")
     assert tour_eval_every(config, TOUR_STEPS["smoke"]) == TOUR_STEPS["smoke"]   # start and end only
     assert tour_eval_every(heldout_config(load_profile("default"), 0), TOUR_STEPS["heldout"]) == heldout.eval_every

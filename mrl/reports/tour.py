@@ -197,8 +197,6 @@ def learning_figure(evals: pd.DataFrame):
     panel per policy, in the policy's colour."""
     import matplotlib.pyplot as plt
 
-    from mrl.reports.palette import fit_accuracy_axis
-
     held = evals[evals.split == "held-out"]
     weak = weak_skills(evals)
     fig, axes = plt.subplots(1, len(weak), figsize=(4.2 * len(weak), 3.0), sharey=True, squeeze=False)
@@ -212,7 +210,8 @@ def learning_figure(evals: pd.DataFrame):
         ax.set_title(f"{policy}: held-out accuracy per skill")
         ax.set_xlabel("SGT step")
         ax.legend(fontsize=8, frameon=False)
-    fit_accuracy_axis(axes[0][0], "held-out accuracy")
+    axes[0][0].set_ylim(0, 1)   # every panel's weak and strong skills on one full scale
+    axes[0][0].set_ylabel("held-out accuracy")
     fig.tight_layout()
     plt.close(fig)   # shown once, as the cell's value
     return fig
