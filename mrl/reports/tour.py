@@ -50,14 +50,12 @@ class TourZoo:
 def heldout_zoo_cached(root: Path | None = None) -> bool:
     """Whether the default profile's held-out zoo of warm-up seed 0 is in the zoo cache (data/models/ by default):
     70_heldout builds it, and the tour reads it without building it."""
-    from mrl.experiments.heldout import heldout_zoos
-    from mrl.runtime.zoo_grid import planned_zoos
+    from mrl.experiments.heldout import heldout_config
+    from mrl.runtime.zoo_grid import missing_families
 
-    with planned_zoos() as planned:
-        heldout_zoos(load_profile("default"), False, [0])
+    config = heldout_config(load_profile("default"), 0)
     root = root if root is not None else repo_root() / "data" / "models"
-    return bool(planned) and all((root / Path(folder).relative_to(repo_root() / "data" / "models")).exists()
-                                 for folder, _, _ in planned)
+    return not missing_families(config.task, [config.zoo], root)
 
 
 def tour_zoo(requested: str, root: Path | None = None) -> TourZoo:
